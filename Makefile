@@ -1,0 +1,28 @@
+# Two entry points for a fresh machine with nothing but Python 3.11: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/stepscope demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/tracer_overhead.py
+	$(BIN)/python benchmarks/run_overhead.py --model tiny
+	$(BIN)/python benchmarks/analysis_speed.py
+
+clean:
+	rm -rf $(VENV) .stepscope stepscope-*.html

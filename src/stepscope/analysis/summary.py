@@ -1,0 +1,90 @@
+"""The run summary: what ``stepscope run`` prints, ``--json`` emits and the report shows first."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..model import RunData
+from ..profiling.calltree import ProfileIndex
+from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
+
+
+@dataclass(slots=True)
+class FunctionTime:
+    """A sampled function: ``self_ns`` (at the leaf) and ``total_ns`` (anywhere on the stack), with shares
+    of all sampled time (0..1) and the sample count at the leaf."""
+
+    name: str
+    file: str
+    line: int
+    self_ns: float
+    total_ns: float
+    self_share: float
+    total_share: float
+
+
+@dataclass(slots=True)
+class Summary:
+    """Everything the summary shows. Times in ns."""
+
+    run_id: str
+    status: str
+    exit_code: int | None
+    command: list[str]
+    wall_ns: int | None
+    span_count: int
+    sample_count: int
+    sampled_ns: float
+    idle_samples: int
+    spans: list[SpanStat]
+    steps: StepTable | None
+    top_self: list[FunctionTime]
+    top_total: list[FunctionTime]
+    unresolved: dict[str, str]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if self.steps is not None:
+            d["steps"]["slow_steps"] = [r.step for r in self.steps.slow_rows]
+        return d
+
+
+_SKIP_TOTAL = ("runpy", "stepscope.launch", "threading")
+
+
+def top_functions(index: ProfileIndex, idx: np.ndarray | None = None, n: int = 15) -> tuple[list[FunctionTime], list[FunctionTime]]:
+    """Top ``n`` functions by self time and by total time over the samples ``idx`` (default: all samples
+    but idle threads' waits, see ``ProfileIndex.idle``).
+
+    The total-time list leaves out the launcher's own frames and thread bootstrap frames, which are at
+    the root of every stack and say nothing.
+    """
+    if idx is None:
+        idx = index.busy()
+    self_ns, total_ns = index.function_times(idx)
+    all_ns = float(index.weight[idx].sum()) or 1.0
+
+    def item(fid: int) -> FunctionTime:
+        f = index.functions[fid]
+        return FunctionTime(f.name, f.file, f.line, float(self_ns[fid]), float(total_ns[fid]),
+                            float(self_ns[fid]) / all_ns, float(total_ns[fid]) / all_ns)
+
+    by_self = [item(int(i)) for i in np.argsort(-self_ns)[:n] if self_ns[i] > 0]
+    order = [int(i) for i in np.argsort(-total_ns) if total_ns[i] > 0
+             and not index.functions[int(i)].module.startswith(_SKIP_TOTAL)
+             and index.functions[int(i)].name != "<module>"]
+    by_total = [item(i) for i in order[:n]]
+    return by_self, by_total
+
+
+def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -> Summary:
+    """The summary of a recorded run."""
+    run = data.run
+    index = index or ProfileIndex(data.profile)
+    steps = step_table(data.spans) or repeat_table(data.spans)
+    by_self, by_total = top_functions(index, n=top)
+    return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
+                   float(index.weight.sum()), int(index.idle.sum()), span_stats(data.spans, run.wall_time_ns), steps, by_self, by_total,
+                   dict(run.unresolved))

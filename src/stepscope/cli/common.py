@@ -1,0 +1,61 @@
+"""What every subcommand shares: the store option, one-line errors, JSON output, consoles."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import orjson
+import typer
+from rich.console import Console
+
+from ..store.db import Store, StoreError
+
+StoreOpt = typer.Option(None, "--store", help="Store folder (default: $STEPSCOPE_STORE or ./.stepscope).",
+                        envvar="STEPSCOPE_STORE", show_default=False)
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
+
+def _console(stderr: bool) -> Console:
+    c = Console(stderr=stderr, highlight=False)
+    if not c.is_terminal and "COLUMNS" not in __import__("os").environ:
+        c = Console(stderr=stderr, highlight=False, width=140)  # logs and pipes: don't squeeze to 80
+    return c
+
+
+out = _console(False)
+err = _console(True)
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``stepscope: error: message`` on stderr and exit."""
+    print(f"stepscope: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def handles_errors(fn: Callable) -> Callable:
+    """Turn expected failures into one-line messages instead of tracebacks."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (UserError, StoreError, ValueError, OSError) as e:
+            fail(str(e))
+
+    return wrapper
+
+
+def open_store(path: Optional[Path], create: bool = False) -> Store:
+    return Store(path, create=create)
+
+
+def print_json(doc: Any) -> None:
+    """One JSON document on stdout (numpy scalars and dataclasses handled by orjson)."""
+    sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n")
+    sys.stdout.flush()

@@ -1,0 +1,50 @@
+"""``stepscope demo``: trace and profile a Stable Diffusion txt2img run built offline, write its report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..pipelines.sd import SCHEDULERS, demo_traces
+from ..report.html import write_report
+from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
+from .run import record
+
+
+@handles_errors
+def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 shapes, random weights) or a local diffusers folder."),
+         steps: int = typer.Option(10, "--steps", help="Denoising steps."),
+         size: Optional[int] = typer.Option(None, "--size", help="Image size in px (default: 64 for tiny, 512 for sd15)."),
+         scheduler: str = typer.Option("ddim", "--scheduler", help="ddim, euler or dpm."),
+         prompt: str = typer.Option("a photograph of an astronaut riding a horse", "--prompt"),
+         seed: int = typer.Option(0, "--seed"),
+         hz: float = typer.Option(101.0, "--hz", help="Sampling rate per thread (samples/s)."),
+         report: Optional[Path] = typer.Option(None, "--report", "-o", help="HTML report path (default: stepscope-RUN.html)."),
+         store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Run txt2img on a Stable Diffusion pipeline under stepscope with the default trace list."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler: expected one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+    if steps < 1:
+        raise UserError(f"--steps: expected >= 1, got {steps}")
+    if model not in ("tiny", "sd15") and not Path(model).is_dir():
+        raise UserError(f"--model {model}: expected tiny, sd15 or a diffusers model folder")
+    st = open_store(store, create=True)
+    image = st.path / "demo-image.png"
+    cmd = [sys.executable, "-m", "stepscope.pipelines.demo_program", "--model", model, "--steps", str(steps),
+           "--scheduler", scheduler, "--prompt", prompt, "--seed", str(seed), "--out", str(image)]
+    if size:
+        cmd += ["--size", str(size)]
+    outcome = record(cmd, demo_traces(scheduler), hz, st.path, as_json, quiet=False, transaction="txt2img")
+    if outcome.exit_code != 0:
+        raise typer.Exit(outcome.exit_code)
+    run_image = st.run_dir(outcome.run_id) / "image.png"
+    if image.exists():
+        image.replace(run_image)
+    path = write_report(st.load(outcome.run_id), report or Path(f"stepscope-{outcome.run_id}.html"))
+    if as_json:
+        print_json({"run_id": outcome.run_id, "report": str(path), "image": str(run_image)})
+    else:
+        err.print(f"report: {path}   image: {run_image}")

@@ -1,0 +1,37 @@
+"""``stepscope export``: a run as speedscope or Chrome trace JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import orjson
+import typer
+
+from ..export import FORMATS
+from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
+
+_SUFFIX = {"speedscope": ".speedscope.json", "chrome": ".trace.json"}
+
+
+@handles_errors
+def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
+           fmt: str = typer.Option("speedscope", "--format", "-f", help="speedscope or chrome."),
+           output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file; - for stdout."),
+           store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Export a run (spans and samples) to speedscope or Chrome trace / Perfetto JSON."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    st = open_store(store)
+    data = st.load(run_id)
+    blob = orjson.dumps(FORMATS[fmt](data))
+    if output is not None and str(output) == "-":
+        sys.stdout.buffer.write(blob + b"\n")
+        return
+    path = output or Path(f"stepscope-{data.run.id}{_SUFFIX[fmt]}")
+    path.write_bytes(blob)
+    if as_json:
+        print_json({"run_id": data.run.id, "format": fmt, "path": str(path), "bytes": len(blob)})
+    else:
+        out.print(f"{fmt}: {path} ({len(blob) / 1e6:.1f} MB)")

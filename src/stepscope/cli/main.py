@@ -1,0 +1,19 @@
+"""``stepscope``: the command-line entry point. Each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from . import demo, export, report, run, runs
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Trace, sample and explain the performance of Python/ML programs you did not write.")
+app.command("run", context_settings=run.CONTEXT)(run.run)
+app.command("demo")(demo.demo)
+app.command("runs")(runs.runs)
+app.command("rm")(runs.rm)
+app.command("report")(report.report)
+app.command("export")(export.export)
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,70 @@
+"""``stepscope run``: run a Python program with named functions traced and its stacks sampled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..analysis.summary import summarize
+from ..profiling.calltree import ProfileIndex
+from ..render.terminal import print_summary
+from ..runner import CommandError, Outcome, run_program
+from ..settings import Settings
+from ..tracefile import read_trace_file
+from ..tracing.patch import normalize_targets
+from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
+
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
+           quiet: bool = False, transaction: str | None = None) -> Outcome:
+    """Run and record ``command``; print its summary (stderr) or JSON (stdout). Shared with ``demo``."""
+    settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction)
+    store = open_store(store_path, create=True)
+    try:
+        outcome = run_program(command, settings, store)
+    except CommandError as e:
+        raise UserError(str(e)) from None
+    data = store.load(outcome.run_id)
+    summary = summarize(data, ProfileIndex(data.profile))
+    if as_json:
+        print_json({"run": summary.to_dict()})
+    elif not quiet:
+        print_summary(summary, err)
+        err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
+    store.close()
+    return outcome
+
+
+@handles_errors
+def run(
+    ctx: typer.Context,
+    command: Optional[List[str]] = typer.Argument(None, help="The program: python SCRIPT [ARGS] (after --)."),
+    trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
+    trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
+    module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
+    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s (0: off). [default: 101]"),
+    store: Optional[Path] = StoreOpt,
+    as_json: bool = JsonOpt,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
+) -> None:
+    """Run a Python program with the named functions traced and every thread sampled.
+
+    stepscope run --trace pkg.mod.Class.method -- python script.py --steps 20
+    """
+    import sys
+
+    args = list(command or []) + list(ctx.args)
+    if module:
+        args = [sys.executable, "-m", module, *args]
+    names = list(trace)
+    file_hz = None
+    if trace_file is not None:
+        more, file_hz = read_trace_file(trace_file)
+        names += more
+    rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
+    outcome = record(args, names, rate, store, as_json, quiet)
+    raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,127 @@
+"""Entry point inside the profiled program: ``python -m stepscope.launch (SCRIPT | -m MODULE | -c CODE) ARGS``.
+
+``stepscope run`` starts the user's interpreter with this module and the run's settings in the
+``STEPSCOPE_LAUNCH`` environment variable (JSON: ``run_id``, ``settings``). It starts a session, runs the
+program as Python would (``__main__``, ``sys.argv``, ``sys.path[0]``), and records how it ended. The
+program sees the same results, exceptions, output and exit code as without stepscope: an uncaught
+exception is printed by ``sys.excepthook`` with stepscope's frames removed, then the process exits 1;
+KeyboardInterrupt ends it by SIGINT as Python does; SIGTERM (if the program set no handler) writes the
+run, then ends the process by SIGTERM. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+
+ENV_VAR = "STEPSCOPE_LAUNCH"
+_OWN_FILES = (os.path.abspath(__file__), runpy.__file__)
+
+
+def _strip(tb):
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+        tb = tb.tb_next
+    return tb
+
+
+def _usage() -> None:
+    print("usage: python -m stepscope.launch (SCRIPT | -m MODULE | -c CODE) [ARGS...]", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> None:
+    from . import api
+    from .settings import Settings
+
+    raw = os.environ.pop(ENV_VAR, None)
+    cfg = json.loads(raw) if raw else {}
+    argv = sys.argv[1:]
+    if not argv:
+        _usage()
+    if argv[0] == "-m" and len(argv) >= 2:
+        kind, target, rest = "module", argv[1], argv[2:]
+    elif argv[0] == "-c" and len(argv) >= 2:
+        kind, target, rest = "code", argv[1], argv[2:]
+    else:
+        kind, target, rest = "script", argv[0], argv[1:]
+
+    settings = Settings.from_dict(cfg.get("settings", {}))
+    traces_main = kind == "script" and any(n.startswith("__main__.") for n in settings.functions_to_trace)
+    if traces_main:  # the script's module must be __main__ before the patcher looks at it
+        import types
+
+        main_mod = types.ModuleType("__main__")
+        main_mod.__file__ = os.path.abspath(target)
+        main_mod.__builtins__ = __builtins__
+        main_mod.__cached__ = None
+        sys.modules["__main__"] = main_mod
+    name = settings.transaction or (target if kind != "code" else "-c")
+    session = api.init(settings.functions_to_trace, settings.profiles_hz, store=settings.store,
+                       transaction=name, max_stack_depth=settings.max_stack_depth,
+                       flush_interval_s=settings.flush_interval_s, run_id=cfg.get("run_id"),
+                       command=cfg.get("command") or sys.argv, _owns_run=not cfg.get("run_id"))
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def on_term(signum, frame):
+            session.flush_on_signal("terminated", -signal.SIGTERM)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    try:
+        if kind == "module":
+            sys.argv = [target, *rest]  # runpy sets argv[0] to the module's file
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif kind == "code":
+            sys.argv = ["-c", *rest]
+            sys.path[0] = ""
+            import __main__
+
+            code = compile(target, "<string>", "exec")
+            exec(code, __main__.__dict__)
+        else:
+            sys.argv = [target, *rest]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            if traces_main:
+                _run_script_traced(target, main_mod, session)
+            else:
+                runpy.run_path(target, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        ok = code is None or code == 0
+        session.set_outcome("ok" if ok else "error", 0 if code is None else code if isinstance(code, int) else 1,
+                            None if ok else f"SystemExit({code!r})")
+        raise
+    except KeyboardInterrupt as e:
+        session.set_outcome("interrupted", -signal.SIGINT, "KeyboardInterrupt")
+        sys.excepthook(type(e), e, _strip(e.__traceback__))
+        session.finish()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as e:
+        t = type(e)
+        session.set_outcome("error", 1, t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}")
+        sys.excepthook(t, e, _strip(e.__traceback__))
+        sys.exit(1)
+    else:
+        session.set_outcome("ok", 0)
+
+
+def _run_script_traced(path: str, module, session) -> None:
+    """Run a script whose own functions are traced: top-level code stores names through MainNamespace."""
+    from .tracing.patch import MainNamespace
+
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec")
+    exec(code, module.__dict__, MainNamespace(module.__dict__, session.patcher))
+
+
+if __name__ == "__main__":
+    main()

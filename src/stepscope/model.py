@@ -1,0 +1,116 @@
+"""The recorded model: runs, spans and sampled profiles. Names are the field's own.
+
+Format version ``FORMAT_VERSION`` is written into every store; times are ``perf_counter_ns`` readings of
+the run's process (the one clock, see ``stepscope.clock``) unless a field says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+
+
+@dataclass(slots=True)
+class Span:
+    """One traced call or manual span.
+
+    ``start_ns``/``end_ns``: clock readings (ns). ``parent_id``: None at the top of a thread. ``op``:
+    "transaction" for a root span, "function" for a traced function, or the user's op. ``status`` is
+    "ok" or "error" (then ``error_type`` names the exception). ``attrs``: e.g. ``{"diffusion.step": 7}``.
+    """
+
+    span_id: int
+    parent_id: int | None
+    name: str
+    op: str
+    start_ns: int
+    end_ns: int
+    thread_id: int
+    status: str = "ok"
+    error_type: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(slots=True, frozen=True)
+class Frame:
+    """A stack frame: function (qualified name), module, file, and the line being executed (1-based)."""
+
+    function: str
+    module: str
+    file: str
+    line: int
+
+    @property
+    def label(self) -> str:
+        """``module.function``, the name used in flame graphs and tables."""
+        if self.module and not self.function.startswith(self.module):
+            return f"{self.module}.{self.function}"
+        return self.function
+
+
+@dataclass(slots=True)
+class Profile:
+    """A sampled profile (shape of Sentry's sampled profile v1 / speedscope's shared frames).
+
+    ``stacks[i]`` is a tuple of indices into ``frames``, root first. Samples are three parallel lists:
+    ``sample_t_ns`` (clock readings, ns), ``sample_thread`` (thread ids) and ``sample_stack`` (indices
+    into ``stacks``), in time order. ``hz`` is the requested sampling rate (samples/s per thread).
+    """
+
+    frames: list[Frame] = field(default_factory=list)
+    stacks: list[tuple[int, ...]] = field(default_factory=list)
+    sample_t_ns: list[int] = field(default_factory=list)
+    sample_thread: list[int] = field(default_factory=list)
+    sample_stack: list[int] = field(default_factory=list)
+    hz: float = 0.0
+    thread_names: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sample_t_ns)
+
+
+@dataclass(slots=True)
+class Run:
+    """One profiled execution. ``start_ns``/``end_ns`` on the run's clock; ``anchor_*`` map it to wall time
+    (``wall_ns = anchor_wall_ns + t - anchor_mono_ns``). ``status``: running, ok, error, interrupted,
+    terminated, killed. ``unresolved``: traced names that could not be resolved -> reason."""
+
+    id: str
+    command: list[str]
+    cwd: str = ""
+    host: str = ""
+    pid: int = 0
+    status: str = "running"
+    exit_code: int | None = None
+    error: str | None = None
+    start_ns: int = 0
+    end_ns: int | None = None
+    anchor_mono_ns: int = 0
+    anchor_wall_ns: int = 0
+    env: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    sample_count: int = 0
+    span_count: int = 0
+
+    @property
+    def wall_time_ns(self) -> int | None:
+        return None if self.end_ns is None else self.end_ns - self.start_ns
+
+    def to_wall_ns(self, t_ns: int) -> int:
+        return self.anchor_wall_ns + (t_ns - self.anchor_mono_ns)
+
+
+@dataclass(slots=True)
+class RunData:
+    """A run with everything recorded for it."""
+
+    run: Run
+    spans: list[Span]
+    profile: Profile

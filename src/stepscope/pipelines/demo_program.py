@@ -1,0 +1,42 @@
+"""The demo program that ``stepscope demo`` runs (an ordinary script: it knows nothing of stepscope).
+
+python -m stepscope.pipelines.demo_program --model tiny --steps 10 --size 64 --out image.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="txt2img with a Stable Diffusion pipeline built offline")
+    ap.add_argument("--model", default="tiny", help="tiny, sd15 or a local diffusers folder")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--size", type=int, default=None, help="image size in px (default: the model's)")
+    ap.add_argument("--scheduler", default="ddim", choices=["ddim", "euler", "dpm"])
+    ap.add_argument("--prompt", default="a photograph of an astronaut riding a horse")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--guidance", type=float, default=7.5)
+    ap.add_argument("--out", default=None, help="where to save the image (PNG)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from stepscope.pipelines.sd import build_pipeline, default_size
+
+    t0 = time.perf_counter()
+    pipe = build_pipeline(args.model, args.scheduler, seed=args.seed)
+    t1 = time.perf_counter()
+    size = args.size or default_size(args.model)
+    image = pipe(args.prompt, num_inference_steps=args.steps, height=size, width=size, guidance_scale=args.guidance,
+                 generator=torch.Generator().manual_seed(args.seed)).images[0]
+    t2 = time.perf_counter()
+    print(f"built {args.model} pipeline in {t1 - t0:.2f} s; {args.steps} steps at {size} px in {t2 - t1:.2f} s")
+    if args.out:
+        image.save(args.out)
+        print(f"image saved to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Sampling profiler (collect side) and call trees over time windows (analysis side)."""

@@ -1,0 +1,172 @@
+"""Call trees from samples: for a whole run, a thread, or any time window (one span, one step).
+
+Samples are weighted by time: a sample stands for the interval since the previous sample of the same
+thread (capped at ``MAX_INTERVAL_NS``; a thread's first sample gets the nominal period), so a sampler
+delayed by a busy GIL does not under-count the code that delayed it. Frames are merged by *function*
+(qualified name + file), the way flame graphs are read; the frame table keeps the lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import Profile
+
+MAX_INTERVAL_NS = 1_000_000_000
+
+#: Leaf functions that mean "this thread is waiting" (py-spy tells idle threads by OS state; a sampler
+#: inside the process can only tell by the Python leaf frame).
+IDLE_LEAVES = frozenset({
+    "threading.Condition.wait", "threading.Event.wait", "threading.Thread.join", "threading.Thread._wait_for_tstate_lock",
+    "threading.Semaphore.acquire", "threading.Barrier.wait", "queue.Queue.get", "queue.SimpleQueue.get",
+    "selectors.EpollSelector.select", "selectors.PollSelector.select", "selectors.SelectSelector.select",
+    "selectors.KqueueSelector.select", "selectors.DevpollSelector.select", "socket.socket.accept",
+    "socketserver.BaseServer.serve_forever", "multiprocessing.connection._poll", "subprocess.Popen._wait",
+    "concurrent.futures.thread._worker",
+})
+
+
+@dataclass(slots=True)
+class Function:
+    """A function as flame graphs show it: ``name`` (module.qualname), ``file``, first ``line`` seen."""
+
+    name: str
+    file: str
+    line: int
+    module: str = ""
+
+
+@dataclass(slots=True)
+class CallNode:
+    """A node of a call tree. ``total_ns``/``self_ns``: sampled time (ns) in this path / at its leaf."""
+
+    function: int  # index into ProfileIndex.functions; -1 for the root, -2 - tid for a thread root
+    name: str
+    total_ns: float = 0.0
+    self_ns: float = 0.0
+    samples: int = 0
+    children: dict[int, "CallNode"] = field(default_factory=dict)
+
+    def child(self, fid: int, name: str) -> "CallNode":
+        c = self.children.get(fid)
+        if c is None:
+            c = self.children[fid] = CallNode(fid, name)
+        return c
+
+    def sorted_children(self) -> list["CallNode"]:
+        return sorted(self.children.values(), key=lambda n: -n.total_ns)
+
+    def to_dict(self) -> dict:
+        """``{"name", "total_ns", "self_ns", "samples", "children": [...]}``, children widest first."""
+        return {"name": self.name, "total_ns": self.total_ns, "self_ns": self.self_ns, "samples": self.samples,
+                "children": [c.to_dict() for c in self.sorted_children()]}
+
+
+class ProfileIndex:
+    """Columnar, time-sorted view of a Profile for fast window queries.
+
+    ``t``: int64 ns; ``thread``: int64; ``stack``: int64 stack indices; ``weight``: float64 ns per sample;
+    ``stack_funcs[i]``: the stack as a tuple of function ids, root first.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        t = np.asarray(profile.sample_t_ns, dtype=np.int64)
+        order = np.argsort(t, kind="stable")
+        self.t = t[order]
+        self.thread = np.asarray(profile.sample_thread, dtype=np.int64)[order]
+        self.stack = np.asarray(profile.sample_stack, dtype=np.int64)[order]
+        period = 1e9 / profile.hz if profile.hz else 1e7
+        self.weight = np.full(len(self.t), period, dtype=np.float64)
+        for tid in np.unique(self.thread):
+            idx = np.nonzero(self.thread == tid)[0]
+            if len(idx) > 1:
+                d = np.diff(self.t[idx]).astype(np.float64)
+                self.weight[idx[1:]] = np.minimum(d, MAX_INTERVAL_NS)
+        self.functions: list[Function] = []
+        fid_of: dict[tuple, int] = {}
+        self.frame_func = np.empty(len(profile.frames), dtype=np.int64)
+        for i, fr in enumerate(profile.frames):
+            key = (fr.function, fr.file)
+            fid = fid_of.get(key)
+            if fid is None:
+                fid = fid_of[key] = len(self.functions)
+                self.functions.append(Function(fr.label, fr.file, fr.line, fr.module))
+            self.frame_func[i] = fid
+        ff = self.frame_func
+        self.stack_funcs = [tuple(int(ff[i]) for i in s) for s in profile.stacks]
+        idle_stack = np.array([bool(s) and self.functions[s[-1]].name in IDLE_LEAVES for s in self.stack_funcs] or [False])
+        main = [tid for tid, name in profile.thread_names.items() if name == "MainThread"]
+        #: True for samples of a thread other than the main one whose leaf frame is a wait (IDLE_LEAVES)
+        self.idle = idle_stack[self.stack] & (~np.isin(self.thread, main)) if len(self.t) else np.zeros(0, bool)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def busy(self) -> np.ndarray:
+        """Indices of all samples but the idle ones (see ``idle``)."""
+        return np.nonzero(~self.idle)[0]
+
+    def select(self, start_ns: int | None = None, end_ns: int | None = None, thread: int | None = None) -> np.ndarray:
+        """Indices of samples with ``start_ns <= t < end_ns`` (None: unbounded) on ``thread`` (None: all)."""
+        lo = 0 if start_ns is None else int(np.searchsorted(self.t, start_ns, "left"))
+        hi = len(self.t) if end_ns is None else int(np.searchsorted(self.t, end_ns, "left"))
+        idx = np.arange(lo, hi)
+        if thread is not None:
+            idx = idx[self.thread[lo:hi] == thread]
+        return idx
+
+    def stack_weights(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(stack ids, summed weight ns, sample counts)`` over the samples ``idx``."""
+        if len(idx) == 0:
+            e = np.empty(0)
+            return e.astype(np.int64), e, e.astype(np.int64)
+        stacks = self.stack[idx]
+        uniq, inv, counts = np.unique(stacks, return_inverse=True, return_counts=True)
+        w = np.bincount(inv, weights=self.weight[idx], minlength=len(uniq))
+        return uniq, w, counts
+
+    def tree(self, idx: np.ndarray, thread_roots: bool = False, root_name: str = "all") -> CallNode:
+        """The call tree of the samples ``idx`` (root first); with ``thread_roots`` one child per thread."""
+        root = CallNode(-1, root_name)
+        if thread_roots:
+            names = self.profile.thread_names
+            for tid in np.unique(self.thread[idx]):
+                sub = idx[self.thread[idx] == tid]
+                node = root.child(-2 - int(tid), f"thread {names.get(int(tid), tid)}")
+                self._fill(node, sub)
+                root.total_ns += node.total_ns
+                root.samples += node.samples
+            return root
+        self._fill(root, idx)
+        return root
+
+    def _fill(self, root: CallNode, idx: np.ndarray) -> None:
+        funcs = self.functions
+        uniq, w, counts = self.stack_weights(idx)
+        for sid, weight, n in zip(uniq.tolist(), w.tolist(), counts.tolist()):
+            node = root
+            node.total_ns += weight
+            node.samples += n
+            for fid in self.stack_funcs[sid]:
+                node = node.child(fid, funcs[fid].name)
+                node.total_ns += weight
+                node.samples += n
+            node.self_ns += weight
+
+    def function_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per function id: ``(self_ns, total_ns)`` over samples ``idx`` (a function counts once per sample)."""
+        nf = len(self.functions)
+        self_ns = np.zeros(nf)
+        total_ns = np.zeros(nf)
+        uniq, w, _ = self.stack_weights(idx)
+        for sid, weight in zip(uniq.tolist(), w.tolist()):
+            fs = self.stack_funcs[sid]
+            if not fs:
+                continue
+            self_ns[fs[-1]] += weight
+            for fid in set(fs):
+                total_ns[fid] += weight
+        return self_ns, total_ns

@@ -1,0 +1,1 @@
+"""Renderers: draw analysis results (terminal tables); they compute nothing of their own."""

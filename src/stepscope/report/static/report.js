@@ -1,0 +1,246 @@
+// stepscope report: waterfall of spans + flame graph of any window, from the embedded view model.
+(function () {
+  "use strict";
+  const D = JSON.parse(document.getElementById("stepscope-data").textContent);
+  const S = D.spans, P = D.profile, NAMES = D.names;
+  const NS = S.id.length, NP = P.t.length, NN = P.parent.length;
+  const ROW = 16, DPR = window.devicePixelRatio || 1;
+  const tip = document.getElementById("tooltip");
+
+  const fmt = (us) => us >= 1e6 ? (us / 1e6).toFixed(2) + " s" : us >= 1e3 ? (us / 1e3).toFixed(1) + " ms" : us.toFixed(0) + " us";
+  const fmtNs = (ns) => ns == null ? "-" : fmt(ns / 1e3);
+  const short = (n, k) => { const p = String(n).split("."); return p.length > (k || 2) ? p.slice(-(k || 2)).join(".") : n; };
+  const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+  function hue(name) { let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0; return ((h % 360) + 360) % 360; }
+  const colorCache = new Map();
+  function color(name, light) {
+    const k = name + (light ? "1" : "0");
+    let c = colorCache.get(k);
+    if (!c) { c = `hsl(${hue(name)},${light ? 45 : 60}%,${light ? 80 : 64}%)`; colorCache.set(k, c); }
+    return c;
+  }
+  function showTip(ev, text) { tip.textContent = text; tip.hidden = false; tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 420) + "px"; tip.style.top = (ev.clientY + 14) + "px"; }
+  function hideTip() { tip.hidden = true; }
+  function sizeCanvas(cv, cssH) { const w = cv.clientWidth; cv.style.height = cssH + "px"; cv.width = Math.round(w * DPR); cv.height = Math.round(cssH * DPR); const g = cv.getContext("2d"); g.setTransform(DPR, 0, 0, DPR, 0, 0); return [g, w]; }
+
+  // ---- run header
+  const R = D.run;
+  document.getElementById("runinfo").textContent =
+    `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}  ·  ` +
+    `${NS} spans  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
+    (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
+    (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "");
+
+  // ---- waterfall layout: per thread a header row, then one row per depth
+  const threadDepth = new Array(D.threads.length).fill(-1);
+  for (let i = 0; i < NS; i++) threadDepth[S.thread[i]] = Math.max(threadDepth[S.thread[i]], S.depth[i]);
+  const laneTop = []; let y = 18;
+  for (let t = 0; t < D.threads.length; t++) { laneTop.push(y); if (threadDepth[t] >= 0) y += ROW * (threadDepth[t] + 2); }
+  const wfHeight = Math.max(y + 4, 60);
+  let spanEnd = R.wall_us;
+  for (let i = 0; i < NS; i++) spanEnd = Math.max(spanEnd, S.start[i] + S.dur[i]);
+  if (NP) spanEnd = Math.max(spanEnd, P.t[NP - 1]);
+  const view = { t0: 0, t1: spanEnd || 1 };
+  let selected = -1;
+  const wf = document.getElementById("waterfall");
+  // rows for hit testing: key thread*1000+depth -> span indices
+  const rows = new Map();
+  for (let i = 0; i < NS; i++) { const k = S.thread[i] * 1000 + S.depth[i]; if (!rows.has(k)) rows.set(k, []); rows.get(k).push(i); }
+
+  function drawWaterfall() {
+    const [g, W] = sizeCanvas(wf, wfHeight);
+    g.clearRect(0, 0, W, wfHeight);
+    const scale = W / (view.t1 - view.t0);
+    // time axis
+    g.fillStyle = "#667"; g.font = "10px ui-monospace, monospace";
+    const span = view.t1 - view.t0, step = Math.pow(10, Math.floor(Math.log10(span / 6)));
+    const tick = span / step > 30 ? step * 5 : span / step > 12 ? step * 2 : step;
+    for (let t = Math.ceil(view.t0 / tick) * tick; t < view.t1; t += tick) {
+      const x = (t - view.t0) * scale; g.fillRect(x, 12, 1, wfHeight); g.fillText(fmt(t), x + 2, 10);
+    }
+    g.fillStyle = "rgba(255,255,255,0.85)"; g.fillRect(0, 12, W, 0);
+    for (let t = 0; t < D.threads.length; t++) {
+      if (threadDepth[t] < 0) continue;
+      g.fillStyle = "#334"; g.font = "bold 11px system-ui"; g.fillText("thread " + D.threads[t].name, 4, laneTop[t] + 12);
+    }
+    g.font = "11px system-ui";
+    let lastX = new Map();
+    for (let i = 0; i < NS; i++) {
+      const s = S.start[i], e = s + S.dur[i];
+      if (e < view.t0 || s > view.t1) continue;
+      const x0 = (s - view.t0) * scale, w = Math.max(S.dur[i] * scale, 1);
+      const yy = laneTop[S.thread[i]] + ROW * (S.depth[i] + 1);
+      const key = S.thread[i] * 1000 + S.depth[i];
+      if (w < 2) { const lx = lastX.get(key); if (lx !== undefined && Math.floor(lx) === Math.floor(x0)) continue; lastX.set(key, x0); }
+      const name = NAMES[S.name[i]];
+      g.fillStyle = S.error[i] ? "#e57373" : color(name, false);
+      g.fillRect(x0, yy, w, ROW - 2);
+      if (w > 40) {
+        g.save(); g.beginPath(); g.rect(x0, yy, w, ROW); g.clip();
+        g.fillStyle = "#111"; const st = S.attrs[i] && S.attrs[i]["diffusion.step"] !== undefined ? ` #${S.attrs[i]["diffusion.step"]}` : "";
+        g.fillText(short(name) + st + " " + fmt(S.dur[i]), Math.max(x0, 0) + 3, yy + 11); g.restore();
+      }
+    }
+    if (selected >= 0) {
+      const x0 = (S.start[selected] - view.t0) * scale, w = Math.max(S.dur[selected] * scale, 2);
+      const yy = laneTop[S.thread[selected]] + ROW * (S.depth[selected] + 1);
+      g.strokeStyle = "#000"; g.lineWidth = 2; g.strokeRect(x0, yy, w, ROW - 2);
+    }
+  }
+  function spanAt(ev) {
+    const r = wf.getBoundingClientRect(), x = ev.clientX - r.left, yy = ev.clientY - r.top;
+    const t = view.t0 + x / r.width * (view.t1 - view.t0), tol = 2 / r.width * (view.t1 - view.t0);
+    for (let th = 0; th < D.threads.length; th++) {
+      const d = Math.floor((yy - laneTop[th]) / ROW) - 1;
+      if (d < 0 || d > threadDepth[th]) continue;
+      const list = rows.get(th * 1000 + d) || [];
+      for (let j = list.length - 1; j >= 0; j--) { const i = list[j]; if (S.start[i] - tol <= t && t <= S.start[i] + S.dur[i] + tol) return i; }
+    }
+    return -1;
+  }
+  let drag = null;
+  wf.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const r = wf.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width, at = view.t0 + f * (view.t1 - view.t0);
+    const k = Math.exp(ev.deltaY * 0.002), w = Math.max((view.t1 - view.t0) * k, 1);
+    view.t0 = at - f * w; view.t1 = view.t0 + w; drawWaterfall();
+  }, { passive: false });
+  wf.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, t0: view.t0, t1: view.t1, moved: false }; });
+  window.addEventListener("mouseup", (ev) => {
+    if (drag && !drag.moved && ev.target === wf) { const i = spanAt(ev); if (i >= 0) selectSpan(i); }
+    drag = null;
+  });
+  wf.addEventListener("mousemove", (ev) => {
+    if (drag) {
+      const dx = ev.clientX - drag.x; if (Math.abs(dx) > 3) drag.moved = true;
+      if (drag.moved) { const dt = dx / wf.clientWidth * (drag.t1 - drag.t0); view.t0 = drag.t0 - dt; view.t1 = drag.t1 - dt; drawWaterfall(); }
+      return;
+    }
+    const i = spanAt(ev);
+    if (i < 0) { hideTip(); wf.style.cursor = "default"; return; }
+    wf.style.cursor = "pointer";
+    let txt = `${NAMES[S.name[i]]}\n${fmt(S.dur[i])}  (starts at ${fmt(S.start[i])})`;
+    if (S.error[i]) txt += `\nerror: ${S.error[i]}`;
+    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) txt += `\n${k} = ${v}`;
+    showTip(ev, txt);
+  });
+  wf.addEventListener("mouseleave", hideTip);
+  wf.addEventListener("dblclick", () => { view.t0 = 0; view.t1 = spanEnd || 1; drawWaterfall(); });
+
+  // ---- flame graph from the prefix tree
+  const kids = Array.from({ length: NN }, () => []);
+  const tops = [];
+  for (let i = 0; i < NN; i++) (P.parent[i] < 0 ? tops : kids[P.parent[i]]).push(i);
+  const fg = document.getElementById("flamegraph");
+  let fgTotals = null, fgSelf = null, fgFocus = -1, fgRects = [], fgTotalAll = 0;
+
+  function lowerBound(arr, v) { let lo = 0, hi = arr.length; while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < v) lo = m + 1; else hi = m; } return lo; }
+  function computeTree(win) {
+    const tot = new Float64Array(NN), self = new Float64Array(NN);
+    let lo = 0, hi = NP, n = 0;
+    if (win) { lo = lowerBound(P.t, win.t0); hi = lowerBound(P.t, win.t1); }
+    for (let j = lo; j < hi; j++) {
+      if (win && win.thread !== undefined && P.thread[j] !== win.thread) continue;
+      if (!win && P.idle[j]) continue;  // the whole-run graph leaves out idle threads' waits
+      self[P.node[j]] += P.w[j]; n++;
+    }
+    tot.set(self);
+    for (let i = NN - 1; i >= 0; i--) if (P.parent[i] >= 0) tot[P.parent[i]] += tot[i];
+    return [tot, self, n];
+  }
+  function setFlame(win, title) {
+    const [tot, self, n] = computeTree(win);
+    fgTotals = tot; fgSelf = self; fgFocus = -1;
+    fgTotalAll = tops.reduce((a, i) => a + tot[i], 0);
+    document.getElementById("fg-title").textContent = title;
+    const note = document.getElementById("fg-note");
+    if (n === 0) note.textContent = "No samples in this window" + (win ? ` (${fmt(win.t1 - win.t0)} at ${R.hz} Hz is under one sampling period; record with a higher --hz)` : ".");
+    else note.textContent = `${n} samples, ${fmt(fgTotalAll)} sampled. Click a frame to zoom, click the top bar to zoom out.`;
+    drawFlame();
+  }
+  function drawFlame() {
+    fgRects = [];
+    let maxDepth = 0;
+    const focusPath = [];
+    for (let i = fgFocus; i >= 0; i = P.parent[i]) focusPath.unshift(i);
+    const rootTotal = fgFocus >= 0 ? fgTotals[fgFocus] : fgTotalAll;
+    function layout(node, x, w, depth) {
+      if (w < 0.3 || fgTotals[node] <= 0) return;
+      fgRects.push([x, w, depth, node]); maxDepth = Math.max(maxDepth, depth);
+      let cx = x;
+      const ch = kids[node].filter((c) => fgTotals[c] > 0).sort((a, b) => fgTotals[b] - fgTotals[a]);
+      for (const c of ch) { const cw = w * fgTotals[c] / fgTotals[node]; layout(c, cx, cw, depth + 1); cx += cw; }
+    }
+    const W = fg.clientWidth;
+    if (rootTotal > 0) {
+      if (fgFocus >= 0) {
+        focusPath.forEach((n, d) => { fgRects.push([0, W, d, n, true]); });
+        fgRects.pop();
+        layout(fgFocus, 0, W, focusPath.length - 1);
+      } else {
+        let cx = 0;
+        for (const t of tops.filter((c) => fgTotals[c] > 0).sort((a, b) => fgTotals[b] - fgTotals[a])) { const w = W * fgTotals[t] / rootTotal; layout(t, cx, w, 0); cx += w; }
+      }
+    }
+    const H = Math.max((maxDepth + 2) * ROW, 60);
+    const [g] = sizeCanvas(fg, H);
+    g.clearRect(0, 0, W, H); g.font = "11px system-ui";
+    for (const [x, w, d, n, anc] of fgRects) {
+      const f = P.funcs[P.func[n]];
+      g.fillStyle = anc ? "#ccd" : color(f[0], false);
+      g.fillRect(x, d * ROW, Math.max(w - 0.5, 0.5), ROW - 1);
+      if (w > 30) { g.save(); g.beginPath(); g.rect(x, d * ROW, w, ROW); g.clip(); g.fillStyle = "#111"; g.fillText(short(f[0], 3), x + 3, d * ROW + 11); g.restore(); }
+    }
+  }
+  function frameAt(ev) {
+    const r = fg.getBoundingClientRect(), x = ev.clientX - r.left, d = Math.floor((ev.clientY - r.top) / ROW);
+    for (let k = fgRects.length - 1; k >= 0; k--) { const q = fgRects[k]; if (q[2] === d && x >= q[0] && x <= q[0] + q[1]) return q; }
+    return null;
+  }
+  fg.addEventListener("mousemove", (ev) => {
+    const q = frameAt(ev);
+    if (!q) { hideTip(); return; }
+    const n = q[3], f = P.funcs[P.func[n]];
+    const base = fgTotalAll || 1;
+    showTip(ev, `${f[0]}\n${f[1] ? f[1].split("/").slice(-2).join("/") + ":" + f[2] + "\n" : ""}total ${fmt(fgTotals[n])} (${(100 * fgTotals[n] / base).toFixed(1)}%)  self ${fmt(fgSelf[n])}`);
+  });
+  fg.addEventListener("mouseleave", hideTip);
+  fg.addEventListener("click", (ev) => { const q = frameAt(ev); if (!q) return; fgFocus = q[4] ? P.parent[q[3]] : q[3]; if (q[4] && fgFocus < 0) fgFocus = -1; drawFlame(); });
+
+  function selectSpan(i) {
+    selected = i; drawWaterfall();
+    const name = NAMES[S.name[i]];
+    let txt = `${name}  ${fmt(S.dur[i])}  at ${fmt(S.start[i])}  thread ${D.threads[S.thread[i]].name}`;
+    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).map(([k, v]) => `${k}=${v}`).join(" ");
+    if (S.error[i]) txt += `  error: ${S.error[i]}`;
+    document.getElementById("selection").textContent = txt;
+    setFlame({ t0: S.start[i], t1: S.start[i] + S.dur[i], thread: S.thread[i] }, `span ${short(name)}${S.attrs[i] && S.attrs[i]["diffusion.step"] !== undefined ? " (step " + S.attrs[i]["diffusion.step"] + ")" : ""}`);
+  }
+  document.getElementById("fg-reset").addEventListener("click", () => { selected = -1; drawWaterfall(); document.getElementById("selection").textContent = "Whole run"; setFlame(null, "whole run"); });
+
+  // ---- tables
+  function table(el, head, rowsHtml) { el.innerHTML = `<table><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rowsHtml.join("")}</tbody></table>`; }
+  const SM = D.summary;
+  const threadIndex = new Map(D.threads.map((t, i) => [t.id, i]));
+  if (SM.steps && SM.steps.rows.length) {
+    const st = SM.steps, cols = st.columns.slice(0, 6);
+    document.getElementById("steps-title").textContent = st.kind === "diffusion.step" ? "Steps (diffusion.step) · click a step: its flame graph" : `Repeats of ${short(st.span_name)} · click a row: its flame graph`;
+    table(document.getElementById("steps"), ["call", "step", "wall", "× median", ...cols.map((c) => short(c))],
+      st.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}"><td>${r.call}</td><td>${r.step}</td><td>${fmtNs(r.wall_ns)}</td><td>${r.ratio.toFixed(2)}${r.slow ? " slow" : ""}</td>${cols.map((c) => `<td>${fmtNs(r.by_name[c])}</td>`).join("")}</tr>`));
+    document.getElementById("steps").insertAdjacentHTML("beforeend", `<div class="note">${esc(st.rule)}</div>`);
+    document.querySelectorAll("#steps tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
+      const r = st.rows[+tr.dataset.k];
+      setFlame({ t0: r.start_us, t1: r.end_us, thread: threadIndex.get(r.thread_id) }, `step ${r.step}${st.kind === "diffusion.step" ? " of call " + r.call : ""}`);
+    }));
+  } else document.getElementById("steps-section").hidden = true;
+  table(document.getElementById("spanstats"), ["name", "count", "total", "mean", "p50", "p95", "max", "share"],
+    SM.spans.map((s) => `<tr><td title="${esc(s.name)}">${esc(short(s.name))}${s.errors ? ` <b style="color:#b00020">(${s.errors} errors)</b>` : ""}</td><td>${s.count}</td><td>${fmtNs(s.total_ns)}</td><td>${fmtNs(s.mean_ns)}</td><td>${fmtNs(s.p50_ns)}</td><td>${fmtNs(s.p95_ns)}</td><td>${fmtNs(s.max_ns)}</td><td>${(100 * s.share).toFixed(1)}%</td></tr>`));
+  const fnRow = (f, ns, share) => `<tr><td title="${esc(f.file)}:${f.line}">${esc(short(f.name, 3))}</td><td>${fmtNs(ns)}</td><td>${(100 * share).toFixed(1)}%</td></tr>`;
+  table(document.getElementById("topself"), ["function (self time)", "self", "share"], SM.top_self.slice(0, 15).map((f) => fnRow(f, f.self_ns, f.self_share)));
+  table(document.getElementById("toptotal"), ["function (total time)", "total", "share"], SM.top_total.slice(0, 15).map((f) => fnRow(f, f.total_ns, f.total_share)));
+
+  drawWaterfall();
+  setFlame(null, "whole run");
+  window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); });
+  window.stepscopeReport = { selectSpan, setFlame, spanCount: NS, frameCount: () => fgRects.length };
+})();

@@ -1,0 +1,204 @@
+"""A recording session: patches the traced names, runs the recorder thread, writes the store.
+
+The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sleep compensates drift;
+101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
+``flush_interval_s``, writes finished spans, new frames/stacks and samples to the store. Memory stays
+bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
+
+Stdlib only: this module runs inside the profiled program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from . import clock
+from .model import Run
+from .profiling.sampler import Sampler
+from .settings import Settings
+from .store.db import Store
+from .tracing import buffer
+from .tracing.patch import Patcher
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxx`` (local time, 4 random hex digits)."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()
+
+
+def environment() -> dict[str, Any]:
+    """Python/platform facts, and torch's (version, CUDA, device) when the program imported torch."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            env["torch"] = torch.__version__
+            env["cuda"] = torch.version.cuda
+            env["threads"] = torch.get_num_threads()
+            if torch.cuda.is_initialized():
+                env["device"] = torch.cuda.get_device_name()
+        except Exception:
+            pass
+    for name in ("diffusers", "transformers"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            env[name] = getattr(mod, "__version__", None)
+    return env
+
+
+class Session:
+    """One run being recorded in this process. Use ``start()`` once, ``finish()`` once."""
+
+    def __init__(self, settings: Settings, run_id: str | None = None, command: list[str] | None = None,
+                 owns_run: bool = True) -> None:
+        self.settings = settings
+        self.run_id = run_id or new_run_id()
+        self.command = command if command is not None else list(sys.argv)
+        self.owns_run = owns_run  # False when `stepscope run` created the run row
+        self.patcher = Patcher()
+        self.sampler = Sampler(settings.max_stack_depth)
+        self.store: Store | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._frames_written = 0
+        self._stacks_written = 0
+        self._threads_seen: dict[int, str] = {}
+        self._root_token = None
+        self._root_span: tuple | None = None
+        self._pid = os.getpid()
+        self.finished = False
+        self.unresolved: dict[str, str] = {}
+        self.status = "ok"
+        self.exit_code: int | None = 0
+        self.error: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Session":
+        self.anchor = clock.Anchor.take()
+        self.store = Store(self.settings.store)
+        run = Run(id=self.run_id, command=self.command, cwd=os.getcwd(), host=socket.gethostname(),
+                  pid=os.getpid(), start_ns=self.anchor.mono_ns, anchor_mono_ns=self.anchor.mono_ns,
+                  anchor_wall_ns=self.anchor.wall_ns, env=environment(), settings=self.settings.to_dict())
+        if self.owns_run:
+            self.store.create_run(run, self.anchor.wall_ns)
+        else:
+            self.store.update_run(self.run_id, pid=run.pid, start_ns=run.start_ns, anchor_mono_ns=run.anchor_mono_ns,
+                                  anchor_wall_ns=run.anchor_wall_ns, env=run.env, settings=run.settings,
+                                  host=run.host, cwd=run.cwd)
+        buffer.take()  # spans from an earlier session in this process are not ours
+        self.patcher.add(self.settings.functions_to_trace)
+        if self.settings.transaction:
+            self._open_root(self.settings.transaction)
+        self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
+        self._thread.start()
+        atexit.register(self._atexit)
+        return self
+
+    def _open_root(self, name: str) -> None:
+        sid = buffer.next_span_id()
+        self._root_span = (sid, name, clock.now_ns(), threading.get_ident())
+        self._root_token = buffer.current_span.set(sid)
+
+    def _close_root(self) -> None:
+        if self._root_span is None:
+            return
+        sid, name, start, tid = self._root_span
+        err = None if self.status == "ok" else (self.error or self.status)
+        buffer.finished.append((sid, None, name, "transaction", start, clock.now_ns(), tid, err, None))
+        self._root_span = None
+        if self._root_token is not None:
+            try:
+                buffer.current_span.reset(self._root_token)
+            except ValueError:
+                pass
+            self._root_token = None
+
+    def set_outcome(self, status: str, exit_code: int | None = None, error: str | None = None) -> None:
+        """Record how the program ended (written by ``finish``)."""
+        self.status, self.exit_code, self.error = status, exit_code, error
+
+    def finish(self) -> None:
+        """Stop sampling, close the root transaction, undo patches, write everything. Idempotent."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._close_root()
+        self.unresolved = self.patcher.unresolved
+        self.patcher.remove()
+        self._flush()
+        end = clock.now_ns()
+        self.store.update_run(self.run_id, status=self.status, exit_code=self.exit_code, error=self.error,
+                              end_ns=end, env=environment(), unresolved=self.unresolved)
+        self.store.close()
+        try:
+            atexit.unregister(self._atexit)
+        except Exception:
+            pass
+
+    def _atexit(self) -> None:
+        if os.getpid() == self._pid:
+            self.finish()
+
+    def flush_on_signal(self, status: str, exit_code: int) -> None:
+        """Best-effort final write from a signal handler (the process is about to die)."""
+        self.set_outcome(status, exit_code, status)
+        self.finish()
+
+    # -- recorder thread -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        hz = self.settings.profiles_hz
+        period = 1e9 / hz if hz > 0 else None
+        flush_every = int(self.settings.flush_interval_s * 1e9)
+        me = threading.get_ident()
+        now = clock.now_ns
+        last_flush = now()
+        next_t = now()
+        stop = self._stop
+        while not stop.is_set():
+            if os.getpid() != self._pid:  # forked child: this thread does not exist there
+                return
+            t = now()
+            if period is not None:
+                self.sampler.sample(exclude_thread=me)
+                next_t += period
+                if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
+                    next_t = t + period
+            else:
+                next_t = t + flush_every
+            if t - last_flush >= flush_every:
+                try:
+                    self._flush()
+                except Exception as e:  # the program must go on even if the store fails
+                    print(f"stepscope: cannot write to store {self.store.path}: {e}", file=sys.stderr)
+                last_flush = t
+            stop.wait(max(0.0, (next_t - now()) / 1e9))
+
+    def _flush(self) -> None:
+        with self._lock:
+            frames, stacks, samples = self.sampler.drain()
+            threads = {}
+            for th in threading.enumerate():
+                if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
+                    threads[th.ident] = th.name
+            self._threads_seen.update(threads)
+            self.store.append(self.run_id, spans=buffer.take(), frames=frames, frame_base=self._frames_written,
+                              stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads)
+            self._frames_written += len(frames)
+            self._stacks_written += len(stacks)

@@ -1,0 +1,218 @@
+"""SQLite schema and queries for the run store (stdlib only: the recording process writes here).
+
+Layout: ``<store>/runs.db`` (SQLite, WAL journal so readers never block the writer) and
+``<store>/runs/<run id>/`` for files that belong to a run (images, device traces).
+Raw records only: flame graphs, step tables and diffs are computed on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+from ..model import FORMAT_VERSION, Frame, Profile, Run, RunData, Span
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY, command TEXT NOT NULL, cwd TEXT, host TEXT, pid INTEGER,
+  status TEXT NOT NULL, exit_code INTEGER, error TEXT,
+  start_ns INTEGER, end_ns INTEGER, anchor_mono_ns INTEGER, anchor_wall_ns INTEGER,
+  env TEXT, settings TEXT, unresolved TEXT, created_wall_ns INTEGER
+);
+CREATE TABLE IF NOT EXISTS spans (
+  run_id TEXT NOT NULL, span_id INTEGER NOT NULL, parent_id INTEGER, name TEXT NOT NULL, op TEXT,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, thread_id INTEGER, error_type TEXT, attrs TEXT,
+  PRIMARY KEY (run_id, span_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS frames (
+  run_id TEXT NOT NULL, idx INTEGER NOT NULL, function TEXT, module TEXT, file TEXT, line INTEGER,
+  PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stacks (
+  run_id TEXT NOT NULL, idx INTEGER NOT NULL, frames TEXT NOT NULL,
+  PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER);
+CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
+CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, PRIMARY KEY (run_id, thread_id));
+"""
+
+
+class StoreError(Exception):
+    """A store that cannot be opened or read, or a run id that matches no run (message names which)."""
+
+
+def default_store_path() -> Path:
+    """``$STEPSCOPE_STORE`` or ``./.stepscope``."""
+    return Path(os.environ.get("STEPSCOPE_STORE") or ".stepscope")
+
+
+class Store:
+    """One store folder. Each instance holds one connection; use one instance per thread."""
+
+    def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True) -> None:
+        self.path = Path(path) if path is not None else default_store_path()
+        db = self.path / "runs.db"
+        if not db.exists() and not create:
+            raise StoreError(f"no stepscope store at {self.path} (run `stepscope run` or `stepscope demo` first)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(db, timeout=30, check_same_thread=False, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(SCHEMA)
+            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"cannot open store {db}: {e}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def run_dir(self, run_id: str) -> Path:
+        """The folder for a run's files (created on demand)."""
+        d = self.path / "runs" / run_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # -- writing ---------------------------------------------------------------------------------
+    def create_run(self, run: Run, created_wall_ns: int) -> None:
+        self.conn.execute(
+            "INSERT INTO runs (id, command, cwd, host, pid, status, start_ns, anchor_mono_ns, anchor_wall_ns,"
+            " env, settings, unresolved, created_wall_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run.id, json.dumps(run.command), run.cwd, run.host, run.pid, run.status, run.start_ns,
+             run.anchor_mono_ns, run.anchor_wall_ns, json.dumps(run.env), json.dumps(run.settings),
+             json.dumps(run.unresolved), created_wall_ns),
+        )
+
+    def update_run(self, run_id: str, **fields) -> None:
+        """Set columns of a run; dict/list values are stored as JSON."""
+        if not fields:
+            return
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        vals = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()]
+        self.conn.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*vals, run_id))
+
+    def append(self, run_id: str, *, spans: Iterable[tuple] = (), frames: list[tuple] = (), frame_base: int = 0,
+               stacks: list[tuple] = (), stack_base: int = 0, samples: Iterable[tuple] = (),
+               threads: dict[int, str] | None = None) -> None:
+        """Append recorded data in one transaction.
+
+        ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
+        entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack)``.
+        """
+        c = self.conn
+        c.execute("BEGIN")
+        try:
+            c.executemany(
+                "INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)",
+                ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                  json.dumps(s[8], default=str) if s[8] else None) for s in spans),
+            )
+            if frames:
+                c.executemany("INSERT OR REPLACE INTO frames VALUES (?,?,?,?,?,?)",
+                              ((run_id, frame_base + i, *f) for i, f in enumerate(frames)))
+            if stacks:
+                c.executemany("INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
+                              ((run_id, stack_base + i, ",".join(map(str, s))) for i, s in enumerate(stacks)))
+            c.executemany("INSERT INTO samples VALUES (?,?,?,?)", ((run_id, *s) for s in samples))
+            if threads:
+                c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?)",
+                              ((run_id, tid, name) for tid, name in threads.items()))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def delete_run(self, run_id: str) -> None:
+        c = self.conn
+        c.execute("BEGIN")
+        for table in ("spans", "frames", "stacks", "samples", "threads"):
+            c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        c.execute("COMMIT")
+        d = self.path / "runs" / run_id
+        if d.exists():
+            import shutil
+
+            shutil.rmtree(d, ignore_errors=True)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def resolve_id(self, ref: str | None) -> str:
+        """A full run id from ``ref``: None or "last" (the newest run), a full id, or a unique prefix.
+
+        Raises StoreError naming the reference when nothing or more than one run matches.
+        """
+        if ref in (None, "", "last", "latest"):
+            row = self.conn.execute("SELECT id FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT 1").fetchone()
+            if row is None:
+                raise StoreError(f"no runs in store {self.path}")
+            return row[0]
+        rows = self.conn.execute("SELECT id FROM runs WHERE id = ? OR id LIKE ? || '%' LIMIT 3", (ref, ref)).fetchall()
+        ids = [r[0] for r in rows]
+        if ref in ids:
+            return ref
+        if not ids:
+            raise StoreError(f"no run {ref!r} in store {self.path}")
+        if len(ids) > 1:
+            raise StoreError(f"run id {ref!r} is ambiguous ({', '.join(ids[:2])}, ...)")
+        return ids[0]
+
+    def list_runs(self, limit: int | None = None) -> list[Run]:
+        q = "SELECT * FROM runs ORDER BY created_wall_ns DESC, id DESC"
+        if limit:
+            q += f" LIMIT {int(limit)}"
+        runs = [self._run(r) for r in self._rows(q)]
+        for run in runs:
+            run.span_count = self.conn.execute("SELECT count(*) FROM spans WHERE run_id=?", (run.id,)).fetchone()[0]
+            run.sample_count = self.conn.execute("SELECT count(*) FROM samples WHERE run_id=?", (run.id,)).fetchone()[0]
+        return runs
+
+    def get_run(self, run_id: str) -> Run:
+        rows = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise StoreError(f"no run {run_id!r} in store {self.path}")
+        return self._run(rows[0])
+
+    def load(self, ref: str | None = None) -> RunData:
+        """Everything recorded for a run (see ``resolve_id`` for ``ref``)."""
+        run_id = self.resolve_id(ref)
+        run = self.get_run(run_id)
+        c = self.conn
+        spans = [
+            Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0,
+                 "error" if r[7] else "ok", r[7], json.loads(r[8]) if r[8] else {})
+            for r in c.execute("SELECT span_id, parent_id, name, op, start_ns, end_ns, thread_id, error_type, attrs"
+                               " FROM spans WHERE run_id = ? ORDER BY start_ns, span_id", (run_id,))
+        ]
+        frames = [Frame(*r) for r in c.execute(
+            "SELECT function, module, file, line FROM frames WHERE run_id = ? ORDER BY idx", (run_id,))]
+        stacks = [tuple(int(x) for x in r[0].split(",")) if r[0] else ()
+                  for r in c.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
+        rows = c.execute("SELECT t_ns, thread_id, stack FROM samples WHERE run_id = ? ORDER BY t_ns", (run_id,)).fetchall()
+        profile = Profile(
+            frames=frames, stacks=stacks,
+            sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],
+            hz=float(run.settings.get("profiles_hz") or 0.0),
+            thread_names={r[0]: r[1] for r in c.execute("SELECT thread_id, name FROM threads WHERE run_id = ?", (run_id,))},
+        )
+        run.span_count, run.sample_count = len(spans), len(rows)
+        return RunData(run, spans, profile)
+
+    def _rows(self, q: str, args: tuple = ()) -> list[sqlite3.Row]:
+        cur = self.conn.execute(q, args)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    @staticmethod
+    def _run(r: dict) -> Run:
+        return Run(
+            id=r["id"], command=json.loads(r["command"]), cwd=r["cwd"] or "", host=r["host"] or "",
+            pid=r["pid"] or 0, status=r["status"], exit_code=r["exit_code"], error=r["error"],
+            start_ns=r["start_ns"] or 0, end_ns=r["end_ns"], anchor_mono_ns=r["anchor_mono_ns"] or 0,
+            anchor_wall_ns=r["anchor_wall_ns"] or 0, env=json.loads(r["env"] or "{}"),
+            settings=json.loads(r["settings"] or "{}"), unresolved=json.loads(r["unresolved"] or "{}"),
+        )

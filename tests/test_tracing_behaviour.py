@@ -1,0 +1,146 @@
+"""Traced functions behave exactly as before, and their spans nest and cover the real execution."""
+
+import asyncio
+import inspect
+import threading
+
+import pytest
+from conftest import spans_now
+
+
+@pytest.fixture
+def traced(patcher):
+    patcher.add(["sstargets.funcs.*"])
+    from sstargets import funcs
+
+    return funcs
+
+
+def test_return_values_signature_and_metadata(traced):
+    from sstargets.funcs import add
+
+    assert traced.add(1, 2, c=4) == 7
+    assert str(inspect.signature(traced.add)) == "(a, b=2, *, c=3)"
+    assert traced.add.__name__ == "add" and traced.add.__qualname__ == "add" and traced.add.__doc__ == "Add things."
+    assert traced.add.__module__ == "sstargets.funcs"
+    assert add is traced.add
+
+
+def test_exceptions_propagate_and_mark_the_span(traced):
+    with pytest.raises(ValueError, match="boom"):
+        traced.boom()
+    with pytest.raises(KeyError):
+        traced.boom("key")
+    spans = spans_now()
+    assert [(s["name"], s["error_type"]) for s in spans] == [("sstargets.funcs.boom", "ValueError"),
+                                                              ("sstargets.funcs.boom", "KeyError")]
+
+
+def test_nested_calls_nest(traced):
+    traced.outer(3)
+    spans = spans_now()
+    outer = [s for s in spans if s["name"].endswith("outer")][0]
+    inner = [s for s in spans if s["name"].endswith("inner")]
+    assert len(inner) == 3 and all(s["parent_id"] == outer["span_id"] for s in inner)
+    assert all(outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"] for s in inner)
+
+
+def test_generator_span_covers_iteration_and_send(traced):
+    assert inspect.isgeneratorfunction(traced.count)
+    g = traced.count(3)
+    assert next(g) == 0
+    assert g.send("x") == ("got", "x")
+    assert list(g) == [1, 2]
+    spans = spans_now()
+    assert [s["name"] for s in spans] == ["sstargets.funcs.count"]
+
+
+def test_generator_return_value_and_close(traced):
+    def drive():
+        return (yield from traced.count(2))
+
+    d = drive()
+    assert list(d) == [0, 1]
+    g = traced.count(5)
+    next(g)
+    g.close()
+    spans = spans_now()
+    assert len(spans) == 2 and all(s["error_type"] is None for s in spans)
+
+
+def test_generator_calls_nest_under_it_but_caller_context_is_untouched(traced):
+    g = traced.gen_with_inner(2)
+    next(g)
+    traced.add(1)  # called by the consumer between resumptions: not a child of the generator
+    list(g)
+    spans = spans_now()
+    gen = [s for s in spans if s["name"].endswith("gen_with_inner")][0]
+    inner = [s for s in spans if s["name"].endswith(".inner")]
+    add = [s for s in spans if s["name"].endswith(".add")][0]
+    assert all(s["parent_id"] == gen["span_id"] for s in inner)
+    assert add["parent_id"] is None
+
+
+def test_coroutines_and_async_generators(traced):
+    assert inspect.iscoroutinefunction(traced.coro) and inspect.isasyncgenfunction(traced.agen)
+
+    async def main():
+        a = await traced.coro(2, 0.01)
+        b = [x async for x in traced.agen(3)]
+        return a, b
+
+    assert asyncio.run(main()) == (4, [0, 2, 4])
+    spans = spans_now()
+    coro = [s for s in spans if s["name"].endswith(".coro")][0]
+    assert coro["end_ns"] - coro["start_ns"] >= 9_000_000  # covers the await
+    ag = [s for s in spans if s["name"].endswith(".agen")][0]
+    assert sum(1 for s in spans if s["name"].endswith(".inner") and s["parent_id"] == ag["span_id"]) == 3
+
+
+def test_concurrent_asyncio_tasks_nest_per_task(traced):
+    async def main():
+        return await asyncio.gather(*(traced.coro(i, 0.01) for i in range(3)))
+
+    assert asyncio.run(main()) == [0, 2, 4]
+    spans = spans_now()
+    coros = {s["span_id"] for s in spans if s["name"].endswith(".coro")}
+    inner = [s for s in spans if s["name"].endswith(".inner")]
+    assert len(coros) == 3 and {s["parent_id"] for s in inner} == coros
+
+
+def test_threads_have_their_own_nesting(traced):
+    barrier = threading.Barrier(2)
+
+    def work():
+        barrier.wait()
+        traced.outer(2)
+
+    ts = [threading.Thread(target=work) for _ in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    spans = spans_now()
+    outers = {s["span_id"]: s["thread_id"] for s in spans if s["name"].endswith("outer")}
+    for s in spans:
+        if s["name"].endswith(".inner"):
+            assert outers[s["parent_id"]] == s["thread_id"]
+
+
+def test_manual_spans_and_trace_decorator():
+    import stepscope
+    from stepscope.tracing import buffer
+
+    buffer.take()
+
+    @stepscope.trace
+    def f(x):
+        """doc"""
+        return x
+
+    with stepscope.transaction("txn", op="function"):
+        with stepscope.span("part", step=3):
+            assert f(5) == 5
+    spans = spans_now()
+    by = {s["name"]: s for s in spans}
+    assert by["part"]["parent_id"] == by["txn"]["span_id"] and by["part"]["attrs"] == {"step": 3}
+    assert by["test_tracing_behaviour.test_manual_spans_and_trace_decorator.<locals>.f"]["parent_id"] == by["part"]["span_id"]
+    assert f.__doc__ == "doc"
