@@ -18,13 +18,41 @@ import signal
 import sys
 
 ENV_VAR = "STEPSCOPE_LAUNCH"
-_OWN_FILES = (os.path.abspath(__file__), runpy.__file__)
 
 
-def _strip(tb):
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+def _hidden_files() -> frozenset:
+    from .profiling.sampler import HIDDEN_FILES
+
+    return HIDDEN_FILES
+
+
+def _strip(tb, _seen=None):
+    """The traceback without stepscope's frames (launcher, runpy, span wrappers): what Python would print
+    without stepscope. Chained exceptions (``__cause__``/``__context__``) are cleaned too."""
+    hidden = _hidden_files()
+    head = prev = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename not in hidden:
+            if prev is None:
+                head = tb
+            else:
+                prev.tb_next = tb
+            prev = tb
         tb = tb.tb_next
-    return tb
+    if prev is not None:
+        prev.tb_next = None
+    return head
+
+
+def _clean(exc: BaseException) -> None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = _strip(exc.__traceback__)
+        for other in (exc.__cause__, exc.__context__):
+            if other is not None and id(other) not in seen:
+                other.__traceback__ = _strip(other.__traceback__)
+        exc = exc.__context__
 
 
 def _usage() -> None:
@@ -98,7 +126,8 @@ def main() -> None:
         raise
     except KeyboardInterrupt as e:
         session.set_outcome("interrupted", -signal.SIGINT, "KeyboardInterrupt")
-        sys.excepthook(type(e), e, _strip(e.__traceback__))
+        _clean(e)
+        sys.excepthook(type(e), e, e.__traceback__)
         session.finish()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -107,7 +136,8 @@ def main() -> None:
     except BaseException as e:
         t = type(e)
         session.set_outcome("error", 1, t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}")
-        sys.excepthook(t, e, _strip(e.__traceback__))
+        _clean(e)
+        sys.excepthook(t, e, e.__traceback__)
         sys.exit(1)
     else:
         session.set_outcome("ok", 0)

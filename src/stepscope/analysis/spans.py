@@ -87,7 +87,8 @@ class StepRow:
     """One denoising step (or one repeat of a span). ``call``: which pipeline call (0-based); ``step``:
     the ``diffusion.step`` index (or the repeat's index); ``wall_ns``: from the first span of the step to
     the end of its last; ``by_name``: ns per traced name inside the step (nested spans included);
-    ``slow``: wall time over ``SLOW_FACTOR`` x the median; ``start_ns``/``end_ns``/``thread_id``: the window."""
+    ``slow``: wall time over ``SLOW_FACTOR`` x the median; ``start_ns``/``end_ns``/``thread_id``: the window
+    (see ``step_table`` for how a step's window is drawn)."""
 
     call: int
     step: int
@@ -138,7 +139,10 @@ def _descendant_times(root: Span, kids: dict, into: dict[str, int]) -> None:
 def step_table(spans: list[Span], max_columns: int = 8) -> StepTable | None:
     """Steps from the ``diffusion.step`` attribute, or None when no span carries it.
 
-    Spans with the same parent and step index form one step; a pipeline call is one parent.
+    Spans with the same parent and step index form one step; a pipeline call is one parent. A step's
+    window runs from its first span's start to the next step's first span's start, so that work between
+    the traced calls (step callbacks, Python glue) counts in its step; the last step of a call ends at
+    its last span's end.
     """
     tagged = [s for s in spans if STEP_ATTR in s.attrs]
     if not tagged:
@@ -161,6 +165,10 @@ def step_table(spans: list[Span], max_columns: int = 8) -> StepTable | None:
         start = min(s.start_ns for s in members)
         end = max(s.end_ns for s in members)
         rows.append(StepRow(call, step, end - start, start, end, members[0].thread_id, by_name))
+    for row, nxt in zip(rows, rows[1:]):
+        if nxt.call == row.call and nxt.start_ns >= row.end_ns:
+            row.end_ns = nxt.start_ns
+            row.wall_ns = row.end_ns - row.start_ns
     med = _mark_slow(rows)
     cols = sorted(totals, key=lambda k: -totals[k])[:max_columns]
     return StepTable("diffusion.step", None, cols, rows, med,

@@ -1,0 +1,3 @@
+from sstargets import funcs
+
+print(funcs.add(1))

@@ -1,0 +1,95 @@
+"""The sampler on programs with known timing shapes."""
+
+import sys
+
+from conftest import PROGRAMS, run_cli
+
+from stepscope.analysis.summary import top_functions
+from stepscope.profiling.calltree import ProfileIndex
+from stepscope.store import Store
+
+
+def test_function_with_70_percent_of_time_holds_60_to_80_percent_of_samples(store):
+    r = run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "shape.py"), "2.0"], store)
+    assert r.returncode == 0, r.stderr
+    data = Store(store).load()
+    index = ProfileIndex(data.profile)
+    _, by_total = top_functions(index, n=50)
+    share = {f.name: f.total_share for f in by_total}
+    assert 0.60 <= share["__main__.hot"] <= 0.80, share
+    assert 0.20 <= share["__main__.cold"] <= 0.40, share
+    assert len(data.profile) >= 150  # 2 s at 101 Hz, main thread
+
+
+def test_per_span_flame_graph_holds_only_that_span(store):
+    r = run_cli(["run", "-q", "--hz", "499", "--trace", "__main__.hot", "--trace", "__main__.cold", "--",
+                 sys.executable, str(PROGRAMS / "shape.py"), "1.0"], store)
+    assert r.returncode == 0, r.stderr
+    data = Store(store).load()
+    index = ProfileIndex(data.profile)
+    hot = [s for s in data.spans if s.name == "__main__.hot"]
+    assert len(hot) == 10
+    tree = index.tree(index.select(hot[3].start_ns, hot[3].end_ns, hot[3].thread_id))
+    names = set()
+
+    def walk(n):
+        names.add(n.name)
+        for c in n.children.values():
+            walk(c)
+
+    walk(tree)
+    assert "__main__.hot" in names and "__main__.cold" not in names
+    assert tree.total_ns > 0.5 * hot[3].duration_ns
+
+
+def test_no_frame_objects_kept_alive():
+    import gc
+    import threading
+    import weakref
+
+    from stepscope.profiling.sampler import Sampler
+
+    class Big:
+        pass
+
+    refs = []
+    ready, done = threading.Event(), threading.Event()
+
+    def holder():
+        obj = Big()
+        refs.append(weakref.ref(obj))
+        ready.set()
+        done.wait()
+        del obj
+
+    t = threading.Thread(target=holder)
+    t.start()
+    ready.wait()
+    s = Sampler()
+    for _ in range(5):
+        s.sample()
+    done.set()
+    t.join()
+    gc.collect()
+    assert refs[0]() is None
+    frames, stacks, samples = s.drain()
+    assert samples and all(len(x) == 3 for x in samples)
+
+
+def test_depth_cap_keeps_the_leaf():
+    from stepscope.profiling.sampler import Sampler
+
+    s = Sampler(max_depth=5)
+
+    def deep(n):
+        if n == 0:
+            return s.sample(exclude_thread=-1)
+        return deep(n - 1)
+
+    deep(30)
+    frames, stacks, samples = s.drain()
+    me = __import__("threading").get_ident()
+    stack = stacks[[x for x in samples if x[1] == me][0][2]]
+    assert len(stack) == 5 and s.truncated >= 1
+    assert frames[stack[-1]][0] == "Sampler.sample"  # the leaf is kept ...
+    assert [frames[i][0].rsplit(".", 1)[-1] for i in stack[:-1]] == ["deep"] * 4  # ... and the root side dropped

@@ -1,0 +1,79 @@
+"""The main job on a real diffusers pipeline (tiny, random weights, offline)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROGRAMS, run_cli
+
+from stepscope.store import Store
+
+pytest.importorskip("diffusers")
+
+UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
+PIPE = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    store = work / "store"
+    r = run_cli(["demo", "--json", "--steps", "4", "--report", str(work / "report.html")], store, cwd=work)
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return work, store, docs
+
+
+def test_demo_spans_nest_and_carry_steps(demo_run):
+    work, store, docs = demo_run
+    data = Store(store).load(docs[-1]["run_id"])
+    by_id = {s.span_id: s for s in data.spans}
+    names = [s.name for s in data.spans]
+    (txn,) = [s for s in data.spans if s.op == "transaction"]
+    assert txn.name == "txt2img"
+    (pipe,) = [s for s in data.spans if s.name == PIPE]
+    assert pipe.parent_id == txn.span_id
+    unets = [s for s in data.spans if s.name == UNET]
+    steps = [s for s in data.spans if s.name.endswith("DDIMScheduler.step")]
+    assert [u.attrs["diffusion.step"] for u in unets] == [0, 1, 2, 3]
+    assert [s.attrs["diffusion.step"] for s in steps] == [0, 1, 2, 3]
+    assert all(u.parent_id == pipe.span_id for u in unets + steps)
+    assert names.count(PIPE.replace("__call__", "encode_prompt")) == 1
+    assert sum(1 for n in names if n.endswith("AutoencoderKL.decode")) == 1
+
+    def ancestors(s):
+        while s.parent_id is not None:
+            s = by_id[s.parent_id]
+            yield s.name
+
+    vae = "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL.decode"
+    attn = [s for s in data.spans if s.name.endswith("AttnProcessor2_0.__call__")]
+    assert sum(1 for s in attn if UNET in set(ancestors(s))) == 4 * 8  # self + cross attention in 4 transformer blocks per forward
+    assert all({UNET, vae} & set(ancestors(s)) for s in attn)
+    gn = [s for s in data.spans if s.name.endswith("GroupNorm.forward")]
+    assert gn and all({UNET, vae} & set(ancestors(s)) for s in gn)
+    assert data.run.status == "ok" and data.run.env["torch"].startswith("2.") and "diffusers" in data.run.env
+
+
+def test_demo_summary_report_and_image(demo_run):
+    work, store, docs = demo_run
+    summary = docs[0]["run"]
+    assert summary["steps"]["kind"] == "diffusion.step" and len(summary["steps"]["rows"]) == 4
+    assert "1.5 x median" in summary["steps"]["rule"]
+    assert summary["sample_count"] > 0 and summary["top_self"]
+    assert not summary["unresolved"]
+    assert Path(docs[-1]["report"]).stat().st_size > 10_000
+    assert Path(docs[-1]["image"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_user_script_slow_steps_are_marked(tmp_path):
+    store = tmp_path / "store"
+    r = run_cli(["run", "--json", "--trace", UNET, "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
+                 "--trace", PIPE, "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"],
+                store)
+    assert r.returncode == 0, r.stderr
+    assert "image (64, 64)" in r.stdout
+    doc = json.loads(r.stdout.splitlines()[-1])
+    steps = doc["run"]["steps"]
+    assert steps["slow_steps"] == [2, 5], [(x["step"], x["wall_ns"]) for x in steps["rows"]]
