@@ -28,6 +28,9 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
         outcome = run_program(command, settings, store)
     except CommandError as e:
         raise UserError(str(e)) from None
+    if quiet and not as_json:
+        store.close()
+        return outcome
     data = store.load(outcome.run_id)
     summary = summarize(data, ProfileIndex(data.profile))
     if as_json:

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     image = pipe(args.prompt, num_inference_steps=args.steps, height=size, width=size, guidance_scale=args.guidance,
                  generator=torch.Generator().manual_seed(args.seed)).images[0]
     t2 = time.perf_counter()
-    print(f"built {args.model} pipeline in {t1 - t0:.2f} s; {args.steps} steps at {size} px in {t2 - t1:.2f} s")
+    print(f"built {args.model} pipeline in {t1 - t0:.2f} s; {args.steps} steps at {size} px in {t2 - t1:.4f} s")
     if args.out:
         image.save(args.out)
         print(f"image saved to {args.out}")

@@ -2,7 +2,8 @@
 
 Shape of the data (Sentry's sampled profile v1 and speedscope's shared frame table):
 
-- a frame table, one entry per distinct ``(code object, current line)``: ``(function, module, file, line)``;
+- a frame table, one entry per distinct ``(code object, current line)``: ``(function, module, file, line)``
+  (looked up by ``(code, f_lasti)``, a plain read, so the line number is computed once per instruction);
 - a stack table, one entry per distinct stack: a tuple of frame indices, **root first**;
 - samples: ``(t_ns, thread_id, stack_index)``, ``t_ns`` a ``perf_counter_ns`` reading.
 
@@ -34,7 +35,8 @@ class Sampler:
 
     def __init__(self, max_depth: int = 256) -> None:
         self.max_depth = max_depth
-        self._frame_index: dict[tuple, int] = {}  # (code, line) -> frame index, -1 for hidden frames
+        self._frame_index: dict[tuple, int] = {}  # (code, last instruction) -> frame index, -1 if hidden
+        self._line_index: dict[tuple, int] = {}  # (code, line) -> frame index
         self._next_frame = 0
         self._code_info: dict = {}
         self._stack_index: dict[tuple, int] = {}
@@ -59,7 +61,7 @@ class Sampler:
             leaf_first = []
             depth = 0
             while f is not None and depth < max_depth:
-                key = (f.f_code, f.f_lineno)
+                key = (f.f_code, f.f_lasti)  # f_lasti is a plain read; f_lineno is computed
                 idx = frame_index.get(key)
                 if idx is None:
                     idx = self._add_frame(key, f)
@@ -82,7 +84,8 @@ class Sampler:
         return n
 
     def _add_frame(self, key: tuple, f) -> int:
-        code, line = key
+        code = key[0]
+        line = f.f_lineno
         if code.co_filename in HIDDEN_FILES:
             self._frame_index[key] = -1
             return -1
@@ -92,10 +95,14 @@ class Sampler:
             function = getattr(code, "co_qualname", code.co_name)
             info = (function, module if isinstance(module, str) else "", code.co_filename)
             self._code_info[code] = info
-        idx = self._next_frame
-        self._next_frame += 1
+        # several instructions share a line: one frame per (code, line)
+        idx = self._line_index.get((code, line))
+        if idx is None:
+            idx = self._next_frame
+            self._next_frame += 1
+            self._line_index[(code, line)] = idx
+            self._new_frames.append((info[0], info[1], info[2], line or 0))
         self._frame_index[key] = idx
-        self._new_frames.append((info[0], info[1], info[2], line or 0))
         return idx
 
     def drain(self) -> tuple[list[tuple], list[tuple], list[tuple]]:

@@ -192,15 +192,23 @@ class Patcher:
                     if callable(_raw_attr(obj, n)):
                         out.append((obj, n, f"{path}.{n}"))
             return
-        if not tail:
-            if not _has(obj, head):
+        if isinstance(obj, types.ModuleType):
+            # only what the module has defined so far: a getattr could make a lazy package
+            # (diffusers, transformers) import the submodule early; wait for its import instead
+            child = _own(obj, head)
+            if child is _MISSING:
+                if getattr(obj, "__path__", None) is not None or path == "__main__":
+                    self._missing(obj, path, head)
+                child = getattr(obj, head, _MISSING)  # a module-level __getattr__
+                if child is _MISSING:
+                    self._missing(obj, path, head)
+        else:
+            child = _raw_attr(obj, head) if not tail else getattr(obj, head, _MISSING)
+            if child is _MISSING:
                 self._missing(obj, path, head)
+        if not tail:
             out.append((obj, head, f"{path}.{head}"))
             return
-        try:
-            child = getattr(obj, head)
-        except AttributeError:
-            self._missing(obj, path, head)
         self._expand(child, f"{path}.{head}", tail, out)
 
     @staticmethod

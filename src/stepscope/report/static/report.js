@@ -40,7 +40,12 @@
   let spanEnd = R.wall_us;
   for (let i = 0; i < NS; i++) spanEnd = Math.max(spanEnd, S.start[i] + S.dur[i]);
   if (NP) spanEnd = Math.max(spanEnd, P.t[NP - 1]);
-  const view = { t0: 0, t1: spanEnd || 1 };
+  // open on the traced work (imports and set-up before the first traced call are one double-click away)
+  let f0 = Infinity, f1 = -Infinity;
+  for (let i = 0; i < NS; i++) if (S.op[i] !== "transaction") { f0 = Math.min(f0, S.start[i]); f1 = Math.max(f1, S.start[i] + S.dur[i]); }
+  const pad = (f1 - f0) * 0.02;
+  const home = f1 > f0 ? { t0: Math.max(0, f0 - pad), t1: f1 + pad } : { t0: 0, t1: spanEnd || 1 };
+  const view = { t0: home.t0, t1: home.t1 };
   let selected = -1;
   const wf = document.getElementById("waterfall");
   // rows for hit testing: key thread*1000+depth -> span indices
@@ -125,7 +130,11 @@
     showTip(ev, txt);
   });
   wf.addEventListener("mouseleave", hideTip);
-  wf.addEventListener("dblclick", () => { view.t0 = 0; view.t1 = spanEnd || 1; drawWaterfall(); });
+  wf.addEventListener("dblclick", () => {  // toggle: traced work <-> whole run
+    const atHome = Math.abs(view.t0 - home.t0) < 1 && Math.abs(view.t1 - home.t1) < 1;
+    if (atHome) { view.t0 = 0; view.t1 = spanEnd || 1; } else { view.t0 = home.t0; view.t1 = home.t1; }
+    drawWaterfall();
+  });
 
   // ---- flame graph from the prefix tree
   const kids = Array.from({ length: NN }, () => []);
@@ -242,5 +251,13 @@
   drawWaterfall();
   setFlame(null, "whole run");
   window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); });
-  window.stepscopeReport = { selectSpan, setFlame, spanCount: NS, frameCount: () => fgRects.length };
+  // for tests and scripting: where span i is drawn (CSS px, relative to the viewport)
+  function spanRect(i) {
+    const r = wf.getBoundingClientRect(), scale = r.width / (view.t1 - view.t0);
+    const x0 = (S.start[i] - view.t0) * scale;
+    return { x: r.left + x0, y: r.top + laneTop[S.thread[i]] + ROW * (S.depth[i] + 1), w: Math.max(S.dur[i] * scale, 1), h: ROW - 2 };
+  }
+  function findSpan(suffix, k) { let n = 0; for (let i = 0; i < NS; i++) if (NAMES[S.name[i]].endsWith(suffix) && n++ === (k || 0)) return i; return -1; }
+  window.stepscopeReport = { selectSpan, setFlame, spanRect, findSpan, spanCount: NS, frameCount: () => fgRects.length,
+                             flameTitle: () => document.getElementById("fg-title").textContent };
 })();

@@ -1,0 +1,85 @@
+"""The HTML report in headless Chromium (Debian's, driven by Playwright; never a browser download)."""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROGRAMS, run_cli
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _browser_or_skip():
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
+        if os.environ.get("STEPSCOPE_REQUIRE_BROWSER"):
+            pytest.fail("STEPSCOPE_REQUIRE_BROWSER is set but /usr/bin/chromium is missing")
+        pytest.skip("Debian chromium not installed (apt-get install chromium)")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def page():
+    pw = _browser_or_skip()
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        yield pg
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def sd_report(tmp_path_factory):
+    work = tmp_path_factory.mktemp("report")
+    store = work / "store"
+    r = run_cli(["demo", "--json", "--steps", "3", "--report", str(work / "r.html")], store, cwd=work)
+    assert r.returncode == 0, r.stderr
+    return work / "r.html"
+
+
+def test_waterfall_click_shows_that_spans_flame_graph(page, sd_report):
+    page.goto(sd_report.as_uri())
+    page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
+    assert page.evaluate("stepscopeReport.flameTitle()") == "whole run"
+    assert page.locator("#waterfall").bounding_box()["height"] > 50
+    i = page.evaluate("stepscopeReport.findSpan('UNet2DConditionModel.forward', 1)")
+    assert i >= 0
+    rect = page.evaluate(f"stepscopeReport.spanRect({i})")
+    page.mouse.click(rect["x"] + min(rect["w"] / 2, 20), rect["y"] + rect["h"] / 2)
+    page.wait_for_function("stepscopeReport.flameTitle().startsWith('span ')")
+    assert page.evaluate("stepscopeReport.flameTitle()") == "span UNet2DConditionModel.forward (step 1)"
+    assert "UNet2DConditionModel.forward" in page.locator("#selection").inner_text()
+    assert page.evaluate("stepscopeReport.frameCount()") > 0 or "No samples" in page.locator("#fg-note").inner_text()
+    # the step table: one row per step, click gives the step's flame graph
+    rows = page.locator("#steps tbody tr")
+    assert rows.count() == 3
+    rows.nth(2).click()
+    assert page.evaluate("stepscopeReport.flameTitle()") == "step 2 of call 0"
+    page.screenshot(path=str(sd_report.with_suffix(".png")), full_page=True)
+    assert page.errors == []
+
+
+def test_report_with_ten_thousand_spans_renders(page, tmp_path):
+    prog = tmp_path / "many.py"
+    prog.write_text("from sstargets import funcs\nfor i in range(10000):\n    funcs.inner(i)\n")
+    store = tmp_path / "store"
+    assert run_cli(["run", "-q", "--trace", "sstargets.funcs.inner", "--", sys.executable, str(prog)], store).returncode == 0
+    out = tmp_path / "many.html"
+    r = run_cli(["report", "-o", str(out), "--json"], store)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["report"] == str(out)
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport !== undefined")
+    assert page.evaluate("stepscopeReport.spanCount") == 10001  # + the root transaction
+    ms = page.evaluate("""() => { const wf = document.getElementById('waterfall'); const t0 = performance.now();
+        for (let k = 0; k < 5; k++) wf.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: 300, clientY: 50}));
+        return (performance.now() - t0) / 5; }""")
+    print(f"waterfall redraw with 10k spans: {ms:.1f} ms")
+    assert page.errors == []
