@@ -96,8 +96,7 @@ class Session:
             self.store.create_run(run, self.anchor.wall_ns)
         else:
             self.store.update_run(self.run_id, pid=run.pid, start_ns=run.start_ns, anchor_mono_ns=run.anchor_mono_ns,
-                                  anchor_wall_ns=run.anchor_wall_ns, env=run.env, settings=run.settings,
-                                  host=run.host, cwd=run.cwd)
+                                  anchor_wall_ns=run.anchor_wall_ns, env=run.env, host=run.host, cwd=run.cwd)
         buffer.take()  # spans from an earlier session in this process are not ours
         self.patcher.add(self.settings.functions_to_trace)
         if self.settings.transaction:

@@ -20,9 +20,10 @@ CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_inte
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
-           quiet: bool = False, transaction: str | None = None) -> Outcome:
+           quiet: bool = False, transaction: str | None = None, extra: dict | None = None) -> Outcome:
     """Run and record ``command``; print its summary (stderr) or JSON (stdout). Shared with ``demo``."""
-    settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction)
+    settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
+                        extra=extra or {})
     store = open_store(store_path, create=True)
     try:
         outcome = run_program(command, settings, store)
@@ -53,6 +54,7 @@ def run(
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
+    auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -69,5 +71,27 @@ def run(
         more, file_hz = read_trace_file(trace_file)
         names += more
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
-    outcome = record(args, names, rate, store, as_json, quiet)
+    if auto_trace > 0:
+        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace)
+    else:
+        outcome = record(args, names, rate, store, as_json, quiet)
     raise typer.Exit(outcome.exit_code)
+
+
+def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,
+                n: int) -> Outcome:
+    """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
+    from ..analysis.suggest import suggest
+
+    first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
+    st = open_store(store_path)
+    picks = [s.qualified_name for s in suggest(st.load(first.run_id), top=n)]
+    if not quiet and not as_json:
+        err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
+    second = record(args, names + picks, rate, store_path, as_json, quiet,
+                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}})
+    run = st.get_run(first.run_id)
+    run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}
+    st.update_run(first.run_id, settings=run.settings)
+    st.close()
+    return second

@@ -8,10 +8,14 @@ Rules, decided once per patched target from the class's MRO names (diffusers is 
 - the denoiser's ``forward`` (a class from ``diffusers.models.unets`` or ``diffusers.models.transformers``)
   is *step scoped*: its span gets ``diffusion.step`` = the counter, i.e. the index of the scheduler step
   that follows it. This holds with classifier-free guidance batched (one UNet call per step) or not
-  (two calls per step, both get the same index).
+  (two calls per step, both get the same index). When no scheduler step is traced in the scope, the
+  denoiser counts steps itself: a new ``timestep`` argument object means a new step (the pipeline's
+  ``for i, t in enumerate(timesteps)`` hands each step a new one; CFG's two calls share it). The
+  argument is compared by identity only, never read, so no device sync is added.
 
 Without a traced pipeline call around them, one scope per thread/task runs for the whole program, so
-the index keeps counting across pipeline calls.
+the index keeps counting across pipeline calls. The scope holds the last timestep object until the
+scope ends (a 0-d tensor).
 """
 
 from __future__ import annotations
@@ -20,14 +24,25 @@ from contextvars import ContextVar
 
 STEP_ATTR = "diffusion.step"
 
-# The innermost step scope: [counter, enclosing scope or None].
-_scope: ContextVar[list | None] = ContextVar("stepscope_step_scope", default=None)
+class _Scope:
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen")
+
+    def __init__(self, outer: "_Scope | None") -> None:
+        self.counter = 0  # scheduler steps completed
+        self.outer = outer
+        self.marked = False  # a scheduler step ran in this scope
+        self.last_t = None  # the denoiser's last timestep argument (identity only)
+        self.seen = 0  # distinct timesteps the denoiser saw
 
 
-def _current() -> list:
+# The innermost step scope.
+_scope: ContextVar[_Scope | None] = ContextVar("stepscope_step_scope", default=None)
+
+
+def _current() -> _Scope:
     s = _scope.get()
     if s is None:
-        s = [0, None]
+        s = _Scope(None)
         _scope.set(s)
     return s
 
@@ -37,13 +52,13 @@ class StepScope:
 
     __slots__ = ()
 
-    def enter(self) -> None:
-        _scope.set([0, _scope.get()])
+    def enter(self, args: tuple, kwargs: dict) -> None:
+        _scope.set(_Scope(_scope.get()))
         return None
 
     def exit(self) -> None:
         s = _scope.get()
-        _scope.set(s[1] if s is not None else None)
+        _scope.set(s.outer if s is not None else None)
 
 
 class StepMarker:
@@ -51,11 +66,13 @@ class StepMarker:
 
     __slots__ = ()
 
-    def enter(self) -> dict:
-        return {STEP_ATTR: _current()[0]}
+    def enter(self, args: tuple, kwargs: dict) -> dict:
+        s = _current()
+        s.marked = True
+        return {STEP_ATTR: s.counter}
 
     def exit(self) -> None:
-        _current()[0] += 1
+        _current().counter += 1
 
 
 class StepScoped:
@@ -63,8 +80,15 @@ class StepScoped:
 
     __slots__ = ()
 
-    def enter(self) -> dict:
-        return {STEP_ATTR: _current()[0]}
+    def enter(self, args: tuple, kwargs: dict) -> dict:
+        s = _current()
+        if s.marked:
+            return {STEP_ATTR: s.counter}
+        t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
+        if t is not s.last_t or s.seen == 0:
+            s.last_t = t
+            s.seen += 1
+        return {STEP_ATTR: s.seen - 1}
 
     def exit(self) -> None:
         return None

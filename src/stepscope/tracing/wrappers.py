@@ -32,11 +32,12 @@ _GET = buffer.current_span.get
 class SpanHooks(Protocol):
     """Optional per-name hooks (e.g. the diffusers step counter).
 
-    ``enter()`` runs before the call and returns the span's attributes (dict or None); ``exit()`` runs
+    ``enter(args, kwargs)`` runs before the call (it sees the call's arguments, ``self`` first for a
+    method, and must not change them) and returns the span's attributes (dict or None); ``exit()`` runs
     after it, also on error. Both must be cheap and must never raise.
     """
 
-    def enter(self) -> dict | None: ...
+    def enter(self, args: tuple, kwargs: dict) -> dict | None: ...
 
     def exit(self) -> None: ...
 
@@ -108,7 +109,7 @@ def _wrap_hooked(fn: Callable, name: str, op: str, hooks: SpanHooks) -> Callable
     def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
         parent = _GET()
-        attrs = hooks.enter()
+        attrs = hooks.enter(args, kwargs)
         token = _SET(sid)
         start = perf_counter_ns()
         err = None
@@ -131,7 +132,7 @@ def _wrap_coroutine(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
     async def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
         parent = _GET()
-        attrs = hooks.enter() if hooks else None
+        attrs = hooks.enter(args, kwargs) if hooks else None
         token = _SET(sid)
         start = perf_counter_ns()
         err = None
@@ -156,7 +157,7 @@ def _wrap_generator(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
         gen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
         parent = _GET()
-        attrs = hooks.enter() if hooks else None
+        attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None
         send_value: Any = None
@@ -206,7 +207,7 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
         agen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
         parent = _GET()
-        attrs = hooks.enter() if hooks else None
+        attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None
         send_value: Any = None

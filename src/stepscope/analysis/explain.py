@@ -1,0 +1,292 @@
+"""Explain slow repeats: find them, diff their flame graphs against the fast ones, name the cause.
+
+A *repeat* is one occurrence of the unit being compared: a denoising step (windows from the step
+table) or one call of a span name. Each repeat has a time window on one thread; the samples of that
+thread inside the window are its flame graph.
+
+Slow repeats (robust statistics, stated in ``Explanation.rule``): a repeat is slow when its duration
+exceeds ``median + 3 * 1.4826 * MAD`` (3 robust standard deviations; 1.4826 makes the MAD estimate sigma
+for normal data) **and** ``1.2 x median`` (so that tiny deviations of a very regular loop are not
+flagged). Common shapes are recognised: the first repeat alone ("first"), every k-th repeat
+("every k"), otherwise "irregular".
+
+The cause: per function, the mean self time per repeat in the slow group minus the fast group. Sorted
+by that difference, the fewest functions that cover ``COVER`` (80%) of the gap are named, with the share
+of the gap each explains. The *entry* is the deepest function whose extra *total* time still covers
+``COVER`` of the gap: where the extra time enters the call tree (a callback, a hook).
+
+When the slow repeats hold too few samples (``MIN_SAMPLES`` per repeat on average), no cause is named:
+the explanation says so and which sampling rate would do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import RunData, Span
+from ..profiling.calltree import CallNode, ProfileIndex
+from .spans import span_stats, step_table
+
+COVER = 0.8
+MIN_SAMPLES = 8
+MAD_K = 3.0
+MIN_RATIO = 1.2
+
+
+class ExplainError(ValueError):
+    """Nothing to explain (no such span name, fewer than 3 repeats...); the message says what."""
+
+
+@dataclass(slots=True)
+class Repeat:
+    """One repeat: its index in order, duration (ns), window and thread, samples inside, group."""
+
+    index: int
+    label: str
+    duration_ns: int
+    start_ns: int
+    end_ns: int
+    thread_id: int
+    samples: int = 0
+    group: str = "fast"  # "slow", "fast" or "other"
+
+
+@dataclass(slots=True)
+class Cause:
+    """A function whose self time grew in the slow repeats. Times are ns per repeat (group means)."""
+
+    function: str
+    file: str
+    line: int
+    slow_ns: float
+    fast_ns: float
+    delta_ns: float
+    share_of_gap: float
+
+
+@dataclass(slots=True)
+class DiffNode:
+    """A node of the differential call tree: time per repeat in the slow and the fast group (ns)."""
+
+    name: str
+    slow_ns: float
+    fast_ns: float
+    children: list["DiffNode"] = field(default_factory=list)
+
+    @property
+    def delta_ns(self) -> float:
+        return self.slow_ns - self.fast_ns
+
+
+@dataclass(slots=True)
+class Explanation:
+    """The result of ``explain``. ``unit``: "diffusion.step" or the span name compared. ``gap_ns``: mean
+    slow duration minus mean fast duration (per repeat). ``causes``: as described in the module doc;
+    empty when ``enough_samples`` is False (then ``advice`` says what to do)."""
+
+    unit: str
+    rule: str
+    shape: str
+    repeats: list[Repeat]
+    median_ns: float
+    slow_mean_ns: float
+    fast_mean_ns: float
+    gap_ns: float
+    causes: list[Cause]
+    covered: float
+    entry: Cause | None
+    enough_samples: bool
+    samples_per_slow_repeat: float
+    advice: str
+    tree: DiffNode | None
+
+    @property
+    def slow(self) -> list[Repeat]:
+        return [r for r in self.repeats if r.group == "slow"]
+
+
+def default_unit(data: RunData) -> str:
+    """``"step"`` when spans carry ``diffusion.step``; else the span name with >= 3 calls and the most time."""
+    if step_table(data.spans) is not None:
+        return "step"
+    stats = [s for s in span_stats(data.spans, None) if s.count >= 3]
+    if not stats:
+        raise ExplainError("no span name has 3 or more calls: trace a function that repeats (--trace), e.g. the loop body")
+    return stats[0].name
+
+
+def repeats_of(data: RunData, unit: str) -> list[Repeat]:
+    """The repeats of ``unit``: "step" (denoising steps) or a span name (exact, or a unique suffix)."""
+    table = step_table(data.spans) if unit == "step" else None
+    if unit == "step" and table is None and not any(s.name.endswith("step") for s in data.spans):
+        raise ExplainError("no span carries diffusion.step: trace the UNet forward and the scheduler step, or pass --span NAME")
+    if table is not None:
+        return [Repeat(i, f"step {r.step}" + (f" (call {r.call})" if r.call else ""), r.wall_ns, r.start_ns, r.end_ns,
+                       r.thread_id) for i, r in enumerate(table.rows)]
+    names = {s.name for s in data.spans}
+    if unit not in names:
+        matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))
+        if len(matches) != 1:
+            hint = f" (matches: {', '.join(matches[:4])})" if matches else ""
+            raise ExplainError(f"--span {unit}: no single span name matches{hint}")
+        unit = matches[0]
+    spans: list[Span] = sorted((s for s in data.spans if s.name == unit), key=lambda s: s.start_ns)
+    return [Repeat(i, f"#{i}" + (f" step {s.attrs['diffusion.step']}" if "diffusion.step" in s.attrs else ""),
+                   s.duration_ns, s.start_ns, s.end_ns, s.thread_id) for i, s in enumerate(spans)]
+
+
+def classify(durations: np.ndarray) -> tuple[np.ndarray, float, str]:
+    """``(slow mask, median, rule)`` for repeat durations (ns), by the module's robust rule."""
+    med = float(np.median(durations))
+    mad = float(np.median(np.abs(durations - med)))
+    limit = max(med + MAD_K * 1.4826 * mad, MIN_RATIO * med)
+    rule = (f"slow: duration > max(median + {MAD_K:g} x 1.4826 x MAD, {MIN_RATIO:g} x median) = {limit / 1e6:.1f} ms "
+            f"(median {med / 1e6:.1f} ms, MAD {mad / 1e6:.1f} ms)")
+    return durations > limit, med, rule
+
+
+def shape_of(slow_idx: list[int], n: int) -> str:
+    """"first", "every k" (k >= 2), "irregular" or "none"."""
+    if not slow_idx:
+        return "none"
+    if slow_idx == [0]:
+        return "first"
+    if len(slow_idx) >= 2:
+        k = slow_idx[1] - slow_idx[0]
+        if k >= 2 and all(b - a == k for a, b in zip(slow_idx, slow_idx[1:])):
+            expected = list(range(slow_idx[0] % k, n, k))
+            if slow_idx == expected or slow_idx == [i for i in expected if i >= slow_idx[0]]:
+                return f"every {k}"
+    return "irregular"
+
+
+def _parse_indices(spec: str, n: int, what: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        raise ExplainError(f"--{what} {spec}: expected comma-separated repeat indices") from None
+    bad = [i for i in out if not 0 <= i < n]
+    if bad:
+        raise ExplainError(f"--{what}: repeat {bad[0]} out of range 0..{n - 1}")
+    return out
+
+
+def explain(data: RunData, unit: str | None = None, slow: str | None = None, fast: str = "all",
+            index: ProfileIndex | None = None, top: int = 5) -> Explanation:
+    """Explain the slow repeats of ``unit`` (default: ``default_unit``).
+
+    ``slow``: comma-separated repeat indices to treat as slow (default: the robust rule). ``fast``: "all"
+    (every repeat not slow), "median" (the non-slow repeats no longer than 1.1 x the median), or indices.
+    Raises ExplainError when there is nothing to compare.
+    """
+    index = index or ProfileIndex(data.profile)
+    unit = unit or default_unit(data)
+    reps = repeats_of(data, unit)
+    if unit != "step" or step_table(data.spans) is None:
+        unit = next((s.name for s in data.spans if s.name == unit or s.name.endswith(unit)), unit)
+    if len(reps) < 2:
+        raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")
+    dur = np.array([r.duration_ns for r in reps], dtype=np.float64)
+    mask, med, rule = classify(dur)
+    if slow is not None:
+        chosen = _parse_indices(slow, len(reps), "slow")
+        mask = np.zeros(len(reps), bool)
+        mask[chosen] = True
+        rule = f"slow: repeats {', '.join(map(str, chosen))} (as asked)"
+    if fast == "all":
+        fmask = ~mask
+    elif fast == "median":
+        fmask = ~mask & (dur <= 1.1 * med)
+    else:
+        fmask = np.zeros(len(reps), bool)
+        fmask[_parse_indices(fast, len(reps), "fast")] = True
+        fmask &= ~mask
+    for r, s, f in zip(reps, mask, fmask):
+        r.group = "slow" if s else "fast" if f else "other"
+    sel = {r.index: index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps}
+    for r in reps:
+        r.samples = len(sel[r.index])
+    slow_r = [r for r in reps if r.group == "slow"]
+    fast_r = [r for r in reps if r.group == "fast"]
+    shape = shape_of([r.index for r in slow_r], len(reps))
+    slow_mean = float(np.mean([r.duration_ns for r in slow_r])) if slow_r else 0.0
+    fast_mean = float(np.mean([r.duration_ns for r in fast_r])) if fast_r else 0.0
+    gap = slow_mean - fast_mean
+    per_slow = float(np.mean([r.samples for r in slow_r])) if slow_r else 0.0
+    base = dict(unit=unit, rule=rule, shape=shape, repeats=reps, median_ns=med, slow_mean_ns=slow_mean,
+                fast_mean_ns=fast_mean, gap_ns=gap, samples_per_slow_repeat=per_slow)
+    if not slow_r or not fast_r:
+        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=bool(slow_r), tree=None,
+                           advice="no slow repeats: every repeat is within the rule" if not slow_r
+                           else "every repeat is slow: nothing fast to compare with (pass --fast)")
+    if per_slow < MIN_SAMPLES:
+        hz_now = data.profile.hz or 101
+        need = math.ceil(MIN_SAMPLES * 2 / max(slow_mean / 1e9, 1e-6))
+        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
+                           advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
+                                   f"at {hz_now:g} Hz; record again with --hz {min(max(need, 2 * int(hz_now)), 20000)}"
+                                   + (" (or more repeats)" if need > 20000 else "")))
+    s_idx = np.concatenate([sel[r.index] for r in slow_r])
+    f_idx = np.concatenate([sel[r.index] for r in fast_r])
+    s_self, s_total = index.function_times(s_idx)
+    f_self, f_total = index.function_times(f_idx)
+    ns, nf = len(slow_r), len(fast_r)
+    d_self = s_self / ns - f_self / nf
+    d_total = s_total / ns - f_total / nf
+    funcs = index.functions
+    denom = gap if gap > 0 else float(d_self[d_self > 0].sum()) or 1.0
+
+    def cause(fid: int, use_total: bool = False) -> Cause:
+        f = funcs[fid]
+        s, fa = (s_total, f_total) if use_total else (s_self, f_self)
+        d = d_total[fid] if use_total else d_self[fid]
+        return Cause(f.name, f.file, f.line, float(s[fid] / ns), float(fa[fid] / nf), float(d), float(d / denom))
+
+    causes, acc = [], 0.0
+    for fid in np.argsort(-d_self).tolist():
+        if d_self[fid] <= 0 or len(causes) >= top:
+            break
+        causes.append(cause(fid))
+        acc += d_self[fid]
+        if acc >= COVER * denom:
+            break
+    entry = _entry(index, s_idx, d_total, COVER * denom)
+    tree = diff_tree(index.tree(s_idx), index.tree(f_idx), ns, nf)
+    return Explanation(**base, causes=causes, covered=float(acc / denom), entry=cause(entry, True) if entry is not None else None,
+                       enough_samples=True, tree=tree, advice="")
+
+
+def _entry(index: ProfileIndex, s_idx: np.ndarray, d_total: np.ndarray, need: float) -> int | None:
+    """The deepest function on the slow repeats' stacks whose extra total time is at least ``need``."""
+    best, best_depth = None, -1
+    uniq, _, _ = index.stack_weights(s_idx)
+    for sid in uniq.tolist():
+        for depth, fid in enumerate(index.stack_funcs[sid]):
+            if d_total[fid] >= need and depth > best_depth:
+                best, best_depth = fid, depth
+    return best
+
+
+def diff_tree(slow: CallNode, fast: CallNode, n_slow: int, n_fast: int, min_share: float = 0.005) -> DiffNode:
+    """Merge two call trees into a differential tree (ns per repeat); drops nodes under ``min_share`` of
+    the larger root in both groups."""
+    limit = min_share * max(slow.total_ns / max(n_slow, 1), fast.total_ns / max(n_fast, 1))
+
+    def merge(a: CallNode | None, b: CallNode | None, name: str) -> DiffNode:
+        node = DiffNode(name, (a.total_ns / n_slow) if a else 0.0, (b.total_ns / n_fast) if b else 0.0)
+        keys = set(a.children if a else ()) | set(b.children if b else ())
+        for k in keys:
+            ca = a.children.get(k) if a else None
+            cb = b.children.get(k) if b else None
+            sv = ca.total_ns / n_slow if ca else 0.0
+            fv = cb.total_ns / n_fast if cb else 0.0
+            if max(sv, fv) < limit:
+                continue
+            node.children.append(merge(ca, cb, (ca or cb).name))
+        node.children.sort(key=lambda c: -c.slow_ns)
+        return node
+
+    return merge(slow, fast, "all")

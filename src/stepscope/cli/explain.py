@@ -1,0 +1,35 @@
+"""``stepscope explain``: which repeats are slow, and which functions make the difference."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..analysis.explain import ExplainError, explain
+from ..profiling.calltree import ProfileIndex
+from ..render.explain import print_explanation
+from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
+
+
+@handles_errors
+def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
+                span: Optional[str] = typer.Option(None, "--span", help="Span name to compare (default: denoising steps, "
+                                                   "else the traced name with the most repeats and time)."),
+                slow: Optional[str] = typer.Option(None, "--slow", help="Repeat indices to treat as slow, e.g. 3,7."),
+                fast: str = typer.Option("all", "--fast", help="all, median, or repeat indices."),
+                store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Find the slow repeats of a span (or of the denoising steps) and name the functions that make them slow."""
+    st = open_store(store)
+    data = st.load(run_id)
+    try:
+        e = explain(data, span, slow, fast, ProfileIndex(data.profile))
+    except ExplainError as err:
+        raise UserError(str(err)) from None
+    if as_json:
+        print_json({"run_id": data.run.id, "explanation": dataclasses.asdict(e)})
+    else:
+        out.print(f"[dim]run {data.run.id}[/dim]")
+        print_explanation(e, out)

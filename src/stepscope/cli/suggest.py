@@ -1,0 +1,28 @@
+"""``stepscope suggest``: which functions to trace next."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..analysis.suggest import suggest
+from ..render.explain import print_suggestions
+from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
+
+
+@handles_errors
+def suggest_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
+                top: int = typer.Option(10, "--top", "-n", help="How many functions."),
+                store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Suggest functions to trace next: wide, untraced, nameable functions inside the traced spans."""
+    st = open_store(store)
+    data = st.load(run_id)
+    items = suggest(data, top=top)
+    if as_json:
+        print_json({"run_id": data.run.id, "suggestions": [dataclasses.asdict(s) for s in items],
+                    "functions_to_trace": [s.qualified_name for s in items]})
+    else:
+        print_suggestions(items, out)

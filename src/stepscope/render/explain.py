@@ -1,0 +1,82 @@
+"""Terminal rendering of ``explain`` and ``suggest`` results."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from ..analysis.explain import DiffNode, Explanation
+from ..analysis.suggest import Suggestion
+from .terminal import fmt_ns, short_name
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+
+
+def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) -> None:
+    unit = "denoising steps" if e.unit == "step" else f"repeats of {short_name(e.unit)}"
+    slow = e.slow
+    console.print(f"[bold]Explain {unit}[/bold]: {len(e.repeats)} repeats, median {fmt_ns(e.median_ns)}")
+    console.print(f"[dim]{e.rule}[/dim]")
+    if not slow:
+        console.print(e.advice)
+        return
+    shape = {"first": "the first repeat is slower than the rest", "irregular": "irregular"}.get(
+        e.shape, f"every {e.shape.split()[-1]}-th repeat is slower" if e.shape.startswith("every") else e.shape)
+    console.print(f"[bold red]{len(slow)} slow[/bold red] ({shape}): "
+                  + ", ".join(f"{r.label} {fmt_ns(r.duration_ns)} ({r.duration_ns / e.median_ns:.1f}x)" for r in slow[:12]))
+    console.print(f"slow mean {fmt_ns(e.slow_mean_ns)} vs fast mean {fmt_ns(e.fast_mean_ns)}: gap {fmt_ns(e.gap_ns)} per repeat")
+    if not e.enough_samples or e.advice:
+        console.print(f"[yellow]{e.advice}[/yellow]")
+        return
+    t = Table(title="What makes the difference (self time per repeat)", title_justify="left", show_edge=False)
+    for col, j in (("function", "left"), ("where", "left"), ("slow", "right"), ("fast", "right"), ("extra", "right"),
+                   ("of gap", "right")):
+        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
+    for c in e.causes:
+        t.add_row(c.function, f"{os.path.basename(c.file)}:{c.line}", fmt_ns(c.slow_ns), fmt_ns(c.fast_ns),
+                  _signed(c.delta_ns), f"{100 * c.share_of_gap:.0f}%")
+    console.print(t)
+    console.print(f"these cover {100 * e.covered:.0f}% of the gap")
+    if e.entry is not None:
+        console.print(f"the extra time enters at [bold]{e.entry.function}[/bold] ({os.path.basename(e.entry.file)}:{e.entry.line}), "
+                      f"{_signed(e.entry.delta_ns)} per repeat")
+    if e.tree is not None:
+        console.print(_tree(e.tree, e.gap_ns, tree_depth))
+
+
+def _tree(root: DiffNode, gap: float, depth: int) -> Tree:
+    """The differential tree, following only branches that carry a real share of the gap."""
+    out = Tree(f"differential call tree (slow / fast per repeat, extra)")
+    limit = 0.05 * abs(gap) if gap else 0
+
+    def add(node: DiffNode, branch: Tree, d: int) -> None:
+        for c in node.children:
+            if abs(c.delta_ns) < limit and c.slow_ns < 0.25 * root.slow_ns:
+                continue
+            style = "red" if c.delta_ns > limit else "green" if c.delta_ns < -limit else "dim"
+            b = branch.add(f"[{style}]{short_name(c.name, 3)}  {fmt_ns(c.slow_ns)} / {fmt_ns(c.fast_ns)}  {_signed(c.delta_ns)}[/{style}]")
+            if d < depth:
+                add(c, b, d + 1)
+
+    add(root, out, 0)
+    return out
+
+
+def print_suggestions(items: list[Suggestion], console: Console) -> None:
+    if not items:
+        console.print("Nothing to suggest: no samples inside traced spans below the traced functions.")
+        return
+    t = Table(title="Trace next (time inside traced spans, not yet traced)", title_justify="left", show_edge=False)
+    for col, j in (("function", "left"), ("where", "left"), ("total", "right"), ("share", "right"), ("in spans", "right")):
+        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
+    for s in items:
+        t.add_row(s.qualified_name, f"{os.path.basename(s.file)}:{s.line}", fmt_ns(s.total_ns), f"{100 * s.share:.0f}%",
+                  str(s.repeats))
+    console.print(t)
+    console.print("as flags:  " + " ".join(f"--trace {s.qualified_name}" for s in items))
+    console.print("as code:   functions_to_trace=[" + ", ".join(repr(s.qualified_name) for s in items) + "]")

@@ -1,0 +1,111 @@
+"""Explain slow repeats and suggest what to trace, on programs with planted causes."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from conftest import PROGRAMS, run_cli
+
+from stepscope.analysis.explain import classify, shape_of
+from stepscope.store import Store
+
+UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
+
+
+def test_robust_rule_and_shapes():
+    d = np.array([20, 21, 20, 80, 20, 19, 21, 80, 20, 20, 21, 79], dtype=float) * 1e6
+    mask, med, rule = classify(d)
+    assert np.nonzero(mask)[0].tolist() == [3, 7, 11] and med == 20.5e6 and "MAD" in rule
+    assert shape_of([3, 7, 11], 12) == "every 4"
+    assert shape_of([0], 12) == "first"
+    assert shape_of([2, 5, 6], 12) == "irregular"
+    assert shape_of([], 12) == "none"
+    flat = np.full(10, 50e6) + np.arange(10) * 1e4  # a very regular loop: nothing is slow
+    assert not classify(flat)[0].any()
+
+
+def test_planted_costly_iterations_are_named(store):
+    r = run_cli(["run", "-q", "--hz", "499", "--trace", "__main__.step", "--", sys.executable, str(PROGRAMS / "repeats.py")], store)
+    assert r.returncode == 0, r.stderr
+    r = run_cli(["explain", "--json"], store)
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)["explanation"]
+    assert e["unit"] == "__main__.step" and e["shape"] == "every 4"
+    assert [x["index"] for x in e["repeats"] if x["group"] == "slow"] == [3, 7, 11]
+    top = e["causes"][0]
+    assert top["function"] == "__main__.costly" and 0.8 <= top["share_of_gap"] <= 1.2, e["causes"]
+    assert e["entry"]["function"] == "__main__.costly"
+    text = run_cli(["explain", "--span", "step"], store).stdout
+    assert "every 4-th repeat is slower" in text and "__main__.costly" in text
+
+
+def test_too_few_samples_says_which_rate(store):
+    r = run_cli(["run", "-q", "--hz", "5", "--trace", "__main__.step", "--", sys.executable, str(PROGRAMS / "repeats.py")], store)
+    assert r.returncode == 0
+    e = json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]
+    assert not e["enough_samples"] and e["causes"] == [] and "--hz" in e["advice"]
+
+
+def test_explain_errors_are_one_line(store):
+    assert run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "behaviour.py")], store).returncode == 0
+    r = run_cli(["explain"], store)
+    assert r.returncode == 2 and r.stderr.startswith("stepscope: error: no span name has 3 or more calls")
+    r = run_cli(["explain", "--span", "nope"], store)
+    assert r.returncode == 2 and "--span nope" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def sd_slow(tmp_path_factory):
+    pytest.importorskip("diffusers")
+    store = tmp_path_factory.mktemp("sdslow") / "store"
+    r = run_cli(["run", "-q", "--hz", "199", "--trace", UNET, "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
+                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
+    assert r.returncode == 0, r.stderr
+    return store
+
+
+def test_sd_slow_steps_found_with_their_cause(sd_slow):
+    e = json.loads(run_cli(["explain", "--json"], sd_slow).stdout)["explanation"]
+    assert e["unit"] == "step"
+    slow = [x["label"] for x in e["repeats"] if x["group"] == "slow"]
+    assert "step 2" in slow and "step 5" in slow, slow
+    assert e["entry"]["function"] in ("__main__.heavy_postprocess", "main.<locals>.on_step_end", "__main__.main.<locals>.on_step_end")
+    names = [c["function"] for c in e["causes"]]
+    assert "__main__.heavy_postprocess" in names
+    assert sum(c["share_of_gap"] for c in e["causes"] if c["function"] == "__main__.heavy_postprocess") >= 0.5
+
+
+def test_sd_first_step_cause_is_reported_with_frames(sd_slow):
+    e = json.loads(run_cli(["explain", "--json", "--slow", "0"], sd_slow).stdout)["explanation"]
+    assert e["enough_samples"] and e["causes"]
+    assert all(c["file"] and c["line"] > 0 for c in e["causes"])
+
+
+def test_suggest_names_untraced_functions_inside_spans(sd_slow):
+    r = run_cli(["suggest", "--json", "--top", "5"], sd_slow)
+    doc = json.loads(r.stdout)
+    names = doc["functions_to_trace"]
+    assert names and UNET not in names
+    assert all("<" not in n and not n.startswith(("importlib", "stepscope.tracing")) for n in names)
+    assert "torch.nn.modules.module.Module._call_impl" not in names
+    assert all(0 < s["share"] <= 1 for s in doc["suggestions"])
+    text = run_cli(["suggest"], sd_slow).stdout
+    assert "--trace " + names[0] in text and "functions_to_trace=[" in text
+
+
+def test_auto_trace_runs_twice_and_links_the_runs(tmp_path):
+    pytest.importorskip("diffusers")
+    store = tmp_path / "store"
+    r = run_cli(["run", "--auto-trace", "3", "--json", "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"),
+                 "--steps", "4", "--slow", "1"], store)
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]
+    assert len(runs) == 2
+    second, first = runs
+    added = second["settings"]["extra"]["auto_trace"]["added"]
+    assert second["settings"]["extra"]["auto_trace"]["first_run"] == first["id"]
+    assert first["settings"]["extra"]["auto_trace"]["second_run"] == second["id"]
+    assert len(added) == 3 and "__main__.heavy_postprocess" in added
+    data = Store(store).load(second["id"])
+    assert {s.name for s in data.spans if s.op != "transaction"} == set(added)
