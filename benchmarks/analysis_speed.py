@@ -13,6 +13,8 @@ import random
 import tempfile
 import time
 
+from stepscope.analysis.explain import explain
+from stepscope.analysis.suggest import suggest
 from stepscope.analysis.summary import summarize
 from stepscope.export import to_chrome_trace, to_speedscope
 from stepscope.model import Run
@@ -71,6 +73,8 @@ def main() -> None:
     s = data.spans[5]
     timed("one span's call tree", lambda: index.tree(index.select(s.start_ns, s.end_ns, s.thread_id)))
     timed("whole-run call tree", lambda: index.tree(index.busy()))
+    timed("explain (slow steps, diff tree)", lambda: explain(data, index=index))
+    timed("suggest", lambda: suggest(data, index))
     html = timed("HTML report (view + render)", lambda: render_report(data, index=index, summary=summary))
     print(f"{'':<32} {len(html) / 1e6:8.1f} MB of HTML")
     timed("speedscope export", lambda: to_speedscope(data, index))

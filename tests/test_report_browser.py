@@ -83,3 +83,24 @@ def test_report_with_ten_thousand_spans_renders(page, tmp_path):
         return (performance.now() - t0) / 5; }""")
     print(f"waterfall redraw with 10k spans: {ms:.1f} ms")
     assert page.errors == []
+
+
+def test_report_shows_slow_steps_and_differential_flame_graph(page, tmp_path):
+    pytest.importorskip("diffusers")
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--hz", "199", "--trace", "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
+                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "slow.html"
+    assert run_cli(["report", "-o", str(out)], store).returncode == 0
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport !== undefined")
+    assert page.locator("#explain-section").is_visible()
+    assert page.evaluate("stepscopeReport.diffCount()") > 3
+    assert "heavy_postprocess" in page.locator("#explain-causes").inner_text()
+    slow_row = page.locator("#explain-repeats tr.slow").first
+    assert "step 2" in slow_row.inner_text()
+    slow_row.click()
+    assert page.evaluate("stepscopeReport.flameTitle()") == "step 2 (slow)"
+    page.screenshot(path=str(out.with_suffix(".png")), full_page=True)
+    assert page.errors == []

@@ -80,12 +80,9 @@ def suggest(data: RunData, index: ProfileIndex | None = None, top: int = 10) -> 
         # a sample inside nested spans appears once per enclosing span: keep it once, in its innermost window
         order = np.argsort(idx, kind="stable")
         idx, win_of = idx[order], win_of[order]
-        keep = np.ones(len(idx), bool)
-        keep[1:] = idx[1:] != idx[:-1]
         last = np.ones(len(idx), bool)
         last[:-1] = idx[:-1] != idx[1:]
         idx, win_of = idx[last], win_of[last]
-        del keep
     else:
         idx = index.busy()
         win_of = np.zeros(len(idx), int)
@@ -93,38 +90,48 @@ def suggest(data: RunData, index: ProfileIndex | None = None, top: int = 10) -> 
     ok = np.array([nameable(f.module, f.name[len(f.module) + 1:] if f.name.startswith(f.module + ".") else f.name)
                    and not is_traced[i] for i, f in enumerate(funcs)] or [False])
     importing = np.array([f.module.startswith("importlib") or f.name.startswith("<frozen importlib") for f in funcs] or [False])
-    total = defaultdict(float)
-    seen_in = defaultdict(set)
-    where: dict[int, list[int]] = defaultdict(list)
-    cut_cache: dict[int, tuple[int, ...]] = {}
-    counted = []
-    for j, w in zip(idx.tolist(), win_of.tolist()):
-        sid = int(index.stack[j])
-        cands = cut_cache.get(sid)
-        if cands is None:
+    cands_of: dict[int, tuple[int, ...]] = {}
+
+    def cands(sid: int) -> tuple[int, ...]:
+        c = cands_of.get(sid)
+        if c is None:
             stack = index.stack_funcs[sid]
             if any(importing[fid] for fid in stack):
-                cands = ()
+                c = ()
             else:
                 cut = max((k for k, fid in enumerate(stack) if is_traced[fid]), default=-1)
-                cands = tuple(dict.fromkeys(fid for fid in stack[cut + 1:] if ok[fid]))
-            cut_cache[sid] = cands
-        if not cands:
+                c = tuple(dict.fromkeys(fid for fid in stack[cut + 1:] if ok[fid]))
+            cands_of[sid] = c
+        return c
+
+    # aggregate per stack first: the per-function work is then per distinct stack, not per sample
+    stacks = index.stack[idx]
+    uniq, inv = np.unique(stacks, return_inverse=True)
+    w_stack = np.bincount(inv, weights=index.weight[idx], minlength=len(uniq))
+    total = defaultdict(float)
+    where: dict[int, dict[int, float]] = defaultdict(dict)
+    inside = 0.0
+    for u, sid in enumerate(uniq.tolist()):
+        c = cands(sid)
+        if not c:
             continue
-        counted.append(j)
-        wgt = float(index.weight[j])
-        for fid in cands:
-            total[fid] += wgt
-            seen_in[fid].add(w)
-            where[fid].append(j)
-    inside = float(index.weight[np.asarray(counted, dtype=np.int64)].sum()) if counted else 1.0
+        w = float(w_stack[u])
+        inside += w
+        for fid in c:
+            total[fid] += w
+            where[fid][sid] = w
+    seen_in = defaultdict(set)
+    pairs = np.unique(np.stack([stacks, win_of]), axis=1) if len(idx) else np.empty((2, 0), int)
+    for sid, win in zip(pairs[0].tolist(), pairs[1].tolist()):
+        for fid in cands(sid):
+            seen_in[fid].add(win)
+    inside = inside or 1.0
     chosen: list[int] = []
-    sets: dict[int, set] = {}
     for f in sorted(total, key=lambda f: -total[f]):
         if len(chosen) >= top:
             break
-        mine = sets[f] = set(where[f])
-        if any(len(mine & sets[c]) >= 0.9 * max(len(mine), len(sets[c])) for c in chosen):
+        mine = where[f]
+        if any(sum(w for sid, w in mine.items() if sid in where[c]) >= 0.9 * max(total[f], total[c]) for c in chosen):
             continue  # a chain with a function already chosen: same samples, nothing new
         chosen.append(f)
     return [Suggestion(funcs[f].name, total[f], total[f] / inside, len(seen_in[f]), funcs[f].file, funcs[f].line)

@@ -124,7 +124,31 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             "downsampled": k, "total_samples": n,
         },
         "summary": _summary_view(summary, t0),
+        "explain": _explain_view(data, index, t0, thread_idx),
     }
+
+
+def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[int, int]) -> dict | None:
+    """The explanation of the default unit (None when there is nothing to compare)."""
+    from ..analysis.explain import DiffNode, ExplainError, explain
+
+    try:
+        e = explain(data, index=index)
+    except ExplainError:
+        return None
+
+    def node(n: DiffNode, depth: int = 0) -> dict:
+        return {"name": n.name, "slow": _r(n.slow_ns / 1e3), "fast": _r(n.fast_ns / 1e3),
+                "children": [node(c, depth + 1) for c in n.children] if depth < 60 else []}
+
+    d = asdict(e)
+    d.pop("tree")
+    d["tree"] = node(e.tree) if e.tree is not None else None
+    for r in d["repeats"]:
+        r["start_us"] = _r((r.pop("start_ns") - t0) / 1e3)
+        r["end_us"] = _r((r.pop("end_ns") - t0) / 1e3)
+        r["thread"] = thread_idx.get(r.pop("thread_id"), -1)
+    return d
 
 
 def _summary_view(s: Summary, t0: int) -> dict:

@@ -248,9 +248,62 @@
   table(document.getElementById("topself"), ["function (self time)", "self", "share"], SM.top_self.slice(0, 15).map((f) => fnRow(f, f.self_ns, f.self_share)));
   table(document.getElementById("toptotal"), ["function (total time)", "total", "share"], SM.top_total.slice(0, 15).map((f) => fnRow(f, f.total_ns, f.total_share)));
 
+  // ---- explain: slow repeats, causes, differential flame graph
+  const E = D.explain;
+  let diffRects = [];
+  const dg = document.getElementById("diffgraph");
+  function drawDiff() {
+    if (!E || !E.tree) return;
+    diffRects = [];
+    let maxDepth = 0;
+    const W = dg.clientWidth, root = E.tree, scale = root.slow > 0 ? W / root.slow : 0;
+    (function lay(n, x, d) {
+      const w = n.slow * scale;
+      if (w < 0.3) return;
+      diffRects.push([x, w, d, n]); maxDepth = Math.max(maxDepth, d);
+      let cx = x;
+      for (const c of n.children) { lay(c, cx, d + 1); cx += c.slow * scale; }
+    })(root, 0, 0);
+    const H = Math.max((maxDepth + 2) * ROW, 60);
+    const [g] = sizeCanvas(dg, H);
+    g.clearRect(0, 0, W, H); g.font = "11px system-ui";
+    const gap = Math.max(Math.abs(E.gap_ns / 1e3), 1);
+    for (const [x, w, d, n] of diffRects) {
+      const k = Math.max(-1, Math.min(1, (n.slow - n.fast) / gap));
+      g.fillStyle = k >= 0 ? `hsl(0,${Math.round(20 + 70 * k)}%,${Math.round(85 - 30 * k)}%)` : `hsl(215,${Math.round(20 - 70 * k)}%,${Math.round(85 + 30 * k)}%)`;
+      g.fillRect(x, d * ROW, Math.max(w - 0.5, 0.5), ROW - 1);
+      if (w > 30) { g.save(); g.beginPath(); g.rect(x, d * ROW, w, ROW); g.clip(); g.fillStyle = "#111"; g.fillText(short(n.name, 3), x + 3, d * ROW + 11); g.restore(); }
+    }
+  }
+  dg.addEventListener("mousemove", (ev) => {
+    const r = dg.getBoundingClientRect(), x = ev.clientX - r.left, d = Math.floor((ev.clientY - r.top) / ROW);
+    const q = diffRects.find((q) => q[2] === d && x >= q[0] && x <= q[0] + q[1]);
+    if (!q) { hideTip(); return; }
+    const n = q[3], delta = n.slow - n.fast;
+    showTip(ev, `${n.name}\nslow ${fmt(n.slow)}  fast ${fmt(n.fast)}  per repeat\n${delta >= 0 ? "+" : "-"}${fmt(Math.abs(delta))}`);
+  });
+  dg.addEventListener("mouseleave", hideTip);
+  if (E && E.repeats.some((r) => r.group === "slow")) {
+    document.getElementById("explain-section").hidden = false;
+    document.getElementById("explain-unit").textContent = E.unit === "step" ? "denoising steps" : short(E.unit);
+    const slowN = E.repeats.filter((r) => r.group === "slow").length;
+    document.getElementById("explain-summary").textContent =
+      `${slowN} of ${E.repeats.length} slow (${E.shape}); slow mean ${fmtNs(E.slow_mean_ns)} vs fast mean ${fmtNs(E.fast_mean_ns)}: gap ${fmtNs(E.gap_ns)} per repeat. ${E.rule}.` +
+      (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + E.advice : "");
+    const reps = E.repeats.filter((r) => r.group !== "other");
+    table(document.getElementById("explain-repeats"), ["repeat", "duration", "× median", "group"],
+      reps.map((r, k) => `<tr class="clickable${r.group === "slow" ? " slow" : ""}" data-k="${k}"><td>${esc(r.label)}</td><td>${fmtNs(r.duration_ns)}</td><td>${(r.duration_ns / E.median_ns).toFixed(2)}</td><td>${r.group}</td></tr>`));
+    document.querySelectorAll("#explain-repeats tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
+      const r = reps[+tr.dataset.k]; setFlame({ t0: r.start_us, t1: r.end_us, thread: r.thread }, `${r.label} (${r.group})`);
+    }));
+    table(document.getElementById("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
+      E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
+    drawDiff();
+  }
+
   drawWaterfall();
   setFlame(null, "whole run");
-  window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); });
+  window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); drawDiff(); });
   // for tests and scripting: where span i is drawn (CSS px, relative to the viewport)
   function spanRect(i) {
     const r = wf.getBoundingClientRect(), scale = r.width / (view.t1 - view.t0);
@@ -259,5 +312,5 @@
   }
   function findSpan(suffix, k) { let n = 0; for (let i = 0; i < NS; i++) if (NAMES[S.name[i]].endsWith(suffix) && n++ === (k || 0)) return i; return -1; }
   window.stepscopeReport = { selectSpan, setFlame, spanRect, findSpan, spanCount: NS, frameCount: () => fgRects.length,
-                             flameTitle: () => document.getElementById("fg-title").textContent };
+                             flameTitle: () => document.getElementById("fg-title").textContent, diffCount: () => diffRects.length };
 })();
