@@ -1,0 +1,294 @@
+"""Analyses of a device timeline: idle gaps per stream, host-device syncs, top ops and kernels.
+
+All functions take a ``KinetoTrace`` and return data (ns, bytes); none prints or plots.
+
+Idle time per stream follows Holistic Trace Analysis's idle time breakdown (HTA
+``BreakdownAnalysis._analyze_idle_time_for_stream``, MIT): device activity on a stream sorted by start;
+the gap before each activity is
+
+- *host wait* when the runtime call that launched it (same ``correlation``) started after the stream's
+  previous activity had ended: the CPU did not enqueue work fast enough;
+- *kernel wait* when it is not host wait and shorter than ``kernel_wait_ns`` (30 us: HTA's default
+  ``consecutive_kernel_delay=30`` is documented as ns but applied to its microsecond timestamps): the
+  fixed overhead of back-to-back launches;
+- *other* otherwise (waiting on an event, a dependency on another stream...).
+
+Unlike HTA, a gap is measured in ns from the latest end of *all* previous activities on the stream (not
+the previous one's), so overlapping activities never produce negative idle time, and only kernels,
+memcpys and memsets count as activity. HTA also rounds every timestamp and duration to whole us,
+drops the last ProfilerStep's events, and sums negative gaps; on ``v100_training_rank0`` the two agree on
+the shares of each category (``benchmarks/device_vs_hta.py`` prints both), not on the last microsecond.
+Each gap is attributed to the host op and annotation running on the launching thread when it began.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kineto import CAT, DEVICE_CATS, KinetoTrace
+
+KERNEL_WAIT_NS = 30_000
+
+SYNC_RUNTIME = {"cudaStreamSynchronize": "stream sync", "cudaDeviceSynchronize": "device sync",
+                "cudaEventSynchronize": "event sync", "cudaMemcpy": "blocking memcpy"}
+SYNC_OPS = {"aten::item": ".item()", "aten::_local_scalar_dense": ".item() (scalar read)", "aten::nonzero": ".nonzero()",
+            "aten::is_nonzero": "bool(tensor)", "aten::equal": "torch.equal", "aten::tolist": ".tolist()",
+            "aten::masked_select": "masked_select", "aten::unique": "unique"}
+
+
+@dataclass(slots=True)
+class Gap:
+    """An idle interval on a stream (ns) before ``next_name``; ``category``: host_wait/kernel_wait/other.
+    ``host_op``/``annotation``: the outermost cpu_op and innermost user annotation on the launching
+    thread when the gap began (None when unknown)."""
+
+    device: int
+    stream: int
+    start_ns: int
+    end_ns: int
+    category: str
+    next_name: str
+    host_op: str | None = None
+    annotation: str | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(slots=True)
+class StreamIdle:
+    """Busy and idle time of one stream between its first activity's start and its last one's end (ns)."""
+
+    device: int
+    stream: int
+    activities: int
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    host_wait_ns: int
+    kernel_wait_ns: int
+    other_ns: int
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle_ns / self.span_ns if self.span_ns else 0.0
+
+
+@dataclass(slots=True)
+class SyncPoint:
+    """A place where the host waits for the device (or would, on a GPU). ``cost_ns``: the host call's
+    duration; ``enclosing_op``: the outermost cpu_op around it; ``annotation``: innermost user annotation
+    (a stepscope span mirrored by ``record_function``); ``python``: innermost Python frame from the
+    profiler's stacks ("file.py(123): function"), when recorded."""
+
+    kind: str
+    name: str
+    ts_ns: int
+    cost_ns: int
+    tid: int
+    enclosing_op: str | None = None
+    annotation: str | None = None
+    python: str | None = None
+    nbytes: int = -1
+
+
+@dataclass(slots=True)
+class OpStat:
+    """Per name: calls, total and self time (ns; self = minus child events of the same kind on the thread)."""
+
+    name: str
+    count: int
+    total_ns: int
+    self_ns: int
+
+
+@dataclass(slots=True)
+class DeviceSummary:
+    """What ``stepscope device`` reports for one trace."""
+
+    path: str
+    device: str | None
+    events: int
+    span_ns: int
+    streams: list[StreamIdle]
+    gaps: list[Gap]
+    syncs: list[SyncPoint]
+    top_ops: list[OpStat]
+    top_kernels: list[OpStat]
+    sync_counts: dict[str, int] = field(default_factory=dict)
+
+
+class _HostIndex:
+    """Per thread, host events of some categories sorted by start, for 'what ran at time t' queries."""
+
+    def __init__(self, trace: KinetoTrace, cats: tuple[str, ...]) -> None:
+        self.trace = trace
+        m = trace.mask(*cats)
+        idx = np.nonzero(m)[0]
+        self.by_tid: dict[int, np.ndarray] = {}
+        for tid in np.unique(trace.tid[idx]).tolist():
+            sel = idx[trace.tid[idx] == tid]
+            self.by_tid[tid] = sel[np.argsort(trace.ts[sel], kind="stable")]
+
+    def enclosing(self, tid: int, t: int, outermost: bool) -> int | None:
+        """Index of the outermost/innermost event on ``tid`` with ``ts <= t < end`` (None if none)."""
+        sel = self.by_tid.get(tid)
+        if sel is None or not len(sel):
+            return None
+        tr = self.trace
+        hi = int(np.searchsorted(tr.ts[sel], t, "right"))
+        lo = max(0, hi - 4096)  # nested events start shortly before t; bounded look-back
+        cand = sel[lo:hi]
+        hit = cand[tr.ts[cand] + tr.dur[cand] > t]
+        if not len(hit):
+            return None
+        if outermost:
+            return int(hit[np.argmax(tr.dur[hit])])
+        return int(hit[np.argmin(tr.dur[hit])])
+
+
+def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, attribute_top: int = 20
+                   ) -> tuple[list[StreamIdle], list[Gap]]:
+    """Per-stream idle breakdown and every gap, largest first; the ``attribute_top`` largest gaps get
+    their host op and annotation."""
+    dev_idx = np.nonzero(np.isin(trace.cat, DEVICE_CATS) & (trace.stream >= 0))[0]
+    rt = np.nonzero(trace.mask("cuda_runtime", "cuda_driver") & (trace.correlation >= 0))[0]
+    launch_ts = dict(zip(trace.correlation[rt].tolist(), trace.ts[rt].tolist()))
+    launch_tid = dict(zip(trace.correlation[rt].tolist(), trace.tid[rt].tolist()))
+    streams: list[StreamIdle] = []
+    gaps: list[Gap] = []
+    for dev, stream in sorted({(int(d), int(s)) for d, s in zip(trace.device[dev_idx], trace.stream[dev_idx])}):
+        sel = dev_idx[(trace.device[dev_idx] == dev) & (trace.stream[dev_idx] == stream)]
+        sel = sel[np.argsort(trace.ts[sel], kind="stable")]
+        ts, end = trace.ts[sel], trace.ts[sel] + trace.dur[sel]
+        prev_end = np.maximum.accumulate(end)
+        gap = np.maximum(ts[1:] - prev_end[:-1], 0)
+        busy = _union_ns(ts, end)
+        cats = {"host_wait": 0, "kernel_wait": 0, "other": 0}
+        for k in np.nonzero(gap > 0)[0].tolist():
+            i = int(sel[k + 1])
+            corr = int(trace.correlation[i])
+            lt = launch_ts.get(corr)
+            start = int(prev_end[k])
+            if lt is not None and lt > start:
+                cat = "host_wait"
+            elif gap[k] < kernel_wait_ns:
+                cat = "kernel_wait"
+            else:
+                cat = "other"
+            cats[cat] += int(gap[k])
+            g = Gap(dev, stream, start, int(ts[k + 1]), cat, trace.name_of(i))
+            g.host_op = launch_tid.get(corr)  # tid for now; resolved below for the largest gaps
+            gaps.append(g)
+        span = int(end.max() - ts.min()) if len(sel) else 0
+        streams.append(StreamIdle(dev, stream, len(sel), span, busy, span - busy, cats["host_wait"], cats["kernel_wait"],
+                                  cats["other"]))
+    gaps.sort(key=lambda g: -g.duration_ns)
+    ops = _HostIndex(trace, ("cpu_op",))
+    notes = _HostIndex(trace, ("user_annotation",))
+    for n, g in enumerate(gaps):
+        tid = g.host_op
+        g.host_op = None
+        if n >= attribute_top or tid is None:
+            continue
+        o = ops.enclosing(tid, g.start_ns, outermost=True)
+        a = notes.enclosing(tid, g.start_ns, outermost=False)
+        g.host_op = trace.name_of(o) if o is not None else None
+        g.annotation = trace.name_of(a) if a is not None else None
+    return streams, gaps
+
+
+def _union_ns(ts: np.ndarray, end: np.ndarray) -> int:
+    if not len(ts):
+        return 0
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    run_end = np.maximum.accumulate(end)
+    starts_new = np.ones(len(ts), bool)
+    starts_new[1:] = ts[1:] > run_end[:-1]
+    group = np.cumsum(starts_new) - 1
+    g_start = ts[starts_new]
+    g_end = np.zeros(len(g_start), np.int64)
+    np.maximum.at(g_end, group, end)
+    return int((g_end - g_start).sum())
+
+
+def host_syncs(trace: KinetoTrace) -> list[SyncPoint]:
+    """Every host-device sync point in time order: sync runtime calls, DtoH copies, scalar reads and
+    data-dependent ops (``.item()``, ``.nonzero()``...), and Kineto's ``cuda_sync`` records."""
+    out: list[SyncPoint] = []
+    ops = _HostIndex(trace, ("cpu_op",))
+    notes = _HostIndex(trace, ("user_annotation",))
+    py = _HostIndex(trace, ("python_function",))
+    names = trace.names
+    dtoh_corr = {int(c): int(b) for c, n, b, k in zip(trace.correlation, trace.name, trace.nbytes, trace.cat)
+                 if k == CAT["gpu_memcpy"] and "DtoH" in names[n]}
+    for i in range(len(trace)):
+        c = int(trace.cat[i])
+        nm = names[trace.name[i]]
+        kind = None
+        nbytes = -1
+        if c == CAT["cuda_runtime"]:
+            if nm in SYNC_RUNTIME:
+                kind = SYNC_RUNTIME[nm]
+            elif nm.startswith("cudaMemcpy") and int(trace.correlation[i]) in dtoh_corr:
+                kind = "device-to-host copy"
+                nbytes = dtoh_corr[int(trace.correlation[i])]
+        elif c == CAT["cpu_op"] and nm in SYNC_OPS:
+            if nm == "aten::_local_scalar_dense" or nm == "aten::is_nonzero":
+                continue  # reported through its caller (aten::item)
+            kind = SYNC_OPS[nm]
+        if kind is None:
+            continue
+        tid, t = int(trace.tid[i]), int(trace.ts[i])
+        o = ops.enclosing(tid, t, outermost=True)
+        a = notes.enclosing(tid, t, outermost=False)
+        p = py.enclosing(tid, t, outermost=False)
+        out.append(SyncPoint(kind, nm, t, int(trace.dur[i]), tid,
+                             trace.name_of(o) if o is not None and o != i else None,
+                             trace.name_of(a) if a is not None else None,
+                             trace.name_of(p) if p is not None else None, nbytes))
+    return out
+
+
+def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[OpStat]:
+    """Calls, total and self time per name for events of ``cats``, by self time, largest first."""
+    idx = np.nonzero(trace.mask(*cats))[0]
+    self_ns = trace.dur.copy()
+    for tid in np.unique(trace.tid[idx]).tolist():
+        sel = idx[trace.tid[idx] == tid]
+        sel = sel[np.lexsort((-trace.dur[sel], trace.ts[sel]))]
+        stack: list[int] = []
+        for i in sel.tolist():
+            t = trace.ts[i]
+            while stack and trace.ts[stack[-1]] + trace.dur[stack[-1]] <= t:
+                stack.pop()
+            if stack:
+                self_ns[stack[-1]] -= trace.dur[i]
+            stack.append(i)
+    count: dict[str, int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
+    selfs: dict[str, int] = defaultdict(int)
+    for i in idx.tolist():
+        n = trace.names[trace.name[i]]
+        count[n] += 1
+        total[n] += int(trace.dur[i])
+        selfs[n] += int(self_ns[i])
+    ranked = sorted(count, key=lambda n: -selfs[n])[:top]
+    return [OpStat(n, count[n], total[n], selfs[n]) for n in ranked]
+
+
+def summarize_device(trace: KinetoTrace, top: int = 15, kernel_wait_ns: int = KERNEL_WAIT_NS) -> DeviceSummary:
+    """The whole device analysis of one trace."""
+    streams, gaps = idle_breakdown(trace, kernel_wait_ns)
+    syncs = host_syncs(trace)
+    counts: dict[str, int] = defaultdict(int)
+    for s in syncs:
+        counts[s.kind] += 1
+    span = int(trace.end.max() - trace.ts.min()) if len(trace) else 0
+    return DeviceSummary(trace.path, trace.device_name, len(trace), span, streams, gaps[:50], syncs,
+                         op_stats(trace, ("cpu_op",), top), op_stats(trace, ("kernel",), top), dict(counts))

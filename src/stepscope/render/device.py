@@ -1,0 +1,58 @@
+"""Terminal rendering of a device analysis."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..device.analysis import DeviceSummary
+from .terminal import fmt_ns
+
+
+def _clip(s: str | None, n: int = 70) -> str:
+    if not s:
+        return "-"
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
+    console.print(f"[bold]device trace[/bold] {d.path}  device {d.device or 'CPU only'}  {d.events} events  "
+                  f"span {fmt_ns(d.span_ns)}")
+    if d.streams:
+        t = Table(title="Idle time per stream (HTA's categories)", title_justify="left", show_edge=False)
+        for col in ("device", "stream", "activities", "span", "busy", "idle", "host wait", "kernel wait", "other"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for s in d.streams:
+            idle = max(s.idle_ns, 1)
+            t.add_row(str(s.device), str(s.stream), str(s.activities), fmt_ns(s.span_ns), fmt_ns(s.busy_ns),
+                      f"{fmt_ns(s.idle_ns)} ({100 * s.idle_share:.0f}%)",
+                      f"{fmt_ns(s.host_wait_ns)} ({100 * s.host_wait_ns / idle:.0f}%)",
+                      f"{fmt_ns(s.kernel_wait_ns)} ({100 * s.kernel_wait_ns / idle:.0f}%)",
+                      f"{fmt_ns(s.other_ns)} ({100 * s.other_ns / idle:.0f}%)")
+        console.print(t)
+        t = Table(title="Largest idle gaps", title_justify="left", show_edge=False)
+        for col in ("gap", "stream", "category", "host op running", "annotation / span", "next on device"):
+            t.add_column(col, justify="right" if col == "gap" else "left", no_wrap=True, overflow="ellipsis")
+        for g in d.gaps[:top]:
+            t.add_row(fmt_ns(g.duration_ns), str(g.stream), g.category, _clip(g.host_op, 30), _clip(g.annotation, 40),
+                      _clip(g.next_name, 50))
+        console.print(t)
+    if d.syncs:
+        t = Table(title=f"Host-device syncs ({', '.join(f'{v} {k}' for k, v in d.sync_counts.items())})",
+                  title_justify="left", show_edge=False)
+        for col in ("kind", "cost", "inside op", "annotation / span", "python"):
+            t.add_column(col, justify="right" if col == "cost" else "left", no_wrap=True, overflow="ellipsis")
+        for s in sorted(d.syncs, key=lambda s: -s.cost_ns)[:top]:
+            t.add_row(s.kind, fmt_ns(s.cost_ns), _clip(s.enclosing_op, 30), _clip(s.annotation, 40), _clip(s.python, 50))
+        console.print(t)
+    else:
+        console.print("No host-device syncs.")
+    for title, items in (("Top host ops by self time", d.top_ops), ("Top kernels by time", d.top_kernels)):
+        if not items:
+            continue
+        t = Table(title=title, title_justify="left", show_edge=False)
+        for col in ("name", "calls", "total", "self"):
+            t.add_column(col, justify="left" if col == "name" else "right", no_wrap=True, overflow="ellipsis")
+        for o in items[:top]:
+            t.add_row(_clip(o.name, 80), str(o.count), fmt_ns(o.total_ns), fmt_ns(o.self_ns))
+        console.print(t)
