@@ -47,7 +47,7 @@ def synthesize(store: Store, n_samples: int, n_spans: int) -> str:
         parent = None if i % 10 == 0 else (i // 10) * 10 + 1
         spans.append((i + 1, parent, f"pkg.Model{i % 7}.forward", "function", i * step, i * step + step - 10, 1, None,
                       {"diffusion.step": i // 10} if i % 10 == 1 else None))
-    store.append(run.id, spans=spans, frames=funcs, stacks=stacks, samples=samples, threads={1: "MainThread"})
+    store.append(run.id, spans=spans, frames=funcs, stacks=stacks, samples=samples, threads={1: ("MainThread", 1)})
     store.update_run(run.id, status="ok", end_ns=n_samples * period)
     return run.id
 

@@ -92,6 +92,9 @@ def main() -> None:
                        flush_interval_s=settings.flush_interval_s, run_id=cfg.get("run_id"),
                        command=cfg.get("command") or sys.argv, _owns_run=not cfg.get("run_id"))
 
+    if settings.device_trace:
+        _start_device_capture(session, settings)
+
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_term(signum, frame):
             session.flush_on_signal("terminated", -signal.SIGTERM)
@@ -141,6 +144,20 @@ def main() -> None:
         sys.exit(1)
     else:
         session.set_outcome("ok", 0)
+
+
+def _start_device_capture(session, settings) -> None:
+    """Start the torch profiler for the run; a missing torch is one line on stderr, not a failure."""
+    try:
+        from .device.capture import DeviceCapture
+
+        cap = DeviceCapture(session.store.run_dir(session.run_id) / "device_trace.json.gz",
+                            with_stack=settings.device_stacks, steps=settings.device_steps)
+        cap.start()
+    except ImportError as e:
+        print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
+        return
+    session.on_finish(cap.stop)
 
 
 def _run_script_traced(path: str, module, session) -> None:

@@ -70,6 +70,7 @@ class Profile:
     sample_stack: list[int] = field(default_factory=list)
     hz: float = 0.0
     thread_names: dict[int, str] = field(default_factory=dict)
+    native_ids: dict[int, int] = field(default_factory=dict)  # thread id -> OS thread id (Kineto's tid)
 
     def __len__(self) -> int:
         return len(self.sample_t_ns)

@@ -80,6 +80,7 @@ class Session:
         self._root_span: tuple | None = None
         self._pid = os.getpid()
         self.finished = False
+        self._finishers: list = []
         self.unresolved: dict[str, str] = {}
         self.status = "ok"
         self.exit_code: int | None = 0
@@ -105,6 +106,10 @@ class Session:
         self._thread.start()
         atexit.register(self._atexit)
         return self
+
+    def on_finish(self, fn) -> None:
+        """Call ``fn()`` when the session finishes, before the final write (e.g. stop a device capture)."""
+        self._finishers.append(fn)
 
     def _open_root(self, name: str) -> None:
         sid = buffer.next_span_id()
@@ -139,6 +144,11 @@ class Session:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._close_root()
+        for fn in self._finishers:
+            try:
+                fn()
+            except Exception as e:  # recorded, never raised into the program's exit
+                print(f"stepscope: {getattr(fn, '__qualname__', fn)} failed: {e}", file=sys.stderr)
         self.unresolved = self.patcher.unresolved
         self.patcher.remove()
         self._flush()
@@ -195,8 +205,8 @@ class Session:
             threads = {}
             for th in threading.enumerate():
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
-                    threads[th.ident] = th.name
-            self._threads_seen.update(threads)
+                    threads[th.ident] = (th.name, th.native_id)
+            self._threads_seen.update({k: v[0] for k, v in threads.items()})
             self.store.append(self.run_id, spans=buffer.take(), frames=frames, frame_base=self._frames_written,
                               stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads)
             self._frames_written += len(frames)

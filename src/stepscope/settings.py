@@ -14,6 +14,8 @@ class Settings:
     thread (0 turns sampling off). ``max_stack_depth``: frames kept per sample, nearest the leaf.
     ``flush_interval_s``: how often recorded data is written to the store (s); a crash loses at most this.
     ``transaction``: name of the root transaction opened for the whole program (None: none).
+    ``device_trace``: also record the torch profiler timeline (``device_stacks``: with Python stacks;
+    ``device_steps``: only that many denoising steps after one warm-up step).
     """
 
     functions_to_trace: tuple[str, ...] = ()
@@ -22,6 +24,9 @@ class Settings:
     flush_interval_s: float = 1.0
     transaction: str | None = None
     store: str | None = None
+    device_trace: bool = False
+    device_stacks: bool = False
+    device_steps: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -29,6 +34,8 @@ class Settings:
             raise ValueError(f"profiles_hz: expected 0..20000 samples/s, got {self.profiles_hz}")
         if self.max_stack_depth < 1:
             raise ValueError(f"max_stack_depth: expected >= 1, got {self.max_stack_depth}")
+        if self.device_steps is not None and self.device_steps < 1:
+            raise ValueError(f"device_steps: expected >= 1 steps, got {self.device_steps}")
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: expected > 0 s, got {self.flush_interval_s}")
 

@@ -14,16 +14,22 @@ from ..runner import CommandError, Outcome, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
 from ..tracing.patch import normalize_targets
+from ..tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
-           quiet: bool = False, transaction: str | None = None, extra: dict | None = None) -> Outcome:
-    """Run and record ``command``; print its summary (stderr) or JSON (stdout). Shared with ``demo``."""
+           quiet: bool = False, transaction: str | None = None, extra: dict | None = None, **device) -> Outcome:
+    """Run and record ``command``; print its summary (stderr) or JSON (stdout). Shared with ``demo``.
+
+    ``device``: ``device_trace``, ``device_stacks``, ``device_steps`` (see ``Settings``)."""
+    if device.get("device_trace") or device.pop("syncs", False):
+        traces = list(traces) + [t for t in SYNC_TARGETS if t not in traces]
+    device.pop("syncs", None)
     settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
-                        extra=extra or {})
+                        extra=extra or {}, **device)
     store = open_store(store_path, create=True)
     try:
         outcome = run_program(command, settings, store)
@@ -55,6 +61,10 @@ def run(
     as_json: bool = JsonOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
     auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
+    device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler (Kineto) timeline."),
+    device_steps: Optional[int] = typer.Option(None, "--device-steps", help="Record only N denoising steps (after 1 warm-up)."),
+    device_stacks: bool = typer.Option(False, "--device-stacks", help="Python stacks in the device trace (large)."),
+    syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -71,15 +81,17 @@ def run(
         more, file_hz = read_trace_file(trace_file)
         names += more
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
+    device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
+                  device_steps=device_steps, syncs=syncs)
     if auto_trace > 0:
-        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace)
+        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device)
     else:
-        outcome = record(args, names, rate, store, as_json, quiet)
+        outcome = record(args, names, rate, store, as_json, quiet, **device)
     raise typer.Exit(outcome.exit_code)
 
 
 def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,
-                n: int) -> Outcome:
+                n: int, device: dict) -> Outcome:
     """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
     from ..analysis.suggest import suggest
 
@@ -89,7 +101,7 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
     second = record(args, names + picks, rate, store_path, as_json, quiet,
-                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}})
+                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, **device)
     run = st.get_run(first.run_id)
     run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}
     st.update_run(first.run_id, settings=run.settings)

@@ -255,10 +255,11 @@ def host_syncs(trace: KinetoTrace) -> list[SyncPoint]:
     return out
 
 
-def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[OpStat]:
-    """Calls, total and self time per name for events of ``cats``, by self time, largest first."""
-    idx = np.nonzero(trace.mask(*cats))[0]
-    self_ns = trace.dur.copy()
+def self_times(trace: KinetoTrace, idx: np.ndarray) -> np.ndarray:
+    """Self time (ns) of each event in ``idx``: its duration minus its direct children's among ``idx``
+    on the same thread (events nest by time). Returns an array aligned with ``idx``."""
+    pos = {int(i): k for k, i in enumerate(idx.tolist())}
+    out = trace.dur[idx].astype(np.int64)
     for tid in np.unique(trace.tid[idx]).tolist():
         sel = idx[trace.tid[idx] == tid]
         sel = sel[np.lexsort((-trace.dur[sel], trace.ts[sel]))]
@@ -268,16 +269,23 @@ def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[O
             while stack and trace.ts[stack[-1]] + trace.dur[stack[-1]] <= t:
                 stack.pop()
             if stack:
-                self_ns[stack[-1]] -= trace.dur[i]
+                out[pos[stack[-1]]] -= trace.dur[i]
             stack.append(i)
+    return out
+
+
+def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[OpStat]:
+    """Calls, total and self time per name for events of ``cats``, by self time, largest first."""
+    idx = np.nonzero(trace.mask(*cats))[0]
+    selfs_of = self_times(trace, idx)
     count: dict[str, int] = defaultdict(int)
     total: dict[str, int] = defaultdict(int)
     selfs: dict[str, int] = defaultdict(int)
-    for i in idx.tolist():
+    for k, i in enumerate(idx.tolist()):
         n = trace.names[trace.name[i]]
         count[n] += 1
         total[n] += int(trace.dur[i])
-        selfs[n] += int(self_ns[i])
+        selfs[n] += int(selfs_of[k])
     ranked = sorted(count, key=lambda n: -selfs[n])[:top]
     return [OpStat(n, count[n], total[n], selfs[n]) for n in ranked]
 

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..device.analysis import DeviceSummary
-from .terminal import fmt_ns
+from ..device.runview import RunDevice
+from .terminal import fmt_ns, short_name
 
 
 def _clip(s: str | None, n: int = 70) -> str:
@@ -55,4 +56,32 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
             t.add_column(col, justify="left" if col == "name" else "right", no_wrap=True, overflow="ellipsis")
         for o in items[:top]:
             t.add_row(_clip(o.name, 80), str(o.count), fmt_ns(o.total_ns), fmt_ns(o.self_ns))
+        console.print(t)
+
+
+def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
+    """A run's device view: the trace summary, per-span host vs device time, the sync sites."""
+    if v.summary is not None:
+        print_device(v.summary, console, top)
+        if v.spans:
+            t = Table(title="Per span: host time vs host ops vs device", title_justify="left", show_edge=False)
+            for col in ("span", "calls", "host (span)", "in host ops", "on device", "top ops (self)"):
+                num = col not in ("span", "top ops (self)")
+                t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
+                             min_width=9 if num else 20, max_width=None if num else 60)
+            for s in v.spans[:top]:
+                t.add_row(short_name(s.name), str(s.count), fmt_ns(s.host_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
+                          ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in s.top_ops[:3]))
+            console.print(t)
+    else:
+        console.print("[dim]no device trace for this run (record with --device-trace); sync sites only[/dim]")
+    if v.sync_sites:
+        t = Table(title="Sync sites (where a GPU would make the host wait)", title_justify="left", show_edge=False)
+        for col in ("kind", "line", "function", "calls", "time", "inside"):
+            num = col in ("calls", "time")
+            t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
+                         min_width={"kind": 11, "line": 34, "calls": 5, "time": 8}.get(col, 12),
+                         max_width={"function": 40, "inside": 36}.get(col))
+        for s in v.sync_sites[:top]:
+            t.add_row(s.kind, s.where, s.function, str(s.count), fmt_ns(s.total_ns), ", ".join(short_name(n) for n in s.inside[:2]))
         console.print(t)

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS stacks (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER);
 CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
-CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, PRIMARY KEY (run_id, thread_id));
+CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
+  PRIMARY KEY (run_id, thread_id));
 """
 
 
@@ -98,11 +99,12 @@ class Store:
 
     def append(self, run_id: str, *, spans: Iterable[tuple] = (), frames: list[tuple] = (), frame_base: int = 0,
                stacks: list[tuple] = (), stack_base: int = 0, samples: Iterable[tuple] = (),
-               threads: dict[int, str] | None = None) -> None:
+               threads: dict[int, tuple[str, int | None]] | None = None) -> None:
         """Append recorded data in one transaction.
 
         ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
-        entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack)``.
+        entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack)``;
+        ``threads``: thread id -> (name, OS thread id).
         """
         c = self.conn
         c.execute("BEGIN")
@@ -120,8 +122,8 @@ class Store:
                               ((run_id, stack_base + i, ",".join(map(str, s))) for i, s in enumerate(stacks)))
             c.executemany("INSERT INTO samples VALUES (?,?,?,?)", ((run_id, *s) for s in samples))
             if threads:
-                c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?)",
-                              ((run_id, tid, name) for tid, name in threads.items()))
+                c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?)",
+                              ((run_id, tid, name, native) for tid, (name, native) in threads.items()))
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -198,6 +200,8 @@ class Store:
             sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],
             hz=float(run.settings.get("profiles_hz") or 0.0),
             thread_names={r[0]: r[1] for r in c.execute("SELECT thread_id, name FROM threads WHERE run_id = ?", (run_id,))},
+            native_ids={r[0]: r[1] for r in c.execute("SELECT thread_id, native_id FROM threads WHERE run_id = ?", (run_id,))
+                        if r[1] is not None},
         )
         run.span_count, run.sample_count = len(spans), len(rows)
         return RunData(run, spans, profile)

@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import steps
+from . import steps, syncs
 from .wrappers import is_wrapper, wrap
 
 _GLOB = set("*?[")
@@ -226,13 +226,14 @@ class Patcher:
             return  # traced already, under this or another name
         if isinstance(raw, property):
             raise _Unresolved(f"{concrete} is a property; trace its getter's function instead")
-        hooks = steps.hooks_for(owner, attr)
+        hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr)
+        op = getattr(hooks, "op", "function")
         if isinstance(raw, staticmethod):
-            new = staticmethod(wrap(_unwrapped(raw.__func__), concrete, hooks=hooks))
+            new = staticmethod(wrap(_unwrapped(raw.__func__), concrete, op, hooks=hooks))
         elif isinstance(raw, classmethod):
-            new = classmethod(wrap(_unwrapped(raw.__func__), concrete, hooks=hooks))
+            new = classmethod(wrap(_unwrapped(raw.__func__), concrete, op, hooks=hooks))
         elif callable(raw):
-            new = wrap(_unwrapped(raw), concrete, hooks=hooks)
+            new = wrap(_unwrapped(raw), concrete, op, hooks=hooks)
         else:
             raise _Unresolved(f"{concrete} is a {type(raw).__name__}, not a function")
         try:

@@ -61,6 +61,22 @@ class StepScope:
         _scope.set(s.outer if s is not None else None)
 
 
+#: Called with no argument after every scheduler step (the device capture steps its profiler).
+_listeners: list = []
+
+
+def add_listener(fn) -> None:
+    """Call ``fn()`` after every traced scheduler step."""
+    _listeners.append(fn)
+
+
+def remove_listener(fn) -> None:
+    try:
+        _listeners.remove(fn)
+    except ValueError:
+        pass
+
+
 class StepMarker:
     """Hooks for a scheduler's ``step``: tags the span, then advances the counter."""
 
@@ -73,6 +89,11 @@ class StepMarker:
 
     def exit(self) -> None:
         _current().counter += 1
+        for fn in tuple(_listeners):
+            try:
+                fn()
+            except Exception:  # a listener must never break the program
+                pass
 
 
 class StepScoped:

@@ -1,0 +1,114 @@
+"""Record the torch profiler's (Kineto) timeline of a run: ``stepscope run --device-trace``.
+
+torch is imported only when a capture starts. Activities: CPU, and CUDA when available; shapes and
+FLOPs recorded; Python stacks on request (``with_stack``: every Python call becomes an event, so traces
+grow tenfold; the sync sites' own spans give each sync its Python line without them). The trace is written gzipped as ``<run dir>/device_trace.json.gz``.
+
+Clock: markers named ``stepscope.clock_sync <label> <perf_counter_ns>`` are recorded with
+``record_function`` at the start, every ``MARK_EVERY_S`` from a marker thread, at every denoising step
+and at the end, so the trace's times are rebased onto the run's clock when the trace is analysed
+(``device.runview.clock_map``), whatever clock Kineto used and however it drifts.
+
+Bounded recording: with ``steps=N`` the profiler skips ``wait`` steps, warms up for one, records N
+denoising steps, and stops (``torch.profiler.schedule``), stepping on each scheduler ``step`` (the
+``diffusion.step`` marker); a run with no traced scheduler step is recorded whole.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from time import perf_counter_ns
+
+from ..tracing import steps as step_hooks
+
+MARKER = "stepscope.clock_sync"
+MARK_EVERY_S = 0.1
+
+
+class DeviceCapture:
+    """One torch profiler session. ``start()`` then ``stop()``; ``stop`` writes ``out_path``."""
+
+    def __init__(self, out_path: str | os.PathLike, with_stack: bool = False, steps: int | None = None,
+                 wait: int = 0) -> None:
+        self.out_path = Path(out_path)
+        self.with_stack = with_stack
+        self.steps = steps
+        self.wait = wait
+        self.prof = None
+        self.written = False
+        self.error: str | None = None
+        self._warm = False
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self._torch = torch
+        acts = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            acts.append(ProfilerActivity.CUDA)
+        sched = schedule(wait=self.wait, warmup=1, active=self.steps, repeat=1) if self.steps else None
+        self.prof = profile(activities=acts, record_shapes=True, with_stack=self.with_stack, with_flops=True,
+                            schedule=sched, on_trace_ready=self._write if sched else None)
+        self.prof.__enter__()
+        self.mark("start")
+        step_hooks.add_listener(self._on_step)
+        self._stop = threading.Event()
+        self._marker = threading.Thread(target=self._mark_loop, name="stepscope-clock-marker", daemon=True)
+        self._marker.start()
+
+    def _mark_loop(self) -> None:
+        while not self._stop.wait(MARK_EVERY_S):
+            try:
+                self.mark("tick")
+            except Exception:
+                return
+
+    def mark(self, label: str) -> None:
+        """A clock marker: a zero-work record_function range named with the current clock reading.
+
+        The first record_function of a process is slow (ms), so a warm-up range precedes the marker."""
+        rf = self._torch.profiler.record_function
+        if not self._warm:
+            with rf("stepscope.warmup"):
+                pass
+            self._warm = True
+        with rf(f"{MARKER} {label} {perf_counter_ns()}"):
+            pass
+
+    def _on_step(self) -> None:
+        self.mark("step")
+        if self.steps:
+            self.prof.step()
+
+    def stop(self) -> None:
+        """Stop recording and write the trace (once)."""
+        if self.prof is None:
+            return
+        step_hooks.remove_listener(self._on_step)
+        self._stop.set()
+        self._marker.join(timeout=1)
+        self.mark("stop")
+        self.prof.__exit__(None, None, None)
+        if not self.steps:
+            self._write(self.prof)
+        self.prof = None
+
+    def _write(self, prof) -> None:
+        if self.written:
+            return
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.out_path.parent)
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            with open(tmp, "rb") as src, gzip.open(self.out_path, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+            self.written = True
+        finally:
+            os.unlink(tmp)

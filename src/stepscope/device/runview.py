@@ -1,0 +1,230 @@
+"""The device timeline of a recorded run: the Kineto trace rebased onto the run's clock and joined
+with its spans and sync sites.
+
+Rebasing: the capture recorded ``stepscope.clock_sync <label> <perf_counter_ns>`` ranges (at the start,
+at each denoising step, at the end). At each marker, offset = Kineto time - clock reading; between
+markers it is interpolated linearly, since Kineto's clock and ``perf_counter_ns`` drift apart by tens of
+ppm (61 us over 2.4 s was seen here). A span's window ``[start, end)`` maps to
+``[start + offset(start), end + offset(end))``. Kineto's ``tid`` is the OS thread id, which the run
+stored for each Python thread (``Profile.native_ids``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import RunData, Span
+from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
+from .capture import MARKER
+from .kineto import CAT, KinetoTrace
+
+
+class AlignError(ValueError):
+    """The trace has no clock markers (not recorded by ``stepscope run --device-trace``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockMap:
+    """Run clock -> Kineto time: offsets (ns) measured at marker times (run clock, ns), interpolated."""
+
+    at: np.ndarray
+    offset: np.ndarray
+
+    def to_trace(self, t_ns):
+        """Kineto time (ns) of a run-clock time (scalar or array)."""
+        return t_ns + np.rint(np.interp(t_ns, self.at, self.offset)).astype(np.int64)
+
+    def to_run(self, k_ns):
+        """Run-clock time (ns) of a Kineto time (scalar or array)."""
+        return k_ns - np.rint(np.interp(k_ns, self.at + self.offset, self.offset)).astype(np.int64)
+
+
+def clock_map(trace: KinetoTrace) -> ClockMap:
+    """The run clock -> Kineto time map from the capture's markers. Raises AlignError without markers."""
+    pts = []
+    for i in np.nonzero(trace.mask("user_annotation", "cpu_op"))[0].tolist():
+        name = trace.name_of(i)
+        if name.startswith(MARKER + " "):
+            try:
+                mono = int(name.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+            pts.append((mono, int(trace.ts[i]) - mono))
+    if not pts:
+        raise AlignError(f"{trace.path}: no {MARKER} markers; record with `stepscope run --device-trace`")
+    pts.sort()
+    return ClockMap(np.array([p[0] for p in pts], np.int64), np.array([p[1] for p in pts], np.int64))
+
+
+@dataclass(slots=True)
+class SpanDevice:
+    """Per span name: calls, host (span) time, time in host ops (top-level cpu_op, ns), device time
+    (kernels/copies launched inside the span windows, ns) and the top host ops by self time."""
+
+    name: str
+    count: int
+    host_ns: int
+    op_ns: int
+    device_ns: int
+    top_ops: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncSiteStat:
+    """Sync sites of the run (spans with op "sync") grouped by kind and Python line: calls, total cost
+    (ns), the traced spans they ran in."""
+
+    kind: str
+    where: str
+    function: str
+    count: int
+    total_ns: int
+    inside: list[str]
+
+
+@dataclass(slots=True)
+class RunDevice:
+    """The run-aware device report: the trace's own summary (syncs attributed to spans and lines), per
+    span device figures, and the sync-site inventory."""
+
+    summary: DeviceSummary | None
+    offset_ns: int | None
+    spans: list[SpanDevice]
+    sync_sites: list[SyncSiteStat]
+
+
+def _innermost(spans: list[Span], tid: int, t: int, ops: tuple[str, ...] | None = None) -> Span | None:
+    best = None
+    for s in spans:
+        if s.thread_id == tid and s.start_ns <= t < s.end_ns and (ops is None or s.op in ops):
+            if best is None or s.duration_ns < best.duration_ns:
+                best = s
+    return best
+
+
+#: Which sync spans can cause a Kineto sync event (by the event's name).
+_CAUSES = {"aten::item": (".item()", ".__bool__()", ".tolist()"), "aten::nonzero": (".nonzero()", "torch.nonzero"),
+           "aten::tolist": (".tolist()",)}
+_COPY_CAUSES = (".item()", ".__bool__()", ".tolist()", ".cpu()", ".numpy()")
+#: How far (ns) a Kineto event may fall outside its sync span after rebasing (Kineto's CPU clock is
+#: TSC-based and wanders by tens of us against perf_counter_ns between markers).
+MATCH_TOLERANCE_NS = 300_000
+
+
+def _sync_site(sync_spans: list[Span], tid: int, t: int, event_name: str) -> Span | None:
+    """The sync span that most likely caused a Kineto sync event: same thread, a compatible kind, the
+    nearest window within ``MATCH_TOLERANCE_NS``."""
+    kinds = _CAUSES.get(event_name, _COPY_CAUSES)
+    best, best_d = None, MATCH_TOLERANCE_NS + 1
+    for s in sync_spans:
+        if s.thread_id != tid or s.attrs.get("sync") not in kinds:
+            continue
+        d = 0 if s.start_ns <= t < s.end_ns else min(abs(t - s.start_ns), abs(t - s.end_ns))
+        if d < best_d:
+            best, best_d = s, d
+    return best
+
+
+def _where(s: Span) -> str:
+    f = s.attrs.get("code.filepath")
+    return f"{os.path.basename(f)}:{s.attrs.get('code.lineno')}" if f else "?"
+
+
+def sync_sites(data: RunData) -> list[SyncSiteStat]:
+    """The sync-site inventory from the run's sync spans (works without a device trace)."""
+    by_id = {s.span_id: s for s in data.spans}
+    groups: dict[tuple, list[Span]] = defaultdict(list)
+    for s in data.spans:
+        if s.op == "sync":
+            groups[(s.attrs.get("sync", s.name), _where(s), s.attrs.get("code.function", "?"))].append(s)
+    out = []
+    for (kind, where, fn), members in groups.items():
+        inside: dict[str, None] = {}
+        for m in members:
+            p = by_id.get(m.parent_id) if m.parent_id is not None else None
+            while p is not None and p.op == "sync":
+                p = by_id.get(p.parent_id) if p.parent_id is not None else None
+            if p is not None:
+                inside[p.name] = None
+        out.append(SyncSiteStat(kind, where, fn, len(members), sum(m.duration_ns for m in members), list(inside)))
+    out.sort(key=lambda x: -x.total_ns)
+    return out
+
+
+def run_device(data: RunData, trace: KinetoTrace | None) -> RunDevice:
+    """Join a run with its device trace (None: only the sync-site inventory)."""
+    sites = sync_sites(data)
+    if trace is None:
+        return RunDevice(None, None, [], sites)
+    summary = summarize_device(trace)
+    cmap = clock_map(trace)
+    native = data.profile.native_ids
+    by_native = {v: k for k, v in native.items()}
+    spans = [s for s in data.spans if s.op not in ("transaction",)]
+    sync_spans = [s for s in spans if s.op == "sync"]
+    plain = [s for s in spans if s.op != "sync"]
+    for sp in summary.syncs:
+        tid = by_native.get(sp.tid)
+        t = int(cmap.to_run(sp.ts_ns))
+        if tid is None:
+            continue
+        enclosing = _innermost(plain, tid, t)
+        if enclosing is not None:
+            sp.annotation = enclosing.name
+        site = _sync_site(sync_spans, tid, t, sp.name)
+        if site is not None and sp.python is None:
+            sp.python = f"{_where(site)}: {site.attrs.get('code.function', '?')}"
+    # per span name: time in top-level host ops and device activity launched inside
+    cpu = np.nonzero(trace.mask("cpu_op"))[0]
+    dev = np.nonzero(np.isin(trace.cat, [CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"]]))[0]
+    rt = np.nonzero(trace.mask("cuda_runtime", "cuda_driver") & (trace.correlation >= 0))[0]
+    launch = dict(zip(trace.correlation[rt].tolist(), zip(trace.ts[rt].tolist(), trace.tid[rt].tolist())))
+    dev_launch_ts = np.array([launch.get(int(c), (-1, -1))[0] for c in trace.correlation[dev]], dtype=np.int64)
+    dev_launch_tid = np.array([launch.get(int(c), (-1, -1))[1] for c in trace.correlation[dev]], dtype=np.int64)
+    self_ns = dict(zip(cpu.tolist(), self_times(trace, cpu).tolist()))
+    per: dict[str, SpanDevice] = {}
+    op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for s in plain:
+        ktid = native.get(s.thread_id)
+        a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
+        sd = per.get(s.name)
+        if sd is None:
+            sd = per[s.name] = SpanDevice(s.name, 0, 0, 0, 0)
+        sd.count += 1
+        sd.host_ns += s.duration_ns
+        if ktid is None:
+            continue
+        inside = cpu[(trace.tid[cpu] == ktid) & (trace.ts[cpu] >= a) & (trace.ts[cpu] < b)]
+        sd.op_ns += int(_top_level_ns(trace, inside))
+        for i in inside.tolist():
+            op_acc[s.name][trace.name_of(i)] += int(self_ns.get(i, 0))
+        m = (dev_launch_tid == ktid) & (dev_launch_ts >= a) & (dev_launch_ts < b)
+        sd.device_ns += int(trace.dur[dev[m]].sum())
+    for name, sd in per.items():
+        sd.top_ops = sorted(op_acc[name].items(), key=lambda kv: -kv[1])[:5]
+    return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites)
+
+
+def _top_level_ns(trace: KinetoTrace, idx: np.ndarray) -> int:
+    if not len(idx):
+        return 0
+    ts, end = trace.ts[idx], trace.ts[idx] + trace.dur[idx]
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    total, cur_end = 0, -1
+    for a, b in zip(ts.tolist(), end.tolist()):
+        if a >= cur_end:
+            total += b - a
+            cur_end = b
+        elif b > cur_end:
+            total += b - cur_end
+            cur_end = b
+    return total
+
+
+__all__ = ["AlignError", "ClockMap", "RunDevice", "SpanDevice", "SyncPoint", "SyncSiteStat", "clock_map", "run_device",
+           "sync_sites"]
