@@ -2,10 +2,12 @@
 step finds its index with `.nonzero()` and `.item()`."""
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
-from conftest import PROGRAMS, run_cli
+from conftest import PROGRAMS, cli_env, run_cli
 
 from stepscope.device.kineto import load
 from stepscope.device.runview import clock_map
@@ -69,4 +71,38 @@ def test_syncs_without_device_trace(tmp_path):
     assert {".nonzero()", ".item()", ".__bool__()"} <= kinds
     r = run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "behaviour.py")], store)
     r = run_cli(["device"], store)
-    assert r.returncode == 2 and "no device trace and no sync sites" in r.stderr
+    assert r.returncode == 2 and "no device trace, sync sites or compile report" in r.stderr
+
+
+def test_flops_per_span_against_measured_peak(euler_run):
+    dev = json.loads(run_cli(["device", "--json"], euler_run).stdout)["device"]
+    assert dev["peak"]["device"] == "cpu" and dev["peak"]["peak_flops"] > 1e9
+    unet = {s["name"]: s for s in dev["spans"]}[UNET]
+    assert unet["flops"] > 1e8  # convolutions and matmuls of 4 tiny-UNet forwards
+    assert 0 < unet["of_peak"] < 1.5
+
+
+def test_compile_report_lists_graph_breaks_and_recompiles(tmp_path):
+    store = tmp_path / "store"
+    prog = str(PROGRAMS / "compile_breaks.py")
+    plain = subprocess.run([sys.executable, prog], capture_output=True, text=True, env=cli_env(store))
+    r = run_cli(["run", "-q", "--compile-report", "--", sys.executable, prog], store)
+    assert r.returncode == 0 and r.stdout == plain.stdout and r.stderr == plain.stderr
+    dev = json.loads(run_cli(["device", "--json"], store).stdout)["device"]
+    breaks = [(os.path.basename(g["file"]), g["line"]) for g in dev["compile"]["graph_breaks"]]
+    assert breaks == [("compile_breaks.py", 8), ("compile_breaks.py", 9)]
+    assert "Data-dependent branching" in dev["compile"]["graph_breaks"][0]["reason"]
+    assert len(dev["compile"]["recompiles"]) == 4
+    assert any("size mismatch" in x["reason"] for x in dev["compile"]["recompiles"])
+
+
+def test_traced_functions_cause_no_graph_break_under_torch_compile(tmp_path):
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--compile-report", "--trace", UNET, "--", sys.executable, "-m",
+                 "stepscope.pipelines.demo_program", "--steps", "2", "--compile", "eager"], store)
+    assert r.returncode == 0, r.stderr
+    assert "Dynamo does not know how to trace" not in r.stderr
+    dev = json.loads(run_cli(["device", "--json"], store).stdout)["device"]
+    assert not [g for g in dev["compile"]["graph_breaks"] if "stepscope" in g["file"]]
+    data = Store(store).load()
+    assert sum(1 for s in data.spans if s.name == UNET) == 2

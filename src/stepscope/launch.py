@@ -94,6 +94,8 @@ def main() -> None:
 
     if settings.device_trace:
         _start_device_capture(session, settings)
+    if settings.compile_report:
+        _start_compile_report(session)
 
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_term(signum, frame):
@@ -158,6 +160,19 @@ def _start_device_capture(session, settings) -> None:
         print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
         return
     session.on_finish(cap.stop)
+
+
+def _start_compile_report(session) -> None:
+    try:
+        from .device.compile_report import CompileRecorder
+
+        rec = CompileRecorder()
+        rec.start()
+    except ImportError as e:
+        print(f"stepscope: --compile-report needs torch ({e}); recording without it", file=sys.stderr)
+        return
+    path = session.store.run_dir(session.run_id) / "compile_report.json"
+    session.on_finish(lambda: rec.stop(path))
 
 
 def _run_script_traced(path: str, module, session) -> None:

@@ -58,6 +58,16 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def _dynamo_skips_wrappers(dynamo) -> None:
+    """Tell torch.compile (Dynamo) to run stepscope's span wrappers as they are instead of tracing them:
+    it then compiles the traced function inside, and the program gets the same graphs (no graph break,
+    no warning) as without stepscope."""
+    from torch._dynamo import trace_rules
+
+    for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs", "stepscope.api"):
+        trace_rules.add(module)
+
+
 class Session:
     """One run being recorded in this process. Use ``start()`` once, ``finish()`` once."""
 
@@ -100,6 +110,7 @@ class Session:
                                   anchor_wall_ns=run.anchor_wall_ns, env=run.env, host=run.host, cwd=run.cwd)
         buffer.take()  # spans from an earlier session in this process are not ours
         self.patcher.add(self.settings.functions_to_trace)
+        self.patcher.when_imported("torch._dynamo", _dynamo_skips_wrappers)
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
         self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)

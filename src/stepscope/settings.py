@@ -15,7 +15,8 @@ class Settings:
     ``flush_interval_s``: how often recorded data is written to the store (s); a crash loses at most this.
     ``transaction``: name of the root transaction opened for the whole program (None: none).
     ``device_trace``: also record the torch profiler timeline (``device_stacks``: with Python stacks;
-    ``device_steps``: only that many denoising steps after one warm-up step).
+    ``device_steps``: only that many denoising steps after one warm-up step). ``compile_report``: record
+    torch.compile graph breaks and recompilations.
     """
 
     functions_to_trace: tuple[str, ...] = ()
@@ -27,6 +28,7 @@ class Settings:
     device_trace: bool = False
     device_stacks: bool = False
     device_steps: int | None = None
+    compile_report: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -32,15 +33,24 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, or 
         return
     st = open_store(store)
     data = st.load(target)
-    p = st.path / "runs" / data.run.id / TRACE_NAME
+    folder = st.path / "runs" / data.run.id
+    p = folder / TRACE_NAME
     trace = load(p) if p.exists() else None
+    extras = {}
+    for key, fname in (("peak", "device_probe.json"), ("compile", "compile_report.json")):
+        f = folder / fname
+        if f.exists():
+            try:
+                extras[key] = json.loads(f.read_text())
+            except ValueError as e:
+                raise UserError(f"{f}: not JSON ({e})") from None
     try:
-        view = run_device(data, trace)
+        view = run_device(data, trace, **extras)
     except AlignError as e:
         raise UserError(str(e)) from None
-    if view.summary is None and not view.sync_sites:
-        raise UserError(f"run {data.run.id} has no device trace and no sync sites "
-                        "(record with `stepscope run --device-trace` or `--syncs`)")
+    if view.summary is None and not view.sync_sites and view.compile is None:
+        raise UserError(f"run {data.run.id} has no device trace, sync sites or compile report "
+                        "(record with `stepscope run --device-trace`, `--syncs` or `--compile-report`)")
     if as_json:
         print_json({"run_id": data.run.id, "device": dataclasses.asdict(view)})
     else:

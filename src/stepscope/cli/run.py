@@ -65,6 +65,7 @@ def run(
     device_steps: Optional[int] = typer.Option(None, "--device-steps", help="Record only N denoising steps (after 1 warm-up)."),
     device_stacks: bool = typer.Option(False, "--device-stacks", help="Python stacks in the device trace (large)."),
     syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
+    compile_report: bool = typer.Option(False, "--compile-report", help="Record torch.compile graph breaks and recompilations."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -82,7 +83,7 @@ def run(
         names += more
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
-                  device_steps=device_steps, syncs=syncs)
+                  device_steps=device_steps, syncs=syncs, compile_report=compile_report)
     if auto_trace > 0:
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device)
     else:

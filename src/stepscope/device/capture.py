@@ -98,6 +98,20 @@ class DeviceCapture:
         if not self.steps:
             self._write(self.prof)
         self.prof = None
+        self._probe()
+
+    def _probe(self) -> None:
+        """Measure this device's matmul peak (FLOP/s) next to the trace (``device_probe.json``)."""
+        import json
+
+        from .flops import probe_peak
+
+        torch = self._torch
+        dev = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+        name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+        info = {"device": dev, "name": name, "dtype": "float32", "peak_flops": probe_peak(dev),
+                "threads": torch.get_num_threads()}
+        (self.out_path.parent / "device_probe.json").write_text(json.dumps(info))
 
     def _write(self, prof) -> None:
         if self.written:

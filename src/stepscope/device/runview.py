@@ -20,6 +20,7 @@ import numpy as np
 from ..model import RunData, Span
 from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
 from .capture import MARKER
+from .flops import trace_flops
 from .kineto import CAT, KinetoTrace
 
 
@@ -63,7 +64,8 @@ def clock_map(trace: KinetoTrace) -> ClockMap:
 @dataclass(slots=True)
 class SpanDevice:
     """Per span name: calls, host (span) time, time in host ops (top-level cpu_op, ns), device time
-    (kernels/copies launched inside the span windows, ns) and the top host ops by self time."""
+    (kernels/copies launched inside the span windows, ns), the top host ops by self time, FLOPs of the
+    ops inside (profiler's ``flops``), achieved FLOP/s over the span time and its share of the peak."""
 
     name: str
     count: int
@@ -71,6 +73,9 @@ class SpanDevice:
     op_ns: int
     device_ns: int
     top_ops: list[tuple[str, int]] = field(default_factory=list)
+    flops: float = 0.0
+    achieved_flops_s: float = 0.0
+    of_peak: float | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +100,8 @@ class RunDevice:
     offset_ns: int | None
     spans: list[SpanDevice]
     sync_sites: list[SyncSiteStat]
+    peak: dict | None = None
+    compile: dict | None = None
 
 
 def _innermost(spans: list[Span], tid: int, t: int, ops: tuple[str, ...] | None = None) -> Span | None:
@@ -155,11 +162,12 @@ def sync_sites(data: RunData) -> list[SyncSiteStat]:
     return out
 
 
-def run_device(data: RunData, trace: KinetoTrace | None) -> RunDevice:
-    """Join a run with its device trace (None: only the sync-site inventory)."""
+def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = None, compile: dict | None = None) -> RunDevice:
+    """Join a run with its device trace (None: only the sync-site inventory), the measured peak
+    (``device_probe.json``) and the compile report."""
     sites = sync_sites(data)
     if trace is None:
-        return RunDevice(None, None, [], sites)
+        return RunDevice(None, None, [], sites, peak, compile)
     summary = summarize_device(trace)
     cmap = clock_map(trace)
     native = data.profile.native_ids
@@ -186,6 +194,7 @@ def run_device(data: RunData, trace: KinetoTrace | None) -> RunDevice:
     dev_launch_ts = np.array([launch.get(int(c), (-1, -1))[0] for c in trace.correlation[dev]], dtype=np.int64)
     dev_launch_tid = np.array([launch.get(int(c), (-1, -1))[1] for c in trace.correlation[dev]], dtype=np.int64)
     self_ns = dict(zip(cpu.tolist(), self_times(trace, cpu).tolist()))
+    flops = trace_flops(trace)[cpu]
     per: dict[str, SpanDevice] = {}
     op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in plain:
@@ -202,11 +211,16 @@ def run_device(data: RunData, trace: KinetoTrace | None) -> RunDevice:
         sd.op_ns += int(_top_level_ns(trace, inside))
         for i in inside.tolist():
             op_acc[s.name][trace.name_of(i)] += int(self_ns.get(i, 0))
+        sd.flops += float(flops[np.searchsorted(cpu, inside)].sum()) if len(inside) else 0.0
         m = (dev_launch_tid == ktid) & (dev_launch_ts >= a) & (dev_launch_ts < b)
         sd.device_ns += int(trace.dur[dev[m]].sum())
+    peak_flops = (peak or {}).get("peak_flops")
     for name, sd in per.items():
         sd.top_ops = sorted(op_acc[name].items(), key=lambda kv: -kv[1])[:5]
-    return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites)
+        sd.achieved_flops_s = sd.flops / (sd.host_ns / 1e9) if sd.host_ns else 0.0
+        sd.of_peak = sd.achieved_flops_s / peak_flops if peak_flops else None
+    return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites, peak,
+                     compile)
 
 
 def _top_level_ns(trace: KinetoTrace, idx: np.ndarray) -> int:

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--guidance", type=float, default=7.5)
     ap.add_argument("--out", default=None, help="where to save the image (PNG)")
+    ap.add_argument("--compile", default="off", help="torch.compile the UNet: off, or a backend (eager, inductor...)")
     args = ap.parse_args(argv)
 
     import torch
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     pipe = build_pipeline(args.model, args.scheduler, seed=args.seed)
+    if args.compile != "off":
+        pipe.unet = torch.compile(pipe.unet, backend=args.compile)
     t1 = time.perf_counter()
     size = args.size or default_size(args.model)
     image = pipe(args.prompt, num_inference_steps=args.steps, height=size, width=size, guidance_scale=args.guidance,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.table import Table
 
@@ -65,16 +67,37 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
         print_device(v.summary, console, top)
         if v.spans:
             t = Table(title="Per span: host time vs host ops vs device", title_justify="left", show_edge=False)
-            for col in ("span", "calls", "host (span)", "in host ops", "on device", "top ops (self)"):
+            peak = (v.peak or {}).get("peak_flops")
+            if peak:
+                console.print(f"measured peak ({v.peak.get('name')}, {v.peak.get('dtype')} matmul): {peak / 1e9:.1f} GFLOP/s")
+            for col in ("span", "calls", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s", "of peak",
+                        "top ops (self)"):
                 num = col not in ("span", "top ops (self)")
                 t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
                              min_width=9 if num else 20, max_width=None if num else 60)
             for s in v.spans[:top]:
                 t.add_row(short_name(s.name), str(s.count), fmt_ns(s.host_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
+                          f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
+                          "-" if s.of_peak is None else f"{100 * s.of_peak:.0f}%",
                           ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in s.top_ops[:3]))
             console.print(t)
     else:
-        console.print("[dim]no device trace for this run (record with --device-trace); sync sites only[/dim]")
+        console.print("[dim]no device trace for this run (record with --device-trace)[/dim]")
+    if v.compile is not None:
+        gb, rc = v.compile.get("graph_breaks", []), v.compile.get("recompiles", [])
+        console.print(f"[bold]torch.compile[/bold]: {sum(g['count'] for g in gb)} graph breaks at {len(gb)} places, "
+                      f"{sum(r['count'] for r in rc)} recompilations")
+        for title, items in (("Graph breaks", gb), ("Recompilations", rc)):
+            if not items:
+                continue
+            t = Table(title=title, title_justify="left", show_edge=False)
+            for col in ("where", "count", "reason"):
+                t.add_column(col, justify="right" if col == "count" else "left", no_wrap=True, overflow="ellipsis",
+                             min_width=8 if col != "reason" else 30, max_width=None if col != "where" else 50)
+            for g in items[:top]:
+                t.add_row(f"{os.path.basename(g['file'])}:{g['line']}" + (f" {g['function']}" if g.get("function") else ""),
+                          str(g["count"]), g["reason"])
+            console.print(t)
     if v.sync_sites:
         t = Table(title="Sync sites (where a GPU would make the host wait)", title_justify="left", show_edge=False)
         for col in ("kind", "line", "function", "calls", "time", "inside"):

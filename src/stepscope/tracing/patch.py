@@ -80,6 +80,7 @@ class Patcher:
         self._unresolved: dict[str, str] = {}  # name -> reason
         self._resolved: dict[str, list[str]] = {}  # requested name -> concrete names patched
         self._hook: _ImportHook | None = None
+        self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
 
     # -- public ----------------------------------------------------------------------------------
     @property
@@ -116,6 +117,18 @@ class Patcher:
                 self._hook = _ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
+    def when_imported(self, module: str, fn) -> None:
+        """Call ``fn(module)`` once ``module`` is imported (now, if it already is); never imports it."""
+        with self._lock:
+            mod = sys.modules.get(module)
+            if mod is not None:
+                fn(mod)
+                return
+            self._callbacks.setdefault(module, []).append(fn)
+            if self._hook is None:
+                self._hook = _ImportHook(self)
+                sys.meta_path.insert(0, self._hook)
+
     def remove(self) -> None:
         """Undo every patch and drop the import hook."""
         with self._lock:
@@ -138,6 +151,7 @@ class Patcher:
                     _set(p.owner, p.attr, p.previous)
             self._patches.clear()
             self._pending.clear()
+            self._callbacks.clear()
 
     # -- resolution ------------------------------------------------------------------------------
     def _try(self, name: str, batch: list[_Patch]) -> None:
@@ -266,6 +280,11 @@ class Patcher:
 
     def _on_import(self, module_name: str) -> None:
         with self._lock:
+            for fn in self._callbacks.pop(module_name, ()):
+                try:
+                    fn(sys.modules[module_name])
+                except Exception:  # an integration must never break the program's import
+                    pass
             names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")]
             batch: list[_Patch] = []
             for n in names:
@@ -279,7 +298,7 @@ class Patcher:
 
     def watches(self, module_name: str) -> bool:
         with self._lock:
-            return any(n.startswith(module_name + ".") for n in self._pending)
+            return module_name in self._callbacks or any(n.startswith(module_name + ".") for n in self._pending)
 
 
 def _own(obj: Any, attr: str) -> Any:
