@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import PROGRAMS, cli_env, run_cli
 
-from stepscope.device.kineto import load
+from stepscope.device.kineto import CAT, load
 from stepscope.device.runview import clock_map
 from stepscope.store import Store
 
@@ -39,6 +39,9 @@ def test_trace_is_stored_and_rebased(euler_run):
     a, b = int(cmap.to_trace(unet.start_ns)), int(cmap.to_trace(unet.end_ns))
     conv = [i for i in range(len(trace)) if trace.name_of(i) == "aten::convolution" and a <= trace.ts[i] < b]
     assert len(conv) > 10
+    # every traced call is mirrored into the trace as a record_function range
+    mirrored = [i for i in range(len(trace)) if trace.name_of(i) == UNET and trace.cat[i] == CAT["user_annotation"]]
+    assert len(mirrored) == 4
 
 
 def test_euler_syncs_found_with_their_python_line(euler_run):

@@ -35,13 +35,22 @@ def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = 1
 
     Raises ValueError for a malformed name or setting, RuntimeError if a session is already active.
     """
+    settings = Settings(functions_to_trace=tuple(normalize_targets(functions_to_trace)), profiles_hz=float(profiles_hz),
+                        max_stack_depth=max_stack_depth, flush_interval_s=flush_interval_s,
+                        transaction=transaction, store=store)
+    return start(settings, run_id=run_id, command=command, _owns_run=_owns_run)
+
+
+def start(settings: Settings, *, run_id: str | None = None, command: list[str] | None = None,
+          _owns_run: bool = True) -> Session:
+    """Start recording with a full ``Settings`` (what ``init`` does after building them).
+
+    Raises RuntimeError if a session is already active.
+    """
     global _session
     with _lock:
         if _session is not None and not _session.finished:
             raise RuntimeError(f"stepscope is already recording run {_session.run_id}; call stepscope.shutdown() first")
-        settings = Settings(functions_to_trace=tuple(normalize_targets(functions_to_trace)), profiles_hz=float(profiles_hz),
-                            max_stack_depth=max_stack_depth, flush_interval_s=flush_interval_s,
-                            transaction=transaction, store=store)
         _session = Session(settings, run_id=run_id, command=command, owns_run=_owns_run)
         if _owns_run:
             atexit.register(_report_unresolved, _session)

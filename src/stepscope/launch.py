@@ -11,6 +11,7 @@ run, then ends the process by SIGTERM. Stdlib only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import runpy
@@ -87,10 +88,9 @@ def main() -> None:
         main_mod.__cached__ = None
         sys.modules["__main__"] = main_mod
     name = settings.transaction or (target if kind != "code" else "-c")
-    session = api.init(settings.functions_to_trace, settings.profiles_hz, store=settings.store,
-                       transaction=name, max_stack_depth=settings.max_stack_depth,
-                       flush_interval_s=settings.flush_interval_s, run_id=cfg.get("run_id"),
-                       command=cfg.get("command") or sys.argv, _owns_run=not cfg.get("run_id"))
+    settings = dataclasses.replace(settings, transaction=name)
+    session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,
+                        _owns_run=not cfg.get("run_id"))
 
     if settings.device_trace:
         _start_device_capture(session, settings)

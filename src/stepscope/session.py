@@ -64,7 +64,8 @@ def _dynamo_skips_wrappers(dynamo) -> None:
     no warning) as without stepscope."""
     from torch._dynamo import trace_rules
 
-    for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs", "stepscope.api"):
+    for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs",
+                   "stepscope.tracing.mirror", "stepscope.api"):
         trace_rules.add(module)
 
 
@@ -77,7 +78,7 @@ class Session:
         self.run_id = run_id or new_run_id()
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
-        self.patcher = Patcher()
+        self.patcher = Patcher(mirror=settings.device_trace)
         self.sampler = Sampler(settings.max_stack_depth)
         self.store: Store | None = None
         self._thread: threading.Thread | None = None

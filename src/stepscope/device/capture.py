@@ -4,6 +4,9 @@ torch is imported only when a capture starts. Activities: CPU, and CUDA when ava
 FLOPs recorded; Python stacks on request (``with_stack``: every Python call becomes an event, so traces
 grow tenfold; the sync sites' own spans give each sync its Python line without them). The trace is written gzipped as ``<run dir>/device_trace.json.gz``.
 
+Spans are mirrored into the trace as ``record_function`` ranges (and NVTX ranges on CUDA) while it
+records (``tracing.mirror``).
+
 Clock: markers named ``stepscope.clock_sync <label> <perf_counter_ns>`` are recorded with
 ``record_function`` at the start, every ``MARK_EVERY_S`` from a marker thread, at every denoising step
 and at the end, so the trace's times are rebased onto the run's clock when the trace is analysed
@@ -24,6 +27,7 @@ import threading
 from pathlib import Path
 from time import perf_counter_ns
 
+from ..tracing import mirror
 from ..tracing import steps as step_hooks
 
 MARKER = "stepscope.clock_sync"
@@ -56,6 +60,7 @@ class DeviceCapture:
         self.prof = profile(activities=acts, record_shapes=True, with_stack=self.with_stack, with_flops=True,
                             schedule=sched, on_trace_ready=self._write if sched else None)
         self.prof.__enter__()
+        mirror.enable()
         self.mark("start")
         step_hooks.add_listener(self._on_step)
         self._stop = threading.Event()
@@ -91,6 +96,7 @@ class DeviceCapture:
         if self.prof is None:
             return
         step_hooks.remove_listener(self._on_step)
+        mirror.disable()
         self._stop.set()
         self._marker.join(timeout=1)
         self.mark("stop")

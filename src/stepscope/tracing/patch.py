@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import steps, syncs
+from . import mirror, steps, syncs
 from .wrappers import is_wrapper, wrap
 
 _GLOB = set("*?[")
@@ -73,7 +73,8 @@ class _Unresolved(Exception):
 class Patcher:
     """Resolves qualified names and patches span wrappers in; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, mirror: bool = False) -> None:
+        self.mirror = mirror  # also open record_function/NVTX ranges (see tracing.mirror)
         self._lock = threading.RLock()
         self._patches: list[_Patch] = []
         self._pending: dict[str, str] = {}  # name -> module awaited
@@ -241,6 +242,8 @@ class Patcher:
         if isinstance(raw, property):
             raise _Unresolved(f"{concrete} is a property; trace its getter's function instead")
         hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr)
+        if self.mirror:
+            hooks = mirror.Mirror(concrete, hooks)
         op = getattr(hooks, "op", "function")
         if isinstance(raw, staticmethod):
             new = staticmethod(wrap(_unwrapped(raw.__func__), concrete, op, hooks=hooks))
