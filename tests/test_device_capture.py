@@ -109,3 +109,17 @@ def test_traced_functions_cause_no_graph_break_under_torch_compile(tmp_path):
     assert not [g for g in dev["compile"]["graph_breaks"] if "stepscope" in g["file"]]
     data = Store(store).load()
     assert sum(1 for s in data.spans if s.name == UNET) == 2
+
+
+def test_chrome_export_holds_spans_and_device_events_on_one_clock(euler_run, tmp_path):
+    out = tmp_path / "t.json"
+    r = run_cli(["export", "--format", "chrome", "-o", str(out)], euler_run)
+    assert r.returncode == 0, r.stderr
+    ev = json.loads(out.read_text())["traceEvents"]
+    spans = [e for e in ev if e.get("ph") == "X" and e.get("name") == "UNet2DConditionModel.forward" and e["cat"] == "function"]
+    mirrored = [e for e in ev if e.get("ph") == "X" and e.get("name") == UNET and e["cat"] == "user_annotation"]
+    assert len(spans) == len(mirrored) == 4
+    # the mirrored range and the span start within a millisecond of each other once rebased
+    for a, b in zip(sorted(s["ts"] for s in spans), sorted(m["ts"] for m in mirrored)):
+        assert abs(a - b) < 1000
+    assert any(e.get("cat") == "cpu_op" for e in ev)

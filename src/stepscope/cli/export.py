@@ -20,12 +20,21 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
            fmt: str = typer.Option("speedscope", "--format", "-f", help="speedscope or chrome."),
            output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file; - for stdout."),
            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
-    """Export a run (spans and samples) to speedscope or Chrome trace / Perfetto JSON."""
+    """Export a run (spans and samples) to speedscope or Chrome trace / Perfetto JSON (with the device
+    timeline when the run recorded one)."""
     if fmt not in FORMATS:
         raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     st = open_store(store)
     data = st.load(run_id)
-    blob = orjson.dumps(FORMATS[fmt](data))
+    device = None
+    trace_file = st.path / "runs" / data.run.id / "device_trace.json.gz"
+    if fmt == "chrome" and trace_file.exists():
+        from ..device.kineto import load
+        from ..device.runview import clock_map
+
+        trace = load(trace_file)
+        device = (trace, clock_map(trace))
+    blob = orjson.dumps(FORMATS[fmt](data, device=device) if device else FORMATS[fmt](data))
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(blob + b"\n")
         return

@@ -65,7 +65,9 @@ def clock_map(trace: KinetoTrace) -> ClockMap:
 class SpanDevice:
     """Per span name: calls, host (span) time, time in host ops (top-level cpu_op, ns), device time
     (kernels/copies launched inside the span windows, ns), the top host ops by self time, FLOPs of the
-    ops inside (profiler's ``flops``), achieved FLOP/s over the span time and its share of the peak."""
+    ops inside (from recorded shapes), achieved FLOP/s and its share of the peak. Device figures cover the
+    ``recorded`` calls that lie within the trace (``--device-steps`` records a few steps only), and
+    achieved FLOP/s is FLOPs over those calls' time (``recorded_ns``)."""
 
     name: str
     count: int
@@ -76,6 +78,8 @@ class SpanDevice:
     flops: float = 0.0
     achieved_flops_s: float = 0.0
     of_peak: float | None = None
+    recorded: int = 0
+    recorded_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -196,6 +200,9 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     self_ns = dict(zip(cpu.tolist(), self_times(trace, cpu).tolist()))
     flops = trace_flops(trace)[cpu]
     per: dict[str, SpanDevice] = {}
+    recorded = trace.mask("cpu_op")
+    t_lo = int(trace.ts[recorded].min()) if recorded.any() else 0
+    t_hi = int((trace.ts + trace.dur)[recorded].max()) if recorded.any() else 0
     op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in plain:
         ktid = native.get(s.thread_id)
@@ -205,8 +212,10 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
             sd = per[s.name] = SpanDevice(s.name, 0, 0, 0, 0)
         sd.count += 1
         sd.host_ns += s.duration_ns
-        if ktid is None:
+        if ktid is None or a < t_lo or b > t_hi:
             continue
+        sd.recorded += 1
+        sd.recorded_ns += s.duration_ns
         inside = cpu[(trace.tid[cpu] == ktid) & (trace.ts[cpu] >= a) & (trace.ts[cpu] < b)]
         sd.op_ns += int(_top_level_ns(trace, inside))
         for i in inside.tolist():
@@ -217,7 +226,7 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     peak_flops = (peak or {}).get("peak_flops")
     for name, sd in per.items():
         sd.top_ops = sorted(op_acc[name].items(), key=lambda kv: -kv[1])[:5]
-        sd.achieved_flops_s = sd.flops / (sd.host_ns / 1e9) if sd.host_ns else 0.0
+        sd.achieved_flops_s = sd.flops / (sd.recorded_ns / 1e9) if sd.recorded_ns else 0.0
         sd.of_peak = sd.achieved_flops_s / peak_flops if peak_flops else None
     return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites, peak,
                      compile)

@@ -20,8 +20,12 @@ from ..profiling.calltree import ProfileIndex
 SAMPLE_TID_OFFSET = 100_000
 
 
-def to_chrome_trace(data: RunData, index: ProfileIndex | None = None) -> dict[str, Any]:
-    """The run as a Chrome trace document (a dict ready for JSON)."""
+def to_chrome_trace(data: RunData, index: ProfileIndex | None = None, device=None) -> dict[str, Any]:
+    """The run as a Chrome trace document (a dict ready for JSON).
+
+    ``device``: the run's ``(KinetoTrace, ClockMap)``; its events are added on the run's clock, as
+    processes of their own ("torch profiler: host", "torch profiler: GPU n").
+    """
     index = index or ProfileIndex(data.profile)
     run = data.run
     t0 = run.start_ns
@@ -73,5 +77,34 @@ def to_chrome_trace(data: RunData, index: ProfileIndex | None = None) -> dict[st
         nm = names.get(thread, str(thread))
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": nm}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": SAMPLE_TID_OFFSET + tid, "args": {"name": f"{nm} (samples)"}})
+    if device is not None:
+        ev.extend(_device_events(*device, t0))
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"exporter": f"stepscope {__version__}", "run_id": run.id, "start_wall_ns": run.anchor_wall_ns}}
+
+
+DEVICE_PID_BASE = 1_000_000
+
+
+def _device_events(trace, cmap, t0: int) -> list[dict]:
+    """Kineto complete events rebased onto the run's clock (us from the run's start)."""
+    from ..device.kineto import CATEGORIES, DEVICE_CATS
+
+    ts_run = cmap.to_run(trace.ts)
+    pids: dict[int, int] = {}
+    out: list[dict] = []
+    for i in range(len(trace)):
+        on_device = int(trace.cat[i]) in DEVICE_CATS
+        key = int(trace.pid[i])
+        pid = pids.get(key)
+        if pid is None:
+            pid = pids[key] = DEVICE_PID_BASE + len(pids)
+            label = f"torch profiler: GPU {trace.device[i]}" if on_device else "torch profiler: host"
+            out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
+        args = trace.args[i]
+        out.append({"ph": "X", "name": trace.names[trace.name[i]], "cat": CATEGORIES[int(trace.cat[i])], "pid": pid,
+                    "tid": int(trace.stream[i]) if on_device else int(trace.tid[i]),
+                    "ts": (int(ts_run[i]) - t0) / 1e3, "dur": int(trace.dur[i]) / 1e3,
+                    "args": {k: v for k, v in args.items() if k in ("correlation", "External id", "stream", "bytes",
+                                                                   "Input Dims", "device")}})
+    return out

@@ -70,13 +70,13 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
             peak = (v.peak or {}).get("peak_flops")
             if peak:
                 console.print(f"measured peak ({v.peak.get('name')}, {v.peak.get('dtype')} matmul): {peak / 1e9:.1f} GFLOP/s")
-            for col in ("span", "calls", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s", "of peak",
-                        "top ops (self)"):
+            for col in ("span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s",
+                        "of peak", "top ops (self)"):
                 num = col not in ("span", "top ops (self)")
                 t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
                              min_width=9 if num else 20, max_width=None if num else 60)
             for s in v.spans[:top]:
-                t.add_row(short_name(s.name), str(s.count), fmt_ns(s.host_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
+                t.add_row(short_name(s.name), str(s.count), str(s.recorded), fmt_ns(s.recorded_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
                           f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
                           "-" if s.of_peak is None else f"{100 * s.of_peak:.0f}%",
                           ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in s.top_ops[:3]))
