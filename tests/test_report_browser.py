@@ -104,3 +104,25 @@ def test_report_shows_slow_steps_and_differential_flame_graph(page, tmp_path):
     assert page.evaluate("stepscopeReport.flameTitle()") == "step 2 (slow)"
     page.screenshot(path=str(out.with_suffix(".png")), full_page=True)
     assert page.errors == []
+
+
+def test_report_device_lanes_show_syncs_with_their_line(page, tmp_path):
+    pytest.importorskip("diffusers")
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--device-trace", "--trace", "diffusers.schedulers.scheduling_euler_discrete.EulerDiscreteScheduler.step",
+                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "3", "--slow", "", "--scheduler", "euler"],
+                store)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "dev.html"
+    assert run_cli(["report", "-o", str(out)], store).returncode == 0
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport !== undefined")
+    assert page.evaluate("stepscopeReport.deviceLanes()") == ["torch ops (host)", "host syncs"]
+    # hover the first sync marker: its kind and Python line
+    page.locator("#waterfall").dblclick(position={"x": 5, "y": 5})  # the whole run
+    pos = page.evaluate("stepscopeReport.syncRect(0)")
+    page.mouse.move(pos["x"], pos["y"])
+    tip = page.evaluate("stepscopeReport.tooltip()")
+    assert ".nonzero()" in tip and "scheduling_euler_discrete.py:" in tip, tip
+    page.screenshot(path=str(out.with_suffix(".png")), full_page=False)
+    assert page.errors == []

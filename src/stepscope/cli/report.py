@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..report.html import write_report
+from ..report.html import device_for, write_report
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 
@@ -18,7 +18,7 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     """Write the HTML report of a run: waterfall, flame graphs, step table (opens offline)."""
     st = open_store(store)
     data = st.load(run_id)
-    path = write_report(data, output or Path(f"stepscope-{data.run.id}.html"))
+    path = write_report(data, output or Path(f"stepscope-{data.run.id}.html"), device=device_for(st, data))
     if as_json:
         print_json({"run_id": data.run.id, "report": str(path), "bytes": path.stat().st_size})
     else:

@@ -28,8 +28,9 @@ def _r(x: float) -> float:
 
 
 def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summary | None = None,
-               max_samples: int = MAX_SAMPLES) -> dict[str, Any]:
-    """The report's data for one run (JSON-serialisable)."""
+               max_samples: int = MAX_SAMPLES, device=None) -> dict[str, Any]:
+    """The report's data for one run (JSON-serialisable). ``device``: the run's ``RunDevice`` and
+    ``(KinetoTrace, ClockMap)`` for the device lanes, or None."""
     run = data.run
     index = index or ProfileIndex(data.profile)
     summary = summary or summarize(data, index)
@@ -125,7 +126,62 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         },
         "summary": _summary_view(summary, t0),
         "explain": _explain_view(data, index, t0, thread_idx),
+        "device": _device_view(device, t0) if device is not None else None,
     }
+
+
+MAX_LANE_BARS = 20_000
+
+
+def _merged(ts: np.ndarray, end: np.ndarray, min_gap_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals (ns), closing gaps shorter than ``min_gap_ns``."""
+    if not len(ts):
+        return ts, end
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], np.maximum.accumulate(end[order])
+    new = np.ones(len(ts), bool)
+    new[1:] = ts[1:] > end[:-1] + min_gap_ns
+    starts = ts[new]
+    ends = np.append(end[np.nonzero(new)[0][1:] - 1], end[-1])
+    return starts, ends
+
+
+def _lane(label: str, ts: np.ndarray, end: np.ndarray, t0: int) -> dict:
+    starts, ends = _merged(ts, end)
+    gap = 0
+    while len(starts) > MAX_LANE_BARS:  # keep the page light: close ever larger gaps
+        gap = max(gap * 2, 1000)
+        starts, ends = _merged(starts, ends, gap)
+    return {"label": label, "start": [_r((t - t0) / 1e3) for t in starts.tolist()],
+            "dur": [_r((b - a) / 1e3) for a, b in zip(starts.tolist(), ends.tolist())]}
+
+
+def _device_view(device, t0: int) -> dict:
+    """Device lanes on the run's clock: host torch ops, each stream's activity, the largest idle gaps,
+    and the syncs with their Python line."""
+    from ..device.kineto import DEVICE_CATS
+
+    view, (trace, cmap) = device
+    run_ts = cmap.to_run(trace.ts)
+    run_end = run_ts + trace.dur
+    lanes = []
+    cpu = np.nonzero(trace.mask("cpu_op"))[0]
+    if len(cpu):
+        main_tid = int(np.bincount(np.unique(trace.tid[cpu], return_inverse=True)[1]).argmax())
+        tids = np.unique(trace.tid[cpu])
+        sel = cpu[trace.tid[cpu] == tids[main_tid]]
+        lanes.append(_lane("torch ops (host)", run_ts[sel], run_end[sel], t0))
+    dev = np.nonzero(np.isin(trace.cat, DEVICE_CATS) & (trace.stream >= 0))[0]
+    for d, st in sorted({(int(a), int(b)) for a, b in zip(trace.device[dev], trace.stream[dev])}):
+        sel = dev[(trace.device[dev] == d) & (trace.stream[dev] == st)]
+        lanes.append(_lane(f"GPU {d} stream {st}", run_ts[sel], run_end[sel], t0))
+    summary = view.summary
+    gaps = [{"lane": f"GPU {g.device} stream {g.stream}", "start": _r((int(cmap.to_run(g.start_ns)) - t0) / 1e3),
+             "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation}
+            for g in summary.gaps[:50]]
+    syncs = [{"t": _r((int(cmap.to_run(s.ts_ns)) - t0) / 1e3), "cost": _r(s.cost_ns / 1e3), "kind": s.kind,
+              "python": s.python, "span": s.annotation} for s in summary.syncs[:5000]]
+    return {"lanes": lanes, "gaps": gaps, "syncs": syncs, "device": summary.device}
 
 
 def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[int, int]) -> dict | None:

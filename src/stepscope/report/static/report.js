@@ -36,6 +36,11 @@
   for (let i = 0; i < NS; i++) threadDepth[S.thread[i]] = Math.max(threadDepth[S.thread[i]], S.depth[i]);
   const laneTop = []; let y = 18;
   for (let t = 0; t < D.threads.length; t++) { laneTop.push(y); if (threadDepth[t] >= 0) y += ROW * (threadDepth[t] + 2); }
+  // device lanes (torch ops, streams, syncs) under the span lanes, on the same time axis
+  const DV = D.device;
+  const devLanes = DV ? DV.lanes.map((l) => Object.assign({}, l)) : [];
+  if (DV && DV.syncs.length) devLanes.push({ label: "host syncs", syncs: true, start: [], dur: [] });
+  for (const l of devLanes) { l.top = y + 14; y += ROW + 18; }
   const wfHeight = Math.max(y + 4, 60);
   let spanEnd = R.wall_us;
   for (let i = 0; i < NS; i++) spanEnd = Math.max(spanEnd, S.start[i] + S.dur[i]);
@@ -86,6 +91,28 @@
         g.fillText(short(name) + st + " " + fmt(S.dur[i]), Math.max(x0, 0) + 3, yy + 11); g.restore();
       }
     }
+    for (const l of devLanes) {
+      g.fillStyle = "#334"; g.font = "bold 11px system-ui"; g.fillText(l.label, 4, l.top - 3);
+      if (l.syncs) {
+        for (const q of DV.syncs) {
+          const x = (q.t - view.t0) * scale;
+          if (x < -4 || x > W + 4) continue;
+          g.fillStyle = "#c62828"; g.beginPath(); g.moveTo(x, l.top); g.lineTo(x - 4, l.top + ROW - 2); g.lineTo(x + 4, l.top + ROW - 2); g.fill();
+        }
+        continue;
+      }
+      g.fillStyle = "#5c6bc0";
+      for (let k = 0; k < l.start.length; k++) {
+        const x0 = (l.start[k] - view.t0) * scale, w = Math.max(l.dur[k] * scale, 0.5);
+        if (x0 + w < 0 || x0 > W) continue;
+        g.fillRect(x0, l.top, w, ROW - 2);
+      }
+      g.fillStyle = "rgba(229,57,53,0.35)";
+      for (const q of DV.gaps) if (q.lane === l.label) {
+        const x0 = (q.start - view.t0) * scale, w = Math.max(q.dur * scale, 1);
+        if (x0 + w >= 0 && x0 <= W) g.fillRect(x0, l.top - 2, w, ROW + 2);
+      }
+    }
     if (selected >= 0) {
       const x0 = (S.start[selected] - view.t0) * scale, w = Math.max(S.dur[selected] * scale, 2);
       const yy = laneTop[S.thread[selected]] + ROW * (S.depth[selected] + 1);
@@ -102,6 +129,20 @@
       for (let j = list.length - 1; j >= 0; j--) { const i = list[j]; if (S.start[i] - tol <= t && t <= S.start[i] + S.dur[i] + tol) return i; }
     }
     return -1;
+  }
+  function deviceAt(ev) {
+    if (!devLanes.length) return null;
+    const r = wf.getBoundingClientRect(), x = ev.clientX - r.left, yy = ev.clientY - r.top;
+    const scale = r.width / (view.t1 - view.t0), t = view.t0 + x / scale;
+    const l = devLanes.find((l) => yy >= l.top - 2 && yy <= l.top + ROW);
+    if (!l) return null;
+    if (l.syncs) {
+      const q = DV.syncs.find((q) => Math.abs((q.t - view.t0) * scale - x) <= 5);
+      return q ? `${q.kind}  ${fmt(q.cost)}\n${q.python || "(no Python line)"}\n${q.span ? "in " + q.span : ""}` : null;
+    }
+    const gq = DV.gaps.find((q) => q.lane === l.label && q.start <= t && t <= q.start + q.dur);
+    if (gq) return `idle gap ${fmt(gq.dur)} (${gq.category})\nhost op: ${gq.host_op || "-"}\nspan: ${gq.span || "-"}`;
+    return `${l.label}`;
   }
   let drag = null;
   wf.addEventListener("wheel", (ev) => {
@@ -121,6 +162,8 @@
       if (drag.moved) { const dt = dx / wf.clientWidth * (drag.t1 - drag.t0); view.t0 = drag.t0 - dt; view.t1 = drag.t1 - dt; drawWaterfall(); }
       return;
     }
+    const dq = deviceAt(ev);
+    if (dq) { wf.style.cursor = "default"; showTip(ev, dq); return; }
     const i = spanAt(ev);
     if (i < 0) { hideTip(); wf.style.cursor = "default"; return; }
     wf.style.cursor = "pointer";
@@ -312,5 +355,9 @@
   }
   function findSpan(suffix, k) { let n = 0; for (let i = 0; i < NS; i++) if (NAMES[S.name[i]].endsWith(suffix) && n++ === (k || 0)) return i; return -1; }
   window.stepscopeReport = { selectSpan, setFlame, spanRect, findSpan, spanCount: NS, frameCount: () => fgRects.length,
-                             flameTitle: () => document.getElementById("fg-title").textContent, diffCount: () => diffRects.length };
+                             flameTitle: () => document.getElementById("fg-title").textContent, diffCount: () => diffRects.length,
+                             deviceLanes: () => devLanes.map((l) => l.label),
+                             syncRect: (k) => { const l = devLanes.find((l) => l.syncs), r = wf.getBoundingClientRect();
+                               return { x: r.left + (DV.syncs[k].t - view.t0) * r.width / (view.t1 - view.t0), y: r.top + l.top + ROW / 2 }; },
+                             tooltip: () => (tip.hidden ? "" : tip.textContent) };
 })();
