@@ -76,4 +76,5 @@ def test_user_script_slow_steps_are_marked(tmp_path):
     assert "image (64, 64)" in r.stdout
     doc = json.loads(r.stdout.splitlines()[-1])
     steps = doc["run"]["steps"]
-    assert steps["slow_steps"] == [2, 5], [(x["step"], x["wall_ns"]) for x in steps["rows"]]
+    # the planted steps are slow; the first step may be too (it warms up), no other
+    assert set(steps["slow_steps"]) - {0} == {2, 5}, [(x["step"], x["wall_ns"]) for x in steps["rows"]]
