@@ -78,3 +78,19 @@ def test_user_script_slow_steps_are_marked(tmp_path):
     steps = doc["run"]["steps"]
     # the planted steps are slow; the first step may be too (it warms up), no other
     assert set(steps["slow_steps"]) - {0} == {2, 5}, [(x["step"], x["wall_ns"]) for x in steps["rows"]]
+
+
+def test_demo_from_a_local_model_folder(tmp_path):
+    from stepscope.pipelines.sd import build_pipeline
+
+    folder = tmp_path / "tiny-sd"
+    build_pipeline("tiny").save_pretrained(folder)
+    store = tmp_path / "store"
+    r = run_cli(["demo", "--json", "--model", str(folder), "--steps", "2", "--size", "64", "--scheduler", "euler",
+                 "--report", str(tmp_path / "r.html")], store, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = Store(store).load()
+    assert [s.attrs["diffusion.step"] for s in data.spans if s.name == UNET] == [0, 1]
+    assert sum(1 for s in data.spans if s.name.endswith("EulerDiscreteScheduler.step")) == 2
+    r = run_cli(["demo", "--model", str(tmp_path / "nope")], store, cwd=tmp_path)
+    assert r.returncode == 2 and "--model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
