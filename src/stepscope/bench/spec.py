@@ -58,7 +58,9 @@ class Spec:
         """A short label: the parameters that vary across the matrix, ``attention=sdpa compile=off``."""
         varying = [k for k in self.configs[0] if len({str(c.get(k)) for c in self.configs}) > 1]
         c = self.configs[i]
-        return " ".join(f"{k}={c[k]}" for k in varying) or "default"
+        label = " ".join(f"{k}={c[k]}" for k in varying) or "default"
+        same = [j for j in range(len(self.configs)) if self.configs[j] == c]
+        return label if len(same) == 1 else f"{label} #{same.index(i) + 1}"  # an A/A test: tell them apart
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "configs": self.configs, "warmup": self.warmup, "repeats": self.repeats,
