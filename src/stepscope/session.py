@@ -21,7 +21,7 @@ from typing import Any
 
 from . import clock
 from .model import Run
-from .profiling.sampler import Sampler
+from .profiling.sampler import OWN_THREADS, Sampler
 from .settings import Settings
 from .store.db import Store
 from .tracing import buffer
@@ -188,6 +188,7 @@ class Session:
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
         me = threading.get_ident()
+        OWN_THREADS.add(me)
         now = clock.now_ns
         last_flush = now()
         next_t = now()

@@ -68,6 +68,9 @@ class DeviceCapture:
         self._marker.start()
 
     def _mark_loop(self) -> None:
+        from ..profiling.sampler import OWN_THREADS
+
+        OWN_THREADS.add(threading.get_ident())
         while not self._stop.wait(MARK_EVERY_S):
             try:
                 self.mark("tick")

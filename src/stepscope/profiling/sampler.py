@@ -30,6 +30,10 @@ HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, 
                           "<frozen runpy>"})
 
 
+#: Threads of stepscope's own (recorder, clock markers): never sampled.
+OWN_THREADS: set[int] = set()
+
+
 class Sampler:
     """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call."""
 
@@ -56,7 +60,7 @@ class Sampler:
         max_depth = self.max_depth
         n = 0
         for tid, f in frames.items():
-            if tid == me:
+            if tid == me or tid in OWN_THREADS:
                 continue
             leaf_first = []
             depth = 0
