@@ -120,3 +120,11 @@ def test_runs_and_rm(store):
     assert [x["id"] for x in json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]] == [listed[1]["id"]]
     r = run_cli(["rm", listed[0]["id"]], store)
     assert r.returncode == 2 and f"no run {listed[0]['id']!r}" in r.stderr
+
+
+def test_dash_c_programs_behave_as_with_python(store):
+    code = "import sys; print(__name__, sys.argv[1:], 'launch' in globals()); sys.exit(4)"
+    base = plain(["-c", code, "a", "b"], store)
+    traced = run_cli(["run", "-q", "--", sys.executable, "-c", code, "a", "b"], store)
+    assert base.stdout == "__main__ ['a', 'b'] False\n"
+    assert (traced.returncode, traced.stdout, traced.stderr) == (base.returncode, base.stdout, base.stderr)

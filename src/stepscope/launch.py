@@ -110,12 +110,14 @@ def main() -> None:
             sys.argv = [target, *rest]  # runpy sets argv[0] to the module's file
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         elif kind == "code":
+            import types
+
             sys.argv = ["-c", *rest]
             sys.path[0] = ""
-            import __main__
-
-            code = compile(target, "<string>", "exec")
-            exec(code, __main__.__dict__)
+            main_mod = types.ModuleType("__main__")  # a fresh __main__, as `python -c` has
+            main_mod.__builtins__ = __builtins__
+            sys.modules["__main__"] = main_mod
+            exec(compile(target, "<string>", "exec"), main_mod.__dict__)
         else:
             sys.argv = [target, *rest]
             sys.path[0] = os.path.dirname(os.path.abspath(target))
