@@ -109,10 +109,12 @@ class Explanation:
 
 
 def default_unit(data: RunData) -> str:
-    """``"step"`` when spans carry ``diffusion.step``; else the span name with >= 3 calls and the most time."""
+    """``"step"`` when spans carry ``diffusion.step``; else the span name with >= 3 calls and the most time
+    (sync sites excluded)."""
     if step_table(data.spans) is not None:
         return "step"
-    stats = [s for s in span_stats(data.spans, None) if s.count >= 3]
+    sync_names = {s.name for s in data.spans if s.op == "sync"}
+    stats = [s for s in span_stats(data.spans, None) if s.count >= 3 and s.name not in sync_names]
     if not stats:
         raise ExplainError("no span name has 3 or more calls: trace a function that repeats (--trace), e.g. the loop body")
     return stats[0].name

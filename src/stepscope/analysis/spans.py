@@ -176,9 +176,11 @@ def step_table(spans: list[Span], max_columns: int = 8) -> StepTable | None:
 
 
 def repeat_table(spans: list[Span], name: str | None = None, max_columns: int = 8) -> StepTable | None:
-    """Each call of span ``name`` as a row (default: the name with >= 3 calls and the most total time)."""
+    """Each call of span ``name`` as a row (default: the name with >= 3 calls and the most total time,
+    sync sites excluded)."""
     if name is None:
-        stats = [s for s in span_stats(spans, None) if s.count >= 3]
+        sync_names = {s.name for s in spans if s.op == "sync"}
+        stats = [s for s in span_stats(spans, None) if s.count >= 3 and s.name not in sync_names]
         if not stats:
             return None
         name = stats[0].name
