@@ -67,7 +67,8 @@ class SpanDevice:
     (kernels/copies launched inside the span windows, ns), the top host ops by self time, FLOPs of the
     ops inside (from recorded shapes), achieved FLOP/s and its share of the peak. Device figures cover the
     ``recorded`` calls that lie within the trace (``--device-steps`` records a few steps only), and
-    achieved FLOP/s is FLOPs over those calls' time (``recorded_ns``)."""
+    achieved FLOP/s is FLOPs over those calls' time (``recorded_ns``). ``top_kernels``: device time per
+    kernel/copy launched inside the span (ns)."""
 
     name: str
     count: int
@@ -80,6 +81,7 @@ class SpanDevice:
     of_peak: float | None = None
     recorded: int = 0
     recorded_ns: int = 0
+    top_kernels: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -200,10 +202,10 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     self_ns = dict(zip(cpu.tolist(), self_times(trace, cpu).tolist()))
     flops = trace_flops(trace)[cpu]
     per: dict[str, SpanDevice] = {}
-    recorded = trace.mask("cpu_op")
-    t_lo = int(trace.ts[recorded].min()) if recorded.any() else 0
-    t_hi = int((trace.ts + trace.dur)[recorded].max()) if recorded.any() else 0
+    t_lo = int(trace.ts.min()) if len(trace) else 0  # calls outside the recorded window are not counted
+    t_hi = int(trace.end.max()) if len(trace) else 0
     op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    kern_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in plain:
         ktid = native.get(s.thread_id)
         a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
@@ -223,9 +225,12 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
         sd.flops += float(flops[np.searchsorted(cpu, inside)].sum()) if len(inside) else 0.0
         m = (dev_launch_tid == ktid) & (dev_launch_ts >= a) & (dev_launch_ts < b)
         sd.device_ns += int(trace.dur[dev[m]].sum())
+        for i in dev[m].tolist():
+            kern_acc[s.name][trace.name_of(i)] += int(trace.dur[i])
     peak_flops = (peak or {}).get("peak_flops")
     for name, sd in per.items():
         sd.top_ops = sorted(op_acc[name].items(), key=lambda kv: -kv[1])[:5]
+        sd.top_kernels = sorted(kern_acc[name].items(), key=lambda kv: -kv[1])[:5]
         sd.achieved_flops_s = sd.flops / (sd.recorded_ns / 1e9) if sd.recorded_ns else 0.0
         sd.of_peak = sd.achieved_flops_s / peak_flops if peak_flops else None
     return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites, peak,

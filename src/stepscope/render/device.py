@@ -71,15 +71,15 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
             if peak:
                 console.print(f"measured peak ({v.peak.get('name')}, {v.peak.get('dtype')} matmul): {peak / 1e9:.1f} GFLOP/s")
             for col in ("span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s",
-                        "of peak", "top ops (self)"):
-                num = col not in ("span", "top ops (self)")
+                        "of peak", "top kernels / ops"):
+                num = col not in ("span", "top kernels / ops")
                 t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
                              min_width=9 if num else 20, max_width=None if num else 60)
             for s in v.spans[:top]:
                 t.add_row(short_name(s.name), str(s.count), str(s.recorded), fmt_ns(s.recorded_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
                           f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
                           "-" if s.of_peak is None else f"{100 * s.of_peak:.0f}%",
-                          ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in s.top_ops[:3]))
+                          ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
             console.print(t)
     else:
         console.print("[dim]no device trace for this run (record with --device-trace)[/dim]")
