@@ -14,7 +14,22 @@ Public API (Sentry SDK shaped)::
 Importing stepscope imports neither torch nor diffusers.
 """
 
+import os as _os
+
 from .api import current_session, init, shutdown, span, trace, transaction
 
 __version__ = "0.1.0"
-__all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "__version__"]
+__all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "start_server", "__version__"]
+
+
+def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 0):
+    """Let ``stepscope capture --pid`` record windows of this process on demand (idle: one blocked
+    thread, nothing patched, no sampler). Binds 127.0.0.1 and a free port by default; the port and a
+    token are published in a file only this user can read. Returns the server."""
+    from .control.server import start_server as _start
+
+    return _start(store, host, port)
+
+
+if _os.environ.get("STEPSCOPE_SERVER") == "1":
+    start_server()

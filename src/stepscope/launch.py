@@ -89,15 +89,22 @@ def main() -> None:
         sys.modules["__main__"] = main_mod
     name = settings.transaction or (target if kind != "code" else "-c")
     settings = dataclasses.replace(settings, transaction=name)
-    session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,
-                        _owns_run=not cfg.get("run_id"))
+    if cfg.get("server_only"):  # record nothing; `stepscope capture` records windows on demand
+        from .control.server import start_server
 
-    if settings.device_trace:
-        _start_device_capture(session, settings)
-    if settings.compile_report:
-        _start_compile_report(session)
+        start_server(store=settings.store)
+        session = _NoSession()
+    else:
+        session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,
+                            _owns_run=not cfg.get("run_id"))
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if not cfg.get("server_only"):
+        if settings.device_trace:
+            _start_device_capture(session, settings)
+        if settings.compile_report:
+            _start_compile_report(session)
+
+    if not cfg.get("server_only") and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_term(signum, frame):
             session.flush_on_signal("terminated", -signal.SIGTERM)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -148,6 +155,16 @@ def main() -> None:
         sys.exit(1)
     else:
         session.set_outcome("ok", 0)
+
+
+class _NoSession:
+    """Stands in for the session when the program runs with only the control server."""
+
+    def set_outcome(self, *args) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
 
 
 def _start_device_capture(session, settings) -> None:

@@ -111,22 +111,25 @@ def _same_interpreter(exe: str) -> bool:
 
 
 def run_program(command: list[str], settings: Settings, store: Store, *, run_id: str | None = None,
-                env: dict[str, str] | None = None) -> Outcome:
+                env: dict[str, str] | None = None, server_only: bool = False) -> Outcome:
     """Run ``command`` recorded with ``settings`` into ``store``; wait for it; return how it ended.
 
-    The program inherits stdin/stdout/stderr untouched. Raises CommandError for a command that is not a
-    Python program (before anything runs).
+    ``server_only``: record nothing, only start the control server in the program (``stepscope capture``
+    records windows of it on demand); no run is created. The program inherits stdin/stdout/stderr
+    untouched. Raises CommandError for a command that is not a Python program (before anything runs).
     """
     argv = child_argv(command)
     run_id = run_id or new_run_id()
     anchor = clock.Anchor.take()
-    store.create_run(Run(id=run_id, command=list(command), cwd=os.getcwd(), host=socket.gethostname(),
-                         start_ns=anchor.mono_ns, anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
-                         settings=settings.to_dict()), anchor.wall_ns)
+    if not server_only:
+        store.create_run(Run(id=run_id, command=list(command), cwd=os.getcwd(), host=socket.gethostname(),
+                             start_ns=anchor.mono_ns, anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
+                             settings=settings.to_dict()), anchor.wall_ns)
     child_env = dict(os.environ if env is None else env)
     settings_dict = settings.to_dict()
     settings_dict["store"] = str(Path(store.path).resolve())
-    child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command)})
+    child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
+                                     "server_only": server_only})
     tmp = None
     if not _same_interpreter(argv[0]):
         # make this stepscope importable by another interpreter (the collect side is stdlib-only)
@@ -145,6 +148,8 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         signal.signal(signal.SIGINT, old)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+    if server_only:
+        return Outcome("", returncode)
     _settle(store, run_id, returncode)
     return Outcome(run_id, returncode)
 

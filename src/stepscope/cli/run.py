@@ -66,6 +66,7 @@ def run(
     device_stacks: bool = typer.Option(False, "--device-stacks", help="Python stacks in the device trace (large)."),
     syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
     compile_report: bool = typer.Option(False, "--compile-report", help="Record torch.compile graph breaks and recompilations."),
+    server: bool = typer.Option(False, "--server", help="Also start the control server (stepscope capture --pid)."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -84,6 +85,15 @@ def run(
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
                   device_steps=device_steps, syncs=syncs, compile_report=compile_report)
+    if server:
+        if names or auto_trace or device["device_trace"] or compile_report or syncs:
+            raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
+        st = open_store(store, create=True)
+        try:
+            outcome = run_program(args, Settings(profiles_hz=rate), st, server_only=True)
+        except CommandError as e:
+            raise UserError(str(e)) from None
+        raise typer.Exit(outcome.exit_code)
     if auto_trace > 0:
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device)
     else:

@@ -1,0 +1,74 @@
+"""``stepscope capture``: record a window of a running process, on demand."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..analysis.summary import summarize
+from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
+from ..profiling.calltree import ProfileIndex
+from ..render.terminal import print_summary
+from ..store.db import Store
+from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
+
+
+@handles_errors
+def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The process to capture."),
+                address: Optional[str] = typer.Option(None, "--address", help="HOST:PORT of its control server."),
+                duration: Optional[str] = typer.Option(None, "--duration", help="Window length: 10s, 500ms, 2m."),
+                steps: Optional[int] = typer.Option(None, "--steps", help="End after N completed calls of --span."),
+                span: Optional[str] = typer.Option(None, "--span", help="The span counted by --steps (name or suffix)."),
+                trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace during the window."),
+                hz: float = typer.Option(101.0, "--hz", help="Sampling rate (samples/s per thread)."),
+                store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Capture a window of a running program: traces on, sampler on, then everything off again.
+
+    The program calls stepscope.start_server() (or runs with STEPSCOPE_SERVER=1); a process with no
+    server is sampled from outside with py-spy (--duration only)."""
+    if (pid is None) == (address is None):
+        raise UserError("give --pid PID or --address HOST:PORT")
+    if duration is None and steps is None:
+        raise UserError("give --duration (e.g. 10s) or --steps N --span NAME")
+    if steps is not None and (steps < 1 or not span):
+        raise UserError("--steps needs N >= 1 and --span NAME")
+    window = parse_duration(duration) if duration else None
+    info = find_server(pid, address)
+    t0 = time.perf_counter()
+    if info is None:
+        if address is not None:
+            raise UserError(f"no stepscope control server known at {address}")
+        if not pid_alive(pid):
+            raise UserError(f"no process {pid}")
+        if window is None:
+            raise UserError(f"process {pid} started no stepscope server: --steps needs one; py-spy takes --duration")
+        from ..control.pyspy import PySpyError, record
+
+        st = open_store(store, create=True)
+        try:
+            run_id = record(pid, window, hz, st)
+        except PySpyError as e:
+            raise UserError(str(e)) from None
+        store_path = st.path
+    else:
+        request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span}
+        if not as_json:
+            err.print(f"capturing pid {info['pid']} ({' '.join(info.get('argv', []))[:60]})...")
+        try:
+            reply = capture(info, request, on_recording=(lambda r: err.print(f"recording run {r['run_id']}"))
+                            if not as_json else None)
+        except CaptureError as e:
+            raise UserError(str(e)) from None
+        run_id, store_path = reply["run_id"], Path(reply["store"])
+    st = Store(store_path, create=False)
+    data = st.load(run_id)
+    summary = summarize(data, ProfileIndex(data.profile))
+    elapsed = time.perf_counter() - t0
+    if as_json:
+        print_json({"run": summary.to_dict(), "store": str(store_path), "seconds": elapsed})
+    else:
+        print_summary(summary, err)
+        err.print(f"[dim]stored in {store_path}; capture to summary {elapsed:.2f} s[/dim]")

@@ -1,0 +1,77 @@
+"""The client side of ``stepscope capture``: find a process's control server and run a capture."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+from .server import runtime_dir
+
+
+class CaptureError(Exception):
+    """No server to talk to, a refused capture, or a broken connection (message says which, one line)."""
+
+
+def find_server(pid: int | None = None, address: str | None = None) -> dict | None:
+    """The published info (host, port, token, store) of the server of ``pid`` or at ``host:port``."""
+    d = runtime_dir()
+    if pid is not None:
+        p = d / f"{pid}.json"
+        return json.loads(p.read_text()) if p.exists() else None
+    host, _, port = (address or "").rpartition(":")
+    for p in d.glob("*.json"):
+        try:
+            info = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost")):
+            return info
+    return None
+
+
+def capture(info: dict, request: dict, on_recording=None, timeout: float | None = None) -> dict:
+    """Send a capture request; call ``on_recording(reply)`` when the window opens; return the final reply.
+
+    Raises CaptureError for a refusal (busy, bad token) or a lost connection.
+    """
+    try:
+        sock = socket.create_connection((info["host"], int(info["port"])), timeout=10)
+    except OSError as e:
+        raise CaptureError(f"cannot reach the control server of pid {info.get('pid')} at {info['host']}:{info['port']}: "
+                           f"{e.strerror or e}") from None
+    with sock:
+        sock.sendall((json.dumps(dict(request, token=info["token"])) + "\n").encode())
+        sock.settimeout(timeout)
+        f = sock.makefile("r")
+        for line in f:
+            reply = json.loads(line)
+            if "error" in reply:
+                raise CaptureError(reply["error"])
+            if reply.get("status") == "recording" and on_recording:
+                on_recording(reply)
+            if reply.get("status") == "done":
+                return reply
+    raise CaptureError("the control server closed the connection before the capture ended")
+
+
+def parse_duration(text: str) -> float:
+    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds. Raises ValueError naming the text."""
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if t.endswith(suffix):
+            t, mul = t[: -len(suffix)], scale
+            break
+    else:
+        mul = 1.0
+    try:
+        v = float(t) * mul
+    except ValueError:
+        raise ValueError(f"--duration {text!r}: expected e.g. 10s, 500ms, 2m") from None
+    if v <= 0:
+        raise ValueError(f"--duration {text!r}: must be positive")
+    return v
+
+
+def pid_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()

@@ -1,0 +1,92 @@
+"""Sample a process that started no server from outside, with py-spy (PyPI ``py-spy``), and store the
+result as a stepscope run.
+
+``py-spy record --format speedscope`` writes one sampled profile per thread (speedscope's file format:
+a shared frame table, stacks root first, a weight per sample, in time order). Samples get timestamps
+by accumulating the weights from the window's start (py-spy records no per-sample time); frames keep
+py-spy's function name, file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .. import clock
+from ..model import Run
+from ..session import new_run_id
+from ..store.db import Store
+
+
+class PySpyError(Exception):
+    """py-spy missing, or refused (ptrace permission), with its one-line reason."""
+
+
+def pyspy_path() -> str | None:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        import sys
+
+        cand = Path(sys.executable).parent / "py-spy"
+        exe = str(cand) if cand.exists() else None
+    return exe
+
+
+def record(pid: int, duration_s: float, hz: float, store: Store) -> str:
+    """Sample ``pid`` for ``duration_s`` at ``hz`` with py-spy; store and return the run id."""
+    exe = pyspy_path()
+    if exe is None:
+        raise PySpyError(f"process {pid} started no stepscope server, and py-spy is not installed to sample it "
+                         "from outside (pip install py-spy)")
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "p.json"
+        anchor = clock.Anchor.take()
+        p = subprocess.run([exe, "record", "--pid", str(pid), "--duration", str(max(1, round(duration_s))), "--rate",
+                            str(int(hz)), "--format", "speedscope", "--output", str(out), "--nonblocking", "--threads"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or not out.exists():
+            why = (p.stderr.strip().splitlines() or ["py-spy failed"])[-1]
+            if "ermission" in why or "ptrace" in why.lower():
+                why += " (sampling another process needs ptrace: run as the same user with kernel.yama.ptrace_scope=0, or as root)"
+            raise PySpyError(f"py-spy could not sample pid {pid}: {why}")
+        doc = json.loads(out.read_text())
+    return _store(doc, pid, hz, anchor, store)
+
+
+def _store(doc: dict, pid: int, hz: float, anchor: clock.Anchor, store: Store) -> str:
+    frames = [(f.get("name", "?"), "", f.get("file", ""), int(f.get("line") or 0)) for f in doc["shared"]["frames"]]
+    stacks: dict[tuple, int] = {}
+    samples = []
+    threads = {}
+    unit_ns = {"nanoseconds": 1, "microseconds": 1e3, "milliseconds": 1e6, "seconds": 1e9}
+    for k, prof in enumerate(p for p in doc.get("profiles", []) if p.get("type") == "sampled"):
+        tid = k + 1
+        threads[tid] = (prof.get("name", f"thread {tid}"), None)
+        scale = unit_ns.get(prof.get("unit"), 1e9 / hz)
+        t = anchor.mono_ns
+        for stack, w in zip(prof["samples"], prof["weights"]):
+            key = tuple(stack)
+            sid = stacks.setdefault(key, len(stacks))
+            samples.append((int(t), tid, sid))
+            t += w * scale
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = [c.decode(errors="replace") for c in cmd if c]
+    except OSError:
+        command = [f"pid {pid}"]
+    run_id = new_run_id()
+    end = max([s[0] for s in samples], default=anchor.mono_ns)
+    store.create_run(Run(id=run_id, command=command, pid=pid, status="ok", start_ns=anchor.mono_ns,
+                         anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
+                         settings={"profiles_hz": hz, "extra": {"capture": {"pid": pid, "method": "py-spy"}}}),
+                     anchor.wall_ns)
+    samples.sort()
+    store.append(run_id, frames=frames, stacks=list(stacks), samples=samples, threads=threads)
+    store.update_run(run_id, end_ns=end, status="ok", env={"sampled_by": "py-spy", "host_pid": os.getpid(),
+                                                           "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    return run_id

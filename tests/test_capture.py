@@ -1,0 +1,157 @@
+"""Capture on demand from a long-running service that runs the tiny SD pipeline per request."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from conftest import PROGRAMS, cli_env, run_cli
+
+from stepscope.profiling.calltree import ProfileIndex
+from stepscope.store import Store
+
+pytest.importorskip("diffusers")
+UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
+
+
+class Service:
+    def __init__(self, tmp_path, store, extra=()):
+        self.env = cli_env(store)
+        self.env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
+        self.proc = subprocess.Popen([sys.executable, str(PROGRAMS / "sd_server.py"), *extra], env=self.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        self.port = int(self.proc.stdout.readline())
+        self.latencies, self.failures = [], 0
+        self._stop = threading.Event()
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=60) as r:
+            return json.loads(r.read())
+
+    def load(self):
+        def loop():
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                try:
+                    assert self.get("/gen")["ok"]
+                    self.latencies.append(time.perf_counter() - t)
+                except Exception:
+                    self.failures += 1
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if hasattr(self, "_thread"):
+            self._thread.join(60)
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def service(tmp_path, store):
+    s = Service(tmp_path, store)
+    yield s
+    s.stop()
+
+
+def capture(service, *args, **kw):
+    return subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(service.proc.pid), *args],
+                          env=service.env, capture_output=True, text=True, timeout=kw.get("timeout", 120))
+
+
+def test_capture_three_unet_steps_while_serving(service, store):
+    service.load()
+    time.sleep(2)
+    r = capture(service, "--steps", "3", "--span", "UNet2DConditionModel.forward", "--trace", UNET, "--hz", "499", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    time.sleep(1)
+    assert service.get("/patched") == {"patched": False}  # nothing stays patched
+    service.stop()
+    assert service.failures == 0 and len(service.latencies) >= 3
+    data = Store(store).load(doc["run"]["run_id"])
+    unets = [s for s in data.spans if s.name == UNET]
+    assert len(unets) >= 3 and all(s.end_ns > s.start_ns for s in unets)
+    index = ProfileIndex(data.profile)
+    assert all(len(index.select(s.start_ns, s.end_ns, s.thread_id)) > 0 for s in unets[:3])  # each has a flame graph
+    assert data.run.settings["extra"]["capture"]["steps"] == 3
+
+
+def test_two_captures_busy_and_bad_token(service, tmp_path):
+    first = subprocess.Popen([sys.executable, "-m", "stepscope", "capture", "--pid", str(service.proc.pid), "--duration",
+                              "3s", "--json"], env=service.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    second = capture(service, "--duration", "1s")
+    assert second.returncode == 2 and "busy" in second.stderr
+    assert first.wait(60) == 0
+    info_file = tmp_path / "rt" / f"{service.proc.pid}.json"
+    assert stat.S_IMODE(info_file.stat().st_mode) == 0o600
+    info = json.loads(info_file.read_text())
+    with socket.create_connection(("127.0.0.1", info["port"])) as s:
+        s.sendall(b'{"token": "guess", "duration_s": 1}\n')
+        assert json.loads(s.makefile().readline()) == {"error": "bad token"}
+
+
+def test_client_that_disconnects_leaves_the_program_unpatched(service, tmp_path):
+    info = json.loads((tmp_path / "rt" / f"{service.proc.pid}.json").read_text())
+    s = socket.create_connection(("127.0.0.1", info["port"]))
+    s.sendall(json.dumps({"token": info["token"], "duration_s": 60, "traces": [UNET]}).encode() + b"\n")
+    assert json.loads(s.makefile().readline())["status"] == "recording"
+    time.sleep(0.5)
+    assert service.get("/patched") == {"patched": True}
+    s.close()
+    time.sleep(1.0)
+    assert service.get("/patched") == {"patched": False}
+
+
+def test_process_without_server_is_sampled_with_py_spy(tmp_path, store):
+    from stepscope.control.pyspy import pyspy_path
+
+    if pyspy_path() is None:
+        pytest.skip("py-spy not installed")
+    env = cli_env(store)
+    env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
+    proc = subprocess.Popen([sys.executable, "-c", "import time\ndef busy():\n    while True: sum(range(1000))\nbusy()"],
+                            env=env)
+    try:
+        time.sleep(0.5)
+        r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--duration", "1s",
+                            "--json"], env=env, capture_output=True, text=True, timeout=60)
+        if r.returncode == 2 and "ptrace" in r.stderr:
+            pytest.skip(r.stderr.strip())
+        assert r.returncode == 0, r.stderr
+        top = json.loads(r.stdout)["run"]["top_self"]
+        assert any("busy" in f["name"] for f in top)
+    finally:
+        proc.kill()
+    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", "999999", "--duration", "1s"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == "stepscope: error: no process 999999"
+
+
+def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
+    prog = tmp_path / "app.py"
+    prog.write_text("import time\nfrom sstargets import funcs\nprint('up', flush=True)\n"
+                    "for i in range(400):\n    funcs.outer(50)\n    time.sleep(0.01)\nprint('done')\n")
+    env = cli_env(store)
+    env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
+    p = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--server", "--", sys.executable, str(prog)], env=env,
+                         stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert p.stdout.readline() == "up\n"
+    child = next(int(f.stem) for f in (tmp_path / "rt").glob("*.json"))
+    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(child), "--steps", "5", "--span",
+                        "sstargets.funcs.outer", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert p.stdout.read() == "done\n" and p.wait(60) == 0
+    data = Store(store).load(json.loads(r.stdout)["run"]["run_id"])
+    assert sum(1 for s in data.spans if s.name == "sstargets.funcs.outer") >= 5
+    assert len(Store(store).list_runs()) == 1  # the server-only run itself records nothing
+    bad = run_cli(["run", "--server", "--trace", "a.b", "--", sys.executable, str(prog)], store)
+    assert bad.returncode == 2 and "--server records nothing itself" in bad.stderr
