@@ -155,3 +155,19 @@ def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
     assert len(Store(store).list_runs()) == 1  # the server-only run itself records nothing
     bad = run_cli(["run", "--server", "--trace", "a.b", "--", sys.executable, str(prog)], store)
     assert bad.returncode == 2 and "--server records nothing itself" in bad.stderr
+
+
+def test_capture_with_device_trace(service, store):
+    service.load()
+    time.sleep(1)
+    r = capture(service, "--steps", "2", "--span", "UNet2DConditionModel.forward", "--trace", UNET, "--device-trace",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    run_id = json.loads(r.stdout)["run"]["run_id"]
+    time.sleep(0.5)
+    assert service.get("/patched") == {"patched": False}
+    service.stop()
+    assert service.failures == 0
+    dev = json.loads(run_cli(["device", run_id, "--json"], store).stdout)["device"]
+    unet = {s["name"]: s for s in dev["spans"]}[UNET]
+    assert unet["recorded"] >= 2 and unet["op_ns"] > 0 and unet["flops"] > 0  # the request threads' ops are in the trace

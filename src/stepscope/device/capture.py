@@ -57,8 +57,15 @@ class DeviceCapture:
         if torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
         sched = schedule(wait=self.wait, warmup=1, active=self.steps, repeat=1) if self.steps else None
+        extra = {}
+        try:  # every thread's ops, not only the thread that starts the profiler (a server's request threads)
+            from torch._C._profiler import _ExperimentalConfig
+
+            extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
+        except (ImportError, TypeError):
+            pass
         self.prof = profile(activities=acts, record_shapes=True, with_stack=self.with_stack, with_flops=True,
-                            schedule=sched, on_trace_ready=self._write if sched else None)
+                            schedule=sched, on_trace_ready=self._write if sched else None, **extra)
         self.prof.__enter__()
         mirror.enable()
         self.mark("start")
