@@ -87,6 +87,7 @@ class Session:
         self._frames_written = 0
         self._stacks_written = 0
         self._threads_seen: dict[int, str] = {}
+        self._pending_threads: dict[int, tuple] = {}
         self._root_token = None
         self._root_span: tuple | None = None
         self._pid = os.getpid()
@@ -199,6 +200,9 @@ class Session:
             t = now()
             if period is not None:
                 self.sampler.sample(exclude_thread=me)
+                if self.sampler.new_threads:
+                    self._name_threads(self.sampler.new_threads)
+                    self.sampler.new_threads = []
                 next_t += period
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
@@ -212,10 +216,18 @@ class Session:
                 last_flush = t
             stop.wait(max(0.0, (next_t - now()) / 1e9))
 
+    def _name_threads(self, idents: list[int]) -> None:
+        """Name and OS id of threads as they are first sampled (short-lived request threads included)."""
+        active = threading._active  # ident -> Thread; read-only use
+        for ident in idents:
+            th = active.get(ident)
+            if th is not None:
+                self._pending_threads[ident] = (th.name, th.native_id)
+
     def _flush(self) -> None:
         with self._lock:
             frames, stacks, samples = self.sampler.drain()
-            threads = {}
+            threads, self._pending_threads = self._pending_threads, {}
             for th in threading.enumerate():
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
                     threads[th.ident] = (th.name, th.native_id)

@@ -100,7 +100,7 @@ class ControlServer:
 
     def _capture(self, req: dict, conn: socket.socket) -> None:
         from .. import api
-        from ..session import Session
+        from ..session import Session, new_run_id
         from ..tracing.patch import normalize_targets
 
         if api.current_session() is not None:
@@ -121,12 +121,15 @@ class ControlServer:
         settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=float(req.get("hz") or 101),
                             flush_interval_s=0.2, store=self.store, device_trace=device,
                             extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
-        session = Session(settings, command=list(sys.argv)).start()
-        if device:
+        run_id = new_run_id()
+        cap = None
+        if device:  # before patching: every traced call of the window lies inside the device trace
             from ..device.capture import DeviceCapture
 
-            cap = DeviceCapture(session.store.run_dir(session.run_id) / "device_trace.json.gz")
+            cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
             cap.start()
+        session = Session(settings, run_id=run_id, command=list(sys.argv)).start()
+        if cap is not None:
             session.on_finish(cap.stop)
         _send(conn, {"status": "recording", "run_id": session.run_id, "store": self.store})
         counter = sqlite3.connect(Path(self.store) / "runs.db", timeout=30)

@@ -49,6 +49,9 @@ class Sampler:
         self._samples: list[tuple] = []  # (t_ns, thread_id, stack_index)
         self.sample_count = 0
         self.truncated = 0
+        self._seen: set[int] = set()
+        #: threads seen for the first time (ids), for the recorder to name while they are alive
+        self.new_threads: list[int] = []
 
     def sample(self, exclude_thread: int | None = None) -> int:
         """Sample every thread's stack once; returns the number of threads sampled."""
@@ -82,6 +85,9 @@ class Sampler:
                 stack_index[key] = sidx
                 self._new_stacks.append(key[::-1])
             self._samples.append((t, tid, sidx))
+            if tid not in self._seen:
+                self._seen.add(tid)
+                self.new_threads.append(tid)
             n += 1
         del frames, f
         self.sample_count += n
