@@ -144,3 +144,42 @@ def test_manual_spans_and_trace_decorator():
     assert by["part"]["parent_id"] == by["txn"]["span_id"] and by["part"]["attrs"] == {"step": 3}
     assert by["test_tracing_behaviour.test_manual_spans_and_trace_decorator.<locals>.f"]["parent_id"] == by["part"]["span_id"]
     assert f.__doc__ == "doc"
+
+
+def test_patching_and_unpatching_while_other_threads_call():
+    """Capture windows patch and unpatch at run time: callers in other threads see the same results and
+    exceptions throughout, and nothing stays patched."""
+    from sstargets import funcs
+
+    from stepscope.tracing import buffer
+    from stepscope.tracing.patch import Patcher
+
+    original_add, original_boom = funcs.add, funcs.boom
+    stop = threading.Event()
+    errors = []
+
+    def caller():
+        while not stop.is_set():
+            try:
+                if funcs.add(1, 2, c=3) != 6:
+                    errors.append("wrong result")
+                try:
+                    funcs.boom()
+                except ValueError:
+                    pass
+                else:
+                    errors.append("no exception")
+            except Exception as e:  # anything else is a behaviour change
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    [t.start() for t in threads]
+    for _ in range(50):
+        p = Patcher()
+        p.add(["sstargets.funcs.add", "sstargets.funcs.boom"])
+        p.remove()
+    stop.set()
+    [t.join() for t in threads]
+    buffer.take()
+    assert errors == []
+    assert funcs.add is original_add and funcs.boom is original_boom

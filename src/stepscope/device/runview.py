@@ -44,6 +44,9 @@ class ClockMap:
         return k_ns - np.rint(np.interp(k_ns, self.at + self.offset, self.offset)).astype(np.int64)
 
 
+MARKER_WINDOW_NS = 500_000_000
+
+
 def clock_map(trace: KinetoTrace) -> ClockMap:
     """The run clock -> Kineto time map from the capture's markers. Raises AlignError without markers."""
     pts = []
@@ -58,7 +61,15 @@ def clock_map(trace: KinetoTrace) -> ClockMap:
     if not pts:
         raise AlignError(f"{trace.path}: no {MARKER} markers; record with `stepscope run --device-trace`")
     pts.sort()
-    return ClockMap(np.array([p[0] for p in pts], np.int64), np.array([p[1] for p in pts], np.int64))
+    at = np.array([p[0] for p in pts], np.int64)
+    off = np.array([p[1] for p in pts], np.int64)
+    # a marker's offset is the true offset plus the delay between reading the clock and the range's start,
+    # which is >= 0 and sometimes large (a marker thread waiting for the GIL): keep the lower envelope,
+    # the smallest offset within MARKER_WINDOW_NS around each marker (drift is far slower than that)
+    lo = np.searchsorted(at, at - MARKER_WINDOW_NS, "left")
+    hi = np.searchsorted(at, at + MARKER_WINDOW_NS, "right")
+    env = np.array([off[a:b].min() for a, b in zip(lo.tolist(), hi.tolist())], np.int64)
+    return ClockMap(at, env)
 
 
 @dataclass(slots=True)
