@@ -156,3 +156,19 @@ def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
     bad = run_cli(["run", "--server", "--trace", "a.b", "--", sys.executable, str(prog)], store)
     assert bad.returncode == 2 and "--server records nothing itself" in bad.stderr
 
+
+def test_capture_with_device_trace(service, store):
+    service.load()
+    time.sleep(1)
+    # 6 steps: more than one request (4 UNet calls each), so some run on a thread started inside the window
+    r = capture(service, "--steps", "6", "--span", "UNet2DConditionModel.forward", "--trace", UNET, "--device-trace",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    run_id = json.loads(r.stdout)["run"]["run_id"]
+    time.sleep(0.5)
+    assert service.get("/patched") == {"patched": False}
+    service.stop()
+    assert service.failures == 0
+    dev = json.loads(run_cli(["device", run_id, "--json"], store).stdout)["device"]
+    unet = {s["name"]: s for s in dev["spans"]}[UNET]
+    assert unet["recorded"] >= 6 and unet["op_ns"] > 0 and unet["flops"] > 0  # the request threads' ops are in the trace

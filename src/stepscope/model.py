@@ -71,9 +71,32 @@ class Profile:
     hz: float = 0.0
     thread_names: dict[int, str] = field(default_factory=dict)
     native_ids: dict[int, int] = field(default_factory=dict)  # thread id -> OS thread id (Kineto's tid)
+    #: thread id -> [(since_ns, OS thread id)], in time order: Python reuses a thread id after its thread exits
+    os_threads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sample_t_ns)
+
+    def native_at(self, thread_id: int, t_ns: int) -> int | None:
+        """The OS thread id that ``thread_id`` named at time ``t_ns`` (None when unknown)."""
+        hist = self.os_threads.get(thread_id)
+        if hist:
+            best = hist[0][1]
+            for since, native in hist:
+                if since <= t_ns:
+                    best = native
+                else:
+                    break
+            return best
+        return self.native_ids.get(thread_id)
+
+    def all_native(self) -> dict[int, int]:
+        """OS thread id -> thread id, over the whole run."""
+        out = {v: k for k, v in self.native_ids.items()}
+        for tid, hist in self.os_threads.items():
+            for _, native in hist:
+                out[native] = tid
+        return out
 
 
 @dataclass(slots=True)

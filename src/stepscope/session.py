@@ -88,6 +88,8 @@ class Session:
         self._stacks_written = 0
         self._threads_seen: dict[int, str] = {}
         self._pending_threads: dict[int, tuple] = {}
+        self._thread_objs: dict[int, threading.Thread] = {}
+        self._pending_os: list[tuple] = []
         self._root_token = None
         self._root_span: tuple | None = None
         self._pid = os.getpid()
@@ -203,6 +205,7 @@ class Session:
                 if self.sampler.new_threads:
                     self._name_threads(self.sampler.new_threads)
                     self.sampler.new_threads = []
+                self._track_os_threads(self.sampler.last_threads, t)
                 next_t += period
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
@@ -216,6 +219,17 @@ class Session:
                 last_flush = t
             stop.wait(max(0.0, (next_t - now()) / 1e9))
 
+    def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
+        """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
+        that spans can be joined with the OS-thread-keyed device trace by time."""
+        active = threading._active
+        for ident in idents:
+            th = active.get(ident)
+            if th is not None and self._thread_objs.get(ident) is not th:
+                self._thread_objs[ident] = th
+                self._pending_os.append((ident, th.native_id, t_ns))
+                self._pending_threads[ident] = (th.name, th.native_id)
+
     def _name_threads(self, idents: list[int]) -> None:
         """Name and OS id of threads as they are first sampled (short-lived request threads included)."""
         active = threading._active  # ident -> Thread; read-only use
@@ -228,11 +242,13 @@ class Session:
         with self._lock:
             frames, stacks, samples = self.sampler.drain()
             threads, self._pending_threads = self._pending_threads, {}
+            os_threads, self._pending_os = self._pending_os, []
             for th in threading.enumerate():
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
                     threads[th.ident] = (th.name, th.native_id)
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
             self.store.append(self.run_id, spans=buffer.take(), frames=frames, frame_base=self._frames_written,
-                              stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads)
+                              stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
+                              os_threads=os_threads)
             self._frames_written += len(frames)
             self._stacks_written += len(stacks)

@@ -24,6 +24,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
                 span: Optional[str] = typer.Option(None, "--span", help="The span counted by --steps (name or suffix)."),
                 trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace during the window."),
                 hz: float = typer.Option(101.0, "--hz", help="Sampling rate (samples/s per thread)."),
+                device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler timeline."),
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Capture a window of a running program: traces on, sampler on, then everything off again.
 
@@ -43,8 +44,9 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
             raise UserError(f"no stepscope control server known at {address}")
         if not pid_alive(pid):
             raise UserError(f"no process {pid}")
-        if window is None:
-            raise UserError(f"process {pid} started no stepscope server: --steps needs one; py-spy takes --duration")
+        if window is None or device_trace:
+            raise UserError(f"process {pid} started no stepscope server: --steps and --device-trace need one; "
+                            "py-spy takes --duration")
         from ..control.pyspy import PySpyError, record
 
         st = open_store(store, create=True)
@@ -54,7 +56,8 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
             raise UserError(str(e)) from None
         store_path = st.path
     else:
-        request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span}
+        request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span,
+                   "device_trace": device_trace}
         if not as_json:
             err.print(f"capturing pid {info['pid']} ({' '.join(info.get('argv', []))[:60]})...")
         try:

@@ -7,7 +7,8 @@ the sampler on), waits for ``duration_s`` or for ``steps`` completed calls of ``
 everything is unpatched (calls in flight finish normally), the run is in the store. A second request
 during a capture gets ``{"error": "busy"}``; a client that disconnects ends the window at once.
 
-Protocol: request ``{"token", "duration_s"?, "steps"?, "span"?, "traces": [...], "hz"}``; replies
+Protocol: request ``{"token", "duration_s"?, "steps"?, "span"?, "traces": [...], "hz", "device_trace"?}``
+(with ``device_trace`` the torch profiler records the window too, as ``stepscope run --device-trace``); replies
 ``{"status": "recording", "run_id", "store"}`` then ``{"status": "done", "run_id", "store", "spans",
 "reason"}`` (or ``{"error": ...}``). Stdlib only.
 """
@@ -111,11 +112,25 @@ class ControlServer:
             return _send(conn, {"error": "give duration_s or steps"})
         if steps is not None and not span:
             return _send(conn, {"error": "steps needs span"})
+        device = bool(req.get("device_trace"))
         traces = list(req.get("traces") or []) + ([span] if span and span.count(".") >= 2 else [])
+        if device:
+            from ..tracing.syncs import SYNC_TARGETS
+
+            traces += SYNC_TARGETS
         settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=float(req.get("hz") or 101),
-                            flush_interval_s=0.2, store=self.store,
+                            flush_interval_s=0.2, store=self.store, device_trace=device,
                             extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
-        session = Session(settings, run_id=new_run_id(), command=list(sys.argv)).start()
+        run_id = new_run_id()
+        cap = None
+        if device:  # before patching: every traced call of the window lies inside the device trace
+            from ..device.capture import DeviceCapture
+
+            cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
+            cap.start()
+        session = Session(settings, run_id=run_id, command=list(sys.argv)).start()
+        if cap is not None:
+            session.on_finish(cap.stop)
         _send(conn, {"status": "recording", "run_id": session.run_id, "store": self.store})
         counter = sqlite3.connect(Path(self.store) / "runs.db", timeout=30)
         start = time.monotonic()

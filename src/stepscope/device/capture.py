@@ -4,10 +4,9 @@ torch is imported only when a capture starts. Activities: CPU, and CUDA when ava
 FLOPs recorded; Python stacks on request (``with_stack``: every Python call becomes an event, so traces
 grow tenfold; the sync sites' own spans give each sync its Python line without them). The trace is written gzipped as ``<run dir>/device_trace.json.gz``.
 
-Every thread's ops are recorded (``profile_all_threads``). Known limit: spans name their thread by
-Python's thread ident, which the OS reuses for the next thread once one exits; the run keeps one OS
-thread id per ident, so ops of a later thread that reused an ident (short-lived request threads) are
-not joined to its spans.
+Every thread's ops are recorded (``profile_all_threads``). Spans name their thread by Python's thread
+ident, which is reused for the next thread once one exits; the run notes each (ident, OS thread id,
+since) as the sampler sees it, so a span is joined with the ops of the OS thread it really ran on.
 
 Spans are mirrored into the trace as ``record_function`` ranges (and NVTX ranges on CUDA) while it
 records (``tracing.mirror``).

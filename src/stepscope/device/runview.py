@@ -187,8 +187,8 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
         return RunDevice(None, None, [], sites, peak, compile)
     summary = summarize_device(trace)
     cmap = clock_map(trace)
-    native = data.profile.native_ids
-    by_native = {v: k for k, v in native.items()}
+    prof = data.profile
+    by_native = prof.all_native()
     spans = [s for s in data.spans if s.op not in ("transaction",)]
     sync_spans = [s for s in spans if s.op == "sync"]
     plain = [s for s in spans if s.op != "sync"]
@@ -218,7 +218,7 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     kern_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in plain:
-        ktid = native.get(s.thread_id)
+        ktid = prof.native_at(s.thread_id, s.start_ns)
         a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
         sd = per.get(s.name)
         if sd is None:

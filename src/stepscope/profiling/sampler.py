@@ -52,6 +52,8 @@ class Sampler:
         self._seen: set[int] = set()
         #: threads seen for the first time (ids), for the recorder to name while they are alive
         self.new_threads: list[int] = []
+        #: the thread ids of the last sample (the recorder notices an id reused by a new thread)
+        self.last_threads: list[int] = []
 
     def sample(self, exclude_thread: int | None = None) -> int:
         """Sample every thread's stack once; returns the number of threads sampled."""
@@ -89,6 +91,7 @@ class Sampler:
                 self._seen.add(tid)
                 self.new_threads.append(tid)
             n += 1
+        self.last_threads = list(frames)
         del frames, f
         self.sample_count += n
         return n

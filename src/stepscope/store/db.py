@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL,
 CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
 CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
   PRIMARY KEY (run_id, thread_id));
+CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, native_id INTEGER, since_ns INTEGER);
 """
 
 
@@ -99,12 +100,13 @@ class Store:
 
     def append(self, run_id: str, *, spans: Iterable[tuple] = (), frames: list[tuple] = (), frame_base: int = 0,
                stacks: list[tuple] = (), stack_base: int = 0, samples: Iterable[tuple] = (),
-               threads: dict[int, tuple[str, int | None]] | None = None) -> None:
+               threads: dict[int, tuple[str, int | None]] | None = None, os_threads: list[tuple] = ()) -> None:
         """Append recorded data in one transaction.
 
         ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
         entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack)``;
-        ``threads``: thread id -> (name, OS thread id).
+        ``threads``: thread id -> (name, OS thread id); ``os_threads``: ``(thread id, OS thread id, since_ns)``
+        each time a thread id is seen on a new OS thread (Python reuses ids).
         """
         c = self.conn
         c.execute("BEGIN")
@@ -121,6 +123,8 @@ class Store:
                 c.executemany("INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
                               ((run_id, stack_base + i, ",".join(map(str, s))) for i, s in enumerate(stacks)))
             c.executemany("INSERT INTO samples VALUES (?,?,?,?)", ((run_id, *s) for s in samples))
+            if os_threads:
+                c.executemany("INSERT INTO os_threads VALUES (?,?,?,?)", ((run_id, *x) for x in os_threads))
             if threads:
                 c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?)",
                               ((run_id, tid, name, native) for tid, (name, native) in threads.items()))
@@ -132,7 +136,7 @@ class Store:
     def delete_run(self, run_id: str) -> None:
         c = self.conn
         c.execute("BEGIN")
-        for table in ("spans", "frames", "stacks", "samples", "threads"):
+        for table in ("spans", "frames", "stacks", "samples", "threads", "os_threads"):
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         c.execute("COMMIT")
@@ -203,6 +207,9 @@ class Store:
             native_ids={r[0]: r[1] for r in c.execute("SELECT thread_id, native_id FROM threads WHERE run_id = ?", (run_id,))
                         if r[1] is not None},
         )
+        for tid, native, since in c.execute("SELECT thread_id, native_id, since_ns FROM os_threads WHERE run_id = ? "
+                                            "ORDER BY since_ns", (run_id,)):
+            profile.os_threads.setdefault(tid, []).append((since, native))
         run.span_count, run.sample_count = len(spans), len(rows)
         return RunData(run, spans, profile)
 
