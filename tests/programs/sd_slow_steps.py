@@ -12,7 +12,7 @@ def heavy_postprocess(latents):
     x = latents
     for _ in range(40):
         x = torch.nn.functional.group_norm(x.repeat(1, 8, 8, 8), 4)[:, :4, :8, :8]
-    time.sleep(0.15)
+    time.sleep(0.4)
     return x
 
 
