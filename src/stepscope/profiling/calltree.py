@@ -1,8 +1,10 @@
 """Call trees from samples: for a whole run, a thread, or any time window (one span, one step).
 
 Samples are weighted by time: a sample stands for the interval since the previous sample of the same
-thread (capped at ``MAX_INTERVAL_NS``; a thread's first sample gets the nominal period), so a sampler
-delayed by a busy GIL does not under-count the code that delayed it. Frames are merged by *function*
+thread, so a sampler delayed a little by a busy GIL does not under-count the code that delayed it. The
+interval is capped at ``MAX_PERIODS`` nominal periods (and ``MAX_INTERVAL_NS``): a long gap is the
+recorder's own pause (a store write, the process descheduled) and would otherwise be charged whole to
+whatever runs at the next sample; a thread's first sample gets the nominal period. Frames are merged by *function*
 (qualified name + file), the way flame graphs are read; the frame table keeps the lines.
 """
 
@@ -15,6 +17,7 @@ import numpy as np
 from ..model import Profile
 
 MAX_INTERVAL_NS = 1_000_000_000
+MAX_PERIODS = 3
 
 #: Leaf functions that mean "this thread is waiting" (py-spy tells idle threads by OS state; a sampler
 #: inside the process can only tell by the Python leaf frame).
@@ -79,12 +82,13 @@ class ProfileIndex:
         self.thread = np.asarray(profile.sample_thread, dtype=np.int64)[order]
         self.stack = np.asarray(profile.sample_stack, dtype=np.int64)[order]
         period = 1e9 / profile.hz if profile.hz else 1e7
+        cap = min(MAX_INTERVAL_NS, MAX_PERIODS * period)
         self.weight = np.full(len(self.t), period, dtype=np.float64)
         for tid in np.unique(self.thread):
             idx = np.nonzero(self.thread == tid)[0]
             if len(idx) > 1:
                 d = np.diff(self.t[idx]).astype(np.float64)
-                self.weight[idx[1:]] = np.minimum(d, MAX_INTERVAL_NS)
+                self.weight[idx[1:]] = np.minimum(d, cap)
         self.functions: list[Function] = []
         fid_of: dict[tuple, int] = {}
         self.frame_func = np.empty(len(profile.frames), dtype=np.int64)
