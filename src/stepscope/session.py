@@ -202,9 +202,6 @@ class Session:
             t = now()
             if period is not None:
                 self.sampler.sample(exclude_thread=me)
-                if self.sampler.new_threads:
-                    self._name_threads(self.sampler.new_threads)
-                    self.sampler.new_threads = []
                 self._track_os_threads(self.sampler.last_threads, t)
                 next_t += period
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
@@ -228,14 +225,6 @@ class Session:
             if th is not None and self._thread_objs.get(ident) is not th:
                 self._thread_objs[ident] = th
                 self._pending_os.append((ident, th.native_id, t_ns))
-                self._pending_threads[ident] = (th.name, th.native_id)
-
-    def _name_threads(self, idents: list[int]) -> None:
-        """Name and OS id of threads as they are first sampled (short-lived request threads included)."""
-        active = threading._active  # ident -> Thread; read-only use
-        for ident in idents:
-            th = active.get(ident)
-            if th is not None:
                 self._pending_threads[ident] = (th.name, th.native_id)
 
     def _flush(self) -> None:

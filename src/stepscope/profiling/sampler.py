@@ -49,9 +49,6 @@ class Sampler:
         self._samples: list[tuple] = []  # (t_ns, thread_id, stack_index)
         self.sample_count = 0
         self.truncated = 0
-        self._seen: set[int] = set()
-        #: threads seen for the first time (ids), for the recorder to name while they are alive
-        self.new_threads: list[int] = []
         #: the thread ids of the last sample (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
 
@@ -87,9 +84,6 @@ class Sampler:
                 stack_index[key] = sidx
                 self._new_stacks.append(key[::-1])
             self._samples.append((t, tid, sidx))
-            if tid not in self._seen:
-                self._seen.add(tid)
-                self.new_threads.append(tid)
             n += 1
         self.last_threads = list(frames)
         del frames, f
