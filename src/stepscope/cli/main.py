@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import bench, capture, demo, device, explain, export, report, run, runs, suggest
+from . import bench, capture, demo, device, explain, export, keys, report, run, runs, serve, suggest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Trace, sample and explain the performance of Python/ML programs you did not write.")
@@ -19,6 +19,8 @@ app.command("suggest")(suggest.suggest_cmd)
 app.command("device")(device.device)
 app.add_typer(bench.app, name="bench")
 app.command("capture")(capture.capture_cmd)
+app.command("serve")(serve.serve)
+app.add_typer(keys.app, name="keys")
 
 if __name__ == "__main__":
     app()

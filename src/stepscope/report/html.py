@@ -14,18 +14,32 @@ from .view import build_view
 _env = Environment(loader=PackageLoader("stepscope.report", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
 
-def _static(name: str) -> str:
+STATIC_FILES = ("report.css", "report.js")
+
+
+def static_text(name: str) -> str:
+    """One of the report's static files (``STATIC_FILES``) as text."""
     return resources.files("stepscope.report").joinpath("static", name).read_text()
 
 
-def render_report(data: RunData, **view_kwargs) -> str:
-    """The report of one run as an HTML string (data, CSS and JS inlined)."""
+def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, str, bool]] | None = None,
+                  static_base: str | None = None, heading: str | None = None, **view_kwargs) -> str:
+    """The report of one run as an HTML string.
+
+    By default self-contained (data, CSS and JS inlined; opens offline). The web UI renders the same
+    page with ``page`` = "run", "explain" or "device" (which sections show), ``nav`` links
+    ``(label, href, is_current)`` and ``static_base`` (CSS/JS served, not inlined): one implementation
+    for both. ``view_kwargs`` go to ``build_view``.
+    """
     view = build_view(data, **view_kwargs)
     data_json = orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("</", "<\\/")
     from markupsafe import Markup
 
-    return _env.get_template("report.html.j2").render(run_id=data.run.id, data_json=Markup(data_json),
-                                                      css=Markup(_static("report.css")), js=Markup(_static("report.js")))
+    inline = static_base is None
+    return _env.get_template("report.html.j2").render(
+        run_id=data.run.id, data_json=Markup(data_json), page=page, nav=nav, static_base=static_base,
+        heading=heading, title=f"{heading} · {data.run.id}" if heading else data.run.id,
+        css=Markup(static_text("report.css")) if inline else "", js=Markup(static_text("report.js")) if inline else "")
 
 
 def device_for(store, data: RunData):

@@ -29,7 +29,8 @@
     `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}  ·  ` +
     `${NS} spans  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
-    (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "");
+    (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "") +
+    (R.env && R.env.source === "sentry" ? `  ·  from ${R.env.sdk || "a Sentry SDK"}` : "");
 
   // ---- waterfall layout: per thread a header row, then one row per depth
   const threadDepth = new Array(D.threads.length).fill(-1);
@@ -266,9 +267,12 @@
     if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).map(([k, v]) => `${k}=${v}`).join(" ");
     if (S.error[i]) txt += `  error: ${S.error[i]}`;
     document.getElementById("selection").textContent = txt;
+    setHash("span=" + S.id[i]);
     setFlame({ t0: S.start[i], t1: S.start[i] + S.dur[i], thread: S.thread[i] }, `span ${short(name)}${S.attrs[i] && S.attrs[i]["diffusion.step"] !== undefined ? " (step " + S.attrs[i]["diffusion.step"] + ")" : ""}`);
   }
-  document.getElementById("fg-reset").addEventListener("click", () => { selected = -1; drawWaterfall(); document.getElementById("selection").textContent = "Whole run"; setFlame(null, "whole run"); });
+  // shareable state: the selection lives in the URL's fragment (#span=ID, #step=K, #repeat=K)
+  function setHash(h) { try { history.replaceState(null, "", h ? "#" + h : location.pathname + location.search); } catch (e) { /* file:// in some browsers */ } }
+  document.getElementById("fg-reset").addEventListener("click", () => { selected = -1; setHash(""); drawWaterfall(); document.getElementById("selection").textContent = "Whole run"; setFlame(null, "whole run"); });
 
   // ---- tables
   function table(el, head, rowsHtml) { el.innerHTML = `<table><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rowsHtml.join("")}</tbody></table>`; }
@@ -282,6 +286,7 @@
     document.getElementById("steps").insertAdjacentHTML("beforeend", `<div class="note">${esc(st.rule)}</div>`);
     document.querySelectorAll("#steps tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
       const r = st.rows[+tr.dataset.k];
+      setHash("step=" + tr.dataset.k);
       setFlame({ t0: r.start_us, t1: r.end_us, thread: threadIndex.get(r.thread_id) }, `step ${r.step}${st.kind === "diffusion.step" ? " of call " + r.call : ""}`);
     }));
   } else document.getElementById("steps-section").hidden = true;
@@ -337,15 +342,33 @@
     table(document.getElementById("explain-repeats"), ["repeat", "duration", "× median", "group"],
       reps.map((r, k) => `<tr class="clickable${r.group === "slow" ? " slow" : ""}" data-k="${k}"><td>${esc(r.label)}</td><td>${fmtNs(r.duration_ns)}</td><td>${(r.duration_ns / E.median_ns).toFixed(2)}</td><td>${r.group}</td></tr>`));
     document.querySelectorAll("#explain-repeats tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
-      const r = reps[+tr.dataset.k]; setFlame({ t0: r.start_us, t1: r.end_us, thread: r.thread }, `${r.label} (${r.group})`);
+      const r = reps[+tr.dataset.k]; setHash("repeat=" + tr.dataset.k); setFlame({ t0: r.start_us, t1: r.end_us, thread: r.thread }, `${r.label} (${r.group})`);
     }));
     table(document.getElementById("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
       E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
     drawDiff();
-  }
+  } else document.getElementById("explain-none").hidden = false;
+
+  // ---- device: idle gaps and host syncs as tables (the lanes are in the waterfall)
+  if (DV) {
+    document.getElementById("device-section").hidden = false;
+    document.getElementById("device-title").textContent = DV.device ? String(DV.device.name || DV.device) : "";
+    table(document.getElementById("device-gaps"), ["stream", "at", "idle", "category", "host op", "span"],
+      DV.gaps.map((g) => `<tr><td>${esc(g.lane)}</td><td>${fmt(g.start)}</td><td>${fmt(g.dur)}</td><td>${esc(g.category)}</td><td>${esc(g.host_op || "")}</td><td>${esc(short(g.span || ""))}</td></tr>`));
+    const syncs = DV.syncs.slice().sort((a, b) => b.cost - a.cost).slice(0, 50);
+    table(document.getElementById("device-syncs"), ["sync", "at", "cost", "Python line", "span"],
+      syncs.map((q) => `<tr><td>${esc(q.kind)}</td><td>${fmt(q.t)}</td><td>${fmt(q.cost)}</td><td>${esc(q.python || "")}</td><td>${esc(short(q.span || ""))}</td></tr>`));
+  } else document.getElementById("device-none").hidden = false;
 
   drawWaterfall();
   setFlame(null, "whole run");
+  (function restore() {  // open where a shared URL points
+    const m = /^#(span|step|repeat)=(-?\d+)$/.exec(location.hash);
+    if (!m) return;
+    const k = +m[2];
+    if (m[1] === "span") { const i = S.id.indexOf(k); if (i >= 0) selectSpan(i); }
+    else { const tr = document.querySelector(`#${m[1] === "step" ? "steps" : "explain-repeats"} tr.clickable[data-k="${k}"]`); if (tr) tr.click(); }
+  })();
   window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); drawDiff(); });
   // for tests and scripting: where span i is drawn (CSS px, relative to the viewport)
   function spanRect(i) {

@@ -1,0 +1,59 @@
+"""``stepscope serve``: the local web UI over the store, and the endpoint the Sentry SDK sends to."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..store import keys as keystore
+from .common import StoreOpt, err, handles_errors, open_store
+
+_MB = 1024 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@handles_errors
+def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: loopback only)."),
+          port: int = typer.Option(8969, "--port", help="Port (8969: the Sentry Spotlight sidecar's)."),
+          store: Optional[Path] = StoreOpt,
+          open_mode: bool = typer.Option(False, "--open", help="Development only: accept envelopes without a key."),
+          max_body_mb: float = typer.Option(20, "--max-body-mb", help="Largest request body, as sent (MiB)."),
+          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb", help="Largest body after decompression (MiB).")) -> None:
+    """Serve the web UI (transactions, waterfall, flame graphs, explain, device, benchmarks) and take the
+    Sentry SDK's envelopes at /api/<project>/envelope/ and /stream (Spotlight)."""
+    import uvicorn
+
+    from ..web import ServerConfig, create_app
+
+    st = open_store(store, create=True)
+    keys = keystore.list_keys(st)
+    if not keys and not open_mode:
+        keys = [keystore.add(st, "1", "made by the first `stepscope serve`")]
+        err.print(f"made a key for project 1 (see `stepscope keys list`)")
+    path = st.path
+    st.close()
+    if not is_loopback(host):
+        err.print(f"[bold yellow]warning:[/] serving on {host}: anyone who can reach this machine on port {port} can "
+                  "read every run in the store" + (" and, with --open, write to it" if open_mode else ""))
+    shown = host if is_loopback(host) or host not in ("0.0.0.0", "::") else "127.0.0.1"
+    err.print(f"stepscope serve: http://{shown}:{port}/  (store {path})")
+    if open_mode:
+        err.print("[bold yellow]open mode:[/] envelopes are accepted without a key")
+    for k in keys:
+        err.print(f"  DSN for project {k.project_id}: {k.dsn(shown, port)}")
+    err.print(f"  Spotlight: sentry_sdk.init(spotlight=\"http://{shown}:{port}/stream"
+              + (f"?sentry_key={keys[0].public_key}" if keys and not open_mode else "") + "\")")
+    app = create_app(ServerConfig(store=path, open_mode=open_mode, max_body_bytes=int(max_body_mb * _MB),
+                                  max_decoded_bytes=int(max_decoded_mb * _MB), host=host))
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)

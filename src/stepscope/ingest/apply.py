@@ -1,0 +1,227 @@
+"""Write a validated envelope (``sentry.Batch``) into the store as stepscope runs, in the caller's SQLite
+transaction (so an envelope is stored whole or not at all).
+
+One transaction event becomes one run: its clock is the transaction's (t = wall ns - the transaction's
+start), its root span has op "transaction", spans keep their Sentry ids in ``attrs["sentry.span_id"]``.
+Profiles are linked whatever order they arrive in: a v1 profile to the event id it names, a v2 chunk to
+every transaction of the same ``profiler_id`` it overlaps (only the samples inside the transaction are
+kept). Profiles whose transaction has not arrived yet wait in ``ingest_pending``; chunks are kept in
+``ingest_chunks`` for transactions that arrive after them. Re-sent envelopes are stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import orjson
+
+from .sentry import SENTRY_PYTHON_HZ, Batch, ProfileRecord, TransactionRecord
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ingest_events (event_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, project_id TEXT,
+  profiler_id TEXT, start_wall_ns INTEGER, end_wall_ns INTEGER);
+CREATE INDEX IF NOT EXISTS ingest_events_profiler ON ingest_events (profiler_id, start_wall_ns);
+CREATE TABLE IF NOT EXISTS ingest_chunks (chunk_id TEXT PRIMARY KEY, profiler_id TEXT NOT NULL,
+  start_wall_ns INTEGER, end_wall_ns INTEGER, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS ingest_chunks_profiler ON ingest_chunks (profiler_id, start_wall_ns);
+CREATE TABLE IF NOT EXISTS ingest_pending (event_id TEXT NOT NULL, body BLOB NOT NULL, received_wall_ns INTEGER);
+CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
+CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received INTEGER NOT NULL, stored INTEGER NOT NULL);
+"""
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(SCHEMA)
+
+
+def _run_id(conn: sqlite3.Connection, tx: TransactionRecord) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(tx.start_ns / 1e9))
+    for k in (8, 16, 32):
+        rid = f"{stamp}-{tx.event_id[:k]}"
+        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone() is None:
+            return rid
+    return f"{stamp}-{tx.event_id}-{time.time_ns()}"
+
+
+def _record_to_blob(p: ProfileRecord) -> bytes:
+    return orjson.dumps({"kind": p.kind, "key": p.key, "profiler_id": p.profiler_id, "frames": p.frames,
+                         "stacks": p.stacks, "samples": p.samples,
+                         "thread_names": {str(k): v for k, v in p.thread_names.items()},
+                         "transaction_ids": p.transaction_ids})
+
+
+def _record_from_blob(b: bytes) -> ProfileRecord:
+    d = orjson.loads(b)
+    return ProfileRecord(d["kind"], d["key"], d["profiler_id"], [tuple(f) for f in d["frames"]],
+                         [tuple(s) for s in d["stacks"]], [tuple(s) for s in d["samples"]],
+                         {int(k): v for k, v in d["thread_names"].items()}, d["transaction_ids"])
+
+
+STEP_ATTR = "diffusion.step"  # as stepscope.tracing.steps tags live spans
+DENOISER_SUFFIXES = ("UNet2DConditionModel.forward", "UNet2DModel.forward", "Transformer2DModel.forward",
+                     "UNetModel.forward", "DiTTransformer2DModel.forward")
+
+
+def _steps(spans: list[tuple], ids: dict[str, int]) -> dict[str, int]:
+    """``diffusion.step`` for ingested spans, as the live tracer would tag them: the k-th call of a
+    denoiser's forward (or of a scheduler's ``step``) under one parent is step k. Sentry span id -> k."""
+    out: dict[str, int] = {}
+    seen: dict[tuple, int] = {}
+    for s in spans:  # in start order
+        name = s[2]
+        kind = "denoiser" if name.endswith(DENOISER_SUFFIXES) else "scheduler" if name.endswith("Scheduler.step") else None
+        if kind is None:
+            continue
+        key = (kind, s[1])
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        out[s[0]] = k
+    return out
+
+
+def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None) -> str:
+    rid = _run_id(conn, tx)
+    t0 = tx.start_ns
+    env = {"source": "sentry", "project": project_id, **tx.meta}
+    settings = {"source": "sentry", "transaction": tx.name, "profiles_hz": 0.0}
+    status = "ok" if tx.status in (None, "ok") else "error"
+    conn.execute(
+        "INSERT INTO runs (id, command, cwd, host, pid, status, exit_code, error, start_ns, end_ns, anchor_mono_ns,"
+        " anchor_wall_ns, env, settings, unresolved, created_wall_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (rid, json.dumps([tx.name]), "", str(tx.meta.get("server_name") or ""), 0, status, None,
+         tx.status if status == "error" else None, 0, tx.end_ns - t0, 0, t0, json.dumps(env), json.dumps(settings),
+         "{}", t0))
+    # span ids: 1 for the transaction, then in start order; Sentry's hex ids kept in attrs
+    ids = {tx.span_id: 1}
+    order = sorted(tx.spans, key=lambda s: (s[4], -s[5]))
+    for k, s in enumerate(order):
+        ids.setdefault(s[0], k + 2)
+    steps = _steps(order, ids)
+    rows = [(rid, 1, None, tx.name, "transaction", 0, tx.end_ns - t0, tx.thread_id,
+             tx.status if status == "error" else None,
+             json.dumps({"sentry.span_id": tx.span_id, "sentry.op": tx.op} if tx.op else {"sentry.span_id": tx.span_id}))]
+    for s in order:
+        sid, parent, name, op, s0, s1, tid, err, attrs = s
+        if sid in steps:
+            attrs = {**attrs, STEP_ATTR: steps[sid]}
+        rows.append((rid, ids[sid], ids.get(parent, 1) if parent else 1, name, op, s0 - t0, s1 - t0, tid, err,
+                     json.dumps(attrs, default=str)))
+    conn.executemany("INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    if tx.thread_names:
+        conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
+                         ((rid, tid, nm, None) for tid, nm in tx.thread_names.items()))
+    conn.execute("INSERT INTO ingest_events VALUES (?,?,?,?,?,?)",
+                 (tx.event_id, rid, project_id, tx.profiler_id, tx.start_ns, tx.end_ns))
+    return rid
+
+
+def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRecord,
+            window: tuple[int, int] | None) -> int:
+    """Add the profile's samples (inside ``window``, wall ns, when given) to a run; returns how many."""
+    samples = p.samples
+    if window is not None:
+        lo, hi = window
+        samples = [s for s in samples if lo <= s[0] <= hi]
+    if not samples:
+        return 0
+    frame_idx = {tuple(r[1:]): r[0] for r in conn.execute(
+        "SELECT idx, function, module, file, line FROM frames WHERE run_id = ?", (run_id,))}
+    stack_idx = {r[1]: r[0] for r in conn.execute("SELECT idx, frames FROM stacks WHERE run_id = ?", (run_id,))}
+    new_frames, new_stacks = [], []
+    fmap: dict[int, int] = {}
+    smap: dict[int, int] = {}
+
+    def frame(i: int) -> int:
+        j = fmap.get(i)
+        if j is None:
+            f = tuple(p.frames[i])
+            j = frame_idx.get(f)
+            if j is None:
+                j = frame_idx[f] = len(frame_idx)
+                new_frames.append((run_id, j, *f))
+            fmap[i] = j
+        return j
+
+    def stack(k: int) -> int:
+        j = smap.get(k)
+        if j is None:
+            key = ",".join(str(frame(i)) for i in p.stacks[k])
+            j = stack_idx.get(key)
+            if j is None:
+                j = stack_idx[key] = len(stack_idx)
+                new_stacks.append((run_id, j, key))
+            smap[k] = j
+        return j
+
+    rows = [(run_id, t - anchor_ns, tid, stack(k)) for t, tid, k in samples]
+    conn.executemany("INSERT INTO frames VALUES (?,?,?,?,?,?)", new_frames)
+    conn.executemany("INSERT INTO stacks VALUES (?,?,?)", new_stacks)
+    conn.executemany("INSERT INTO samples VALUES (?,?,?,?)", rows)
+    if p.thread_names:
+        conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
+                         ((run_id, tid, nm, None) for tid, nm in p.thread_names.items()))
+    hz = p.hz() or SENTRY_PYTHON_HZ
+    row = conn.execute("SELECT settings FROM runs WHERE id = ?", (run_id,)).fetchone()
+    settings = json.loads(row[0] or "{}")
+    if not settings.get("profiles_hz"):
+        settings["profiles_hz"] = hz
+        conn.execute("UPDATE runs SET settings = ? WHERE id = ?", (json.dumps(settings), run_id))
+    return len(rows)
+
+
+def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
+    """Store one envelope's records (the caller holds the transaction). Returns what was done:
+    ``{"runs": [run ids], "samples": n, "duplicates": n, "pending": n}``."""
+    out = {"runs": [], "samples": 0, "duplicates": 0, "pending": 0}
+    stored: dict[str, int] = {}
+    by_event = {p.key: p for p in b.profiles}
+    for tx in b.transactions:
+        if conn.execute("SELECT 1 FROM ingest_events WHERE event_id = ?", (tx.event_id,)).fetchone():
+            out["duplicates"] += 1
+            continue
+        rid = _create_run(conn, tx, project_id)
+        out["runs"].append(rid)
+        stored["transaction"] = stored.get("transaction", 0) + 1
+        window = (tx.start_ns, tx.end_ns)
+        p = by_event.pop(tx.event_id, None)
+        if p is not None:
+            out["samples"] += _attach(conn, rid, tx.start_ns, p, None)
+            stored["profile"] = stored.get("profile", 0) + 1
+        for (blob,) in conn.execute("SELECT body FROM ingest_pending WHERE event_id = ?", (tx.event_id,)).fetchall():
+            out["samples"] += _attach(conn, rid, tx.start_ns, _record_from_blob(blob), None)
+        conn.execute("DELETE FROM ingest_pending WHERE event_id = ?", (tx.event_id,))
+        if tx.profiler_id:
+            for (blob,) in conn.execute("SELECT body FROM ingest_chunks WHERE profiler_id = ? AND start_wall_ns <= ? "
+                                        "AND end_wall_ns >= ?", (tx.profiler_id, tx.end_ns, tx.start_ns)).fetchall():
+                out["samples"] += _attach(conn, rid, tx.start_ns, _record_from_blob(blob), window)
+    for p in by_event.values():  # v1 profiles whose transaction came in another envelope
+        row = conn.execute("SELECT run_id, start_wall_ns FROM ingest_events WHERE event_id = ?", (p.key,)).fetchone()
+        if row is None:
+            conn.execute("INSERT INTO ingest_pending VALUES (?,?,?)", (p.key, _record_to_blob(p), time.time_ns()))
+            out["pending"] += 1
+        elif conn.execute("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", (row[0],)).fetchone():
+            out["duplicates"] += 1
+            continue
+        else:
+            out["samples"] += _attach(conn, row[0], row[1], p, None)
+        stored["profile"] = stored.get("profile", 0) + 1
+    for c in b.chunks:
+        if not c.samples:
+            continue
+        if conn.execute("SELECT 1 FROM ingest_chunks WHERE chunk_id = ?", (c.key,)).fetchone():
+            out["duplicates"] += 1
+            continue
+        conn.execute("INSERT INTO ingest_chunks VALUES (?,?,?,?,?)",
+                     (c.key, c.profiler_id, c.start_ns, c.end_ns, _record_to_blob(c)))
+        stored["profile_chunk"] = stored.get("profile_chunk", 0) + 1
+        for rid, start, end in conn.execute("SELECT run_id, start_wall_ns, end_wall_ns FROM ingest_events "
+                                            "WHERE profiler_id = ? AND start_wall_ns <= ? AND end_wall_ns >= ?",
+                                            (c.profiler_id, c.end_ns, c.start_ns)).fetchall():
+            out["samples"] += _attach(conn, rid, start, c, (start, end))
+    conn.executemany(
+        "INSERT INTO ingest_counts VALUES (?, ?, ?) ON CONFLICT(item_type) DO UPDATE SET "
+        "received = received + excluded.received, stored = stored + excluded.stored",
+        [(t, n, stored.get(t, 0)) for t, n in b.counts.items()])
+    return out

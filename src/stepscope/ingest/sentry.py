@@ -1,0 +1,321 @@
+"""Sentry's event payloads turned into stepscope's records, on the wall clock (ns since the epoch).
+
+Formats, as the Python SDK (2.x) writes them and https://develop.sentry.dev/sdk/ documents them:
+
+- ``transaction`` event: ``event_id``, ``transaction`` (name), ``start_timestamp``/``timestamp`` (RFC 3339
+  strings or float seconds), ``contexts.trace`` (root ``span_id``, ``op``, ``status``, ``data.thread.id``),
+  ``contexts.profile.profiler_id`` (continuous profiling), ``spans`` (``span_id``, ``parent_span_id``, ``op``,
+  ``description``, timestamps, ``status``, ``data``).
+- ``profile``, sampled profile v1: ``timestamp`` (profile start), ``transactions[].id`` (the event it
+  belongs to), ``profile.samples[]`` (``elapsed_since_start_ns``, ``thread_id``, ``stack_id``),
+  ``profile.stacks`` (frame indices, leaf first), ``profile.frames``, ``profile.thread_metadata``.
+- ``profile_chunk``, continuous profile v2: ``profiler_id``, ``chunk_id``, ``profile.samples[]``
+  (``timestamp`` in float seconds, ``thread_id``, ``stack_id``), stacks and frames as in v1.
+
+Everything is validated here, before anything is written: a malformed field raises EnvelopeError
+naming it, so the whole envelope is refused (HTTP 400) and nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .envelope import Envelope, EnvelopeError
+
+SENTRY_PYTHON_HZ = 101.0  # sentry_sdk.profiler: DEFAULT_SAMPLING_FREQUENCY
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MIN_NS, _MAX_NS = 0, 2**62  # ns since the epoch (up to year 2116)
+
+
+@dataclass(slots=True)
+class TransactionRecord:
+    """One transaction with its spans. Times: wall clock, ns since the epoch.
+
+    ``spans``: ``(sentry span id, parent sentry span id | None, name, op, start_ns, end_ns, thread id,
+    error status | None, attrs)``; the root span (the transaction itself) is not among them.
+    """
+
+    event_id: str
+    name: str
+    op: str
+    status: str | None
+    start_ns: int
+    end_ns: int
+    span_id: str
+    thread_id: int
+    spans: list[tuple]
+    profiler_id: str | None
+    thread_names: dict[int, str]
+    meta: dict
+
+
+@dataclass(slots=True)
+class ProfileRecord:
+    """A sampled profile (v1) or a profile chunk (v2) in stepscope's shape: ``frames`` as
+    ``(function, module, file, line)``, ``stacks`` root first, ``samples`` as ``(wall ns, thread id,
+    stack index)`` in time order. ``key``: the transaction's event id (v1) or the chunk id (v2)."""
+
+    kind: str
+    key: str
+    profiler_id: str | None
+    frames: list[tuple]
+    stacks: list[tuple[int, ...]]
+    samples: list[tuple[int, int, int]]
+    thread_names: dict[int, str]
+    transaction_ids: list[str] = field(default_factory=list)
+
+    @property
+    def start_ns(self) -> int:
+        return self.samples[0][0] if self.samples else 0
+
+    @property
+    def end_ns(self) -> int:
+        return self.samples[-1][0] if self.samples else 0
+
+    def hz(self) -> float | None:
+        """Sampling rate from the median interval between a thread's samples (samples/s), or None."""
+        by_thread: dict[int, int] = {}
+        deltas = []
+        for t, tid, _ in self.samples:
+            prev = by_thread.get(tid)
+            if prev is not None and t > prev:
+                deltas.append(t - prev)
+            by_thread[tid] = t
+        if len(deltas) < 3:
+            return None
+        deltas.sort()
+        return round(1e9 / deltas[len(deltas) // 2], 1)
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one envelope carries, validated: transactions, profiles and chunks, plus item counts by type
+    (``ignored`` counts the types stepscope does not store)."""
+
+    transactions: list[TransactionRecord]
+    profiles: list[ProfileRecord]
+    chunks: list[ProfileRecord]
+    counts: dict[str, int]
+    ignored: dict[str, int]
+    event_id: str | None
+
+
+def timestamp_ns(v, what: str) -> int:
+    """RFC 3339 string or float seconds -> ns since the epoch. Raises EnvelopeError naming ``what``."""
+    if isinstance(v, bool):
+        raise EnvelopeError(f"{what}: not a timestamp")
+    if isinstance(v, (int, float)):
+        if not math.isfinite(v):
+            raise EnvelopeError(f"{what}: not a finite timestamp")
+        ns = round(v * 1e9)
+    elif isinstance(v, str):
+        try:
+            dt = datetime.fromisoformat(v.replace("z", "Z"))
+        except ValueError:
+            raise EnvelopeError(f"{what}: {v[:40]!r} is not an RFC 3339 timestamp") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        d = dt - _EPOCH
+        ns = (d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1000
+    else:
+        raise EnvelopeError(f"{what}: not a timestamp")
+    if not _MIN_NS <= ns < _MAX_NS:
+        raise EnvelopeError(f"{what}: timestamp out of range")
+    return ns
+
+
+def thread_id(v, what: str) -> int:
+    """A Sentry thread id (string or number; Python's ``threading.get_ident()``) as an int64. Ids that
+    are not integers (other platforms name threads) map to a stable 62-bit hash."""
+    if isinstance(v, bool) or v is None:
+        raise EnvelopeError(f"{what}: not a thread id")
+    if isinstance(v, int):
+        if 0 <= v < 2**63:
+            return v
+        v = str(v)
+    if isinstance(v, float):
+        raise EnvelopeError(f"{what}: not a thread id")
+    if not isinstance(v, str):
+        raise EnvelopeError(f"{what}: not a thread id")
+    if v.isdigit() and len(v) < 19:
+        return int(v)
+    return int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "big") >> 2
+
+
+def _obj(v, what: str) -> dict:
+    if not isinstance(v, dict):
+        raise EnvelopeError(f"{what}: not an object")
+    return v
+
+
+def _list(v, what: str) -> list:
+    if not isinstance(v, list):
+        raise EnvelopeError(f"{what}: not a list")
+    return v
+
+
+def _str(v, what: str, default: str | None = None) -> str | None:
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise EnvelopeError(f"{what}: not a string")
+    return v
+
+
+def _hexid(v, what: str) -> str:
+    if not isinstance(v, str) or not v or len(v) > 64:
+        raise EnvelopeError(f"{what}: not an id")
+    return v.replace("-", "").lower()
+
+
+def transaction(doc: dict, what: str) -> TransactionRecord:
+    """A ``transaction`` event payload -> TransactionRecord. Raises EnvelopeError."""
+    event_id = _hexid(doc.get("event_id"), f"{what}: event_id")
+    contexts = _obj(doc.get("contexts") or {}, f"{what}: contexts")
+    trace = _obj(contexts.get("trace") or {}, f"{what}: contexts.trace")
+    tdata = _obj(trace.get("data") or {}, f"{what}: contexts.trace.data")
+    start = timestamp_ns(doc.get("start_timestamp"), f"{what}: start_timestamp")
+    end = max(start, timestamp_ns(doc.get("timestamp"), f"{what}: timestamp"))
+    root_tid = thread_id(tdata["thread.id"], f"{what}: contexts.trace.data.thread.id") if tdata.get("thread.id") is not None else 0
+    names: dict[int, str] = {}
+    if tdata.get("thread.name") is not None:
+        names[root_tid] = str(tdata["thread.name"])
+    spans = []
+    for i, s in enumerate(_list(doc.get("spans") or [], f"{what}: spans")):
+        w = f"{what}: spans[{i}]"
+        s = _obj(s, w)
+        sid = _hexid(s.get("span_id"), f"{w}.span_id")
+        parent = _hexid(s["parent_span_id"], f"{w}.parent_span_id") if s.get("parent_span_id") else None
+        s0 = timestamp_ns(s.get("start_timestamp"), f"{w}.start_timestamp")
+        s1 = max(s0, timestamp_ns(s.get("timestamp"), f"{w}.timestamp"))
+        data = _obj(s.get("data") or {}, f"{w}.data")
+        tid = thread_id(data["thread.id"], f"{w}.data.thread.id") if data.get("thread.id") is not None else root_tid
+        if data.get("thread.name") is not None:
+            names.setdefault(tid, str(data["thread.name"]))
+        op = _str(s.get("op"), f"{w}.op", "") or ""
+        name = _str(s.get("description"), f"{w}.description") or op or "span"
+        status = _str(s.get("status"), f"{w}.status")
+        attrs = {"sentry.span_id": sid}
+        if s.get("tags"):
+            attrs["tags"] = _obj(s["tags"], f"{w}.tags")
+        extra = {k: v for k, v in data.items() if k not in ("thread.id", "thread.name", "profiler_id")}
+        if extra:
+            attrs["data"] = extra
+        spans.append((sid, parent, name[:1000], op[:200] or "function", s0, s1, tid,
+                      status if status not in (None, "ok") else None, attrs))
+    prof = _obj(contexts.get("profile") or {}, f"{what}: contexts.profile")
+    profiler_id = prof.get("profiler_id") or tdata.get("profiler_id")
+    sdk = doc.get("sdk") if isinstance(doc.get("sdk"), dict) else {}
+    meta = {"sentry.event_id": event_id, "sentry.trace_id": trace.get("trace_id"), "sentry.op": trace.get("op"),
+            "sdk": f"{sdk.get('name', '?')} {sdk.get('version', '')}".strip(), "platform": doc.get("platform"),
+            "environment": doc.get("environment"), "release": doc.get("release"),
+            "server_name": doc.get("server_name")}
+    return TransactionRecord(
+        event_id=event_id, name=(_str(doc.get("transaction"), f"{what}: transaction") or "<unnamed transaction>")[:1000],
+        op=_str(trace.get("op"), f"{what}: contexts.trace.op", "") or "", status=_str(trace.get("status"), f"{what}: status"),
+        start_ns=start, end_ns=end, span_id=_hexid(trace.get("span_id") or "0", f"{what}: contexts.trace.span_id"),
+        thread_id=root_tid, spans=spans, profiler_id=_hexid(profiler_id, f"{what}: profiler_id") if profiler_id else None,
+        thread_names=names, meta={k: v for k, v in meta.items() if v is not None})
+
+
+def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list, dict]:
+    frames_in = _list(prof.get("frames"), f"{what}: profile.frames")
+    stacks_in = _list(prof.get("stacks"), f"{what}: profile.stacks")
+    samples_in = _list(prof.get("samples"), f"{what}: profile.samples")
+    frames = []
+    for i, f in enumerate(frames_in):
+        f = _obj(f, f"{what}: profile.frames[{i}]")
+        line = f.get("lineno") or 0
+        if not isinstance(line, int) or isinstance(line, bool):
+            raise EnvelopeError(f"{what}: profile.frames[{i}].lineno: not an integer")
+        frames.append((str(f.get("function") or "<unknown>")[:500], str(f.get("module") or "")[:500],
+                       str(f.get("abs_path") or f.get("filename") or "")[:1000], max(0, min(line, 2**31))))
+    nf = len(frames)
+    stacks = []
+    for i, st in enumerate(stacks_in):
+        st = _list(st, f"{what}: profile.stacks[{i}]")
+        for j in st:
+            if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
+                raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
+        stacks.append(tuple(reversed(st)))  # Sentry: leaf first; stepscope: root first
+    ns = len(stacks)
+    samples = []
+    for i, s in enumerate(samples_in):
+        w = f"{what}: profile.samples[{i}]"
+        s = _obj(s, w)
+        k = s.get("stack_id")
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < ns:
+            raise EnvelopeError(f"{w}.stack_id: {k!r} is not in profile.stacks")
+        samples.append((sample_time(s, w), thread_id(s.get("thread_id"), f"{w}.thread_id"), k))
+    samples.sort(key=lambda x: x[0])
+    meta = _obj(prof.get("thread_metadata") or {}, f"{what}: profile.thread_metadata")
+    names = {}
+    for k, v in meta.items():
+        if isinstance(v, dict) and v.get("name") is not None:
+            names[thread_id(k, f"{what}: profile.thread_metadata")] = str(v["name"])[:200]
+    return frames, stacks, samples, names
+
+
+def profile_v1(doc: dict, what: str) -> ProfileRecord:
+    """A ``profile`` item (sampled profile v1) -> ProfileRecord. Raises EnvelopeError."""
+    version = str(doc.get("version", "1"))
+    if version != "1":
+        raise EnvelopeError(f"{what}: version {version!r}: a 'profile' item must be sampled profile v1")
+    t0 = timestamp_ns(doc.get("timestamp"), f"{what}: timestamp")
+    txs = _list(doc.get("transactions") or ([doc["transaction"]] if isinstance(doc.get("transaction"), dict) else []),
+                f"{what}: transactions")
+    tx_ids = [_hexid(_obj(t, f"{what}: transactions[{i}]").get("id"), f"{what}: transactions[{i}].id")
+              for i, t in enumerate(txs)]
+    if not tx_ids:
+        raise EnvelopeError(f"{what}: no transaction to link the profile to (transactions is empty)")
+
+    def when(s: dict, w: str) -> int:
+        v = s.get("elapsed_since_start_ns")
+        if isinstance(v, str) and v.isdigit():
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**50:
+            raise EnvelopeError(f"{w}.elapsed_since_start_ns: not a non-negative integer")
+        return t0 + v
+
+    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
+    return ProfileRecord("profile", tx_ids[0], None, frames, stacks, samples, names, tx_ids)
+
+
+def profile_chunk(doc: dict, what: str) -> ProfileRecord:
+    """A ``profile_chunk`` item (continuous profile v2) -> ProfileRecord. Raises EnvelopeError."""
+    version = str(doc.get("version", "2"))
+    if version != "2":
+        raise EnvelopeError(f"{what}: version {version!r}: a 'profile_chunk' item must be profile v2")
+    profiler_id = _hexid(doc.get("profiler_id"), f"{what}: profiler_id")
+    chunk_id = _hexid(doc.get("chunk_id"), f"{what}: chunk_id")
+
+    def when(s: dict, w: str) -> int:
+        return timestamp_ns(s.get("timestamp"), f"{w}.timestamp")
+
+    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
+    return ProfileRecord("profile_chunk", chunk_id, profiler_id, frames, stacks, samples, names)
+
+
+HANDLED = {"transaction": transaction, "profile": profile_v1, "profile_chunk": profile_chunk}
+
+
+def batch(env: Envelope) -> Batch:
+    """Validate and convert every item of an envelope. Raises EnvelopeError on the first malformed one."""
+    txs, profiles, chunks = [], [], []
+    counts: dict[str, int] = {}
+    ignored: dict[str, int] = {}
+    for i, item in enumerate(env.items):
+        t = item.type
+        counts[t] = counts.get(t, 0) + 1
+        conv = HANDLED.get(t)
+        if conv is None:
+            ignored[t] = ignored.get(t, 0) + 1
+            continue
+        what = f"item {i + 1} ({t})"
+        rec = conv(item.json(what), what)
+        (txs if t == "transaction" else profiles if t == "profile" else chunks).append(rec)
+    eid = env.headers.get("event_id")
+    return Batch(txs, profiles, chunks, counts, ignored, eid if isinstance(eid, str) else None)

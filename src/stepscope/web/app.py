@@ -1,0 +1,142 @@
+"""The ASGI app of ``stepscope serve`` (Starlette): ingest routes, the web UI pages and a small JSON API.
+
+Pages reuse the HTML report's template, view model and script (``stepscope.report``) with the page
+mode "run", "explain" or "device", so the served views and the report file are one implementation.
+Readers use one SQLite connection per thread (WAL: they never block the writer); all writes go
+through the one ``Writer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from ..ingest.writer import Writer
+from ..store import keys as keystore
+from ..store.db import Store, StoreError
+from . import pages
+from .ingest import Counters, IngestEndpoint
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """``store``: the store folder. ``open_mode``: accept envelopes without a key (development only).
+    ``max_body_bytes``: request body limit (bytes, as sent); ``max_decoded_bytes``: after decompression.
+    ``host``: the address served on; on a loopback address only loopback ``Host`` headers are answered
+    (no DNS rebinding)."""
+
+    store: Path
+    open_mode: bool = False
+    max_body_bytes: int = 20 * 1024 * 1024
+    max_decoded_bytes: int = 100 * 1024 * 1024
+    host: str = "127.0.0.1"
+
+
+class AppState:
+    """What the routes share: config, the writer, per-thread read connections, counters."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.counters = Counters()
+        self.writer: Writer | None = None
+        self._local = threading.local()
+
+    def store(self) -> Store:
+        st = getattr(self._local, "store", None)
+        if st is None:
+            st = self._local.store = Store(self.config.store)
+        return st
+
+    def project_of(self, key: str) -> str | None:
+        return keystore.project_of(self.store(), key)
+
+
+class SecurityHeaders:
+    """No CORS grant (no ``Access-Control-Allow-Origin``), no sniffing, no framing, no referrers."""
+
+    HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer")]
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [h for h in message["headers"] if h[0].lower() != b"access-control-allow-origin"]
+                message["headers"].extend(self.HEADERS)
+            await send(message)
+
+        await self.app(scope, receive, send_with)
+
+
+def create_app(config: ServerConfig) -> Starlette:
+    """The app over ``config.store`` (created when missing). Raises StoreError if it cannot be opened."""
+    state = AppState(config)
+    st = Store(config.store)  # fail early, with the store's own message
+    keystore.list_keys(st)
+    from ..store.listing import ensure_index
+
+    ensure_index(st)
+    st.close()
+    ingest = IngestEndpoint(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        state.writer = Writer(config.store)
+        try:
+            yield
+        finally:
+            state.writer.close()
+
+    async def not_found(request: Request, exc) -> Response:
+        detail = getattr(exc, "detail", "not found")
+        if request.url.path.startswith("/api/"):
+            return Response(orjson.dumps({"detail": detail}), status_code=exc.status_code, media_type="application/json")
+        return HTMLResponse(pages.error_page(detail, exc.status_code), status_code=exc.status_code)
+
+    async def store_error(request: Request, exc: StoreError) -> Response:
+        if request.url.path.startswith("/api/"):
+            return Response(orjson.dumps({"detail": str(exc)}), status_code=404, media_type="application/json")
+        return HTMLResponse(pages.error_page(str(exc), 404), status_code=404)
+
+    async def stats(request: Request) -> Response:
+        rows = state.store().conn.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall() \
+            if _has_table(state.store(), "ingest_counts") else []
+        return Response(orjson.dumps({"endpoint": dataclasses.asdict(state.counters),
+                                      "items": {t: {"received": r, "stored": s} for t, r, s in rows}}),
+                        media_type="application/json")
+
+    routes = [
+        Route("/api/{project_id:int}/envelope/", ingest.handle, methods=["POST"]),
+        Route("/api/{project_id:int}/envelope", ingest.handle, methods=["POST"]),
+        Route("/api/envelope/", ingest.handle, methods=["POST"]),
+        Route("/stream", ingest.handle, methods=["POST"]),
+        Route("/api/stats", stats),
+        *pages.routes(state),
+    ]
+    middleware = [Middleware(SecurityHeaders)]
+    if config.host in LOOPBACK:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"]))
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                     exception_handlers={404: not_found, 405: not_found, 400: not_found, StoreError: store_error})
+
+
+def _has_table(st: Store, name: str) -> bool:
+    return st.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None

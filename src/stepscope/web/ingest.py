@@ -1,0 +1,145 @@
+"""The ingest endpoints: ``POST /api/<project id>/envelope/`` (a DSN's target) and ``POST /stream``
+(Sentry Spotlight's sidecar). Status codes as Sentry's Relay gives them: 200 ``{"id": event id}``,
+400 ``{"detail": reason}`` for a malformed envelope, 401 for a missing or unknown key, 413 for a body
+over the limit (before or after decompression), 503 when the store cannot be written."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ..ingest import sentry
+from ..ingest.decode import BadEncoding, BodyTooLarge, decode_body
+from ..ingest.envelope import EnvelopeError, parse
+
+log = logging.getLogger("stepscope.serve")
+_AUTH_KEY = re.compile(r"sentry_key\s*=\s*([^,\s]+)")
+_DSN_KEY = re.compile(r"^[a-z]+://([^:@/]+)(?::[^@/]*)?@[^/]+/(?:.*/)?(\d+)/?$")
+
+
+class Refused(Exception):
+    """Answer ``status`` with ``detail``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class Counters:
+    """What the endpoint has answered since the server started (for ``/api/stats``)."""
+
+    accepted: int = 0
+    bad_request: int = 0
+    unauthorized: int = 0
+    too_large: int = 0
+    unavailable: int = 0
+
+
+def key_from_request(request: Request) -> str | None:
+    """``sentry_key`` from ``X-Sentry-Auth`` (``Sentry sentry_key=..., sentry_version=7``), then from the
+    query string."""
+    auth = request.headers.get("x-sentry-auth") or ""
+    m = _AUTH_KEY.search(auth)
+    if m:
+        return m.group(1)
+    return request.query_params.get("sentry_key") or None
+
+
+def key_from_dsn(dsn) -> tuple[str, str] | None:
+    """(key, project id) from an envelope header's ``dsn``, or None."""
+    if not isinstance(dsn, str):
+        return None
+    m = _DSN_KEY.match(dsn.strip())
+    return (m.group(1), m.group(2)) if m else None
+
+
+class IngestEndpoint:
+    """Both routes; ``app_state`` gives ``config``, ``writer``, ``project_of(key)`` and ``counters``."""
+
+    def __init__(self, state) -> None:
+        self.state = state
+
+    async def handle(self, request: Request) -> JSONResponse:
+        c: Counters = self.state.counters
+        try:
+            body = await self._read(request)
+            batch, project = await run_in_threadpool(self._prepare, request, body)
+        except Refused as r:
+            if r.status == 400:
+                c.bad_request += 1
+            elif r.status == 401:
+                c.unauthorized += 1
+            elif r.status == 413:
+                c.too_large += 1
+            return JSONResponse({"detail": r.detail}, status_code=r.status)
+        try:
+            result = await asyncio.wrap_future(self.state.writer.submit(batch, project))
+        except Exception as e:  # the store, not the envelope: the client may retry
+            c.unavailable += 1
+            log.warning("could not store an envelope: %s", e)
+            return JSONResponse({"detail": f"the store could not be written: {e}"}, status_code=503)
+        c.accepted += 1
+        return JSONResponse({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions else None),
+                             "runs": result["runs"], "samples": result["samples"]})
+
+    async def _read(self, request: Request) -> bytes:
+        limit = self.state.config.max_body_bytes
+        cl = request.headers.get("content-length")
+        if cl is not None:
+            if not cl.isdigit():
+                raise Refused(400, "Content-Length is not a number")
+            if int(cl) > limit:
+                raise Refused(413, f"body of {cl} bytes is over the limit of {limit} bytes")
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > limit:
+                raise Refused(413, f"body is over the limit of {limit} bytes")
+        return bytes(buf)
+
+    def _prepare(self, request: Request, body: bytes) -> tuple[sentry.Batch, str | None]:
+        cfg = self.state.config
+        project = request.path_params.get("project_id")
+        project = None if project is None else str(project)
+        key = key_from_request(request)
+        if key is not None and not cfg.open_mode:
+            self._check(key, project)
+            project = project or self.state.project_of(key)
+        try:
+            data = decode_body(body, request.headers.get("content-encoding"), cfg.max_decoded_bytes)
+            env = parse(data)
+        except BodyTooLarge as e:
+            raise Refused(413, str(e)) from None
+        except (BadEncoding, EnvelopeError) as e:
+            raise Refused(400, str(e)) from None
+        if key is None and not cfg.open_mode:
+            k = key_from_dsn(env.headers.get("dsn"))
+            if k is None:
+                raise Refused(401, "missing sentry_key (X-Sentry-Auth header, ?sentry_key= or the envelope's dsn); "
+                                   "`stepscope keys add` makes one, `stepscope serve --open` accepts any")
+            self._check(k[0], project or k[1])
+            project = project or k[1]
+        try:
+            return sentry.batch(env), project
+        except EnvelopeError as e:
+            raise Refused(400, str(e)) from None
+        except (RecursionError, MemoryError):
+            raise Refused(413, "envelope too deeply nested or too large") from None
+        except Exception as e:  # a validation we missed: still the client's envelope, never a 500
+            log.warning("malformed envelope not caught by validation: %r", e)
+            raise Refused(400, f"malformed envelope ({type(e).__name__}: {e})") from None
+
+    def _check(self, key: str, project: str | None) -> None:
+        owner = self.state.project_of(key)
+        if owner is None:
+            raise Refused(401, "unknown sentry_key (see `stepscope keys list`)")
+        if project is not None and owner != project:
+            raise Refused(401, f"sentry_key is not a key of project {project}")

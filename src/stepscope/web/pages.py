@@ -1,0 +1,205 @@
+"""The web UI's pages and JSON API (read-only). Every URL is shareable: list filters and sort are query
+parameters, a selected span or step is the run page's fragment (``/runs/ID#span=12``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime
+from importlib import resources
+from urllib.parse import urlencode
+
+import orjson
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from ..report.html import STATIC_FILES, device_for, render_report, static_text
+from ..store.db import StoreError
+
+_env = Environment(loader=PackageLoader("stepscope.web", "templates"), autoescape=select_autoescape(["html", "j2"]))
+_STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+_UI_CSS = "ui.css"
+PAGE_SIZE = 100
+
+
+def _fmt_ns(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    s = ns / 1e9
+    return f"{s:.2f} s" if s >= 1 else f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} us"
+
+
+def _fmt_wall(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if ns else "-"
+
+
+_env.filters["dur"] = _fmt_ns
+_env.filters["wall"] = _fmt_wall
+
+
+def error_page(detail: str, status: int) -> str:
+    return _env.get_template("error.html.j2").render(detail=detail, status=status, title=f"{status}")
+
+
+def run_nav(run_id: str, current: str) -> list[tuple[str, str, bool]]:
+    base = f"/runs/{run_id}"
+    return [("← transactions", "/", False), ("run", base, current == "run"), ("explain", f"{base}/explain", current == "explain"),
+            ("device", f"{base}/device", current == "device"), ("report file", f"{base}/report.html", False),
+            ("speedscope", f"{base}/export/speedscope", False), ("Chrome trace", f"{base}/export/chrome", False),
+            ("benchmarks", "/bench", False)]
+
+
+def routes(state) -> list[Route]:
+    """The UI's routes over ``state`` (see ``stepscope.web.app.AppState``)."""
+
+    def list_args(request: Request) -> dict:
+        qp = request.query_params
+        sort = qp.get("sort", "start")
+        if sort not in ("start", "duration", "name"):
+            raise HTTPException(400, f"sort must be start, duration or name, not {sort!r}")
+        order = qp.get("order", "asc" if sort == "name" else "desc")
+        page = qp.get("page", "1")
+        if order not in ("asc", "desc") or not page.isdigit() or int(page) < 1:
+            raise HTTPException(400, "order must be asc or desc; page a number from 1")
+        return {"q": qp.get("q", "")[:200], "sort": sort, "order": order, "page": int(page)}
+
+    def query(args: dict):
+        from ..store.listing import transactions
+
+        return transactions(state.store(), args["q"], args["sort"], args["order"] == "desc", PAGE_SIZE,
+                            (args["page"] - 1) * PAGE_SIZE)
+
+    def index(request: Request) -> HTMLResponse:
+        args = list_args(request)
+        rows, total = query(args)
+
+        def url(**kw) -> str:
+            a = {**args, **kw}
+            return "/?" + urlencode({k: v for k, v in a.items() if v not in ("", None)})
+
+        def sort_url(key: str) -> str:
+            flip = "asc" if args["sort"] == key and args["order"] == "desc" else "desc"
+            return url(sort=key, order=flip if args["sort"] == key else ("asc" if key == "name" else "desc"), page=1)
+
+        pages_n = max(1, -(-total // PAGE_SIZE))
+        return HTMLResponse(_env.get_template("transactions.html.j2").render(
+            title="transactions", rows=rows, total=total, args=args, sort_url=sort_url, store=str(state.config.store),
+            prev_url=url(page=args["page"] - 1) if args["page"] > 1 else None,
+            next_url=url(page=args["page"] + 1) if args["page"] < pages_n else None, pages=pages_n,
+            counters=state.counters))
+
+    def api_transactions(request: Request) -> Response:
+        args = list_args(request)
+        rows, total = query(args)
+        return Response(orjson.dumps({"total": total, "page": args["page"], "transactions": [dataclasses.asdict(r) for r in rows]}),
+                        media_type="application/json")
+
+    def _load(run_id: str):
+        st = state.store()
+        try:
+            data = st.load(st.resolve_id(run_id))
+        except StoreError as e:
+            raise HTTPException(404, str(e)) from None
+        return st, data
+
+    def run_page(page: str):
+        def handler(request: Request) -> HTMLResponse:
+            st, data = _load(request.path_params["run_id"])
+            t = time.perf_counter()
+            html = render_report(data, page=page, nav=run_nav(data.run.id, page), static_base="/static",
+                                 heading={"run": None, "explain": "explain", "device": "device"}[page],
+                                 device=device_for(st, data))
+            return HTMLResponse(html, headers={"Server-Timing": f"render;dur={1e3 * (time.perf_counter() - t):.1f}"})
+        return handler
+
+    def report_file(request: Request) -> HTMLResponse:
+        st, data = _load(request.path_params["run_id"])
+        return HTMLResponse(render_report(data, device=device_for(st, data)), headers={
+            "Content-Disposition": f'attachment; filename="stepscope-{data.run.id}.html"'})
+
+    def export(request: Request) -> Response:
+        from ..export.chrome import to_chrome_trace
+        from ..export.speedscope import to_speedscope
+
+        fmt = request.path_params["fmt"]
+        if fmt not in ("speedscope", "chrome"):
+            raise HTTPException(404, f"no export format {fmt!r} (speedscope or chrome)")
+        st, data = _load(request.path_params["run_id"])
+        if fmt == "speedscope":
+            doc = to_speedscope(data)
+        else:
+            dev = device_for(st, data)
+            doc = to_chrome_trace(data, device=dev[1] if dev else None)
+        return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json", headers={
+            "Content-Disposition": f'attachment; filename="{data.run.id}.{fmt}.json"'})
+
+    def api_view(request: Request) -> Response:
+        from ..report.view import build_view
+
+        st, data = _load(request.path_params["run_id"])
+        return Response(orjson.dumps(build_view(data, device=device_for(st, data)), option=orjson.OPT_SERIALIZE_NUMPY),
+                         media_type="application/json")
+
+    def bench_list(request: Request) -> HTMLResponse:
+        from ..store import bench as bench_store
+
+        bench_store._ensure(state.store())
+        rows = state.store().conn.execute("SELECT id, created_wall_ns, status, labels FROM bench ORDER BY created_wall_ns DESC").fetchall()
+        items = [{"id": r[0], "created": r[1], "status": r[2], "configs": len(orjson.loads(r[3] or "[]"))} for r in rows]
+        return HTMLResponse(_env.get_template("benches.html.j2").render(title="benchmarks", items=items))
+
+    def _bench(bench_id: str):
+        from ..bench.results import verdict
+        from ..store import bench as bench_store
+
+        try:
+            b = bench_store.load(state.store(), bench_store.resolve(state.store(), bench_id))
+        except StoreError as e:
+            raise HTTPException(404, str(e)) from None
+        return b, verdict(b)
+
+    def bench_page(request: Request) -> HTMLResponse:
+        b, v = _bench(request.path_params["bench_id"])
+        return HTMLResponse(_env.get_template("bench.html.j2").render(title=f"benchmark {b['id']}", b=b, v=v,
+                                                                       has_plot=any(r.times_s for r in v.rows)))
+
+    def bench_plot(request: Request) -> Response:
+        import tempfile
+        from pathlib import Path
+
+        from ..bench.plots import plot
+
+        b, v = _bench(request.path_params["bench_id"])
+        if not any(r.times_s for r in v.rows):
+            raise HTTPException(404, f"benchmark {b['id']} has no timed runs to plot")
+        with tempfile.TemporaryDirectory() as d:
+            png = plot(v, Path(d) / "plot.png").read_bytes()
+        return Response(png, media_type="image/png")
+
+    def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == _UI_CSS:
+            text = resources.files("stepscope.web").joinpath(_UI_CSS).read_text()
+        elif name in STATIC_FILES:  # fixed names only: no path from the request reaches the file system
+            text = static_text(name)
+        else:
+            raise HTTPException(404, "no such static file")
+        return Response(text, media_type=_STATIC_TYPES[name[name.rindex("."):]], headers={"Cache-Control": "no-cache"})
+
+    return [
+        Route("/", index),
+        Route("/api/transactions", api_transactions),
+        Route("/runs/{run_id}", run_page("run")),
+        Route("/runs/{run_id}/explain", run_page("explain")),
+        Route("/runs/{run_id}/device", run_page("device")),
+        Route("/runs/{run_id}/report.html", report_file),
+        Route("/runs/{run_id}/export/{fmt}", export),
+        Route("/api/runs/{run_id}/view", api_view),
+        Route("/bench", bench_list),
+        Route("/bench/{bench_id}", bench_page),
+        Route("/bench/{bench_id}/plot.png", bench_plot),
+        Route("/static/{name}", static),
+    ]

@@ -1,0 +1,62 @@
+"""The seed's own code with only the DSN pointed home: the real sentry_sdk, functions_to_trace by
+qualified name, a transaction around a txt2img call (tiny pipeline, random weights) or a plain loop."""
+import argparse
+import time
+
+import sentry_sdk
+
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def outer(k):
+    for _ in range(k):
+        work(300_000)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dsn", nargs="?", default=None)
+    ap.add_argument("--profiles", choices=["v1", "chunks"], default="v1")
+    ap.add_argument("--compression", choices=["gzip", "br"], default="br")
+    ap.add_argument("--sd", action="store_true", help="trace a tiny Stable Diffusion pipeline")
+    ap.add_argument("--spotlight", default=None)
+    ap.add_argument("--transactions", type=int, default=1)
+    args = ap.parse_args()
+    traced = [{"qualified_name": "__main__.work"}, {"qualified_name": "__main__.outer"}]
+    if args.sd:
+        traced = [{"qualified_name": q} for q in (
+            "diffusers.StableDiffusionPipeline.__call__", "diffusers.UNet2DConditionModel.forward",
+            "diffusers.DDIMScheduler.step", "diffusers.AutoencoderKL.decode")]
+    kw = dict(traces_sample_rate=1.0, functions_to_trace=traced,
+              _experiments={"transport_compression_algo": args.compression})
+    if args.profiles == "v1":
+        kw["profiles_sample_rate"] = 1.0
+    else:
+        kw.update(profile_session_sample_rate=1.0, profile_lifecycle="trace")
+    if args.spotlight:
+        kw["spotlight"] = args.spotlight
+    sentry_sdk.init(dsn=args.dsn, **kw)
+    if args.sd:
+        from stepscope.pipelines.sd import build_pipeline
+
+        pipe = build_pipeline("tiny")
+    for i in range(args.transactions):
+        with sentry_sdk.start_transaction(name="txt2img" if args.sd else f"loop-{i}", op="task"):
+            if args.sd:
+                pipe("a cat", num_inference_steps=4, height=64, width=64)
+            else:
+                outer(4)
+    sentry_sdk.flush()
+    if args.profiles == "chunks":  # the chunk is sent when the profiler stops, after the transaction
+        time.sleep(1.5)
+        sentry_sdk.flush()
+    print("sent")
+
+
+if __name__ == "__main__":
+    main()

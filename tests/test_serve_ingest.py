@@ -1,0 +1,181 @@
+"""The ingest endpoint in-process (Starlette's TestClient): auth, limits, malformed input, linking of
+profiles, duplicates, headers. The real Sentry SDK against a real server is in test_serve_sdk.py."""
+
+import gzip
+import json
+import zlib
+
+import brotli
+import pytest
+from serve_helpers import auth, chunk, envelope, transaction
+from starlette.testclient import TestClient
+
+from stepscope.store import keys as keystore
+from stepscope.store.db import Store
+from stepscope.web import ServerConfig, create_app
+
+EID = "a" * 32
+
+
+@pytest.fixture
+def app_key(tmp_path):
+    store = tmp_path / "store"
+    key = keystore.add(Store(store), "1").public_key
+    return store, key
+
+
+@pytest.fixture
+def client(app_key):
+    store, key = app_key
+    app = create_app(ServerConfig(store=store, max_body_bytes=2 * 1024 * 1024, max_decoded_bytes=8 * 1024 * 1024))
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        c.key = key
+        c.store = store
+        yield c
+
+
+def runs(store) -> list:
+    return Store(store).list_runs()
+
+
+def post(c, body: bytes, headers=None, path="/api/1/envelope/"):
+    return c.post(path, content=body, headers=auth(c.key) if headers is None else headers)
+
+
+def test_transaction_becomes_a_run_on_its_own_clock(client):
+    r = post(client, envelope([({"type": "transaction"}, transaction(EID, "txt2img", n_spans=3))], {"event_id": EID}))
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == EID
+    data = Store(client.store).load()
+    assert data.run.command == ["txt2img"] and data.run.env["source"] == "sentry"
+    assert data.run.start_ns == 0 and data.run.wall_time_ns == 500_000_000
+    assert data.run.anchor_wall_ns == 1_795_000_000 * 10**9
+    root = [s for s in data.spans if s.op == "transaction"]
+    assert len(root) == 1 and root[0].parent_id is None and root[0].duration_ns == 500_000_000
+    kids = [s for s in data.spans if s.op == "function"]
+    assert [s.name for s in kids] == ["mod.f0", "mod.f1", "mod.f2"]
+    assert all(s.parent_id == root[0].span_id and s.thread_id == 7 for s in kids)
+    assert kids[0].start_ns == 0 and abs(kids[1].start_ns - 125_000_000) < 1000  # float seconds: ~0.2 us steps
+    assert kids[0].attrs["sentry.span_id"] == f"{2:016x}"
+
+
+def test_auth(client, app_key, tmp_path):
+    body = envelope([({"type": "transaction"}, transaction(EID))])
+    assert post(client, body, {}).status_code == 401
+    assert "sentry_key" in post(client, body, {}).json()["detail"]
+    assert post(client, body, auth("0" * 32)).status_code == 401
+    other = keystore.add(Store(client.store), "2").public_key
+    assert post(client, body, auth(other)).status_code == 401  # a key of project 2 on project 1
+    assert runs(client.store) == []
+    assert post(client, body, {}, path=f"/api/1/envelope/?sentry_key={client.key}").status_code == 200
+    dsn_body = envelope([({"type": "transaction"}, transaction("b" * 32))], {"dsn": f"http://{client.key}@127.0.0.1:8969/1"})
+    assert post(client, dsn_body, {}, path="/stream").status_code == 200
+    assert len(runs(client.store)) == 2
+    store, _ = app_key
+    open_app = create_app(ServerConfig(store=store, open_mode=True))
+    with TestClient(open_app, base_url="http://127.0.0.1") as c:
+        assert c.post("/stream", content=envelope([({"type": "transaction"}, transaction("c" * 32))])).status_code == 200
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"", "empty envelope"),
+    (b"not json\n", "envelope: header is not JSON"),
+    (b"{}\n{\"length\": 3}\nabc\n", "header has no 'type'"),
+    (b"{}\n{\"type\": \"transaction\", \"length\": 500}\n{}\n", "runs past the end"),
+    (b"{}\n{\"type\": \"transaction\", \"length\": -1}\n", "'length' is not a non-negative integer"),
+    (b"{}\n{\"type\": \"transaction\"}\n[1, 2]\n", "payload is not a JSON object"),
+    (b"{}\n{\"type\": \"transaction\"}\n{\"event_id\": \"" + b"a" * 32 + b"\", \"start_timestamp\": \"yesterday\"}\n",
+     "start_timestamp: 'yesterday' is not an RFC 3339 timestamp"),
+    (b"{}\n{\"type\": \"profile_chunk\"}\n{\"profiler_id\": \"p\", \"chunk_id\": \"c\", \"profile\": {\"frames\": [], "
+     b"\"stacks\": [[3]], \"samples\": []}}\n", "profile.stacks[0]: frame index 3 is not in profile.frames"),
+])
+def test_malformed_envelopes_get_400_with_the_reason_and_store_nothing(client, body, reason):
+    # a valid transaction first in the same envelope: nothing of it may be stored either
+    good = envelope([({"type": "transaction"}, transaction(EID))])
+    r = post(client, good[:-1] + b"\n" + body.split(b"\n", 1)[1] if body.count(b"\n") > 1 else body)
+    assert r.status_code == 400, r.text
+    assert reason in r.json()["detail"]
+    assert runs(client.store) == []
+
+
+def test_bodies_in_gzip_deflate_and_br(client):
+    for i, (enc, fn) in enumerate([("gzip", gzip.compress), ("deflate", zlib.compress), ("br", brotli.compress),
+                                   ("gzip, br", lambda b: brotli.compress(gzip.compress(b)))]):
+        eid = f"{i:032x}"
+        body = fn(envelope([({"type": "transaction"}, transaction(eid, f"tx-{enc}"))]))
+        r = post(client, body, {**auth(client.key), "Content-Encoding": enc})
+        assert r.status_code == 200, (enc, r.text)
+    assert sorted(r.command[0] for r in runs(client.store)) == ["tx-br", "tx-deflate", "tx-gzip", "tx-gzip, br"]
+    r = post(client, b"\x1f\x8b garbage", {**auth(client.key), "Content-Encoding": "gzip"})
+    assert r.status_code == 400 and "not valid gzip" in r.json()["detail"]
+    r = post(client, b"x", {**auth(client.key), "Content-Encoding": "zstd-ish"})
+    assert r.status_code == 400 and "unsupported Content-Encoding" in r.json()["detail"]
+
+
+def test_decompression_bombs_and_big_bodies_get_413(client):
+    zeros = b"\0" * (64 * 1024 * 1024)  # 64 MiB of zeros: over the 8 MiB decoded limit, tiny compressed
+    for enc, fn in [("gzip", gzip.compress), ("deflate", zlib.compress), ("br", brotli.compress)]:
+        bomb = fn(zeros)
+        assert len(bomb) < 2 * 1024 * 1024
+        r = post(client, bomb, {**auth(client.key), "Content-Encoding": enc})
+        assert r.status_code == 413, (enc, r.text)
+        assert "decompresses to more than" in r.json()["detail"]
+    r = post(client, b"x" * (3 * 1024 * 1024))
+    assert r.status_code == 413 and "over the limit" in r.json()["detail"]
+    assert runs(client.store) == []
+    assert client.get("/api/stats").json()["endpoint"]["too_large"] == 4
+
+
+def test_v1_profile_is_linked_to_its_transaction_in_either_order(client):
+    prof = json.dumps({"version": "1", "platform": "python", "timestamp": 1_795_000_000.0,
+                       "transactions": [{"id": EID, "name": "tx", "active_thread_id": "7"}],
+                       "profile": {"frames": [{"function": "f0", "module": "mod", "abs_path": "/m.py", "lineno": 1},
+                                              {"function": "main", "module": "__main__", "abs_path": "/a.py", "lineno": 2}],
+                                   "stacks": [[0, 1]],
+                                   "samples": [{"elapsed_since_start_ns": str(k * 10_000_000), "thread_id": "7", "stack_id": 0}
+                                               for k in range(40)],
+                                   "thread_metadata": {"7": {"name": "MainThread"}}}}).encode()
+    assert post(client, envelope([({"type": "profile"}, prof)])).status_code == 200  # the profile first
+    assert runs(client.store) == []
+    assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200
+    data = Store(client.store).load()
+    assert len(data.profile) == 40 and data.profile.sample_t_ns[1] == 10_000_000
+    assert [data.profile.frames[i].function for i in data.profile.stacks[0]] == ["main", "f0"]  # root first
+    assert data.profile.thread_names[7] == "MainThread" and data.profile.hz == 100.0
+    assert post(client, envelope([({"type": "profile"}, prof)])).status_code == 200  # re-sent: stored once
+    assert len(Store(client.store).load().profile) == 40
+
+
+def test_chunks_link_by_profiler_id_and_keep_only_samples_inside_the_transaction(client):
+    pid = "f" * 32
+    t0 = 1_795_000_000.0
+    # the chunk covers [t0 - 0.2, t0 + 0.8) at 100 Hz; the transaction is [t0, t0 + 0.5]
+    assert post(client, envelope([({"type": "profile_chunk"}, chunk("1" * 32, pid, t0 - 0.2, n=100))])).status_code == 200
+    assert post(client, envelope([({"type": "transaction"}, transaction(EID, start=t0, profiler_id=pid))])).status_code == 200
+    assert len(Store(client.store).load().profile) == 51
+    # a second transaction, then its chunk (the SDK sends chunks when the profiler stops)
+    assert post(client, envelope([({"type": "transaction"}, transaction("b" * 32, start=t0 + 10, profiler_id=pid))])).status_code == 200
+    assert post(client, envelope([({"type": "profile_chunk"}, chunk("2" * 32, pid, t0 + 10, n=30))])).status_code == 200
+    data = Store(client.store).load("last")
+    assert len(data.profile) == 30 and 0 <= min(data.profile.sample_t_ns) and max(data.profile.sample_t_ns) <= 500_000_000
+
+
+def test_duplicates_and_other_item_types(client):
+    body = envelope([({"type": "transaction"}, transaction(EID)), ({"type": "client_report"}, b'{"discarded_events": []}'),
+                     ({"type": "attachment", "filename": "a.txt"}, b"hello"), ({"type": "session"}, b"{}")])
+    for _ in range(3):
+        assert post(client, body).status_code == 200
+    assert len(runs(client.store)) == 1
+    items = client.get("/api/stats").json()["items"]
+    assert items["transaction"] == {"received": 3, "stored": 1}
+    assert items["attachment"] == {"received": 3, "stored": 0} and items["client_report"]["stored"] == 0
+
+
+def test_no_cors_grant_and_only_loopback_hosts(client):
+    r = post(client, envelope([({"type": "transaction"}, transaction(EID))]), {**auth(client.key), "Origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    assert client.get("/", headers={"Origin": "https://evil.example"}).headers.get("access-control-allow-origin") is None
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 400  # DNS rebinding
+    assert client.get("/static/../../etc/passwd").status_code == 404
+    assert client.get("/static/report.js").status_code == 200
+    assert client.get("/static/view.py").status_code == 404
