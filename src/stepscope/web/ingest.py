@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -41,6 +41,7 @@ class Counters:
     unauthorized: int = 0
     too_large: int = 0
     unavailable: int = 0
+    encodings: dict[str, int] = field(default_factory=dict)  # accepted envelopes by Content-Encoding
 
 
 def key_from_request(request: Request) -> str | None:
@@ -87,6 +88,8 @@ class IngestEndpoint:
             log.warning("could not store an envelope: %s", e)
             return JSONResponse({"detail": f"the store could not be written: {e}"}, status_code=503)
         c.accepted += 1
+        enc = (request.headers.get("content-encoding") or "identity").strip().lower()
+        c.encodings[enc] = c.encodings.get(enc, 0) + 1
         return JSONResponse({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions else None),
                              "runs": result["runs"], "samples": result["samples"]})
 
