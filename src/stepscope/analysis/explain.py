@@ -28,6 +28,7 @@ import numpy as np
 
 from ..model import RunData, Span
 from ..profiling.calltree import CallNode, ProfileIndex
+from ..tracing.steps import STEP_ATTR
 from .spans import span_stats, step_table
 
 COVER = 0.8
@@ -108,10 +109,15 @@ class Explanation:
         return [r for r in self.repeats if r.group == "slow"]
 
 
+def _has_steps(spans) -> bool:
+    """Whether any span carries ``diffusion.step`` (what makes ``step_table`` not None), without building it."""
+    return any(STEP_ATTR in s.attrs for s in spans)
+
+
 def default_unit(data: RunData) -> str:
     """``"step"`` when spans carry ``diffusion.step``; else the span name with >= 3 calls and the most time
     (sync sites excluded)."""
-    if step_table(data.spans) is not None:
+    if _has_steps(data.spans):
         return "step"
     sync_names = {s.name for s in data.spans if s.op == "sync"}
     stats = [s for s in span_stats(data.spans, None) if s.count >= 3 and s.name not in sync_names]
@@ -187,7 +193,7 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     index = index or ProfileIndex(data.profile)
     unit = unit or default_unit(data)
     reps = repeats_of(data, unit)
-    if unit != "step" or step_table(data.spans) is None:
+    if unit != "step" or not _has_steps(data.spans):
         unit = next((s.name for s in data.spans if s.name == unit or s.name.endswith(unit)), unit)
     if len(reps) < 2:
         raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")

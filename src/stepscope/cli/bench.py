@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import csv
 import dataclasses
-import io
-import sys
 from pathlib import Path
 from typing import List, Optional
 

@@ -40,7 +40,7 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     keys = keystore.list_keys(st)
     if not keys and not open_mode:
         keys = [keystore.add(st, "1", "made by the first `stepscope serve`")]
-        err.print(f"made a key for project 1 (see `stepscope keys list`)")
+        err.print("made a key for project 1 (see `stepscope keys list`)")
     path = st.path
     st.close()
     if not is_loopback(host):

@@ -22,6 +22,24 @@ def static_text(name: str) -> str:
     return resources.files("stepscope.report").joinpath("static", name).read_text()
 
 
+def view_json(data: RunData, **view_kwargs) -> str:
+    """The view model as JSON text, safe to embed in a ``<script>`` element."""
+    view = build_view(data, **view_kwargs)
+    return orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("</", "<\\/")
+
+
+def render_page(run_id: str, data_json: str, *, page: str = "report", nav: list[tuple[str, str, bool]] | None = None,
+                static_base: str | None = None, heading: str | None = None) -> str:
+    """The report page around an embedded view (``view_json``); see ``render_report`` for the arguments."""
+    from markupsafe import Markup
+
+    inline = static_base is None
+    return _env.get_template("report.html.j2").render(
+        run_id=run_id, data_json=Markup(data_json), page=page, nav=nav, static_base=static_base,
+        heading=heading, title=f"{heading} · {run_id}" if heading else run_id,
+        css=Markup(static_text("report.css")) if inline else "", js=Markup(static_text("report.js")) if inline else "")
+
+
 def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, str, bool]] | None = None,
                   static_base: str | None = None, heading: str | None = None, **view_kwargs) -> str:
     """The report of one run as an HTML string.
@@ -31,15 +49,8 @@ def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, s
     ``(label, href, is_current)`` and ``static_base`` (CSS/JS served, not inlined): one implementation
     for both. ``view_kwargs`` go to ``build_view``.
     """
-    view = build_view(data, **view_kwargs)
-    data_json = orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("</", "<\\/")
-    from markupsafe import Markup
-
-    inline = static_base is None
-    return _env.get_template("report.html.j2").render(
-        run_id=data.run.id, data_json=Markup(data_json), page=page, nav=nav, static_base=static_base,
-        heading=heading, title=f"{heading} · {data.run.id}" if heading else data.run.id,
-        css=Markup(static_text("report.css")) if inline else "", js=Markup(static_text("report.js")) if inline else "")
+    return render_page(data.run.id, view_json(data, **view_kwargs), page=page, nav=nav, static_base=static_base,
+                       heading=heading)
 
 
 def device_for(store, data: RunData):

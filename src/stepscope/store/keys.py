@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -64,6 +65,8 @@ def remove(store: Store, ref: str) -> Key:
 
 def project_of(store: Store, public_key: str) -> str | None:
     """The project id of a key, or None for an unknown key."""
-    _ensure(store)
-    row = store.conn.execute("SELECT project_id FROM project_keys WHERE public_key = ?", (public_key,)).fetchone()
+    try:  # no CREATE per request: this is on the ingest path
+        row = store.conn.execute("SELECT project_id FROM project_keys WHERE public_key = ?", (public_key,)).fetchone()
+    except sqlite3.OperationalError:  # no keys table yet
+        return None
     return row[0] if row else None

@@ -4,7 +4,9 @@ parameters, a selected span or step is the run page's fragment (``/runs/ID#span=
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from collections import OrderedDict
 from datetime import datetime
 from importlib import resources
 from urllib.parse import urlencode
@@ -16,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..report.html import STATIC_FILES, device_for, render_report, static_text
+from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
 from ..store.db import StoreError
 
 _env = Environment(loader=PackageLoader("stepscope.web", "templates"), autoescape=select_autoescape(["html", "j2"]))
@@ -105,20 +107,47 @@ def routes(state) -> list[Route]:
             raise HTTPException(404, str(e)) from None
         return st, data
 
+    views: OrderedDict = OrderedDict()  # (run id, spans, samples, device trace mtime) -> view JSON
+    views_lock = threading.Lock()
+
+    def cached_view(ref: str) -> tuple[str, str]:
+        """(run id, view JSON); the JSON is rebuilt only when the run has changed (new spans, samples
+        or device trace), so the run, explain and device pages of a run share one build."""
+        st = state.store()
+        try:
+            rid = st.resolve_id(ref)
+        except StoreError as e:
+            raise HTTPException(404, str(e)) from None
+        c = st.conn
+        dev = st.path / "runs" / rid / "device_trace.json.gz"
+        key = (rid, c.execute("SELECT count(*) FROM spans WHERE run_id = ?", (rid,)).fetchone()[0],
+               c.execute("SELECT count(*) FROM samples WHERE run_id = ?", (rid,)).fetchone()[0],
+               dev.stat().st_mtime_ns if dev.exists() else 0)
+        with views_lock:
+            if key in views:
+                views.move_to_end(key)
+                return rid, views[key]
+        data = st.load(rid)
+        text = view_json(data, device=device_for(st, data))
+        with views_lock:
+            views[key] = text
+            while len(views) > 8:
+                views.popitem(last=False)
+        return rid, text
+
     def run_page(page: str):
         def handler(request: Request) -> HTMLResponse:
-            st, data = _load(request.path_params["run_id"])
             t = time.perf_counter()
-            html = render_report(data, page=page, nav=run_nav(data.run.id, page), static_base="/static",
-                                 heading={"run": None, "explain": "explain", "device": "device"}[page],
-                                 device=device_for(st, data))
+            rid, text = cached_view(request.path_params["run_id"])
+            html = render_page(rid, text, page=page, nav=run_nav(rid, page), static_base="/static",
+                               heading={"run": None, "explain": "explain", "device": "device"}[page])
             return HTMLResponse(html, headers={"Server-Timing": f"render;dur={1e3 * (time.perf_counter() - t):.1f}"})
         return handler
 
     def report_file(request: Request) -> HTMLResponse:
-        st, data = _load(request.path_params["run_id"])
-        return HTMLResponse(render_report(data, device=device_for(st, data)), headers={
-            "Content-Disposition": f'attachment; filename="stepscope-{data.run.id}.html"'})
+        rid, text = cached_view(request.path_params["run_id"])
+        return HTMLResponse(render_page(rid, text), headers={
+            "Content-Disposition": f'attachment; filename="stepscope-{rid}.html"'})
 
     def export(request: Request) -> Response:
         from ..export.chrome import to_chrome_trace
@@ -137,11 +166,8 @@ def routes(state) -> list[Route]:
             "Content-Disposition": f'attachment; filename="{data.run.id}.{fmt}.json"'})
 
     def api_view(request: Request) -> Response:
-        from ..report.view import build_view
-
-        st, data = _load(request.path_params["run_id"])
-        return Response(orjson.dumps(build_view(data, device=device_for(st, data)), option=orjson.OPT_SERIALIZE_NUMPY),
-                         media_type="application/json")
+        _, text = cached_view(request.path_params["run_id"])
+        return Response(text, media_type="application/json")  # "<\\/" is JSON's own escape of "</"
 
     def bench_list(request: Request) -> HTMLResponse:
         from ..store import bench as bench_store

@@ -382,5 +382,6 @@
                              deviceLanes: () => devLanes.map((l) => l.label),
                              syncRect: (k) => { const l = devLanes.find((l) => l.syncs), r = wf.getBoundingClientRect();
                                return { x: r.left + (DV.syncs[k].t - view.t0) * r.width / (view.t1 - view.t0), y: r.top + l.top + ROW / 2 }; },
-                             tooltip: () => (tip.hidden ? "" : tip.textContent) };
+                             tooltip: () => (tip.hidden ? "" : tip.textContent),
+                             readyMs: performance.now() };  // page start -> first waterfall and flame graph drawn
 })();
