@@ -23,6 +23,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tracer_overhead.py
 	$(BIN)/python benchmarks/run_overhead.py --model tiny
 	$(BIN)/python benchmarks/analysis_speed.py
+	$(BIN)/python benchmarks/serve_load.py
+	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
 	rm -rf $(VENV) .stepscope stepscope-*.html
