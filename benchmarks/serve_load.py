@@ -11,17 +11,14 @@ import argparse
 import gzip
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
-from stepscope.store import keys as keystore
+from _serve import serving
+
 from stepscope.store.db import Store
 
 
@@ -53,56 +50,39 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--envelopes", type=int, default=400, help="envelopes per concurrency level")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, serving(Path(d) / "store") as (port, key):
         store = Path(d) / "store"
-        key = keystore.add(Store(store), "1").public_key
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {**os.environ, "STEPSCOPE_STORE": str(store)}
-        srv = subprocess.Popen([sys.executable, "-m", "stepscope", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(300):
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            headers = {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7", "Content-Encoding": "gzip",
-                       "Content-Type": "application/x-sentry-envelope"}
-            base = None
-            print(f"{'clients':>8} {'envelopes':>10} {'seconds':>8} {'env/s':>8} {'vs 1':>6} {'lost':>5}")
-            for n in [int(x) for x in args.clients.split(",")]:
-                bodies = [make_envelope(uuid.uuid4().hex, 1_795_000_000.0 + k) for k in range(args.envelopes)]
-                before = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0]
-                bad = []
+        headers = {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7", "Content-Encoding": "gzip",
+                   "Content-Type": "application/x-sentry-envelope"}
+        base = None
+        print(f"{'clients':>8} {'envelopes':>10} {'seconds':>8} {'env/s':>8} {'vs 1':>6} {'lost':>5}")
+        for n in [int(x) for x in args.clients.split(",")]:
+            bodies = [make_envelope(uuid.uuid4().hex, 1_795_000_000.0 + k) for k in range(args.envelopes)]
+            before = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+            bad = []
 
-                def worker(part):
-                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                    for b in part:
-                        c.request("POST", "/api/1/envelope/", body=b, headers=headers)
-                        r = c.getresponse()
-                        r.read()
-                        if r.status != 200:
-                            bad.append(r.status)
-                    c.close()
+            def worker(part):
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                for b in part:
+                    c.request("POST", "/api/1/envelope/", body=b, headers=headers)
+                    r = c.getresponse()
+                    r.read()
+                    if r.status != 200:
+                        bad.append(r.status)
+                c.close()
 
-                threads = [threading.Thread(target=worker, args=(bodies[i::n],)) for i in range(n)]
-                t0 = time.perf_counter()
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                dt = time.perf_counter() - t0
-                stored = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0] - before
-                rate = args.envelopes / dt
-                base = base or rate
-                print(f"{n:>8} {args.envelopes:>10} {dt:>8.2f} {rate:>8.0f} {rate / base:>6.2f} {args.envelopes - stored:>5}"
-                      + (f"  non-200: {len(bad)}" if bad else ""))
-        finally:
-            srv.terminate()
-            srv.wait(20)
+            threads = [threading.Thread(target=worker, args=(bodies[i::n],)) for i in range(n)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            dt = time.perf_counter() - t0
+            stored = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0] - before
+            rate = args.envelopes / dt
+            base = base or rate
+            print(f"{n:>8} {args.envelopes:>10} {dt:>8.2f} {rate:>8.0f} {rate / base:>6.2f} {args.envelopes - stored:>5}"
+                  + (f"  non-200: {len(bad)}" if bad else ""))
 
 
 if __name__ == "__main__":

@@ -48,3 +48,34 @@ def run_cli(args, store: Path, cwd: Path | None = None, timeout: int = 300, **kw
 @pytest.fixture
 def store(tmp_path) -> Path:
     return tmp_path / "store"
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def browser_or_skip():
+    """Playwright's sync API when Debian's chromium is installed; skip (or fail under
+    STEPSCOPE_REQUIRE_BROWSER) otherwise. Never a browser download."""
+    import shutil
+
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
+        if os.environ.get("STEPSCOPE_REQUIRE_BROWSER"):
+            pytest.fail("STEPSCOPE_REQUIRE_BROWSER is set but /usr/bin/chromium is missing")
+        pytest.skip("Debian chromium not installed (apt-get install chromium)")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser_page():
+    """One headless Chromium page per test module; ``page.errors`` collects the page's JS errors."""
+    pw = browser_or_skip()
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.errors = errors
+        yield pg
+        browser.close()

@@ -1,38 +1,14 @@
 """The HTML report in headless Chromium (Debian's, driven by Playwright; never a browser download)."""
 
 import json
-import os
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import PROGRAMS, run_cli
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _browser_or_skip():
-    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
-        if os.environ.get("STEPSCOPE_REQUIRE_BROWSER"):
-            pytest.fail("STEPSCOPE_REQUIRE_BROWSER is set but /usr/bin/chromium is missing")
-        pytest.skip("Debian chromium not installed (apt-get install chromium)")
-    return pytest.importorskip("playwright.sync_api")
-
-
 @pytest.fixture(scope="module")
-def page():
-    pw = _browser_or_skip()
-    with pw.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
-        yield pg
-        browser.close()
+def page(browser_page):
+    return browser_page
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 and the device page in headless Chromium on a run recorded with --device-trace."""
 
 import json
-import sys
 
 import pytest
 from conftest import run_cli
@@ -112,7 +111,6 @@ def test_serve_warns_off_loopback_and_makes_a_first_key(tmp_path):
 
 # ---- the device page in Chromium, on a run recorded with --device-trace (CPU: torch ops and syncs)
 from test_device_capture import euler_run  # noqa: E402,F401
-from test_serve_sdk import browser_page  # noqa: E402,F401
 
 
 def test_device_page_shows_the_syncs_with_their_python_line(browser_page, euler_run):  # noqa: F811

@@ -143,21 +143,6 @@ def test_concurrent_clients_lose_nothing(tmp_path):
 
 
 # ---- the web UI in headless Chromium -------------------------------------------------------------
-from test_report_browser import ARGS, CHROMIUM, _browser_or_skip  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def browser_page():
-    pw = _browser_or_skip()
-    with pw.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.errors = errors
-        yield pg
-        browser.close()
-
 
 def test_ui_click_a_transaction_then_a_span(browser_page, sd_server):
     page = browser_page
