@@ -50,7 +50,7 @@ def main():
             if args.sd:
                 pipe("a cat", num_inference_steps=4, height=64, width=64)
             else:
-                outer(4)
+                outer(6)
     sentry_sdk.flush()
     if args.profiles == "chunks":  # the chunk is sent when the profiler stops, after the transaction
         time.sleep(1.5)

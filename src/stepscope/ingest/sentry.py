@@ -26,6 +26,9 @@ from datetime import datetime, timezone
 from .envelope import Envelope, EnvelopeError
 
 SENTRY_PYTHON_HZ = 101.0  # sentry_sdk.profiler: DEFAULT_SAMPLING_FREQUENCY
+#: thread names of the Python SDK's own threads: sentry.profiler.ThreadScheduler, sentry.monitor,
+#: sentry-sdk.BackgroundWorker
+SDK_THREAD_PREFIXES = ("sentry.", "sentry-sdk.")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MIN_NS, _MAX_NS = 0, 2**62  # ns since the epoch (up to year 2116)
 
@@ -256,6 +259,12 @@ def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list,
     for k, v in meta.items():
         if isinstance(v, dict) and v.get("name") is not None:
             names[thread_id(k, f"{what}: profile.thread_metadata")] = str(v["name"])[:200]
+    # the SDK's own threads (its sampler, transport, monitor) are the measurement, not the program:
+    # hidden as stepscope hides its own sampler
+    sdk = {tid for tid, nm in names.items() if nm.startswith(SDK_THREAD_PREFIXES)}
+    if sdk:
+        samples = [x for x in samples if x[1] not in sdk]
+        names = {tid: nm for tid, nm in names.items() if tid not in sdk}
     return frames, stacks, samples, names
 
 
