@@ -21,7 +21,12 @@
   }
   function showTip(ev, text) { tip.textContent = text; tip.hidden = false; tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 420) + "px"; tip.style.top = (ev.clientY + 14) + "px"; }
   function hideTip() { tip.hidden = true; }
-  function sizeCanvas(cv, cssH) { const w = cv.clientWidth; cv.style.height = cssH + "px"; cv.width = Math.round(w * DPR); cv.height = Math.round(cssH * DPR); const g = cv.getContext("2d"); g.setTransform(DPR, 0, 0, DPR, 0, 0); return [g, w]; }
+  // Canvas widths are read once per layout (after the tables are built, before the first draw, and on
+  // resize): reading clientWidth after a canvas's height changed forces the whole page (10k-row
+  // tables) to be laid out again, 3 times per load.
+  const widths = new Map();
+  function canvasWidth(cv) { let w = widths.get(cv); if (!w) { w = cv.clientWidth; if (w) widths.set(cv, w); } return w; }
+  function sizeCanvas(cv, cssH) { const w = canvasWidth(cv); if (cv.style.height !== cssH + "px") cv.style.height = cssH + "px"; cv.width = Math.round(w * DPR); cv.height = Math.round(cssH * DPR); const g = cv.getContext("2d"); g.setTransform(DPR, 0, 0, DPR, 0, 0); return [g, w]; }
 
   // ---- run header
   const R = D.run;
@@ -224,7 +229,7 @@
       const ch = kids[node].filter((c) => fgTotals[c] > 0).sort((a, b) => fgTotals[b] - fgTotals[a]);
       for (const c of ch) { const cw = w * fgTotals[c] / fgTotals[node]; layout(c, cx, cw, depth + 1); cx += cw; }
     }
-    const W = fg.clientWidth;
+    const W = canvasWidth(fg);
     if (rootTotal > 0) {
       if (fgFocus >= 0) {
         focusPath.forEach((n, d) => { fgRects.push([0, W, d, n, true]); });
@@ -304,7 +309,7 @@
     if (!E || !E.tree) return;
     diffRects = [];
     let maxDepth = 0;
-    const W = dg.clientWidth, root = E.tree, scale = root.slow > 0 ? W / root.slow : 0;
+    const W = canvasWidth(dg), root = E.tree, scale = root.slow > 0 ? W / root.slow : 0;
     (function lay(n, x, d) {
       const w = n.slow * scale;
       if (w < 0.3) return;
@@ -346,7 +351,6 @@
     }));
     table(document.getElementById("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
       E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
-    drawDiff();
   } else document.getElementById("explain-none").hidden = false;
 
   // ---- device: idle gaps and host syncs as tables (the lanes are in the waterfall)
@@ -360,8 +364,11 @@
       syncs.map((q) => `<tr><td>${esc(q.kind)}</td><td>${fmt(q.t)}</td><td>${fmt(q.cost)}</td><td>${esc(q.python || "")}</td><td>${esc(short(q.span || ""))}</td></tr>`));
   } else document.getElementById("device-none").hidden = false;
 
+  function measure() { for (const cv of [wf, fg, dg]) canvasWidth(cv); }  // all reads before any write: one layout
+  measure();
   drawWaterfall();
   setFlame(null, "whole run");
+  drawDiff();
   (function restore() {  // open where a shared URL points
     const m = /^#(span|step|repeat)=(-?\d+)$/.exec(location.hash);
     if (!m) return;
@@ -369,7 +376,7 @@
     if (m[1] === "span") { const i = S.id.indexOf(k); if (i >= 0) selectSpan(i); }
     else { const tr = document.querySelector(`#${m[1] === "step" ? "steps" : "explain-repeats"} tr.clickable[data-k="${k}"]`); if (tr) tr.click(); }
   })();
-  window.addEventListener("resize", () => { drawWaterfall(); drawFlame(); drawDiff(); });
+  window.addEventListener("resize", () => { widths.clear(); measure(); drawWaterfall(); drawFlame(); drawDiff(); });
   // for tests and scripting: where span i is drawn (CSS px, relative to the viewport)
   function spanRect(i) {
     const r = wf.getBoundingClientRect(), scale = r.width / (view.t1 - view.t0);
