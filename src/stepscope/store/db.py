@@ -138,6 +138,8 @@ class Store:
         c.execute("BEGIN")
         for table in ("spans", "frames", "stacks", "samples", "threads", "os_threads"):
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_events'").fetchone():
+            c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
         c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         c.execute("COMMIT")
         d = self.path / "runs" / run_id
