@@ -75,6 +75,12 @@ def test_auth(client, app_key, tmp_path):
     open_app = create_app(ServerConfig(store=store, open_mode=True))
     with TestClient(open_app, base_url="http://127.0.0.1") as c:
         assert c.post("/stream", content=envelope([({"type": "transaction"}, transaction("c" * 32))])).status_code == 200
+        # ... but not from a web page on another site (a drive-by POST from the user's browser)
+        r = c.post("/stream", content=envelope([({"type": "transaction"}, transaction("e" * 32))]),
+                   headers={"Origin": "https://evil.example"})
+        assert r.status_code == 401 and "cross-site" in r.json()["detail"]
+        assert c.post("/stream", content=envelope([({"type": "transaction"}, transaction("f" * 32))]),
+                      headers={"Origin": "http://localhost:5173"}).status_code == 200
 
 
 @pytest.mark.parametrize("body, reason", [

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -62,6 +63,16 @@ def key_from_dsn(dsn) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
+def _local_origin(origin: str | None) -> bool:
+    """No Origin header (not a browser), or a loopback one."""
+    if not origin:
+        return True
+    try:
+        return urlsplit(origin).hostname in ("127.0.0.1", "localhost", "::1")
+    except ValueError:
+        return False
+
+
 class IngestEndpoint:
     """Both routes; ``app_state`` gives ``config``, ``writer``, ``project_of(key)`` and ``counters``."""
 
@@ -113,6 +124,9 @@ class IngestEndpoint:
         project = request.path_params.get("project_id")
         project = None if project is None else str(project)
         key = key_from_request(request)
+        if cfg.open_mode and key is None and not _local_origin(request.headers.get("origin")):
+            # a web page the user visits could otherwise write here: browsers send Origin on cross-site POSTs
+            raise Refused(401, "open mode takes no cross-site requests without a sentry_key")
         if key is not None and not cfg.open_mode:
             self._check(key, project)
             project = project or self.state.project_of(key)
