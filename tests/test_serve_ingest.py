@@ -188,3 +188,22 @@ def test_no_cors_grant_and_only_loopback_hosts(client):
     assert client.get("/static/../../etc/passwd").status_code == 404
     assert client.get("/static/report.js").status_code == 200
     assert client.get("/static/view.py").status_code == 404
+
+
+def test_a_failed_write_answers_503_and_leaves_nothing_half_written(client, monkeypatch):
+    import stepscope.ingest.writer as writer
+
+    real = writer.apply
+
+    def apply_then_fail(conn, b, project):
+        real(conn, b, project)  # the run, its spans and samples are written ... then the disk fills up
+        raise OSError("database or disk is full")
+
+    monkeypatch.setattr(writer, "apply", apply_then_fail)
+    r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
+    assert r.status_code == 503 and "could not be written" in r.json()["detail"]
+    st = Store(client.store)
+    assert runs(client.store) == [] and st.conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+    monkeypatch.setattr(writer, "apply", real)
+    assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
+    assert len(runs(client.store)) == 1

@@ -15,6 +15,7 @@ _MB = 1024 * 1024
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IPv4/IPv6 address) is this machine only."""
     if host == "localhost":
         return True
     try:

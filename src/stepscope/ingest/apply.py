@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received I
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the ingest tables (``SCHEMA``) when missing."""
     conn.executescript(SCHEMA)
 
 

@@ -24,6 +24,7 @@ class Item:
 
     @property
     def type(self) -> str:
+        """The item type (``transaction``, ``profile``, ``profile_chunk``, ``attachment``...)."""
         return self.headers["type"]
 
     def json(self, what: str) -> dict:

@@ -27,6 +27,7 @@ class Key:
     created_wall_ns: int
 
     def dsn(self, host: str = "127.0.0.1", port: int = 8969) -> str:
+        """The DSN to give ``sentry_sdk.init(dsn=...)``: ``http://<key>@host:port/<project>``."""
         return f"http://{self.public_key}@{host}:{port}/{self.project_id}"
 
 
@@ -45,6 +46,7 @@ def add(store: Store, project_id: str = "1", label: str = "") -> Key:
 
 
 def list_keys(store: Store) -> list[Key]:
+    """Every key, oldest first (creates the table when missing)."""
     _ensure(store)
     return [Key(*r) for r in store.conn.execute(
         "SELECT public_key, project_id, label, created_wall_ns FROM project_keys ORDER BY created_wall_ns")]

@@ -55,12 +55,14 @@ class AppState:
         self._local = threading.local()
 
     def store(self) -> Store:
+        """This thread's read connection to the store."""
         st = getattr(self._local, "store", None)
         if st is None:
             st = self._local.store = Store(self.config.store)
         return st
 
     def project_of(self, key: str) -> str | None:
+        """The project id of a public key, or None for an unknown key."""
         return keystore.project_of(self.store(), key)
 
 

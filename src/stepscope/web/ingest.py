@@ -80,6 +80,8 @@ class IngestEndpoint:
         self.state = state
 
     async def handle(self, request: Request) -> JSONResponse:
+        """Read, authenticate, decode, validate, then store through the writer; answers only once the
+        envelope is committed (200) or refused (400/401/413/503)."""
         c: Counters = self.state.counters
         try:
             body = await self._read(request)

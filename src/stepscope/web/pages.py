@@ -43,10 +43,12 @@ _env.filters["wall"] = _fmt_wall
 
 
 def error_page(detail: str, status: int) -> str:
+    """An HTML page for an error answer (``detail`` is escaped)."""
     return _env.get_template("error.html.j2").render(detail=detail, status=status, title=f"{status}")
 
 
 def run_nav(run_id: str, current: str) -> list[tuple[str, str, bool]]:
+    """The links above a run's pages: ``(label, href, is_current)``."""
     base = f"/runs/{run_id}"
     return [("← transactions", "/", False), ("run", base, current == "run"), ("explain", f"{base}/explain", current == "explain"),
             ("device", f"{base}/device", current == "device"), ("report file", f"{base}/report.html", False),
