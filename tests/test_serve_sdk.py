@@ -22,8 +22,8 @@ def new_key(store) -> str:
     return json.loads(r.stdout)["public_key"]
 
 
-def client(store, *args, timeout=300):
-    r = subprocess.run([sys.executable, str(PROGRAMS / "sentry_client.py"), *args], env=cli_env(store),
+def client(store, *args, timeout=300, env=None):
+    r = subprocess.run([sys.executable, str(PROGRAMS / "sentry_client.py"), *args], env={**cli_env(store), **(env or {})},
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0 and "sent" in r.stdout, r.stderr[-3000:]
     return r
@@ -107,6 +107,20 @@ def test_spotlight_stream_with_the_key_in_the_url_and_without(tmp_path):
         assert [r.command[0] for r in Store(store).list_runs()] == ["loop-0"]
         client(store, "--profiles", "v1", "--spotlight", f"{srv.url}/stream")  # no key: refused
         assert srv.stats()["endpoint"]["unauthorized"] >= 1 and len(Store(store).list_runs()) == 1
+    finally:
+        srv.stop()
+
+
+def test_spotlight_true_with_serve_open(tmp_path):
+    """`sentry_sdk.init(spotlight=True)` as the issue's user writes it, against `serve --open` (the
+    sidecar URL from $SENTRY_SPOTLIGHT: the test cannot take the fixed port 8969)."""
+    store = tmp_path / "store"
+    srv = Server(store, "--open")
+    try:
+        assert "open mode" in srv.log.read_text()
+        client(store, "--profiles", "v1", "--spotlight", "true", env={"SENTRY_SPOTLIGHT": f"http://localhost:{srv.port}/stream"})
+        data = Store(store).load()
+        assert data.run.command == ["loop-0"] and len(data.profile) > 0
     finally:
         srv.stop()
 

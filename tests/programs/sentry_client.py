@@ -39,7 +39,7 @@ def main():
     else:
         kw.update(profile_session_sample_rate=1.0, profile_lifecycle="trace")
     if args.spotlight:
-        kw["spotlight"] = args.spotlight
+        kw["spotlight"] = True if args.spotlight == "true" else args.spotlight  # True: $SENTRY_SPOTLIGHT or :8969
     sentry_sdk.init(dsn=args.dsn, **kw)
     if args.sd:
         from stepscope.pipelines.sd import build_pipeline
