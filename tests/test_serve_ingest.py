@@ -207,3 +207,18 @@ def test_a_failed_write_answers_503_and_leaves_nothing_half_written(client, monk
     monkeypatch.setattr(writer, "apply", real)
     assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
     assert len(runs(client.store)) == 1
+
+
+def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client):
+    import time
+
+    from stepscope.ingest.apply import prune
+
+    pid = "f" * 32
+    for k in range(2):
+        assert post(client, envelope([({"type": "profile_chunk"}, chunk(f"{k}" * 32, pid, 1_795_000_000.0, n=10))])).status_code == 200
+    st = Store(client.store)
+    st.conn.execute("UPDATE ingest_chunks SET received_wall_ns = received_wall_ns - 2 * 86400 * 1000000000 WHERE chunk_id = ?",
+                    ("0" * 32,))
+    assert prune(st.conn, time.time_ns()) == 1  # old samples sent today stay; what came two days ago goes
+    assert [r[0] for r in st.conn.execute("SELECT chunk_id FROM ingest_chunks")] == ["1" * 32]

@@ -6,7 +6,8 @@ start), its root span has op "transaction", spans keep their Sentry ids in ``att
 Profiles are linked whatever order they arrive in: a v1 profile to the event id it names, a v2 chunk to
 every transaction of the same ``profiler_id`` it overlaps (only the samples inside the transaction are
 kept). Profiles whose transaction has not arrived yet wait in ``ingest_pending``; chunks are kept in
-``ingest_chunks`` for transactions that arrive after them. Re-sent envelopes are stored once.
+``ingest_chunks`` for transactions that arrive after them (both for a day, see ``prune``). Re-sent
+envelopes are stored once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CREATE TABLE IF NOT EXISTS ingest_events (event_id TEXT PRIMARY KEY, run_id TEXT
   profiler_id TEXT, start_wall_ns INTEGER, end_wall_ns INTEGER);
 CREATE INDEX IF NOT EXISTS ingest_events_profiler ON ingest_events (profiler_id, start_wall_ns);
 CREATE TABLE IF NOT EXISTS ingest_chunks (chunk_id TEXT PRIMARY KEY, profiler_id TEXT NOT NULL,
-  start_wall_ns INTEGER, end_wall_ns INTEGER, body BLOB NOT NULL);
+  start_wall_ns INTEGER, end_wall_ns INTEGER, body BLOB NOT NULL, received_wall_ns INTEGER);
 CREATE INDEX IF NOT EXISTS ingest_chunks_profiler ON ingest_chunks (profiler_id, start_wall_ns);
 CREATE TABLE IF NOT EXISTS ingest_pending (event_id TEXT NOT NULL, body BLOB NOT NULL, received_wall_ns INTEGER);
 CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
@@ -214,8 +215,8 @@ def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
         if conn.execute("SELECT 1 FROM ingest_chunks WHERE chunk_id = ?", (c.key,)).fetchone():
             out["duplicates"] += 1
             continue
-        conn.execute("INSERT INTO ingest_chunks VALUES (?,?,?,?,?)",
-                     (c.key, c.profiler_id, c.start_ns, c.end_ns, _record_to_blob(c)))
+        conn.execute("INSERT INTO ingest_chunks VALUES (?,?,?,?,?,?)",
+                     (c.key, c.profiler_id, c.start_ns, c.end_ns, _record_to_blob(c), time.time_ns()))
         stored["profile_chunk"] = stored.get("profile_chunk", 0) + 1
         for rid, start, end in conn.execute("SELECT run_id, start_wall_ns, end_wall_ns FROM ingest_events "
                                             "WHERE profiler_id = ? AND start_wall_ns <= ? AND end_wall_ns >= ?",
@@ -226,3 +227,15 @@ def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
         "received = received + excluded.received, stored = stored + excluded.stored",
         [(t, n, stored.get(t, 0)) for t, n in b.counts.items()])
     return out
+
+
+KEEP_NS = 24 * 3600 * 10**9
+
+
+def prune(conn: sqlite3.Connection, now_wall_ns: int, keep_ns: int = KEEP_NS) -> int:
+    """Forget profile chunks, and v1 profiles waiting for their transaction, received more than ``keep_ns``
+    (default a day) before ``now_wall_ns`` (the server's clock, not the samples': old data sent today
+    is kept). Returns how many rows went."""
+    cut = now_wall_ns - keep_ns
+    n = conn.execute("DELETE FROM ingest_chunks WHERE received_wall_ns < ?", (cut,)).rowcount
+    return n + conn.execute("DELETE FROM ingest_pending WHERE received_wall_ns < ?", (cut,)).rowcount

@@ -11,12 +11,16 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
 from ..store.db import Store
-from .apply import apply, ensure_schema
+from .apply import apply, ensure_schema, prune
 from .sentry import Batch
+
+
+PRUNE_EVERY_S = 60.0
 
 
 class WriterClosed(Exception):
@@ -57,6 +61,7 @@ class Writer:
         st = Store(self.path)
         conn = st.conn
         stop = False
+        last_prune = 0.0
         while not stop:
             jobs = [self._q.get()]
             while len(jobs) < self.max_batch:
@@ -88,6 +93,12 @@ class Writer:
                 except sqlite3.Error:
                     pass
                 results = [e] * len(jobs)
+            if time.monotonic() - last_prune > PRUNE_EVERY_S:
+                last_prune = time.monotonic()
+                try:
+                    prune(conn, time.time_ns())
+                except sqlite3.Error:
+                    pass  # retried at the next interval
             for (_, _, fut), r in zip(jobs, results):
                 if isinstance(r, BaseException):
                     fut.set_exception(r)
