@@ -5,7 +5,7 @@ import json
 
 import pytest
 from conftest import run_cli
-from serve_helpers import Server, auth, envelope, transaction
+from serve_helpers import Server, auth, envelope, free_port, transaction
 from starlette.testclient import TestClient
 
 from stepscope.store import bench as bench_store
@@ -104,8 +104,14 @@ def test_serve_warns_off_loopback_and_makes_a_first_key(tmp_path):
         assert f"http://{key}@127.0.0.1:{srv.port}/1" in log
     finally:
         srv.stop()
+    srv2 = Server(store)  # a port taken: one line, exit 2
+    try:
+        r = run_cli(["serve", "--port", str(srv2.port)], store)
+        assert r.returncode == 2 and r.stderr.strip().endswith("Address already in use (another server is there: --port picks another)")
+    finally:
+        srv2.stop()
     (tmp_path / "file").write_text("not a store")
-    r = run_cli(["serve", "--store", str(tmp_path / "file"), "--port", "1"], store)
+    r = run_cli(["serve", "--store", str(tmp_path / "file"), "--port", str(free_port())], store)
     assert r.returncode == 2 and r.stderr.startswith("stepscope: error: cannot open store") and "Traceback" not in r.stderr
 
 

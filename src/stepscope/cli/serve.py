@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..store import keys as keystore
-from .common import StoreOpt, err, handles_errors, open_store
+from .common import StoreOpt, UserError, err, handles_errors, open_store
 
 _MB = 1024 * 1024
 
@@ -26,17 +28,19 @@ def is_loopback(host: str) -> bool:
 
 @handles_errors
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: loopback only)."),
-          port: int = typer.Option(8969, "--port", help="Port (8969: the Sentry Spotlight sidecar's)."),
+          port: int = typer.Option(8969, "--port", min=1, max=65535, help="Port (8969: the Sentry Spotlight sidecar's)."),
           store: Optional[Path] = StoreOpt,
           open_mode: bool = typer.Option(False, "--open", help="Development only: accept envelopes without a key."),
-          max_body_mb: float = typer.Option(20, "--max-body-mb", help="Largest request body, as sent (MiB)."),
-          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb", help="Largest body after decompression (MiB).")) -> None:
+          max_body_mb: float = typer.Option(20, "--max-body-mb", min=0.001, help="Largest request body, as sent (MiB)."),
+          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb", min=0.001,
+                                               help="Largest body after decompression (MiB).")) -> None:
     """Serve the web UI (transactions, waterfall, flame graphs, explain, device, benchmarks) and take the
     Sentry SDK's envelopes at /api/<project>/envelope/ and /stream (Spotlight)."""
     import uvicorn
 
     from ..web import ServerConfig, create_app
 
+    sock = _listen(host, port)  # before anything is printed: a port in use is a one-line error
     st = open_store(store, create=True)
     keys = keystore.list_keys(st)
     if not keys and not open_mode:
@@ -57,4 +61,20 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
               + (f"?sentry_key={keys[0].public_key}" if keys and not open_mode else "") + "\")")
     app = create_app(ServerConfig(store=path, open_mode=open_mode, max_body_bytes=int(max_body_mb * _MB),
                                   max_decoded_bytes=int(max_decoded_mb * _MB), host=host))
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False))
+    server.run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port). Raises UserError naming the address when it cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as e:
+        hint = " (another server is there: --port picks another)" if e.errno == errno.EADDRINUSE else ""
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}{hint}") from None
+    sock.set_inheritable(True)
+    return sock
