@@ -61,6 +61,7 @@ def test_the_seeds_snippet_is_stored_as_a_run_that_every_command_reads(sd_server
     assert "MainThread" in p.thread_names.values() and call[0].thread_id in set(p.sample_thread)
     assert not [n for n in p.thread_names.values() if n.startswith("sentry")]
     files = {p.frames[i].file for s in p.stacks for i in s}
+    assert not [f for f in files if "sentry_sdk" in f]  # nor its span wrappers in the stacks
     assert any("diffusers" in f and "unet" in f for f in files)
     assert sd_server.stats()["endpoint"]["encodings"].get("gzip", 0) >= 1
     # every command works on it

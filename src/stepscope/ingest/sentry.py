@@ -237,13 +237,15 @@ def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list,
         frames.append((str(f.get("function") or "<unknown>")[:500], str(f.get("module") or "")[:500],
                        str(f.get("abs_path") or f.get("filename") or "")[:1000], max(0, min(line, 2**31))))
     nf = len(frames)
+    sdk_frames = {i for i, f in enumerate(frames) if f[1] == "sentry_sdk" or f[1].startswith("sentry_sdk.")}
     stacks = []
     for i, st in enumerate(stacks_in):
         st = _list(st, f"{what}: profile.stacks[{i}]")
         for j in st:
             if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
                 raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
-        stacks.append(tuple(reversed(st)))  # Sentry: leaf first; stepscope: root first
+        kept = [j for j in st if j not in sdk_frames] or st  # the SDK's span wrappers, hidden as stepscope's are
+        stacks.append(tuple(reversed(kept)))  # Sentry: leaf first; stepscope: root first
     ns = len(stacks)
     samples = []
     for i, s in enumerate(samples_in):
