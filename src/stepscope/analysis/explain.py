@@ -235,7 +235,11 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         need = math.ceil(MIN_SAMPLES * 2 / max(slow_mean / 1e9, 1e-6))
         return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
                            advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
-                                   f"at {hz_now:g} Hz; record again with --hz {min(max(need, 2 * int(hz_now)), 20000)}"
+                                   f"at {hz_now:g} Hz; " + (
+                                       "the Sentry SDK samples at a fixed rate: record the same code with `stepscope run "
+                                       f"--hz {min(max(need, 2 * int(hz_now)), 20000)}`"
+                                       if data.run.env.get("source") == "sentry" else
+                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), 20000)}")
                                    + (" (or more repeats)" if need > 20000 else "")))
     s_idx = np.concatenate([sel[r.index] for r in slow_r])
     f_idx = np.concatenate([sel[r.index] for r in fast_r])

@@ -230,4 +230,5 @@ def routes(state) -> list[Route]:
         Route("/bench/{bench_id}", bench_page),
         Route("/bench/{bench_id}/plot.png", bench_plot),
         Route("/static/{name}", static),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]

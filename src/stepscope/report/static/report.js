@@ -338,6 +338,7 @@
   dg.addEventListener("mouseleave", hideTip);
   if (E && E.repeats.some((r) => r.group === "slow")) {
     document.getElementById("explain-section").hidden = false;
+    document.getElementById("diff-wrap").hidden = !E.tree;  // no tree: too few samples (the advice says so)
     document.getElementById("explain-unit").textContent = E.unit === "step" ? "denoising steps" : short(E.unit);
     const slowN = E.repeats.filter((r) => r.group === "slow").length;
     document.getElementById("explain-summary").textContent =
@@ -349,7 +350,7 @@
     document.querySelectorAll("#explain-repeats tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
       const r = reps[+tr.dataset.k]; setHash("repeat=" + tr.dataset.k); setFlame({ t0: r.start_us, t1: r.end_us, thread: r.thread }, `${r.label} (${r.group})`);
     }));
-    table(document.getElementById("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
+    if (E.causes.length) table(document.getElementById("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
       E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
   } else document.getElementById("explain-none").hidden = false;
 
