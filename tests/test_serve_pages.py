@@ -134,3 +134,17 @@ def test_device_page_shows_the_syncs_with_their_python_line(browser_page, euler_
         assert page.errors == []
     finally:
         srv.stop()
+
+
+def test_the_listening_socket_is_tcp_so_each_connection_gets_nodelay():
+    # with proto 0, asyncio skips TCP_NODELAY and every keep-alive request waits ~40 ms for a delayed
+    # ACK (a single client fell from ~300 to 21 envelopes/s)
+    import socket
+
+    from stepscope.cli.serve import _listen
+
+    s = _listen("127.0.0.1", 0)
+    try:
+        assert s.proto == socket.IPPROTO_TCP
+    finally:
+        s.close()

@@ -68,8 +68,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on (host, port). Raises UserError naming the address when it cannot be had."""
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        family, kind, proto = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][:3]
+        sock = socket.socket(family, kind, proto)  # proto TCP: asyncio then sets TCP_NODELAY on each connection
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
         sock.listen(2048)
