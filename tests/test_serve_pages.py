@@ -2,6 +2,7 @@
 and the device page in headless Chromium on a run recorded with --device-trace."""
 
 import json
+import sys
 
 import pytest
 from conftest import run_cli
@@ -39,6 +40,18 @@ def test_list_filters_sorts_and_pages_in_the_url(ui):
     assert html.count('<tr class=') == 1 and "1 transaction in" in html and "img2img" in html
     assert ui.get("/?sort=bogus").status_code == 400 and "sort must be" in ui.get("/?sort=bogus").text
     assert ui.get("/?page=0").status_code == 400
+
+
+def test_runs_of_stepscope_run_are_listed_beside_ingested_ones(ui):
+    from conftest import PROGRAMS
+
+    r = run_cli(["run", "-q", "--trace", "__main__.hot", "--", sys.executable, str(PROGRAMS / "shape.py"), "0.3"], ui.store)
+    assert r.returncode == 0, r.stderr
+    rows = ui.get("/api/transactions?q=shape").json()["transactions"]
+    assert len(rows) == 1 and rows[0]["source"] == "run" and rows[0]["span_id"] is not None and rows[0]["samples"] > 5
+    page = ui.get(f"/runs/{rows[0]['run_id']}")
+    assert page.status_code == 200 and "__main__.hot" in page.text  # in the embedded view
+    assert ui.get("/api/transactions").json()["total"] == 5
 
 
 def test_run_pages_and_downloads(ui):
