@@ -18,6 +18,7 @@ import time
 
 import orjson
 
+from ..tracing.steps import STEP_ATTR, steps_from_names
 from .sentry import SENTRY_PYTHON_HZ, Batch, ProfileRecord, TransactionRecord
 
 SCHEMA = """
@@ -61,28 +62,6 @@ def _record_from_blob(b: bytes) -> ProfileRecord:
                          {int(k): v for k, v in d["thread_names"].items()}, d["transaction_ids"])
 
 
-STEP_ATTR = "diffusion.step"  # as stepscope.tracing.steps tags live spans
-DENOISER_SUFFIXES = ("UNet2DConditionModel.forward", "UNet2DModel.forward", "Transformer2DModel.forward",
-                     "UNetModel.forward", "DiTTransformer2DModel.forward")
-
-
-def _steps(spans: list[tuple], ids: dict[str, int]) -> dict[str, int]:
-    """``diffusion.step`` for ingested spans, as the live tracer would tag them: the k-th call of a
-    denoiser's forward (or of a scheduler's ``step``) under one parent is step k. Sentry span id -> k."""
-    out: dict[str, int] = {}
-    seen: dict[tuple, int] = {}
-    for s in spans:  # in start order
-        name = s[2]
-        kind = "denoiser" if name.endswith(DENOISER_SUFFIXES) else "scheduler" if name.endswith("Scheduler.step") else None
-        if kind is None:
-            continue
-        key = (kind, s[1])
-        k = seen.get(key, 0)
-        seen[key] = k + 1
-        out[s[0]] = k
-    return out
-
-
 def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None) -> str:
     rid = _run_id(conn, tx)
     t0 = tx.start_ns
@@ -100,7 +79,7 @@ def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str
     order = sorted(tx.spans, key=lambda s: (s[4], -s[5]))
     for k, s in enumerate(order):
         ids.setdefault(s[0], k + 2)
-    steps = _steps(order, ids)
+    steps = steps_from_names([(s[0], s[1], s[2], s[4], s[6]) for s in order])
     rows = [(rid, 1, None, tx.name, "transaction", 0, tx.end_ns - t0, tx.thread_id,
              tx.status if status == "error" else None,
              json.dumps({"sentry.span_id": tx.span_id, "sentry.op": tx.op} if tx.op else {"sentry.span_id": tx.span_id}))]
