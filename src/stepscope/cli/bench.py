@@ -167,33 +167,23 @@ def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] =
                 w.writerow([r["config"], b["labels"][r["config"]], r["repeat"], int(r["warmup"]), r["wall_s"],
                             r["peak_bytes"], r["error"] or ""])
     if html is not None:
-        _write_html(v, html)
+        _write_html(b, v, html)
     if as_json:
         print_json({"bench": b, "verdict": dataclasses.asdict(v)})
     else:
         print_verdict(v, out)
 
 
-def _write_html(v: bench_results.Verdict, path: Path) -> None:
-    import html as h
+def _write_html(b: dict, v: bench_results.Verdict, path: Path) -> None:
+    """The web UI's benchmark page as one file (CSS and plot inlined)."""
     import tempfile
+
+    from ..web.templating import bench_page
 
     with tempfile.TemporaryDirectory() as d:
         png = plot_png(v, Path(d) / "p.png") if any(r.times_s for r in v.rows) else None
-        img = base64.b64encode(png.read_bytes()).decode() if png else ""
-    rows = []
-    for r in v.rows:
-        s, c = r.stats, r.change
-        rows.append("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-            h.escape(r.label), f"{s.median:.3f} s" if s else "-", f"{s.ci_low:.3f}-{s.ci_high:.3f}" if s else "-",
-            "baseline" if r.is_baseline else (f"{100 * c.change:+.1f}%" if c else "-"),
-            "" if r.is_baseline or not c else (f"{100 * c.ci_low:+.1f} .. {100 * c.ci_high:+.1f}" +
-                                                ("" if c.significant else " (no significant difference)"))))
-    path.write_text(f"<!doctype html><meta charset=utf-8><title>stepscope bench {h.escape(v.bench_id)}</title>"
-                    f"<h1>benchmark {h.escape(v.bench_id)}</h1><table border=1 cellpadding=4><tr><th>configuration</th>"
-                    f"<th>median</th><th>95% CI</th><th>change</th><th>change 95% CI</th></tr>{''.join(rows)}</table>"
-                    + (f'<p><img alt="per-run times" src="data:image/png;base64,{img}"></p>' if img else "")
-                    + "".join(f"<p>warning: {h.escape(w)}</p>" for w in v.warnings))
+        src = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() if png else None
+    path.write_text(bench_page(b, v, src, standalone=True), encoding="utf-8")
 
 
 @app.command("compare")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 from pathlib import Path
 from typing import Optional
@@ -11,19 +10,10 @@ from typing import Optional
 import typer
 
 from ..store import keys as keystore
+from ..web.net import is_loopback
 from .common import StoreOpt, UserError, err, handles_errors, open_store
 
 _MB = 1024 * 1024
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an IPv4/IPv6 address) is this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @handles_errors

@@ -16,15 +16,14 @@ class BadEncoding(Exception):
     """The body does not decode with its ``Content-Encoding`` (HTTP 400). Message names the encoding."""
 
 
-def _zlib(data: bytes, wbits: int, limit: int, name: str) -> bytes:
-    d = zlib.decompressobj(wbits)
-    out = bytearray()
+def _inflate(d, data: bytes, out: bytearray, limit: int, name: str) -> None:
+    """Feed ``data`` to the zlib decompressor ``d``, appending to ``out`` never past ``limit + 1`` bytes.
+    Raises BadEncoding (corrupt or truncated stream) or BodyTooLarge."""
     try:
-        buf = d.decompress(data, limit + 1 - len(out))
-        out += buf
+        out += d.decompress(data, limit + 1 - len(out))
         while d.unconsumed_tail and len(out) <= limit:
             out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
-        if len(out) <= limit:
+        if len(out) <= limit and not d.eof:
             out += d.flush()
     except zlib.error as e:
         raise BadEncoding(f"body is not valid {name}: {e}") from None
@@ -32,6 +31,11 @@ def _zlib(data: bytes, wbits: int, limit: int, name: str) -> bytes:
         raise BodyTooLarge(f"body decompresses to more than {limit} bytes")
     if not d.eof:
         raise BadEncoding(f"body is not valid {name}: truncated stream")
+
+
+def _zlib(data: bytes, wbits: int, limit: int, name: str) -> bytes:
+    out = bytearray()
+    _inflate(zlib.decompressobj(wbits), data, out, limit, name)
     return bytes(out)
 
 
@@ -41,16 +45,7 @@ def _gzip(data: bytes, limit: int) -> bytes:
     rest = data
     while True:
         d = zlib.decompressobj(31)
-        try:
-            out += d.decompress(rest, limit + 1 - len(out))
-            while d.unconsumed_tail and len(out) <= limit:
-                out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
-        except zlib.error as e:
-            raise BadEncoding(f"body is not valid gzip: {e}") from None
-        if len(out) > limit:
-            raise BodyTooLarge(f"body decompresses to more than {limit} bytes")
-        if not d.eof:
-            raise BadEncoding("body is not valid gzip: truncated stream")
+        _inflate(d, rest, out, limit, "gzip")
         rest = d.unused_data
         if not rest.strip(b"\0"):
             return bytes(out)

@@ -51,7 +51,7 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
 
 def _tree(root: DiffNode, gap: float, depth: int) -> Tree:
     """The differential tree, following only branches that carry a real share of the gap."""
-    out = Tree(f"differential call tree (slow / fast per repeat, extra)")
+    out = Tree("differential call tree (slow / fast per repeat, extra)")
     limit = 0.05 * abs(gap) if gap else 0
 
     def add(node: DiffNode, branch: Tree, d: int) -> None:

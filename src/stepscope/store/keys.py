@@ -31,7 +31,8 @@ class Key:
         return f"http://{self.public_key}@{host}:{port}/{self.project_id}"
 
 
-def _ensure(store: Store) -> None:
+def ensure_schema(store: Store) -> None:
+    """Create the keys table when missing."""
     store.conn.executescript(SCHEMA)
 
 
@@ -39,7 +40,7 @@ def add(store: Store, project_id: str = "1", label: str = "") -> Key:
     """Make a new key for ``project_id`` (digits, as Sentry's DSN parser requires). Raises ValueError."""
     if not project_id.isdigit():
         raise ValueError(f"project id {project_id!r} must be a number (it is the last part of the DSN)")
-    _ensure(store)
+    ensure_schema(store)
     k = Key(secrets.token_hex(16), project_id, label, time.time_ns())
     store.conn.execute("INSERT INTO project_keys VALUES (?,?,?,?)", (k.public_key, k.project_id, k.label, k.created_wall_ns))
     return k
@@ -47,14 +48,14 @@ def add(store: Store, project_id: str = "1", label: str = "") -> Key:
 
 def list_keys(store: Store) -> list[Key]:
     """Every key, oldest first (creates the table when missing)."""
-    _ensure(store)
+    ensure_schema(store)
     return [Key(*r) for r in store.conn.execute(
         "SELECT public_key, project_id, label, created_wall_ns FROM project_keys ORDER BY created_wall_ns")]
 
 
 def remove(store: Store, ref: str) -> Key:
     """Delete the key ``ref`` (the key or a unique prefix of at least 4 digits). Raises StoreError."""
-    _ensure(store)
+    ensure_schema(store)
     if len(ref) < 4:
         raise StoreError(f"key {ref!r}: give at least 4 characters")
     rows = [Key(*r) for r in store.conn.execute(

@@ -27,9 +27,7 @@ from ..store import keys as keystore
 from ..store.db import Store, StoreError
 from . import pages
 from .ingest import Counters, IngestEndpoint
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-
+from .net import LOOPBACK_NAMES, is_loopback
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -92,7 +90,7 @@ def create_app(config: ServerConfig) -> Starlette:
     """The app over ``config.store`` (created when missing). Raises StoreError if it cannot be opened."""
     state = AppState(config)
     st = Store(config.store)  # fail early, with the store's own message
-    keystore.list_keys(st)
+    keystore.ensure_schema(st)
     from ..store.listing import ensure_index
 
     ensure_index(st)
@@ -119,8 +117,8 @@ def create_app(config: ServerConfig) -> Starlette:
         return HTMLResponse(pages.error_page(str(exc), 404), status_code=404)
 
     async def stats(request: Request) -> Response:
-        rows = state.store().conn.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall() \
-            if _has_table(state.store(), "ingest_counts") else []
+        # the writer made the ingest tables before the first request (lifespan)
+        rows = state.store().conn.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall()
         return Response(orjson.dumps({"endpoint": dataclasses.asdict(state.counters),
                                       "items": {t: {"received": r, "stored": s} for t, r, s in rows}}),
                         media_type="application/json")
@@ -134,11 +132,8 @@ def create_app(config: ServerConfig) -> Starlette:
         *pages.routes(state),
     ]
     middleware = [Middleware(SecurityHeaders)]
-    if config.host in LOOPBACK:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"]))
+    if is_loopback(config.host):
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=[*LOOPBACK_NAMES, config.host]))
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                      exception_handlers={404: not_found, 405: not_found, 400: not_found, StoreError: store_error})
 
-
-def _has_table(st: Store, name: str) -> bool:
-    return st.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -18,6 +17,7 @@ from starlette.responses import JSONResponse
 from ..ingest import sentry
 from ..ingest.decode import BadEncoding, BodyTooLarge, decode_body
 from ..ingest.envelope import EnvelopeError, parse
+from .net import local_origin
 
 log = logging.getLogger("stepscope.serve")
 _AUTH_KEY = re.compile(r"sentry_key\s*=\s*([^,\s]+)")
@@ -61,16 +61,6 @@ def key_from_dsn(dsn) -> tuple[str, str] | None:
         return None
     m = _DSN_KEY.match(dsn.strip())
     return (m.group(1), m.group(2)) if m else None
-
-
-def _local_origin(origin: str | None) -> bool:
-    """No Origin header (not a browser), or a loopback one."""
-    if not origin:
-        return True
-    try:
-        return urlsplit(origin).hostname in ("127.0.0.1", "localhost", "::1")
-    except ValueError:
-        return False
 
 
 class IngestEndpoint:
@@ -126,7 +116,7 @@ class IngestEndpoint:
         project = request.path_params.get("project_id")
         project = None if project is None else str(project)
         key = key_from_request(request)
-        if cfg.open_mode and key is None and not _local_origin(request.headers.get("origin")):
+        if cfg.open_mode and key is None and not local_origin(request.headers.get("origin")):
             # a web page the user visits could otherwise write here: browsers send Origin on cross-site POSTs
             raise Refused(401, "open mode takes no cross-site requests without a sentry_key")
         if key is not None and not cfg.open_mode:

@@ -7,12 +7,9 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from datetime import datetime
-from importlib import resources
 from urllib.parse import urlencode
 
 import orjson
-from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -20,31 +17,16 @@ from starlette.routing import Route
 
 from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
 from ..store.db import StoreError
+from .templating import bench_page, env, ui_css
 
-_env = Environment(loader=PackageLoader("stepscope.web", "templates"), autoescape=select_autoescape(["html", "j2"]))
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 _UI_CSS = "ui.css"
 PAGE_SIZE = 100
 
 
-def _fmt_ns(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    s = ns / 1e9
-    return f"{s:.2f} s" if s >= 1 else f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} us"
-
-
-def _fmt_wall(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if ns else "-"
-
-
-_env.filters["dur"] = _fmt_ns
-_env.filters["wall"] = _fmt_wall
-
-
 def error_page(detail: str, status: int) -> str:
     """An HTML page for an error answer (``detail`` is escaped)."""
-    return _env.get_template("error.html.j2").render(detail=detail, status=status, title=f"{status}")
+    return env.get_template("error.html.j2").render(detail=detail, status=status, title=f"{status}")
 
 
 def run_nav(run_id: str, current: str) -> list[tuple[str, str, bool]]:
@@ -89,7 +71,7 @@ def routes(state) -> list[Route]:
             return url(sort=key, order=flip if args["sort"] == key else ("asc" if key == "name" else "desc"), page=1)
 
         pages_n = max(1, -(-total // PAGE_SIZE))
-        return HTMLResponse(_env.get_template("transactions.html.j2").render(
+        return HTMLResponse(env.get_template("transactions.html.j2").render(
             title="transactions", rows=rows, total=total, args=args, sort_url=sort_url, store=str(state.config.store),
             prev_url=url(page=args["page"] - 1) if args["page"] > 1 else None,
             next_url=url(page=args["page"] + 1) if args["page"] < pages_n else None, pages=pages_n,
@@ -177,7 +159,7 @@ def routes(state) -> list[Route]:
         bench_store._ensure(state.store())
         rows = state.store().conn.execute("SELECT id, created_wall_ns, status, labels FROM bench ORDER BY created_wall_ns DESC").fetchall()
         items = [{"id": r[0], "created": r[1], "status": r[2], "configs": len(orjson.loads(r[3] or "[]"))} for r in rows]
-        return HTMLResponse(_env.get_template("benches.html.j2").render(title="benchmarks", items=items))
+        return HTMLResponse(env.get_template("benches.html.j2").render(title="benchmarks", items=items))
 
     def _bench(bench_id: str):
         from ..bench.results import verdict
@@ -189,10 +171,9 @@ def routes(state) -> list[Route]:
             raise HTTPException(404, str(e)) from None
         return b, verdict(b)
 
-    def bench_page(request: Request) -> HTMLResponse:
+    def bench_view(request: Request) -> HTMLResponse:
         b, v = _bench(request.path_params["bench_id"])
-        return HTMLResponse(_env.get_template("bench.html.j2").render(title=f"benchmark {b['id']}", b=b, v=v,
-                                                                       has_plot=any(r.times_s for r in v.rows)))
+        return HTMLResponse(bench_page(b, v, f"/bench/{b['id']}/plot.png" if any(r.times_s for r in v.rows) else None))
 
     def bench_plot(request: Request) -> Response:
         import tempfile
@@ -210,7 +191,7 @@ def routes(state) -> list[Route]:
     def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name == _UI_CSS:
-            text = resources.files("stepscope.web").joinpath(_UI_CSS).read_text()
+            text = ui_css()
         elif name in STATIC_FILES:  # fixed names only: no path from the request reaches the file system
             text = static_text(name)
         else:
@@ -227,7 +208,7 @@ def routes(state) -> list[Route]:
         Route("/runs/{run_id}/export/{fmt}", export),
         Route("/api/runs/{run_id}/view", api_view),
         Route("/bench", bench_list),
-        Route("/bench/{bench_id}", bench_page),
+        Route("/bench/{bench_id}", bench_view),
         Route("/bench/{bench_id}/plot.png", bench_plot),
         Route("/static/{name}", static),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
