@@ -91,8 +91,9 @@ class span:
 
     def __enter__(self) -> "span":
         self._sid = buffer.next_span_id()
-        self._parent = buffer.current_span.get()
-        self._token = buffer.current_span.set(self._sid)
+        rec = buffer.open_record(self._sid, self.name)
+        self._parent = rec[2]
+        self._token = buffer.current_span.set(rec)
         self._start = clock.now_ns()
         return self
 

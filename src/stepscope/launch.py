@@ -17,6 +17,7 @@ import os
 import runpy
 import signal
 import sys
+import types
 
 ENV_VAR = "STEPSCOPE_LAUNCH"
 
@@ -78,15 +79,9 @@ def main() -> None:
         kind, target, rest = "script", argv[0], argv[1:]
 
     settings = Settings.from_dict(cfg.get("settings", {}))
-    traces_main = kind == "script" and any(n.startswith("__main__.") for n in settings.functions_to_trace)
-    if traces_main:  # the script's module must be __main__ before the patcher looks at it
-        import types
-
-        main_mod = types.ModuleType("__main__")
-        main_mod.__file__ = os.path.abspath(target)
-        main_mod.__builtins__ = __builtins__
-        main_mod.__cached__ = None
-        sys.modules["__main__"] = main_mod
+    traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace)
+    # the program's __main__, as the interpreter makes it, in place before the patcher looks at it
+    main_mod = _fresh_main(kind, target)
     name = settings.transaction or (target if kind != "code" else "-c")
     settings = dataclasses.replace(settings, transaction=name)
     if cfg.get("server_only"):  # record nothing; `stepscope capture` records windows on demand
@@ -113,25 +108,7 @@ def main() -> None:
         signal.signal(signal.SIGTERM, on_term)
 
     try:
-        if kind == "module":
-            sys.argv = [target, *rest]  # runpy sets argv[0] to the module's file
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        elif kind == "code":
-            import types
-
-            sys.argv = ["-c", *rest]
-            sys.path[0] = ""
-            main_mod = types.ModuleType("__main__")  # a fresh __main__, as `python -c` has
-            main_mod.__builtins__ = __builtins__
-            sys.modules["__main__"] = main_mod
-            exec(compile(target, "<string>", "exec"), main_mod.__dict__)
-        else:
-            sys.argv = [target, *rest]
-            sys.path[0] = os.path.dirname(os.path.abspath(target))
-            if traces_main:
-                _run_script_traced(target, main_mod, session)
-            else:
-                runpy.run_path(target, run_name="__main__")
+        _run(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
     except SystemExit as e:
         code = e.code
         ok = code is None or code == 0
@@ -194,14 +171,75 @@ def _start_compile_report(session) -> None:
     session.on_finish(lambda: rec.stop(path))
 
 
-def _run_script_traced(path: str, module, session) -> None:
-    """Run a script whose own functions are traced: top-level code stores names through MainNamespace."""
-    from .tracing.patch import MainNamespace
+def _fresh_main(kind: str, target: str) -> types.ModuleType:
+    """A new ``__main__`` module with the namespace CPython gives a program (same names, same order:
+    ``__name__ __doc__ __package__ __loader__ __spec__ __annotations__ __builtins__`` and, for a script,
+    an absolute ``__file__``, ``__cached__``), registered in ``sys.modules``."""
+    import builtins
+    import importlib.machinery
 
-    with open(path, "rb") as f:
-        source = f.read()
-    code = compile(source, path, "exec")
-    exec(code, module.__dict__, MainNamespace(module.__dict__, session.patcher))
+    mod = types.ModuleType("__main__")
+    d = mod.__dict__
+    if kind == "script":
+        path = os.path.abspath(target)
+        d["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
+    elif kind == "code":
+        d["__loader__"] = importlib.machinery.BuiltinImporter
+    d["__annotations__"] = {}
+    d["__builtins__"] = builtins
+    if kind == "script":
+        d["__file__"] = path
+        d["__cached__"] = None
+    sys.modules["__main__"] = mod
+    return mod
+
+
+def _run(kind: str, target: str, rest: list, main_mod, session) -> None:
+    """Run the program in ``main_mod`` as ``python SCRIPT | -m MODULE | -c CODE`` would; ``session``
+    (when the program's own ``__main__`` functions are traced) compiles it with their probes."""
+    compile_main = session.patcher.compile_main if session is not None else None
+    if kind == "module":
+        import runpy
+
+        sys.argv = [target, *rest]
+        try:
+            mod_name, spec, code = runpy._get_module_details(target)
+        except runpy._Error as exc:
+            sys.exit(f"{sys.executable}: {exc}")
+        if compile_main is not None:
+            source = spec.loader.get_source(mod_name) if hasattr(spec.loader, "get_source") else None
+            if source is not None:
+                code = compile_main(source, code.co_filename)
+        sys.argv[0] = spec.origin
+        runpy._run_code(code, main_mod.__dict__, None, "__main__", spec)
+    elif kind == "code":
+        sys.argv = ["-c", *rest]
+        sys.path[0] = ""
+        code = compile_main(target, "<string>") if compile_main else compile(target, "<string>", "exec",
+                                                                              dont_inherit=True)
+        exec(code, main_mod.__dict__)
+    else:
+        sys.argv = [target, *rest]
+        path = os.path.abspath(target)
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+        if os.path.isdir(path) or not path.endswith((".py", ".pyw")) and _is_zip(path):
+            import runpy
+
+            runpy.run_path(target, run_name="__main__")
+            return
+        with open(path, "rb") as f:
+            source = f.read()
+        code = compile_main(source, path) if compile_main else compile(source, path, "exec", dont_inherit=True)
+        exec(code, main_mod.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

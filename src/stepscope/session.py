@@ -58,15 +58,34 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def _dynamo_skips_wrappers(dynamo) -> None:
-    """Tell torch.compile (Dynamo) to run stepscope's span wrappers as they are instead of tracing them:
-    it then compiles the traced function inside, and the program gets the same graphs (no graph break,
-    no warning) as without stepscope."""
-    from torch._dynamo import trace_rules
+def _dynamo_loaded(patcher: Patcher):
+    """When torch.compile (Dynamo) is imported: make the traced code's compile-time branch visible to it
+    (3.11 mechanism: the original body, no probe, no graph break), note traced functions that it compiles
+    (they run as part of a graph: "inside a compiled region"), and let it run the remaining span wrappers
+    (builtins, ``stepscope.trace``) as they are."""
 
-    for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs",
-                   "stepscope.tracing.mirror", "stepscope.api"):
-        trace_rules.add(module)
+    def on_import(dynamo) -> None:
+        import torch
+        from torch._dynamo import trace_rules
+
+        from .tracing import codeswap, probes
+
+        for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs",
+                       "stepscope.tracing.mirror", "stepscope.api"):
+            trace_rules.add(module)
+        codeswap.dynamo_loaded(torch.compiler.is_compiling, torch._dynamo.assume_constant_result(probes.compiled))
+        monitor = getattr(patcher.mechanism, "_monitor", None)
+        register = getattr(getattr(dynamo, "convert_frame", None), "register_bytecode_hook", None)
+        if monitor is not None and register is not None:  # 3.12+: compiled frames emit no events
+            def on_bytecode(code, new_code):
+                p = monitor.probes.get(code)
+                if p is not None:
+                    probes.note_compiled(p.name or p.by_class[0][1])
+                return None
+
+            register(on_bytecode)
+
+    return on_import
 
 
 class Session:
@@ -114,7 +133,7 @@ class Session:
                                   anchor_wall_ns=run.anchor_wall_ns, env=run.env, host=run.host, cwd=run.cwd)
         buffer.take()  # spans from an earlier session in this process are not ours
         self.patcher.add(self.settings.functions_to_trace)
-        self.patcher.when_imported("torch._dynamo", _dynamo_skips_wrappers)
+        self.patcher.when_imported("torch._dynamo", _dynamo_loaded(self.patcher))
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
         self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
@@ -129,7 +148,7 @@ class Session:
     def _open_root(self, name: str) -> None:
         sid = buffer.next_span_id()
         self._root_span = (sid, name, clock.now_ns(), threading.get_ident())
-        self._root_token = buffer.current_span.set(sid)
+        self._root_token = buffer.current_span.set(buffer.open_record(sid, name))
 
     def _close_root(self) -> None:
         if self._root_span is None:
@@ -165,6 +184,12 @@ class Session:
             except Exception as e:  # recorded, never raised into the program's exit
                 print(f"stepscope: {getattr(fn, '__qualname__', fn)} failed: {e}", file=sys.stderr)
         self.unresolved = self.patcher.unresolved
+        from .tracing.probes import compiled_notes
+
+        for name, outer in compiled_notes().items():  # ran as part of a torch.compile graph
+            where = ", ".join(o.rsplit(".", 2)[-2] + "." + o.rsplit(".", 1)[-1] if o.count(".") > 1 else o
+                              for o in outer if o) or "the span around the compiled call"
+            self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
         self.patcher.remove()
         self._flush()
         end = clock.now_ns()

@@ -36,6 +36,9 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     except CommandError as e:
         raise UserError(str(e)) from None
     if quiet and not as_json:
+        run = store.get_run(outcome.run_id)
+        for name, why in (run.unresolved or {}).items():  # -q still says what was not traced
+            err.print(f"[yellow]not traced:[/yellow] {name}: {why}")
         store.close()
         return outcome
     data = store.load(outcome.run_id)

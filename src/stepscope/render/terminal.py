@@ -50,8 +50,10 @@ def _where(file: str, line: int) -> str:
 def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     """The summary of one run, as ``stepscope run`` prints it."""
     status = s.status if s.exit_code in (None, 0) else f"{s.status} (exit {s.exit_code})"
+    traced = sum(st.count for st in s.spans)  # the run's own transaction span is not counted
+    spans = f"{traced} spans" if s.spans else "no function traced"
     console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
-                  f"{s.span_count} spans  {s.sample_count} samples")
+                  f"{spans}  {s.sample_count} samples")
     if s.spans:
         t = Table(title="Spans", title_justify="left", show_edge=False)
         for col, just in (("name", "left"), ("count", "right"), ("total", "right"), ("mean", "right"),
@@ -62,8 +64,8 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
             t.add_row(name, str(st.count), fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns),
                       fmt_ns(st.p95_ns), fmt_ns(st.max_ns), f"{100 * st.share:.1f}%")
         console.print(t)
-    else:
-        console.print("No spans recorded (name functions with --trace).")
+    elif not s.unresolved:
+        console.print("Name functions to trace with --trace (or `stepscope suggest` after this run).")
     if s.steps is not None and s.steps.rows:
         st = s.steps
         title = "Steps (diffusion.step)" if st.kind == "diffusion.step" else f"Repeats of {short_name(st.span_name)}"

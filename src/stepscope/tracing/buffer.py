@@ -18,8 +18,23 @@ from contextvars import ContextVar
 
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 
-#: The span id of the innermost open span in this thread / asyncio task (None outside any span).
-current_span: ContextVar[int | None] = ContextVar("stepscope_current_span", default=None)
+#: The innermost open span in this thread / asyncio task (None outside any span), as a list
+#: ``[span_id, start_ns, parent_id, probe, attrs, name, error_type, restore]`` (see ``tracing.probes``;
+#: ``probe`` is None for spans opened by ``stepscope.span`` / wrappers, ``restore`` the value to put back).
+current_span: ContextVar[list | None] = ContextVar("stepscope_current_span", default=None)
+
+
+def current_id() -> int | None:
+    """The span id of the innermost open span, or None."""
+    v = current_span.get()
+    return v[0] if v is not None else None
+
+
+def open_record(sid: int, name: str, start_ns: int = 0, attrs: dict | None = None) -> list:
+    """A current-span value for a span opened outside the probes (``stepscope.span``, wrappers): its
+    parent is the span current now."""
+    prev = current_span.get()
+    return [sid, start_ns, prev[0] if prev is not None else None, None, attrs, name, None, prev]
 
 #: Span ids: unique within a process, never 0.
 next_span_id = itertools.count(1).__next__

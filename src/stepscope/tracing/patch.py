@@ -1,33 +1,47 @@
-"""Trace functions by qualified name, with no edit to the program.
+"""Trace functions by qualified name, with no edit to the program and nothing of it replaced.
 
 ``Patcher.add(names)`` resolves each name now if its module is loaded, or when its module is imported
-(an import hook that never imports anything early). What it resolves:
+(an import hook that never imports anything early), and puts a ``Probe`` on the function's code through
+the interpreter's mechanism (``tracing.mechanism``: ``sys.monitoring`` on 3.12+, instrumented code on
+3.11). Function objects, classes and module attributes stay the same objects. Only functions without
+Python code (builtins, C methods such as the ``torch.Tensor`` sync sites) are wrapped in place.
+
+Names reach the object through any public path (package re-exports, the lazy modules of diffusers and
+transformers): the span is named where the object is defined (``module.Qualname``), so
+``diffusers.UNet2DConditionModel.forward`` and
+``diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward`` are one span name. What it
+resolves:
 
 - module functions ``pkg.mod.func``; methods, staticmethods and classmethods ``pkg.mod.Class.meth``;
   methods of nested classes ``pkg.mod.Outer.Inner.meth``;
-- inherited methods ``pkg.mod.Sub.forward`` where ``forward`` is defined on a base: the wrapper is set on
-  ``Sub`` itself, so calls on ``Sub`` and its subclasses are traced and other subclasses of the base are not;
+- inherited methods ``pkg.mod.Sub.forward`` where ``forward`` is defined on a base: calls whose ``self``
+  is a ``Sub`` (or a subclass of it) are traced, others of the base are not; nothing is set on ``Sub``;
 - glob patterns (``fnmatch``) in any part after the module: ``diffusers.models.attention_processor.*.__call__``.
-  A glob matches only names *defined* there: a class's own ``__dict__``, and a module's members whose
-  ``__module__`` is that module (so re-exported names are not matched twice).
+  A glob matches only functions and methods *defined* there: a class's own ``__dict__``, and a module's
+  members whose ``__module__`` is that module; a class matched by a glob is expanded to its own methods.
 
-References bound by ``from mod import func`` in modules already loaded are patched too.
-Names that cannot be resolved are kept with the reason (``Patcher.unresolved``), never raised.
-``Patcher.remove()`` undoes every patch (calls in flight finish normally).
+Names that cannot be resolved are kept with the reason and the nearest existing names
+(``Patcher.unresolved``), never raised. ``Patcher.remove()`` undoes everything (calls in flight finish
+normally).
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
 import threading
 import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import mirror, steps, syncs
+from . import mirror, probes, steps, syncs
+from .mechanism import CannotInstrument, choose
+from .probes import Probe
 from .wrappers import is_wrapper, wrap
 
 _GLOB = set("*?[")
@@ -82,6 +96,15 @@ class Patcher:
         self._resolved: dict[str, list[str]] = {}  # requested name -> concrete names patched
         self._hook: _ImportHook | None = None
         self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
+        self._mechanism = None  # made on first use (takes a sys.monitoring tool id)
+        self._traced: dict[Any, Probe] = {}  # function -> its probe
+
+    @property
+    def mechanism(self):
+        """The tracing mechanism in use (``tracing.mechanism``)."""
+        if self._mechanism is None:
+            self._mechanism = choose()
+        return self._mechanism
 
     # -- public ----------------------------------------------------------------------------------
     @property
@@ -92,9 +115,15 @@ class Patcher:
             for name, mod in self._pending.items():
                 parent, _, last = mod.rpartition(".")
                 if mod == "__main__":
-                    out[name] = "the script never defined it"
+                    out[name] = "the script does not define it"
                 elif parent in sys.modules:
-                    out[name] = f"{parent} has no attribute or submodule {last!r}"
+                    pmod = sys.modules[parent]
+                    lazy = getattr(pmod, "_class_to_module", None)
+                    if isinstance(lazy, dict) and last in lazy:
+                        out[name] = f"{parent}.{last} was never imported by the program"
+                    else:
+                        out[name] = f"{parent} has no attribute or submodule {last!r}" + _did_you_mean(
+                            pmod, last, parent + ".", name[len(mod):])
                 else:
                     out[name] = f"module {mod!r} was never imported"
             return out
@@ -151,6 +180,16 @@ class Patcher:
                 else:
                     _set(p.owner, p.attr, p.previous)
             self._patches.clear()
+            for fn, probe in self._traced.items():
+                try:
+                    self.mechanism.untrace(fn)
+                except Exception:
+                    pass
+                probe.forget()
+            self._traced.clear()
+            if self._mechanism is not None:
+                self._mechanism.close()
+                self._mechanism = None
             self._pending.clear()
             self._callbacks.clear()
 
@@ -184,11 +223,22 @@ class Patcher:
         targets: list[tuple[Any, str, str]] = []  # (owner, attr, concrete name)
         self._expand(module, ".".join(parts[:mod_i]), parts[mod_i:], targets)
         if not targets:
-            raise _Unresolved(f"no names match {'.'.join(parts[mod_i:])!r} in {'.'.join(parts[:mod_i])}")
+            raise _Unresolved(f"no functions match {'.'.join(parts[mod_i:])!r} in {'.'.join(parts[:mod_i])}")
         done = []
+        errors = []
         for owner, attr, concrete in targets:
-            self._patch(owner, attr, concrete, batch)
+            try:
+                self._patch(owner, attr, concrete, batch)
+            except _Unresolved as e:
+                if len(targets) == 1:
+                    raise
+                errors.append(f"{concrete}: {e}")
+                continue
             done.append(concrete)
+        if errors:
+            self._unresolved[name + " (in part)"] = "; ".join(errors)
+        if not done:
+            raise _Unresolved("; ".join(errors))
         return done
 
     def _expand(self, obj: Any, path: str, rest: list[str], out: list) -> None:
@@ -204,13 +254,18 @@ class Patcher:
                         continue
                     self._expand(child, f"{path}.{n}", tail, out)
                 else:
-                    if callable(_raw_attr(obj, n)):
+                    raw = _raw_attr(obj, n)
+                    if isinstance(raw, type):  # a class: its own methods, never the class itself
+                        for m, v in list(vars(raw).items()):
+                            if _function_of(v, glob=True) is not None:
+                                out.append((raw, m, f"{path}.{n}.{m}"))
+                    elif _function_of(raw, glob=True) is not None:
                         out.append((obj, n, f"{path}.{n}"))
             return
         if isinstance(obj, types.ModuleType):
             # only what the module has defined so far: a getattr could make a lazy package
             # (diffusers, transformers) import the submodule early; wait for its import instead
-            child = _own(obj, head)
+            child = _peek(obj, head)
             if child is _MISSING:
                 if getattr(obj, "__path__", None) is not None or path == "__main__":
                     self._missing(obj, path, head)
@@ -231,17 +286,60 @@ class Patcher:
         if isinstance(obj, types.ModuleType) and getattr(obj, "__path__", None) is not None:
             raise _Pending(f"{path}.{attr}")  # maybe a submodule not imported yet
         if path == "__main__":
-            raise _Pending("__main__")  # the script has not defined it yet (see MainNamespace)
-        raise _Unresolved(f"{path} has no attribute {attr!r}")
+            raise _Pending("__main__")  # the script has not defined it yet
+        raise _Unresolved(f"{path} has no attribute {attr!r}"
+                         + _did_you_mean(obj, attr, path.rsplit(".", 1)[-1] + "."))
 
     def _patch(self, owner: Any, attr: str, concrete: str, batch: list[_Patch]) -> None:
         raw = _raw_attr(owner, attr)
         own = _own(owner, attr)
         if own is not _MISSING and is_wrapper(_unwrap_descriptor(own)):
-            return  # traced already, under this or another name
+            return  # wrapped already, under this or another name
         if isinstance(raw, property):
             raise _Unresolved(f"{concrete} is a property; trace its getter's function instead")
         hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr)
+        fn = _function_of(raw)
+        if fn is not None and not isinstance(hooks, syncs.SyncSite):
+            self._probe(owner, attr, fn, raw, hooks, concrete)
+            return
+        if not callable(raw):
+            raise _Unresolved(f"{concrete} is a {type(raw).__name__}, not a function")
+        if isinstance(raw, type):
+            raise _Unresolved(f"{concrete} is a class; trace its methods ({concrete}.__init__, {concrete}.forward ...)")
+        self._wrap(owner, attr, raw, own, hooks, concrete, batch)
+
+    def _probe(self, owner, attr, fn, raw, hooks, concrete: str) -> None:
+        """Put a probe on ``fn`` (the Python function behind ``owner.attr``)."""
+        name = _canonical(owner, attr, fn, concrete)
+        inherited = isinstance(owner, type) and attr not in vars(owner) and not isinstance(raw, staticmethod)
+        existing = self._traced.get(fn)
+        if existing is not None:  # one function reached by several names
+            if inherited:
+                if existing.by_class is None:
+                    existing.by_class = []
+                if all(c is not owner for c, _ in existing.by_class):
+                    existing.by_class.insert(0, (owner, name))
+                    existing.by_class.sort(key=lambda cn: -len(cn[0].__mro__))  # most derived first
+            else:
+                existing.name = name
+                if existing.by_class is not None and not existing.by_class:
+                    existing.by_class = None
+            return
+        if self.mirror:
+            hooks = mirror.Mirror(name, hooks)
+        code = fn.__code__
+        generator = bool(code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR))
+        probe = Probe(None if inherited else name, hooks=hooks, by_class=[(owner, name)] if inherited else None,
+                      generator=generator, code=code)
+        try:
+            self.mechanism.trace(fn, probe)
+        except CannotInstrument as e:
+            probe.forget()
+            raise _Unresolved(str(e)) from None
+        self._traced[fn] = probe
+
+    def _wrap(self, owner, attr, raw, own, hooks, concrete: str, batch: list[_Patch]) -> None:
+        """A callable without Python code (a builtin, a C method): wrapped in place."""
         if self.mirror:
             hooks = mirror.Mirror(concrete, hooks)
         op = getattr(hooks, "op", "function")
@@ -249,10 +347,8 @@ class Patcher:
             new = staticmethod(wrap(_unwrapped(raw.__func__), concrete, op, hooks=hooks))
         elif isinstance(raw, classmethod):
             new = classmethod(wrap(_unwrapped(raw.__func__), concrete, op, hooks=hooks))
-        elif callable(raw):
-            new = wrap(_unwrapped(raw), concrete, op, hooks=hooks)
         else:
-            raise _Unresolved(f"{concrete} is a {type(raw).__name__}, not a function")
+            new = wrap(_unwrapped(raw), concrete, op, hooks=hooks)
         try:
             _set(owner, attr, new)
         except (AttributeError, TypeError) as e:
@@ -261,6 +357,38 @@ class Patcher:
         self._patches.append(p)
         if isinstance(owner, types.ModuleType) and own is not _MISSING:
             batch.append(p)
+
+    def compile_main(self, source: str, filename: str):
+        """The script's code (``compile(..., dont_inherit=True)``), with its functions named by pending
+        ``__main__.`` names traced: matched by qualname (``__main__.f``, ``__main__.Cls.method``, globs)
+        before the script runs, so nothing of the script's namespace changes. Raises SyntaxError."""
+        import ast
+
+        from .codeswap import iter_defs
+
+        with self._lock:
+            wanted = [n for n, m in self._pending.items() if m == "__main__"]
+            if not wanted:
+                return compile(source, filename, "exec", dont_inherit=True)
+            tree = ast.parse(source, filename)
+            defs: dict[str, Probe] = {}
+            hit: dict[str, list[str]] = {}
+            for qual, node in iter_defs(tree):
+                for name in wanted:
+                    pattern = name[len("__main__."):].split(".")
+                    parts = qual.split(".")
+                    if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern)):
+                        if qual not in defs:
+                            generator = isinstance(node, ast.AsyncFunctionDef) or _own_yield(node)
+                            defs[qual] = Probe(f"__main__.{qual}", generator=generator)
+                        hit.setdefault(name, []).append(f"__main__.{qual}")
+            code = self.mechanism.compile_main(source, filename, defs)
+            for name, concrete in hit.items():
+                self._pending.pop(name, None)
+                self._resolved[name] = concrete
+            for qual, probe in defs.items():
+                self._traced[("__main__", qual)] = probe
+            return code
 
     def _rebind_imports(self, batch: list[_Patch]) -> None:
         """Replace references bound by ``from mod import func`` in other loaded modules."""
@@ -288,20 +416,104 @@ class Patcher:
                     fn(sys.modules[module_name])
                 except Exception:  # an integration must never break the program's import
                     pass
-            names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")]
+            top = module_name.partition(".")[0]
+            # a name in this package may be a re-export that this import made reachable (lazy modules)
+            names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")
+                     or n.partition(".")[0] == top]
             batch: list[_Patch] = []
             for n in names:
                 self._try(n, batch)
             self._rebind_imports(batch)
 
-    def on_main_assign(self) -> None:
-        """Called when the script's namespace gains a name (see ``MainNamespace``)."""
-        if any(m == "__main__" for m in self._pending.values()):
-            self._on_import("__main__")
-
     def watches(self, module_name: str) -> bool:
         with self._lock:
-            return module_name in self._callbacks or any(n.startswith(module_name + ".") for n in self._pending)
+            if module_name in self._callbacks:
+                return True
+            top = module_name.partition(".")[0]
+            return any(n.startswith(module_name + ".") or n.partition(".")[0] == top for n in self._pending)
+
+
+def _function_of(v: Any, glob: bool = False) -> types.FunctionType | None:
+    """The Python function behind an attribute value: itself, a static/class method's function, the
+    innermost of a ``functools.wraps`` chain (decorators such as ``torch.no_grad()`` share one wrapper
+    code among all the functions they decorate), an ``lru_cache``'s function; for an explicit name
+    (``glob`` False) also a bound method's, a ``functools.partial``'s and a callable instance's
+    ``__call__``. None for builtins and other objects without Python code."""
+    if isinstance(v, (staticmethod, classmethod)):
+        v = v.__func__
+    for _ in range(32):
+        if isinstance(v, types.FunctionType):
+            w = v.__dict__.get("__wrapped__") if hasattr(v, "__dict__") else None
+            if w is None or is_wrapper(v):
+                return v if not is_wrapper(v) else _function_of(v.__wrapped__, glob)
+            v = w
+        elif isinstance(v, type):
+            return None
+        elif hasattr(v, "cache_info") and getattr(v, "__wrapped__", None) is not None:  # functools.lru_cache
+            v = v.__wrapped__
+        elif glob:
+            return None
+        elif isinstance(v, types.MethodType):
+            v = v.__func__
+        elif isinstance(v, functools.partial):
+            v = v.func
+        elif callable(v) and isinstance(getattr(type(v), "__call__", None), types.FunctionType):
+            v = type(v).__call__
+        else:
+            return None
+    return None
+
+
+def _canonical(owner: Any, attr: str, fn: Any, concrete: str) -> str:
+    """The span name: where the object is defined (``module.Qualname``), whatever path named it."""
+    if isinstance(owner, type):
+        mod, qual = getattr(owner, "__module__", None), getattr(owner, "__qualname__", None)
+        if isinstance(mod, str) and isinstance(qual, str) and "<locals>" not in qual:
+            return f"{mod}.{qual}.{attr}"
+        return concrete
+    raw = _raw_attr(owner, attr)
+    mod, qual = getattr(raw, "__module__", None), getattr(raw, "__qualname__", None)
+    if isinstance(mod, str) and isinstance(qual, str) and "<locals>" not in qual and mod in sys.modules:
+        return f"{mod}.{qual}"
+    return concrete
+
+
+def _peek(module: types.ModuleType, name: str) -> Any:
+    """``module.name`` without importing anything: the module's own attribute, or a lazy module's
+    (diffusers, transformers ``_LazyModule``) re-export whose defining submodule is already loaded."""
+    for _ in range(16):
+        v = _own(module, name)
+        if v is not _MISSING:
+            return v
+        mapping = getattr(type(module), "_class_to_module", None) and getattr(module, "_class_to_module", None)
+        if not isinstance(mapping, dict) or name not in mapping:
+            return _MISSING
+        sub = sys.modules.get(f"{module.__name__}.{mapping[name]}")
+        if sub is None:
+            return _MISSING
+        module = sub
+    return _MISSING
+
+
+def _did_you_mean(obj: Any, attr: str, prefix: str = "", suffix: str = "") -> str:
+    """``"; did you mean X?"`` with the nearest names of ``obj`` (never imports anything), or ""."""
+    try:
+        names = [n for n in (list(getattr(obj, "__dict__", {}) or {}) + list(dir(obj))) if isinstance(n, str)]
+    except Exception:
+        return ""
+    mapping = getattr(obj, "_class_to_module", None)
+    if isinstance(mapping, dict):
+        names += [n for n in mapping if isinstance(n, str)]
+    close = difflib.get_close_matches(attr, sorted(set(names)), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(prefix + c + suffix for c in close) + "?"
+
+
+def _own_yield(node) -> bool:
+    from .codeswap import _has_own_yield
+
+    return _has_own_yield(node)
 
 
 def _own(obj: Any, attr: str) -> Any:
@@ -406,35 +618,3 @@ class _NotifyingLoader(importlib.abc.Loader):
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
-
-
-class MainNamespace(dict):
-    """The local namespace a script's top-level code runs in when it traces ``__main__`` names.
-
-    Top-level assignments (``def``, ``class``, ``import``, ``=``) go to the module's globals, and the
-    patcher retries its pending ``__main__`` names after each, so functions and classes of the script
-    are traced before their first call. Reads fall through to the globals.
-    """
-
-    __slots__ = ("_globals", "_patcher")
-
-    def __init__(self, module_globals: dict, patcher: Patcher) -> None:
-        super().__init__()
-        self._globals = module_globals
-        self._patcher = patcher
-
-    def __setitem__(self, key, value):
-        self._globals[key] = value
-        self._patcher.on_main_assign()
-
-    def __getitem__(self, key):
-        return self._globals[key]
-
-    def __delitem__(self, key):
-        del self._globals[key]
-
-    def __contains__(self, key):
-        return key in self._globals
-
-    def get(self, key, default=None):
-        return self._globals.get(key, default)

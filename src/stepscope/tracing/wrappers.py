@@ -26,7 +26,7 @@ from . import buffer
 
 _SET = buffer.current_span.set
 _RESET = buffer.current_span.reset
-_GET = buffer.current_span.get
+_OPEN = buffer.open_record
 
 
 class SpanHooks(Protocol):
@@ -83,12 +83,13 @@ def _wrap_plain(fn: Callable, name: str, op: str) -> Callable:
     append = buffer.finished.append
     next_id = buffer.next_span_id
     now = perf_counter_ns
-    get, set_, reset = _GET, _SET, _RESET
+    open_, set_, reset = _OPEN, _SET, _RESET
 
     def wrapper(*args, **kwargs):
         sid = next_id()
-        parent = get()
-        token = set_(sid)
+        rec = open_(sid, name)
+        parent = rec[2]
+        token = set_(rec)
         start = now()
         try:
             result = fn(*args, **kwargs)
@@ -108,9 +109,10 @@ def _wrap_hooked(fn: Callable, name: str, op: str, hooks: SpanHooks) -> Callable
 
     def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
-        parent = _GET()
+        rec = _OPEN(sid, name)
+        parent = rec[2]
         attrs = hooks.enter(args, kwargs)
-        token = _SET(sid)
+        token = _SET(rec)
         start = perf_counter_ns()
         err = None
         try:
@@ -131,9 +133,10 @@ def _wrap_coroutine(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
 
     async def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
-        parent = _GET()
+        rec = _OPEN(sid, name)
+        parent = rec[2]
         attrs = hooks.enter(args, kwargs) if hooks else None
-        token = _SET(sid)
+        token = _SET(rec)
         start = perf_counter_ns()
         err = None
         try:
@@ -156,7 +159,8 @@ def _wrap_generator(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
     def wrapper(*args, **kwargs):
         gen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
-        parent = _GET()
+        rec = _OPEN(sid, name)
+        parent = rec[2]
         attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None
@@ -164,7 +168,7 @@ def _wrap_generator(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
         throw_exc: BaseException | None = None
         try:
             while True:
-                token = _SET(sid)
+                token = _SET(rec)
                 try:
                     if throw_exc is None:
                         item = gen.send(send_value)
@@ -178,7 +182,7 @@ def _wrap_generator(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
                 try:
                     send_value = yield item
                 except GeneratorExit:
-                    token = _SET(sid)
+                    token = _SET(rec)
                     try:
                         gen.close()
                     finally:
@@ -206,7 +210,8 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
     async def wrapper(*args, **kwargs):
         agen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
-        parent = _GET()
+        rec = _OPEN(sid, name)
+        parent = rec[2]
         attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None
@@ -214,7 +219,7 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
         throw_exc: BaseException | None = None
         try:
             while True:
-                token = _SET(sid)
+                token = _SET(rec)
                 try:
                     if throw_exc is None:
                         item = await agen.asend(send_value)
@@ -228,7 +233,7 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
                 try:
                     send_value = yield item
                 except GeneratorExit:
-                    token = _SET(sid)
+                    token = _SET(rec)
                     try:
                         await agen.aclose()
                     finally:

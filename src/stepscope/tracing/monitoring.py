@@ -1,0 +1,110 @@
+"""The Python 3.12+ tracing mechanism: PEP 669 ``sys.monitoring`` events on the traced code objects.
+
+Nothing of the program is replaced: stepscope takes a free tool id and turns on ``PY_START``,
+``PY_RESUME``, ``PY_RETURN`` and ``PY_YIELD`` for the traced code objects only (local events), plus the
+global ``PY_UNWIND`` and ``PY_THROW`` (CPython offers them only globally; the callbacks return at once for
+other code). Callbacks run with events off, so the program's own ``sys.settrace``/``sys.setprofile``/
+``cProfile`` (another tool id) never see them. Each callback hands over to the code's ``Probe``.
+
+A code object shared by several functions (closures made by one factory) is traced for all of them.
+Code that torch.compile runs as a compiled graph emits no events: the Dynamo bytecode hook notes those
+(see ``tracing.probes.compiled``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .probes import Probe
+
+_getframe = sys._getframe
+
+
+class Monitor:
+    """One ``sys.monitoring`` tool for stepscope's probes. Raises RuntimeError when no tool id is free."""
+
+    def __init__(self) -> None:
+        mon = sys.monitoring
+        self._mon = mon
+        ev = mon.events
+        self._local = ev.PY_START | ev.PY_RESUME | ev.PY_RETURN | ev.PY_YIELD
+        for tool in (4, 3, 5, 1):
+            if mon.get_tool(tool) is None:
+                mon.use_tool_id(tool, "stepscope")
+                break
+        else:
+            raise RuntimeError("no sys.monitoring tool id is free (ids 1, 3, 4, 5 are all taken)")
+        self.tool = tool
+        self.probes: dict = {}  # code -> Probe
+        probes = self.probes
+        DISABLE = mon.DISABLE
+
+        def on_start(code, offset):
+            p = probes.get(code)
+            if p is None:
+                return DISABLE
+            p.enter(_getframe(1) if (p.hooks is not None or p.by_class is not None) else None)
+
+        def on_resume(code, offset):
+            p = probes.get(code)
+            if p is None:
+                return DISABLE
+            p.resume(None, id(_getframe(1)))
+
+        def on_return(code, offset, retval):
+            p = probes.get(code)
+            if p is None:
+                return DISABLE
+            p.exit(id(_getframe(1)) if p.generator else None)
+
+        def on_yield(code, offset, retval):
+            p = probes.get(code)
+            if p is None:
+                return DISABLE
+            p.suspend(None, id(_getframe(1)))
+
+        def on_throw(code, offset, exc):
+            p = probes.get(code)
+            if p is not None:
+                p.resume(None, id(_getframe(1)))
+
+        def on_unwind(code, offset, exc):
+            p = probes.get(code)
+            if p is not None:
+                fid = id(_getframe(1)) if p.generator else None
+                p.error(type(exc), fid)
+                p.exit(fid)
+
+        reg = mon.register_callback
+        reg(tool, ev.PY_START, on_start)
+        reg(tool, ev.PY_RESUME, on_resume)
+        reg(tool, ev.PY_RETURN, on_return)
+        reg(tool, ev.PY_YIELD, on_yield)
+        reg(tool, ev.PY_THROW, on_throw)
+        reg(tool, ev.PY_UNWIND, on_unwind)
+        mon.set_events(tool, ev.PY_UNWIND | ev.PY_THROW)
+
+    def add(self, code, probe: Probe) -> None:
+        """Trace ``code`` with ``probe``."""
+        self.probes[code] = probe
+        self._mon.set_local_events(self.tool, code, self._local)
+        self._mon.restart_events()
+
+    def remove(self, code) -> None:
+        """Stop tracing ``code`` (calls in flight end without a span)."""
+        if self.probes.pop(code, None) is not None:
+            try:
+                self._mon.set_local_events(self.tool, code, 0)
+            except ValueError:
+                pass
+
+    def close(self) -> None:
+        """Stop every event and give the tool id back."""
+        mon = self._mon
+        for code in list(self.probes):
+            self.remove(code)
+        mon.set_events(self.tool, 0)
+        for event in (mon.events.PY_START, mon.events.PY_RESUME, mon.events.PY_RETURN, mon.events.PY_YIELD,
+                      mon.events.PY_THROW, mon.events.PY_UNWIND):
+            mon.register_callback(self.tool, event, None)
+        mon.free_tool_id(self.tool)

@@ -1,0 +1,217 @@
+"""Span probes: what runs when a traced function starts, suspends, resumes and ends.
+
+A ``Probe`` belongs to one traced code object. The tracing mechanism (``tracing.mechanism``: PEP 669
+``sys.monitoring`` on Python 3.12+, instrumented code objects on 3.11) calls it; nothing is wrapped, so
+the program keeps its function objects, frames and recursion depth.
+
+The open span lives in the ``buffer.current_span`` ContextVar as a list ``[span_id, start_ns,
+parent_id, probe, attrs, name, error_type, restore]`` (``restore``: the value to put back when the span
+ends or its generator suspends). Calls nest per thread and per asyncio task because the ContextVar does.
+A generator or coroutine frame that suspends puts its caller's value back and keeps its own record in
+``_suspended`` (keyed by the frame's id, so no frame is kept alive) until it resumes.
+
+Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
+``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
+
+Calls inside a region compiled by ``torch.compile`` run as part of the compiled graph and cannot be
+timed on their own: ``compiled(probe_id)`` is called by Dynamo while it traces them (3.11 mechanism) or
+from its bytecode hook (3.12+), and ``compiled_notes()`` tells which traced names ran compiled, inside
+which span.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from threading import get_ident
+from time import perf_counter_ns
+
+from . import buffer
+
+_cv = buffer.current_span
+_get = _cv.get
+_set = _cv.set
+_append = buffer.finished.append
+_next_id = buffer.next_span_id
+_getframe = sys._getframe
+
+#: id(frame) -> the open-span record of a suspended generator/coroutine frame
+_suspended: dict[int, list] = {}
+
+#: probe id -> Probe (the 3.11 mechanism's code refers to probes by id)
+_registry: dict[int, "Probe"] = {}
+_ids = iter(range(1, 1 << 62))
+_lock = threading.Lock()
+
+#: traced name -> enclosing span names (or "") seen while torch.compile traced it into a graph
+_compiled: dict[str, set] = {}
+
+
+def error_name(exc_type: type) -> str:
+    """``module.Qualname`` of an exception type (``Qualname`` for builtins)."""
+    mod = exc_type.__module__
+    return exc_type.__qualname__ if mod in ("builtins", None) else f"{mod}.{exc_type.__qualname__}"
+
+
+class Probe:
+    """The span logic for one traced code object.
+
+    ``name``: the span name (``module.Qualname``); ``op``: the span op; ``hooks``: optional
+    ``enter_frame(frame) -> attrs | None`` / ``exit()`` object (``tracing.steps``, ``tracing.mirror``);
+    ``by_class``: for a method traced through a subclass (``pkg.Sub.step`` defined on ``Base``), a list of
+    ``(class, span name)``: a call is traced only when its first argument is an instance (or subclass, for
+    classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
+    ``generator``: the code is a generator, coroutine or async generator (it suspends).
+    """
+
+    __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "__weakref__")
+
+    def __init__(self, name: str | None, op: str = "function", hooks=None, by_class=None, generator: bool = False,
+                 code=None) -> None:
+        with _lock:
+            self.id = next(_ids)
+            _registry[self.id] = self
+        self.name = name
+        self.op = getattr(hooks, "op", op)
+        self.hooks = hooks
+        self.by_class = list(by_class) if by_class else None
+        self.generator = generator
+        self.code = code
+        self.first_arg = code.co_varnames[0] if code is not None and code.co_argcount else None
+
+    def forget(self) -> None:
+        """Drop the probe from the registry (after its code is restored)."""
+        _registry.pop(self.id, None)
+
+    # -- start / end -------------------------------------------------------------------------------
+    def enter(self, frame=None) -> None:
+        """The traced function starts. ``frame``: its frame (default: the caller's, as when the
+        instrumented code calls this itself)."""
+        prev = _get()
+        hooks = self.hooks
+        name = self.name
+        if self.by_class is not None:
+            name = self._name_for(frame if frame is not None else _getframe(1))
+            if name is None:  # a call this probe does not trace: a marker so that exit pairs up
+                _set([None, 0, None, self, None, None, None, prev])
+                return
+        attrs = hooks.enter_frame(frame if frame is not None else _getframe(1)) if hooks is not None else None
+        _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
+
+    def enter_as(self, first) -> None:
+        """``enter`` for a probe with ``by_class``, given the call's first argument (3.11 mechanism)."""
+        prev = _get()
+        name = self._name_of(first)
+        if name is None:
+            _set([None, 0, None, self, None, None, None, prev])
+            return
+        attrs = self.hooks.enter_frame(_getframe(1)) if self.hooks is not None else None
+        _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
+
+    def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
+        """The call is ending by an exception (``sys.exc_info()`` when not given). ``fid``: id of the
+        traced frame (default: the caller's)."""
+        rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)), False)
+        if rec is not None and rec[0] is not None:
+            t = exc_type if exc_type is not None else sys.exc_info()[0]
+            if t is not None and not issubclass(t, GeneratorExit):  # a closed generator ended normally
+                rec[6] = error_name(t)
+
+    def exit(self, fid: int | None = None) -> None:
+        """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
+        the traced frame (default: the caller's; only generators need it)."""
+        end = perf_counter_ns()
+        rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)))
+        if rec is None:
+            return
+        if rec[0] is not None:
+            _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
+        _set(rec[7])
+        if self.hooks is not None and rec[0] is not None:
+            try:
+                self.hooks.exit()
+            except Exception:
+                pass
+
+    def _record(self, fid, pop: bool = True):
+        """The open record of frame ``fid``: the suspended one of this generator frame (removed when
+        ``pop``), else the current one if it is this probe's."""
+        if fid is not None:
+            rec = _suspended.pop(fid, None) if pop else _suspended.get(fid)
+            if rec is not None:
+                return rec
+        rec = _get()
+        if rec is None or rec.__class__ is not list or rec[3] is not self:
+            return None
+        return rec
+
+    # -- generators and coroutines -----------------------------------------------------------------
+    def suspend(self, value=None, fid: int | None = None):
+        """The frame is about to yield ``value``: give the caller its context back. Returns ``value``."""
+        rec = _get()
+        if rec is not None and rec.__class__ is list and rec[3] is self:
+            _suspended[fid if fid is not None else id(_getframe(1))] = rec
+            _set(rec[7])
+        return value
+
+    def resume(self, value=None, fid: int | None = None):
+        """The frame resumed (``value``: what was sent in): its span is current again. Returns ``value``."""
+        rec = _suspended.pop(fid if fid is not None else id(_getframe(1)), None)
+        if rec is not None:
+            rec[7] = _get()
+            _set(rec)
+        return value
+
+    # -- subclass filter ---------------------------------------------------------------------------
+    def _name_for(self, frame) -> str | None:
+        if self.first_arg is None:
+            return self.name
+        try:
+            first = frame.f_locals[self.first_arg]
+        except Exception:
+            return self.name
+        return self._name_of(first)
+
+    def _name_of(self, first) -> str | None:
+        cls = first if isinstance(first, type) else type(first)
+        for klass, name in self.by_class:
+            try:
+                if issubclass(cls, klass):
+                    return name
+            except TypeError:
+                pass
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<stepscope probe {self.name or self.by_class!r}>"
+
+
+def probe(probe_id: int) -> Probe | None:
+    """The probe registered under ``probe_id``."""
+    return _registry.get(probe_id)
+
+
+def compiled(probe_id: int) -> None:
+    """Note that the probe's function is being compiled into a torch.compile graph (called at trace
+    time): its calls run inside the compiled region and are timed as part of the span around it."""
+    p = _registry.get(probe_id)
+    if p is None:
+        return None
+    note_compiled(p.name or (p.by_class[0][1] if p.by_class else "?"))
+    return None
+
+
+def note_compiled(name: str) -> None:
+    """Record that ``name`` ran inside a compiled region, with the name of the span open around it."""
+    rec = _get()
+    outer = (rec[5] or "") if rec is not None else ""
+    _compiled.setdefault(name, set()).add(outer)
+
+
+def compiled_notes() -> dict[str, list[str]]:
+    """Traced name -> the span names it was compiled inside ("" when no span was open)."""
+    return {k: sorted(v) for k, v in _compiled.items()}
+
+
+def reset_compiled_notes() -> None:
+    _compiled.clear()
