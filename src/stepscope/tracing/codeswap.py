@@ -211,8 +211,11 @@ def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:
         inner = [ast.ClassDef(qual[-2], [], [], inner, [])]  # __class__ for super())
     free = [v for v in code.co_freevars if v != "__class__"]
     prelude = [ast.Assign([ast.Name(v, ast.Store()) for v in free], ast.Constant(None))] if free else []
-    outer = ast.FunctionDef(_OUTER, ast.arguments([], [], None, [], [], None, []), prelude + inner, [], None)
-    mod = ast.Module([*imports, outer], [])
+    if free:  # a closure: the free variables are bound by an enclosing function
+        outer = ast.FunctionDef(_OUTER, ast.arguments([], [], None, [], [], None, []), prelude + inner, [], None)
+        mod = ast.Module([*imports, outer], [])
+    else:  # module level, so that names it reads stay globals (its own name too)
+        mod = ast.Module([*imports, *inner], [])
     _fill_locations(mod, node.lineno)
     top = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE_MASK, dont_inherit=True)
     found = _find_code(top, code.co_name, code.co_firstlineno)

@@ -320,10 +320,8 @@ class Patcher:
                 if all(c is not owner for c, _ in existing.by_class):
                     existing.by_class.insert(0, (owner, name))
                     existing.by_class.sort(key=lambda cn: -len(cn[0].__mro__))  # most derived first
-            else:
+            elif existing.name is None:  # traced so far through subclasses only
                 existing.name = name
-                if existing.by_class is not None and not existing.by_class:
-                    existing.by_class = None
             return
         if self.mirror:
             hooks = mirror.Mirror(name, hooks)

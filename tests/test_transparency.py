@@ -1,0 +1,83 @@
+"""The behaviour suite: each program runs with and without `stepscope run`, and everything the program
+can see must be the same: stdout, stderr, exit code (which carry identity checks, frames, recursion,
+warnings, tracebacks, logging, profilers, pickling, classes, Enums, lru_cache, partials, generators,
+coroutines, the script's own namespace). Runs on this interpreter (3.11, with torch elsewhere) and on
+pyenv's 3.12 and 3.13 where present. The traced names must also have recorded spans, so a case cannot
+pass by tracing nothing."""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent / "programs" / "transparency"
+SRC = Path(__file__).parent.parent / "src"
+
+
+def _interpreters():
+    out = [pytest.param(sys.executable, id=f"py{sys.version_info[0]}.{sys.version_info[1]}")]
+    for version, exe in (("3.12.1", "python3.12"), ("3.13.0", "python3.13")):
+        path = Path.home() / ".pyenv" / "versions" / version / "bin" / exe
+        if path.exists():
+            out.append(pytest.param(str(path), id=exe))
+    return out
+
+
+INTERPRETERS = _interpreters()
+
+#: case -> (program args, traced names, the span names that must be recorded, 3.12+ only)
+CASES = {
+    "identity": (["case_identity.py"], ["tpmod.*"], {"tpmod.handle", "tpmod.deep", "tpmod.fail"}, False),
+    "objects": (["case_objects.py"], ["tpmod.*", "tpmod.Sub.step", "tpmod.adder", "tpmod.double"],
+                {"tpmod.Point.norm", "tpmod.Color.describe", "tpmod.cached", "tpmod.gen", "tpmod.coro", "tpmod.agen",
+                 "tpmod.Sub.step", "tpmod.Adder.__call__", "tpmod._scale"}, False),
+    "profilers": (["case_profilers.py"], ["tpmod.handle", "tpmod.fail"], {"tpmod.handle"}, True),
+    "main": (["case_main.py"], ["__main__.f", "__main__.K.m"], {"__main__.f", "__main__.K.m"}, False),
+    "main-untraced": (["case_main_plain.py"], [], set(), False),
+    "main-c": (["-c", "def g(x: int):\n    return x\nprint(g(1), g.__annotations__, sorted(dir()), globals() is locals())"],
+               ["__main__.g"], {"__main__.g"}, False),
+    "main-m": (["-m", "case_main_plain"], ["__main__.g"], {"__main__.g"}, False),
+}
+
+
+def _env(extra_path: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
+    env["PYTHONPATH"] = str(HERE)
+    return env
+
+
+def _run(cmd, env, cwd):
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("python", INTERPRETERS)
+def test_program_behaves_as_without_stepscope(python, case, tmp_path):
+    args, names, must_record, new_only = CASES[case]
+    version = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True,
+                             text=True).stdout.strip()
+    if new_only and int(version) < 12:
+        pytest.skip("on 3.11 a program's own profilers see stepscope's probe calls (README)")
+    work = tmp_path / "work"
+    shutil.copytree(HERE, work)
+    env = _env()
+    env["PYTHONPATH"] = str(work)
+    plain = _run([python, *args], env, work)
+    store = tmp_path / "store"
+    cli_env = dict(env, STEPSCOPE_STORE=str(store), PYTHONPATH=os.pathsep.join([str(work), str(SRC)]))
+    traced_cmd = [sys.executable, "-m", "stepscope", "run", "-q"]
+    for n in names:
+        traced_cmd += ["--trace", n]
+    traced = _run([*traced_cmd, "--", python, *args], cli_env, work)
+    assert traced[0] == plain[0], traced[2]
+    assert traced[1] == plain[1]
+    assert traced[2] == plain[2]
+    db = sqlite3.connect(store / "runs.db")
+    recorded = {r[0] for r in db.execute("select distinct name from spans")}
+    db.close()
+    assert must_record <= recorded, f"not recorded: {must_record - recorded}"
