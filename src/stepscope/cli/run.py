@@ -9,7 +9,7 @@ import typer
 
 from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
-from ..render.terminal import print_summary
+from ..render.terminal import unresolved_line, print_summary
 from ..runner import CommandError, Outcome, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
@@ -38,7 +38,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if quiet and not as_json:
         run = store.get_run(outcome.run_id)
         for name, why in (run.unresolved or {}).items():  # -q still says what was not traced
-            err.print(f"[yellow]not traced:[/yellow] {name}: {why}")
+            err.print(unresolved_line(name, why))
         store.close()
         return outcome
     data = store.load(outcome.run_id)

@@ -105,7 +105,14 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     elif s.sample_count == 0:
         console.print("No samples (sampling off, or the program ended within one sampling period).")
     for name, why in s.unresolved.items():
-        console.print(f"[yellow]not traced:[/yellow] {name}: {why}")
+        console.print(unresolved_line(name, why))
+
+
+def unresolved_line(name: str, why: str) -> str:
+    """One line for a name that was not traced, or that ran inside a torch.compile region."""
+    if why.startswith("inside a compiled region"):
+        return f"[cyan]compiled:[/cyan] {name}: {why}"
+    return f"[yellow]not traced:[/yellow] {name}: {why}"
 
 
 def print_runs(runs: list[Run], console: Console) -> None:
