@@ -94,3 +94,21 @@ def test_demo_from_a_local_model_folder(tmp_path):
     assert sum(1 for s in data.spans if s.name.endswith("EulerDiscreteScheduler.step")) == 2
     r = run_cli(["demo", "--model", str(tmp_path / "nope")], store, cwd=tmp_path)
     assert r.returncode == 2 and "--model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_reexported_names_trace_where_defined(tmp_path):
+    """The README's Sentry-shaped names (package re-exports through diffusers' lazy modules) trace the
+    same functions, under the defining module's names; a misspelt name gets the nearest existing one."""
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--trace", "diffusers.UNet2DConditionModel.forward",
+                 "--trace", "diffusers.StableDiffusionPipeline.__call__",
+                 "--trace", "diffusers.UNet2DConditionModel.forwrd", "--",
+                 sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "3", "--slow", ""], store)
+    assert r.returncode == 0, r.stderr
+    assert "image (64, 64)" in r.stdout
+    data = Store(store).load()
+    assert [s.attrs["diffusion.step"] for s in data.spans if s.name == UNET] == [0, 1, 2]
+    assert sum(1 for s in data.spans if s.name == PIPE) == 1
+    (line,) = [ln for ln in r.stderr.splitlines() if "forwrd" in ln]
+    assert "did you mean UNet2DConditionModel.forward?" in line, r.stderr
+    assert data.run.unresolved.keys() == {"diffusers.UNet2DConditionModel.forwrd"}

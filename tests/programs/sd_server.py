@@ -26,7 +26,9 @@ class Handler(BaseHTTPRequestHandler):
                 pipe("a cat", num_inference_steps=4, height=64, width=64, generator=torch.Generator().manual_seed(0))
             body = b'{"ok": true}'
         elif self.path == "/patched":
-            body = json.dumps({"patched": hasattr(type(pipe.unet).__dict__["forward"], "__stepscope_span__")}).encode()
+            from stepscope.tracing.patch import is_traced
+
+            body = json.dumps({"patched": is_traced(type(pipe.unet).__dict__["forward"])}).encode()
         else:
             self.send_response(404)
             self.end_headers()

@@ -186,7 +186,7 @@ def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | N
     node = _find_def(tree, code)
     if node is None:
         raise CannotInstrument(f"no source for {code.co_qualname} in {code.co_filename}")
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imports = _module_imports(tree)
     original = _compile_def(copy.deepcopy(node), code, imports)
     if original.co_code != code.co_code or original.co_consts != code.co_consts:
         raise CannotInstrument(f"the source of {code.co_qualname} in {code.co_filename} changed since it was loaded")
@@ -199,6 +199,24 @@ def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | N
         if getattr(new, attr) != getattr(code, attr):
             raise CannotInstrument(f"{code.co_qualname}: {attr} differs after instrumenting")
     return new
+
+
+def _module_imports(tree: ast.Module) -> list:
+    """The module-scope ``import`` statements, also those under ``if``/``try``/``with`` (3.11 compiles
+    calls on imported names differently, so the copy must see the same ones)."""
+    out = []
+    todo = list(tree.body)
+    while todo:
+        n = todo.pop(0)
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            if not (isinstance(n, ast.ImportFrom) and n.module == "__future__"):
+                out.append(n)
+        elif isinstance(n, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for field in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(n, field, ()) or ())
+            for h in getattr(n, "handlers", ()) or ():
+                todo.extend(h.body)
+    return out
 
 
 def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:

@@ -45,6 +45,15 @@ class Mirror:
 
     def enter(self, args: tuple, kwargs: dict):
         attrs = self.inner.enter(args, kwargs) if self.inner is not None else None
+        self._open()
+        return attrs
+
+    def enter_frame(self, frame):
+        attrs = self.inner.enter_frame(frame) if self.inner is not None else None
+        self._open()
+        return attrs
+
+    def _open(self) -> None:
         if _enabled:
             stack = getattr(_local, "stack", None)
             if stack is None:
@@ -55,7 +64,6 @@ class Mirror:
                     _push(self.name)
             except Exception:
                 stack.append(None)
-        return attrs
 
     def exit(self) -> None:
         if _enabled:

@@ -84,8 +84,18 @@ class _Unresolved(Exception):
     pass
 
 
+#: every function traced by a live Patcher -> its probe (one probe per function per process)
+_TRACED: dict = {}
+
+
+def is_traced(fn: Any) -> bool:
+    """True while ``fn`` (a function, method, or a wrapper of one) is traced by stepscope."""
+    inner = _function_of(fn)
+    return (inner is not None and inner in _TRACED) or is_wrapper(_unwrap_descriptor(fn))
+
+
 class Patcher:
-    """Resolves qualified names and patches span wrappers in; thread-safe."""
+    """Resolves qualified names and puts probes on them (wraps builtins in place); thread-safe."""
 
     def __init__(self, mirror: bool = False) -> None:
         self.mirror = mirror  # also open record_function/NVTX ranges (see tracing.mirror)
@@ -118,7 +128,7 @@ class Patcher:
                     out[name] = "the script does not define it"
                 elif parent in sys.modules:
                     pmod = sys.modules[parent]
-                    lazy = getattr(pmod, "_class_to_module", None)
+                    lazy = _own(pmod, "_class_to_module")
                     if isinstance(lazy, dict) and last in lazy:
                         out[name] = f"{parent}.{last} was never imported by the program"
                     else:
@@ -186,6 +196,7 @@ class Patcher:
                 except Exception:
                     pass
                 probe.forget()
+                _TRACED.pop(fn, None)
             self._traced.clear()
             if self._mechanism is not None:
                 self._mechanism.close()
@@ -312,6 +323,8 @@ class Patcher:
         """Put a probe on ``fn`` (the Python function behind ``owner.attr``)."""
         name = _canonical(owner, attr, fn, concrete)
         inherited = isinstance(owner, type) and attr not in vars(owner) and not isinstance(raw, staticmethod)
+        if fn in _TRACED and fn not in self._traced:
+            return  # traced by another live session in this process: its spans land in the same buffer
         existing = self._traced.get(fn)
         if existing is not None:  # one function reached by several names
             if inherited:
@@ -335,6 +348,7 @@ class Patcher:
             probe.forget()
             raise _Unresolved(str(e)) from None
         self._traced[fn] = probe
+        _TRACED[fn] = probe
 
     def _wrap(self, owner, attr, raw, own, hooks, concrete: str, batch: list[_Patch]) -> None:
         """A callable without Python code (a builtin, a C method): wrapped in place."""
@@ -483,7 +497,7 @@ def _peek(module: types.ModuleType, name: str) -> Any:
         v = _own(module, name)
         if v is not _MISSING:
             return v
-        mapping = getattr(type(module), "_class_to_module", None) and getattr(module, "_class_to_module", None)
+        mapping = _own(module, "_class_to_module")  # never getattr: a module __getattr__ may import
         if not isinstance(mapping, dict) or name not in mapping:
             return _MISSING
         sub = sys.modules.get(f"{module.__name__}.{mapping[name]}")
@@ -499,7 +513,7 @@ def _did_you_mean(obj: Any, attr: str, prefix: str = "", suffix: str = "") -> st
         names = [n for n in (list(getattr(obj, "__dict__", {}) or {}) + list(dir(obj))) if isinstance(n, str)]
     except Exception:
         return ""
-    mapping = getattr(obj, "_class_to_module", None)
+    mapping = _own(obj, "_class_to_module")
     if isinstance(mapping, dict):
         names += [n for n in mapping if isinstance(n, str)]
     close = difflib.get_close_matches(attr, sorted(set(names)), n=3, cutoff=0.6)

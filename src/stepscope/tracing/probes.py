@@ -95,7 +95,7 @@ class Probe:
             if name is None:  # a call this probe does not trace: a marker so that exit pairs up
                 _set([None, 0, None, self, None, None, None, prev])
                 return
-        attrs = hooks.enter_frame(frame if frame is not None else _getframe(1)) if hooks is not None else None
+        attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def enter_as(self, first) -> None:
@@ -105,7 +105,7 @@ class Probe:
         if name is None:
             _set([None, 0, None, self, None, None, None, prev])
             return
-        attrs = self.hooks.enter_frame(_getframe(1)) if self.hooks is not None else None
+        attrs = _hook_attrs(self.hooks, _getframe(1)) if self.hooks is not None else None
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
@@ -184,6 +184,13 @@ class Probe:
 
     def __repr__(self) -> str:
         return f"<stepscope probe {self.name or self.by_class!r}>"
+
+
+def _hook_attrs(hooks, frame):
+    try:
+        return hooks.enter_frame(frame)
+    except Exception:  # a hook must never break the program
+        return None
 
 
 def probe(probe_id: int) -> Probe | None:

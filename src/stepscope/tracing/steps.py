@@ -56,6 +56,9 @@ class StepScope:
         _scope.set(_Scope(_scope.get()))
         return None
 
+    def enter_frame(self, frame) -> None:
+        return self.enter((), {})
+
     def exit(self) -> None:
         s = _scope.get()
         _scope.set(s.outer if s is not None else None)
@@ -87,6 +90,9 @@ class StepMarker:
         s.marked = True
         return {STEP_ATTR: s.counter}
 
+    def enter_frame(self, frame) -> dict:
+        return self.enter((), {})
+
     def exit(self) -> None:
         _current().counter += 1
         for fn in tuple(_listeners):
@@ -106,6 +112,19 @@ class StepScoped:
         if s.marked:
             return {STEP_ATTR: s.counter}
         t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
+        return self._count(s, t)
+
+    def enter_frame(self, frame) -> dict:
+        """The same from the forward's own frame (probes): its third parameter, or ``timestep``."""
+        s = _current()
+        if s.marked:
+            return {STEP_ATTR: s.counter}
+        code = frame.f_code
+        name = code.co_varnames[2] if code.co_argcount > 2 else "timestep"
+        return self._count(s, frame.f_locals.get(name))
+
+    @staticmethod
+    def _count(s: "_Scope", t) -> dict:
         if t is not s.last_t or s.seen == 0:
             s.last_t = t
             s.seen += 1
