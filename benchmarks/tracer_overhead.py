@@ -1,4 +1,8 @@
-"""ns per traced call: stepscope's span wrapper vs sentry_sdk's functions_to_trace, on a no-op function.
+"""ns per traced call: stepscope's probes vs sentry_sdk's functions_to_trace, on a no-op function.
+
+Prints the interpreter and the tracing mechanism (``sys.monitoring`` on 3.12+, instrumented code on 3.11;
+``STEPSCOPE_TRACING=code`` forces the latter). Runs on any interpreter (``PYTHONPATH=src python3.12 ...``);
+sentry_sdk is compared where it is installed.
 
 Both tracers run in this one process, each on its own copy of the same no-op function, inside an
 active transaction (Sentry records spans only inside one), with stepscope's sampler at its default
@@ -57,11 +61,15 @@ def main() -> None:
                              transaction="bench")
     import bench_stepscope
 
-    assert hasattr(bench_stepscope.noop, "__wrapped__"), "stepscope did not patch the function"
     from stepscope.tracing import buffer
+    from stepscope.tracing.patch import is_traced
+
+    assert is_traced(bench_stepscope.noop), "stepscope did not trace the function"
+    mech = session.patcher.mechanism.name
 
     s_extra, s_raw = measure(bench_stepscope.noop, bench_plain.noop, args.calls, args.repeats, between=buffer.take)
     stepscope.shutdown()
+    print(f"python {sys.version.split()[0]}, mechanism {mech!r}")
     print(f"untraced no-op call:        {per_call_ns(bench_plain.noop, args.calls):8.0f} ns")
     print(f"stepscope traced call:      {s_raw:8.0f} ns  (+{s_extra:.0f} ns per call)")
     try:

@@ -90,6 +90,9 @@ class Probe:
         prev = _get()
         hooks = self.hooks
         name = self.name
+        if hooks is None and self.by_class is None:  # the common case, kept short
+            _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, None, name, None, prev])
+            return
         if self.by_class is not None:
             name = self._name_for(frame if frame is not None else _getframe(1))
             if name is None:  # a call this probe does not trace: a marker so that exit pairs up
@@ -121,9 +124,14 @@ class Probe:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
         the traced frame (default: the caller's; only generators need it)."""
         end = perf_counter_ns()
-        rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)))
-        if rec is None:
-            return
+        if self.generator:
+            rec = self._record(fid if fid is not None else id(_getframe(1)))
+            if rec is None:
+                return
+        else:
+            rec = _get()
+            if rec is None or rec.__class__ is not list or rec[3] is not self:
+                return
         if rec[0] is not None:
             _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
         _set(rec[7])
