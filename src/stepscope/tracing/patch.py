@@ -431,7 +431,7 @@ class Patcher:
             top = module_name.partition(".")[0]
             # a name in this package may be a re-export that this import made reachable (lazy modules)
             names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")
-                     or n.partition(".")[0] == top]
+                     or (n.partition(".")[0] == top and _lazy_parent(m))]
             batch: list[_Patch] = []
             for n in names:
                 self._try(n, batch)
@@ -520,6 +520,12 @@ def _did_you_mean(obj: Any, attr: str, prefix: str = "", suffix: str = "") -> st
     if not close:
         return ""
     return "; did you mean " + " or ".join(prefix + c + suffix for c in close) + "?"
+
+
+def _lazy_parent(awaited: str) -> bool:
+    """The awaited name's parent is a lazy module (its re-exports appear as their submodules load)."""
+    parent = sys.modules.get(awaited.rpartition(".")[0])
+    return parent is not None and isinstance(_own(parent, "_class_to_module"), dict)
 
 
 def _own_yield(node) -> bool:
