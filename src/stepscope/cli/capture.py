@@ -12,7 +12,6 @@ from ..analysis.summary import summarize
 from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
-from ..store.db import Store
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 
@@ -66,7 +65,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         except CaptureError as e:
             raise UserError(str(e)) from None
         run_id, store_path = reply["run_id"], Path(reply["store"])
-    st = Store(store_path, create=False)
+    st = open_store(store_path)
     data = st.load(run_id)
     summary = summarize(data, ProfileIndex(data.profile))
     elapsed = time.perf_counter() - t0
