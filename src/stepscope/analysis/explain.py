@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..limits import HZ_MAX
 from ..model import RunData, Span
 from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR
@@ -237,10 +238,10 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                            advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
                                    f"at {hz_now:g} Hz; " + (
                                        "the Sentry SDK samples at a fixed rate: record the same code with `stepscope run "
-                                       f"--hz {min(max(need, 2 * int(hz_now)), 20000)}`"
+                                       f"--hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}`"
                                        if data.run.env.get("source") == "sentry" else
-                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), 20000)}")
-                                   + (" (or more repeats)" if need > 20000 else "")))
+                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}")
+                                   + (" (or more repeats)" if need > HZ_MAX else "")))
     s_idx = np.concatenate([sel[r.index] for r in slow_r])
     f_idx = np.concatenate([sel[r.index] for r in fast_r])
     s_self, s_total = index.function_times(s_idx)

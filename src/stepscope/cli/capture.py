@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from .. import limits
 from ..analysis.summary import summarize
 from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
 from ..profiling.calltree import ProfileIndex
@@ -31,6 +32,11 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     server is sampled from outside with py-spy (--duration only)."""
     if (pid is None) == (address is None):
         raise UserError("give --pid PID or --address HOST:PORT")
+    if pid is not None:
+        limits.in_range("--pid", pid, 1, 2**22, integer=True)  # Linux's PID_MAX_LIMIT
+    limits.hz("--hz", hz)
+    if steps is not None:
+        limits.in_range("--steps", steps, 1, 1_000_000, integer=True)
     if duration is None and steps is None:
         raise UserError("give --duration (e.g. 10s) or --steps N --span NAME")
     if steps is not None and (steps < 1 or not span):

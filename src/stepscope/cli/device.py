@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .. import limits
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.runview import AlignError, run_device
@@ -24,6 +25,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, or 
            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Device idle gaps (host wait / kernel wait / other), host-device syncs with their Python line and
     span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites."""
+    limits.in_range("--top", top, 1, 1000, integer=True)
     if target and Path(target).is_file():
         summary = summarize_device(load(target), top=max(top, 15))
         if as_json:
