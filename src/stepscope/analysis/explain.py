@@ -39,7 +39,12 @@ MIN_RATIO = 1.2
 
 
 class ExplainError(ValueError):
-    """Nothing to explain (no such span name, fewer than 3 repeats...); the message says what."""
+    """Nothing to explain (no such span name, fewer than 3 repeats...); the message says what.
+    ``names``: for an unknown span name, the run's span names and their call counts, most calls first."""
+
+    def __init__(self, message: str, names: list[tuple[str, int]] | None = None) -> None:
+        super().__init__(message)
+        self.names = names or []
 
 
 @dataclass(slots=True)
@@ -138,9 +143,16 @@ def repeats_of(data: RunData, unit: str) -> list[Repeat]:
     names = {s.name for s in data.spans}
     if unit not in names:
         matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))
-        if len(matches) != 1:
-            hint = f" (matches: {', '.join(matches[:4])})" if matches else ""
-            raise ExplainError(f"--span {unit}: no single span name matches{hint}")
+        if len(matches) > 1:
+            raise ExplainError(f"--span {unit}: no single span name matches (matches: {', '.join(matches[:4])})")
+        if not matches:
+            counts: dict[str, int] = {}
+            for s in data.spans:
+                counts[s.name] = counts.get(s.name, 0) + 1
+            listed = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            raise ExplainError(f"--span {unit}: no span of that name in run {data.run.id}"
+                               + ("; its span names:" if listed else " (it has no spans: name functions with --trace)"),
+                               listed)
         unit = matches[0]
     spans: list[Span] = sorted((s for s in data.spans if s.name == unit), key=lambda s: s.start_ns)
     return [Repeat(i, f"#{i}" + (f" step {s.attrs['diffusion.step']}" if "diffusion.step" in s.attrs else ""),
