@@ -84,3 +84,11 @@ def test_init_raises_value_error_naming_the_setting(tmp_path, kwargs, message):
         stepscope.init(store=str(tmp_path / "store"), **kwargs)
     assert str(e.value) == message
     assert stepscope.api.current_session() is None and not (tmp_path / "store").exists()
+
+
+def test_capture_of_a_process_without_server_needs_a_rate(tmp_path):
+    import os
+
+    r = run_cli(["capture", "--pid", str(os.getpid()), "--hz", "0", "--duration", "1s"], tmp_path / "store")
+    assert r.returncode == 2 and r.stderr.strip().startswith("stepscope: error: --hz: must be between 1 and 10000 for py-spy")
+    assert r.stderr.strip().endswith("got 0") and len(r.stderr.strip().splitlines()) == 1

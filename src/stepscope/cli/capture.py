@@ -52,6 +52,9 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         if window is None or device_trace:
             raise UserError(f"process {pid} started no stepscope server: --steps and --device-trace need one; "
                             "py-spy takes --duration")
+        if hz == 0:
+            raise UserError(f"--hz: must be between 1 and {limits.HZ_MAX} for py-spy (process {pid} started no "
+                            "stepscope server: sampling is all that can be recorded), got 0")
         from ..control.pyspy import PySpyError, record
 
         st = open_store(store, create=True)
