@@ -108,11 +108,12 @@ class _Found:
                 self.version = None if row is None else row[0]
         except sqlite3.DatabaseError as e:
             raise SchemaError(damaged(db, e)) from None
-        self.empty = not [t for t in self.tables if not t.startswith("sqlite_")]
+        own = sorted(t for t in self.tables if not t.startswith("sqlite_"))
+        self.empty = not own
         if self.empty:
             return
         if self.version is None:
-            shown = ", ".join(sorted(self.tables)[:6]) + (", ..." if len(self.tables) > 6 else "")
+            shown = ", ".join(own[:6]) + (", ..." if len(own) > 6 else "")
             raise SchemaError(f"{db}: not a stepscope store (an SQLite database with tables {shown})")
         try:
             self.version = int(self.version)
@@ -163,7 +164,7 @@ def prepare(conn: sqlite3.Connection, db: Path) -> int:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.DatabaseError as e:
-        raise SchemaError(damaged(db, e) if "locked" not in str(e) else f"{db}: {e}") from None
+        raise SchemaError(damaged(db, e)) from None
     try:
         found = _Found(conn, db)  # another process may have created or migrated it meanwhile
         if not found.current:
