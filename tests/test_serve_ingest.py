@@ -83,6 +83,40 @@ def test_auth(client, app_key, tmp_path):
                       headers={"Origin": "http://localhost:5173"}).status_code == 200
 
 
+def test_open_mode_takes_a_cross_site_post_only_with_a_real_key(app_key):
+    """A made-up ?sentry_key= must not open the door that --open shuts on cross-site browser POSTs."""
+    store, key = app_key
+    evil = {"Origin": "http://evil.example"}
+    with TestClient(create_app(ServerConfig(store=store, open_mode=True)), base_url="http://127.0.0.1") as c:
+        for path in ("/api/1/envelope/?sentry_key=made-up", "/stream?sentry_key=" + "0" * 32):
+            r = c.post(path, content=envelope([({"type": "transaction"}, transaction("e" * 32))]), headers=evil)
+            assert r.status_code == 401 and "cross-site" in r.json()["detail"], r.text
+        r = c.post("/api/1/envelope/", content=envelope([({"type": "transaction"}, transaction("e" * 32))]),
+                   headers={**evil, "X-Sentry-Auth": "Sentry sentry_key=made-up, sentry_version=7"})
+        assert r.status_code == 401
+        assert runs(store) == []
+        # a key of the project: a Sentry browser SDK on a page of another origin, as without --open
+        r = c.post(f"/api/1/envelope/?sentry_key={key}", content=envelope([({"type": "transaction"}, transaction(EID))]),
+                   headers=evil)
+        assert r.status_code == 200, r.text
+        # ... of this project only
+        other = keystore.add(Store(store), "2").public_key
+        r = c.post(f"/api/1/envelope/?sentry_key={other}", content=envelope([({"type": "transaction"}, transaction("f" * 32))]),
+                   headers=evil)
+        assert r.status_code == 401
+        # no Origin (not a browser) or a loopback one: any key, as open mode promises
+        assert c.post("/stream?sentry_key=made-up",
+                      content=envelope([({"type": "transaction"}, transaction("c" * 32))])).status_code == 200
+        assert c.post("/stream?sentry_key=made-up", content=envelope([({"type": "transaction"}, transaction("d" * 32))]),
+                      headers={"Origin": "http://127.0.0.1:3000"}).status_code == 200
+    assert len(runs(store)) == 3
+    # without --open a real key is enough cross-site (unchanged), a made-up one never
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as c:
+        r = c.post("/stream?sentry_key=made-up", content=envelope([({"type": "transaction"}, transaction("9" * 32))]),
+                   headers=evil)
+        assert r.status_code == 401
+
+
 @pytest.mark.parametrize("body, reason", [
     (b"", "empty envelope"),
     (b"not json\n", "envelope: header is not JSON"),

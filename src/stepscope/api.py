@@ -29,13 +29,17 @@ def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = 1
     """Start recording this process: trace ``functions_to_trace`` and sample stacks at ``profiles_hz``.
 
     ``functions_to_trace``: qualified names (``"pkg.mod.Class.method"``, globs allowed) or Sentry's form
-    ``[{"qualified_name": ...}]``. ``profiles_hz``: samples/s per thread, 0 for none. ``store``: store
-    folder (default ``$STEPSCOPE_STORE`` or ``./.stepscope``). ``transaction``: name of a root transaction
-    spanning until ``shutdown()`` or exit. The run is written as it goes and finished at exit.
+    ``[{"qualified_name": ...}]``. ``profiles_hz``: samples/s per thread, 0 for none, else 1 to 10000.
+    ``store``: store folder (default ``$STEPSCOPE_STORE`` or ``./.stepscope``). ``transaction``: name of a
+    root transaction spanning until ``shutdown()`` or exit. ``max_stack_depth``: frames per sample (1 to
+    10000); ``flush_interval_s``: seconds between writes (0.01 to 3600). The run is written as it goes and
+    finished at exit.
 
-    Raises ValueError for a malformed name or setting, RuntimeError if a session is already active.
+    Raises ValueError for a malformed name or an out-of-range setting (one line naming it and its range,
+    e.g. ``profiles_hz: must be 0 (off) or between 1 and 10000, got 1e-12``), StoreError for a store
+    that cannot be opened, RuntimeError if a session is already active.
     """
-    settings = Settings(functions_to_trace=tuple(normalize_targets(functions_to_trace)), profiles_hz=float(profiles_hz),
+    settings = Settings(functions_to_trace=tuple(normalize_targets(functions_to_trace)), profiles_hz=profiles_hz,
                         max_stack_depth=max_stack_depth, flush_interval_s=flush_interval_s,
                         transaction=transaction, store=store)
     return start(settings, run_id=run_id, command=command, _owns_run=_owns_run)

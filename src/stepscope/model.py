@@ -1,15 +1,13 @@
 """The recorded model: runs, spans and sampled profiles. Names are the field's own.
 
-Format version ``FORMAT_VERSION`` is written into every store; times are ``perf_counter_ns`` readings of
-the run's process (the one clock, see ``stepscope.clock``) unless a field says otherwise.
+The store's layout and version are in ``stepscope.store.schema``; times are ``perf_counter_ns`` readings
+of the run's process (the one clock, see ``stepscope.clock``) unless a field says otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-FORMAT_VERSION = 1
 
 
 @dataclass(slots=True)

@@ -5,18 +5,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import limits
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     """What a session records.
 
     ``functions_to_trace``: qualified names (globs allowed). ``profiles_hz``: samples per second per
-    thread (0 turns sampling off). ``max_stack_depth``: frames kept per sample, nearest the leaf.
-    ``flush_interval_s``: how often recorded data is written to the store (s); a crash loses at most this.
+    thread, 0 (sampling off) or 1 to 10000. ``max_stack_depth``: frames kept per sample, nearest the leaf
+    (1 to 10000). ``flush_interval_s``: how often recorded data is written to the store (0.01 to 3600 s);
+    a crash loses at most this.
     ``transaction``: name of the root transaction opened for the whole program (None: none).
     ``device_trace``: also record the torch profiler timeline (``device_stacks``: with Python stacks;
     ``device_steps``: only that many denoising steps after one warm-up step). ``compile_report``: record
-    torch.compile graph breaks and recompilations.
+    torch.compile graph breaks and recompilations. Raises ValueError naming the field and its range.
     """
 
     functions_to_trace: tuple[str, ...] = ()
@@ -32,14 +35,13 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (0 <= self.profiles_hz <= 20000):
-            raise ValueError(f"profiles_hz: expected 0..20000 samples/s, got {self.profiles_hz}")
-        if self.max_stack_depth < 1:
-            raise ValueError(f"max_stack_depth: expected >= 1, got {self.max_stack_depth}")
-        if self.device_steps is not None and self.device_steps < 1:
-            raise ValueError(f"device_steps: expected >= 1 steps, got {self.device_steps}")
-        if self.flush_interval_s <= 0:
-            raise ValueError(f"flush_interval_s: expected > 0 s, got {self.flush_interval_s}")
+        """Check every number (``limits``: one line naming the field and its range). Raises ValueError."""
+        object.__setattr__(self, "profiles_hz", limits.hz("profiles_hz", self.profiles_hz))
+        limits.in_range("max_stack_depth", self.max_stack_depth, 1, 10_000, integer=True, unit=" frames")
+        object.__setattr__(self, "flush_interval_s",
+                           float(limits.in_range("flush_interval_s", self.flush_interval_s, 0.01, 3600, unit=" s")))
+        if self.device_steps is not None:
+            limits.in_range("device_steps", self.device_steps, 1, 1_000_000, integer=True)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -17,6 +17,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore
 
+from . import limits
 from .tracing.patch import normalize_targets
 
 
@@ -44,8 +45,11 @@ def read_trace_file(path: str | Path) -> tuple[list[str], float | None]:
         except ValueError as e:
             raise TraceFileError(f"{p}: {e}") from None
         hz = doc.get("profiles_hz")
-        if hz is not None and not isinstance(hz, (int, float)):
-            raise TraceFileError(f"{p}: profiles_hz: expected a number, got {hz!r}")
+        if hz is not None:
+            try:
+                hz = limits.hz("profiles_hz", hz)
+            except ValueError as e:
+                raise TraceFileError(f"{p}: {e}") from None
         return names, hz
     lines = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
     try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..limits import HZ_MAX
 from ..model import RunData, Span
 from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR
@@ -38,7 +39,12 @@ MIN_RATIO = 1.2
 
 
 class ExplainError(ValueError):
-    """Nothing to explain (no such span name, fewer than 3 repeats...); the message says what."""
+    """Nothing to explain (no such span name, fewer than 3 repeats...); the message says what.
+    ``names``: for an unknown span name, the run's span names and their call counts, most calls first."""
+
+    def __init__(self, message: str, names: list[tuple[str, int]] | None = None) -> None:
+        super().__init__(message)
+        self.names = names or []
 
 
 @dataclass(slots=True)
@@ -137,9 +143,16 @@ def repeats_of(data: RunData, unit: str) -> list[Repeat]:
     names = {s.name for s in data.spans}
     if unit not in names:
         matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))
-        if len(matches) != 1:
-            hint = f" (matches: {', '.join(matches[:4])})" if matches else ""
-            raise ExplainError(f"--span {unit}: no single span name matches{hint}")
+        if len(matches) > 1:
+            raise ExplainError(f"--span {unit}: no single span name matches (matches: {', '.join(matches[:4])})")
+        if not matches:
+            counts: dict[str, int] = {}
+            for s in data.spans:
+                counts[s.name] = counts.get(s.name, 0) + 1
+            listed = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            raise ExplainError(f"--span {unit}: no span of that name in run {data.run.id}"
+                               + ("; its span names:" if listed else " (it has no spans: name functions with --trace)"),
+                               listed)
         unit = matches[0]
     spans: list[Span] = sorted((s for s in data.spans if s.name == unit), key=lambda s: s.start_ns)
     return [Repeat(i, f"#{i}" + (f" step {s.attrs['diffusion.step']}" if "diffusion.step" in s.attrs else ""),
@@ -237,10 +250,10 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                            advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
                                    f"at {hz_now:g} Hz; " + (
                                        "the Sentry SDK samples at a fixed rate: record the same code with `stepscope run "
-                                       f"--hz {min(max(need, 2 * int(hz_now)), 20000)}`"
+                                       f"--hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}`"
                                        if data.run.env.get("source") == "sentry" else
-                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), 20000)}")
-                                   + (" (or more repeats)" if need > 20000 else "")))
+                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}")
+                                   + (" (or more repeats)" if need > HZ_MAX else "")))
     s_idx = np.concatenate([sel[r.index] for r in slow_r])
     f_idx = np.concatenate([sel[r.index] for r in fast_r])
     s_self, s_total = index.function_times(s_idx)

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import limits
+
 ATTENTION = ("classic", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
 SD_DEFAULTS: dict[str, Any] = {"model": "tiny", "target": "pipeline", "attention": "sdpa", "compile": "off",
                                "dtype": "float32", "batch": 1, "size": None, "steps": 10, "channels_last": False}
@@ -86,7 +88,8 @@ def _coerce(key: str, value: Any) -> Any:
 
 
 def sd_spec(matrix: dict[str, list], warmup: int, repeats: int, baseline: str | None) -> Spec:
-    """A Stable Diffusion matrix; unknown parameters and attention names are SpecErrors."""
+    """A Stable Diffusion matrix; unknown parameters and attention names, and batch (1-1024), steps
+    (1-10000) or size (a multiple of 8, 8-8192) out of range are SpecErrors."""
     for k, vals in matrix.items():
         if k not in SD_DEFAULTS:
             raise SpecError(f"unknown parameter {k!r} (known: {', '.join(SD_DEFAULTS)})")
@@ -97,6 +100,16 @@ def sd_spec(matrix: dict[str, list], warmup: int, repeats: int, baseline: str | 
         if k == "target" and any(v not in ("pipeline", "unet") for v in vals):
             raise SpecError("target: expected pipeline or unet")
     full = {k: [_coerce(k, v) for v in matrix.get(k, [d])] for k, d in SD_DEFAULTS.items()}
+    try:
+        for v in full["batch"]:
+            limits.in_range("batch", v, 1, 1024, integer=True)
+        for v in full["steps"]:
+            limits.in_range("steps", v, 1, 10_000, integer=True)
+        for v in full["size"]:
+            if v is not None:
+                limits.image_size("size", v)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
     configs = expand(full)
     return Spec("sd", configs, _count("warmup", warmup, 0), _count("repeats", repeats, 1), _baseline(configs, baseline))
 
@@ -113,9 +126,10 @@ def command_spec(command: list[str], arg_sets: list[str], warmup: int, repeats: 
 
 
 def _count(name: str, v: int, least: int) -> int:
-    if not isinstance(v, int) or v < least:
-        raise SpecError(f"{name}: expected an integer >= {least}, got {v!r}")
-    return v
+    try:
+        return limits.in_range(name, v, least, 100_000, integer=True)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
 
 
 def _baseline(configs: list[dict], spec: str | None) -> int:

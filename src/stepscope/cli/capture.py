@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
+from .. import limits
 from ..analysis.summary import summarize
 from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
-from ..store.db import Store
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 
@@ -32,6 +32,11 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     server is sampled from outside with py-spy (--duration only)."""
     if (pid is None) == (address is None):
         raise UserError("give --pid PID or --address HOST:PORT")
+    if pid is not None:
+        limits.in_range("--pid", pid, 1, 2**22, integer=True)  # Linux's PID_MAX_LIMIT
+    limits.hz("--hz", hz)
+    if steps is not None:
+        limits.in_range("--steps", steps, 1, 1_000_000, integer=True)
     if duration is None and steps is None:
         raise UserError("give --duration (e.g. 10s) or --steps N --span NAME")
     if steps is not None and (steps < 1 or not span):
@@ -47,6 +52,9 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         if window is None or device_trace:
             raise UserError(f"process {pid} started no stepscope server: --steps and --device-trace need one; "
                             "py-spy takes --duration")
+        if hz == 0:
+            raise UserError(f"--hz: must be between 1 and {limits.HZ_MAX} for py-spy (process {pid} started no "
+                            "stepscope server: sampling is all that can be recorded), got 0")
         from ..control.pyspy import PySpyError, record
 
         st = open_store(store, create=True)
@@ -66,7 +74,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         except CaptureError as e:
             raise UserError(str(e)) from None
         run_id, store_path = reply["run_id"], Path(reply["store"])
-    st = Store(store_path, create=False)
+    st = open_store(store_path)
     data = st.load(run_id)
     summary = summarize(data, ProfileIndex(data.profile))
     elapsed = time.perf_counter() - t0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 
 from ..store.db import Store, StoreError
+from ..store.schema import damaged
 
 StoreOpt = typer.Option(None, "--store", help="Store folder (default: $STEPSCOPE_STORE or ./.stepscope).",
                         envvar="STEPSCOPE_STORE", show_default=False)
@@ -47,12 +49,21 @@ def handles_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except (UserError, StoreError, ValueError, OSError) as e:
             fail(str(e))
+        except sqlite3.DatabaseError as e:  # a store that opened but is damaged further in
+            fail(damaged(_opened[-1] if _opened else "the store's runs.db", e))
 
     return wrapper
 
 
+_opened: list[Path] = []  # runs.db of each store this command opened, to name it in SQLite errors
+
+
 def open_store(path: Optional[Path], create: bool = False) -> Store:
-    return Store(path, create=create)
+    """The store at ``path`` (default: ``$STEPSCOPE_STORE`` or ``./.stepscope``), created when missing if
+    ``create``. Raises StoreError (one line naming ``runs.db``) for a missing, foreign, newer or damaged store."""
+    st = Store(path, create=create)
+    _opened.append(st.path / "runs.db")
+    return st
 
 
 def print_json(doc: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .. import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
 from ..report.html import write_report
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
@@ -17,7 +18,7 @@ from .run import record
 @handles_errors
 def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 shapes, random weights) or a local diffusers folder."),
          steps: int = typer.Option(10, "--steps", help="Denoising steps."),
-         size: Optional[int] = typer.Option(None, "--size", help="Image size in px (default: 64 for tiny, 512 for sd15)."),
+         size: Optional[int] = typer.Option(None, "--size", help="Image size in px, a multiple of 8 (default: 64 for tiny, 512 for sd15)."),
          scheduler: str = typer.Option("ddim", "--scheduler", help="ddim, euler or dpm."),
          prompt: str = typer.Option("a photograph of an astronaut riding a horse", "--prompt"),
          seed: int = typer.Option(0, "--seed"),
@@ -27,8 +28,11 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
     """Run txt2img on a Stable Diffusion pipeline under stepscope with the default trace list."""
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler: expected one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
-    if steps < 1:
-        raise UserError(f"--steps: expected >= 1, got {steps}")
+    limits.in_range("--steps", steps, 1, 10_000, integer=True)
+    if size is not None:
+        limits.image_size("--size", size)
+    limits.in_range("--seed", seed, -(2**63), 2**64 - 1, integer=True)  # what torch.manual_seed takes
+    limits.hz("--hz", hz)
     if model not in ("tiny", "sd15") and not Path(model).is_dir():
         raise UserError(f"--model {model}: expected tiny, sd15 or a diffusers model folder")
     st = open_store(store, create=True)

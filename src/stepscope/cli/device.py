@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from .. import limits
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.runview import AlignError, run_device
@@ -18,14 +20,37 @@ from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, ou
 TRACE_NAME = "device_trace.json.gz"
 
 
+def looks_like_file(arg: str) -> bool:
+    """Whether a RUN-or-file argument names a file rather than a run id: it holds a path separator, starts
+    with ``.`` or ``~``, or ends in ``.json``, ``.gz`` (run ids have none of these)."""
+    return ("/" in arg or os.sep in arg or bool(os.altsep and os.altsep in arg) or arg.startswith((".", "~"))
+            or arg.lower().endswith((".json", ".gz")))
+
+
+def trace_file(target: Optional[str]) -> Optional[Path]:
+    """The trace file ``target`` names, or None when it is a run reference. Raises UserError for a
+    file-shaped argument that is missing (``file not found: X``) or not a file."""
+    if not target:
+        return None
+    p = Path(target).expanduser()
+    if p.is_file():
+        return p
+    if looks_like_file(target):
+        raise UserError(f"file not found: {target}" if not p.exists() else f"{target}: not a file (give a Kineto trace "
+                        ".json/.json.gz, or a run id)")
+    return None
+
+
 @handles_errors
 def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, or a Kineto trace (.json/.json.gz)."),
            top: int = typer.Option(10, "--top", "-n", help="Rows per table."),
            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Device idle gaps (host wait / kernel wait / other), host-device syncs with their Python line and
     span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites."""
-    if target and Path(target).is_file():
-        summary = summarize_device(load(target), top=max(top, 15))
+    limits.in_range("--top", top, 1, 1000, integer=True)
+    path = trace_file(target)
+    if path is not None:
+        summary = summarize_device(load(path), top=max(top, 15))
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
         else:

@@ -14,6 +14,14 @@ from ..render.explain import print_explanation
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 
+def _listing(names: list[tuple[str, int]], most: int = 40) -> str:
+    """Lines under an error: each span name with its call count (at most ``most``, then how many more)."""
+    lines = [f"  {name}  ({n} call{'s' if n != 1 else ''})" for name, n in names[:most]]
+    if len(names) > most:
+        lines.append(f"  ... and {len(names) - most} more (`stepscope report` lists them all)")
+    return "".join("\n" + ln for ln in lines)
+
+
 @handles_errors
 def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
                 span: Optional[str] = typer.Option(None, "--span", help="Span name to compare (default: denoising steps, "
@@ -27,7 +35,7 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
     try:
         e = explain(data, span, slow, fast, ProfileIndex(data.profile))
     except ExplainError as err:
-        raise UserError(str(err)) from None
+        raise UserError(str(err) + _listing(err.names)) from None
     if as_json:
         print_json({"run_id": data.run.id, "explanation": dataclasses.asdict(e)})
     else:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from .. import limits
 from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import unresolved_line, print_summary
@@ -59,7 +60,7 @@ def run(
     trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
     module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s (0: off). [default: 101]"),
+    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 1-10000. [default: 101]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
@@ -77,6 +78,11 @@ def run(
     """
     import sys
 
+    if hz is not None:
+        limits.hz("--hz", hz)
+    limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
+    if device_steps is not None:
+        limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
     args = list(command or []) + list(ctx.args)
     if module:
         args = [sys.executable, "-m", module, *args]

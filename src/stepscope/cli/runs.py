@@ -8,14 +8,16 @@ from typing import List, Optional
 
 import typer
 
+from .. import limits
 from ..render.terminal import print_runs
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 
 @handles_errors
-def runs(limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many runs."),
+def runs(limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many runs (0: all)."),
          store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """List stored runs, newest first."""
+    limits.in_range("--limit", limit, 0, 1_000_000, integer=True)
     st = open_store(store)
     items = st.list_runs(limit)
     if as_json:

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .. import limits
 from ..store import keys as keystore
 from ..web.net import is_loopback
 from .common import StoreOpt, UserError, err, handles_errors, open_store
@@ -18,14 +19,17 @@ _MB = 1024 * 1024
 
 @handles_errors
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: loopback only)."),
-          port: int = typer.Option(8969, "--port", min=1, max=65535, help="Port (8969: the Sentry Spotlight sidecar's)."),
+          port: int = typer.Option(8969, "--port", help="Port, 1-65535 (8969: the Sentry Spotlight sidecar's)."),
           store: Optional[Path] = StoreOpt,
           open_mode: bool = typer.Option(False, "--open", help="Development only: accept envelopes without a key."),
-          max_body_mb: float = typer.Option(20, "--max-body-mb", min=0.001, help="Largest request body, as sent (MiB)."),
-          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb", min=0.001,
-                                               help="Largest body after decompression (MiB).")) -> None:
+          max_body_mb: float = typer.Option(20, "--max-body-mb", help="Largest request body, as sent (MiB, up to 4096)."),
+          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb",
+                                               help="Largest body after decompression (MiB, up to 16384).")) -> None:
     """Serve the web UI (transactions, waterfall, flame graphs, explain, device, benchmarks) and take the
     Sentry SDK's envelopes at /api/<project>/envelope/ and /stream (Spotlight)."""
+    limits.in_range("--port", port, 1, 65535, integer=True)
+    limits.in_range("--max-body-mb", max_body_mb, 0.001, 4096)
+    limits.in_range("--max-decoded-mb", max_decoded_mb, 0.001, 16384)
     import uvicorn
 
     from ..web import ServerConfig, create_app

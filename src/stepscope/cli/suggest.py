@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .. import limits
 from ..analysis.suggest import suggest
 from ..render.explain import print_suggestions
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
@@ -18,6 +19,7 @@ def suggest_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
                 top: int = typer.Option(10, "--top", "-n", help="How many functions."),
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Suggest functions to trace next: wide, untraced, nameable functions inside the traced spans."""
+    limits.in_range("--top", top, 1, 1000, integer=True)
     st = open_store(store)
     data = st.load(run_id)
     items = suggest(data, top=top)

@@ -56,7 +56,7 @@ def capture(info: dict, request: dict, on_recording=None, timeout: float | None 
 
 
 def parse_duration(text: str) -> float:
-    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds. Raises ValueError naming the text."""
+    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds, from 1 ms to 24 h. Raises ValueError naming the text."""
     t = text.strip().lower()
     for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
         if t.endswith(suffix):
@@ -68,8 +68,8 @@ def parse_duration(text: str) -> float:
         v = float(t) * mul
     except ValueError:
         raise ValueError(f"--duration {text!r}: expected e.g. 10s, 500ms, 2m") from None
-    if v <= 0:
-        raise ValueError(f"--duration {text!r}: must be positive")
+    if not 0.001 <= v <= 86400:  # (NaN fails this too)
+        raise ValueError(f"--duration: must be between 1ms and 24h, got {text!r}")
     return v
 
 

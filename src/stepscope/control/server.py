@@ -118,7 +118,7 @@ class ControlServer:
             from ..tracing.syncs import SYNC_TARGETS
 
             traces += SYNC_TARGETS
-        settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=float(req.get("hz") or 101),
+        settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=req["hz"] if req.get("hz") is not None else 101.0,
                             flush_interval_s=0.2, store=self.store, device_trace=device,
                             extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
         run_id = new_run_id()

@@ -18,20 +18,10 @@ import time
 
 import orjson
 
+from ..store.schema import INGEST as SCHEMA  # the layout lives in store/schema.py
 from ..tracing.steps import STEP_ATTR, steps_from_names
 from .sentry import SENTRY_PYTHON_HZ, Batch, ProfileRecord, TransactionRecord
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS ingest_events (event_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, project_id TEXT,
-  profiler_id TEXT, start_wall_ns INTEGER, end_wall_ns INTEGER);
-CREATE INDEX IF NOT EXISTS ingest_events_profiler ON ingest_events (profiler_id, start_wall_ns);
-CREATE TABLE IF NOT EXISTS ingest_chunks (chunk_id TEXT PRIMARY KEY, profiler_id TEXT NOT NULL,
-  start_wall_ns INTEGER, end_wall_ns INTEGER, body BLOB NOT NULL, received_wall_ns INTEGER);
-CREATE INDEX IF NOT EXISTS ingest_chunks_profiler ON ingest_chunks (profiler_id, start_wall_ns);
-CREATE TABLE IF NOT EXISTS ingest_pending (event_id TEXT NOT NULL, body BLOB NOT NULL, received_wall_ns INTEGER);
-CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
-CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received INTEGER NOT NULL, stored INTEGER NOT NULL);
-"""
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

@@ -22,10 +22,26 @@ def static_text(name: str) -> str:
     return resources.files("stepscope.report").joinpath("static", name).read_text()
 
 
+# characters that could end a <script> element early or change how the HTML parser reads its text
+# ("<!--<script>" makes it swallow the next "</script>"), or end a JS string line (U+2028/U+2029)
+_SCRIPT_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def script_json(doc) -> str:
+    """``doc`` as JSON text that can be embedded in any ``<script>`` element whatever its strings hold:
+    ``<``, ``>``, ``&``, U+2028 and U+2029 are written as ``\\u`` escapes, which leaves the same JSON
+    (they occur only inside strings). Numpy values are serialised. Raises TypeError for what JSON cannot
+    hold."""
+    text = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    for ch, esc in _SCRIPT_ESCAPES:
+        if ch in text:
+            text = text.replace(ch, esc)
+    return text
+
+
 def view_json(data: RunData, **view_kwargs) -> str:
-    """The view model as JSON text, safe to embed in a ``<script>`` element."""
-    view = build_view(data, **view_kwargs)
-    return orjson.dumps(view, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("</", "<\\/")
+    """The view model as JSON text, safe to embed in a ``<script>`` element (``script_json``)."""
+    return script_json(build_view(data, **view_kwargs))
 
 
 def render_page(run_id: str, data_json: str, *, page: str = "report", nav: list[tuple[str, str, bool]] | None = None,

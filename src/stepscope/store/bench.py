@@ -7,13 +7,8 @@ import json
 import time
 
 from .db import Store, StoreError
+from .schema import BENCH as SCHEMA  # the layout lives in store/schema.py
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS bench (id TEXT PRIMARY KEY, created_wall_ns INTEGER, spec TEXT, env TEXT, status TEXT,
-  labels TEXT, notes TEXT);
-CREATE TABLE IF NOT EXISTS bench_runs (bench_id TEXT NOT NULL, config INTEGER, repeat INTEGER, warmup INTEGER,
-  wall_s REAL, steps TEXT, peak_bytes INTEGER, error TEXT);
-"""
 
 
 def _ensure(store: Store) -> None:

@@ -13,35 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-from ..model import FORMAT_VERSION, Frame, Profile, Run, RunData, Span
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS runs (
-  id TEXT PRIMARY KEY, command TEXT NOT NULL, cwd TEXT, host TEXT, pid INTEGER,
-  status TEXT NOT NULL, exit_code INTEGER, error TEXT,
-  start_ns INTEGER, end_ns INTEGER, anchor_mono_ns INTEGER, anchor_wall_ns INTEGER,
-  env TEXT, settings TEXT, unresolved TEXT, created_wall_ns INTEGER
-);
-CREATE TABLE IF NOT EXISTS spans (
-  run_id TEXT NOT NULL, span_id INTEGER NOT NULL, parent_id INTEGER, name TEXT NOT NULL, op TEXT,
-  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, thread_id INTEGER, error_type TEXT, attrs TEXT,
-  PRIMARY KEY (run_id, span_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS frames (
-  run_id TEXT NOT NULL, idx INTEGER NOT NULL, function TEXT, module TEXT, file TEXT, line INTEGER,
-  PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS stacks (
-  run_id TEXT NOT NULL, idx INTEGER NOT NULL, frames TEXT NOT NULL,
-  PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER);
-CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
-CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
-  PRIMARY KEY (run_id, thread_id));
-CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, native_id INTEGER, since_ns INTEGER);
-"""
+from ..model import Frame, Profile, Run, RunData, Span
+from . import schema
 
 
 class StoreError(Exception):
@@ -54,7 +27,11 @@ def default_store_path() -> Path:
 
 
 class Store:
-    """One store folder. Each instance holds one connection; use one instance per thread."""
+    """One store folder. Each instance holds one connection; use one instance per thread.
+
+    Opening creates a new store, migrates one of an older schema (``schema.prepare``), and raises
+    StoreError (one line naming ``runs.db``) for a store of a newer stepscope, another program's file, a
+    damaged one, or, with ``create=False``, none."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_store_path()
@@ -64,12 +41,17 @@ class Store:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(db, timeout=30, check_same_thread=False, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.executescript(SCHEMA)
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open store {db}: {e}") from None
+        try:
+            # refuses a foreign, newer or damaged file before writing to it. (No reading of the file
+            # here by other means: closing another descriptor of it would drop this process's SQLite locks.)
+            schema.prepare(self.conn, db)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        except (schema.SchemaError, sqlite3.Error) as e:
+            self.conn.close()
+            raise StoreError(str(e) if isinstance(e, schema.SchemaError) else schema.damaged(db, e)) from None
 
     def close(self) -> None:
         self.conn.close()

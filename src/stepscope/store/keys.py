@@ -9,11 +9,8 @@ import time
 from dataclasses import dataclass
 
 from .db import Store, StoreError
+from .schema import KEYS as SCHEMA  # the layout lives in store/schema.py
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS project_keys (public_key TEXT PRIMARY KEY, project_id TEXT NOT NULL, label TEXT,
-  created_wall_ns INTEGER);
-"""
 
 
 @dataclass(slots=True)

@@ -116,9 +116,14 @@ class IngestEndpoint:
         project = request.path_params.get("project_id")
         project = None if project is None else str(project)
         key = key_from_request(request)
-        if cfg.open_mode and key is None and not local_origin(request.headers.get("origin")):
-            # a web page the user visits could otherwise write here: browsers send Origin on cross-site POSTs
-            raise Refused(401, "open mode takes no cross-site requests without a sentry_key")
+        if cfg.open_mode and not local_origin(request.headers.get("origin")):
+            # a web page the user visits could otherwise write here (browsers send Origin on cross-site POSTs):
+            # it needs a real key of the project, as without --open; any made-up key would do otherwise
+            owner = self.state.project_of(key) if key is not None else None
+            if owner is None or (project is not None and owner != project):
+                raise Refused(401, "open mode takes cross-site requests only with a sentry_key of the project "
+                                   "(see `stepscope keys list`)")
+            project = project or owner
         if key is not None and not cfg.open_mode:
             self._check(key, project)
             project = project or self.state.project_of(key)

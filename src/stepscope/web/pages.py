@@ -151,7 +151,7 @@ def routes(state) -> list[Route]:
 
     def api_view(request: Request) -> Response:
         _, text = cached_view(request.path_params["run_id"])
-        return Response(text, media_type="application/json")  # "<\\/" is JSON's own escape of "</"
+        return Response(text, media_type="application/json")  # "\\u003c" etc. are JSON's own escapes
 
     def bench_list(request: Request) -> HTMLResponse:
         from ..store import bench as bench_store

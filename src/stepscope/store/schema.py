@@ -1,0 +1,186 @@
+"""The store's SQLite layout and its version: what opening a ``runs.db`` checks, creates and migrates
+(stdlib only: the recording process opens stores too).
+
+``meta.format_version`` holds the schema version:
+
+- **1**: stepscope before versioned opening. Stores of that time lack, depending on their age,
+  ``threads.native_id``, the ``os_threads`` table and ``ingest_chunks.received_wall_ns``.
+- **2**: every table below with every column (``SCHEMA_VERSION``).
+
+Opening a store: an empty file (or none) gets the core tables and the version; an older version is
+migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
+that is not SQLite, an SQLite file of another program, a table lacking a column that cannot be added,
+and a damaged file are refused with ``SchemaError`` naming the file and the problem, before anything is
+written to it. Tables of ``serve`` and ``bench`` are made on first use (``KEYS``, ``INGEST``, ``BENCH``)
+and migrated like the others when present.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from pathlib import Path
+
+SCHEMA_VERSION = 2
+
+CORE = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY, command TEXT NOT NULL, cwd TEXT, host TEXT, pid INTEGER,
+  status TEXT NOT NULL, exit_code INTEGER, error TEXT,
+  start_ns INTEGER, end_ns INTEGER, anchor_mono_ns INTEGER, anchor_wall_ns INTEGER,
+  env TEXT, settings TEXT, unresolved TEXT, created_wall_ns INTEGER
+);
+CREATE TABLE IF NOT EXISTS spans (
+  run_id TEXT NOT NULL, span_id INTEGER NOT NULL, parent_id INTEGER, name TEXT NOT NULL, op TEXT,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, thread_id INTEGER, error_type TEXT, attrs TEXT,
+  PRIMARY KEY (run_id, span_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS frames (
+  run_id TEXT NOT NULL, idx INTEGER NOT NULL, function TEXT, module TEXT, file TEXT, line INTEGER,
+  PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stacks (
+  run_id TEXT NOT NULL, idx INTEGER NOT NULL, frames TEXT NOT NULL,
+  PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER);
+CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
+CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
+  PRIMARY KEY (run_id, thread_id));
+CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, native_id INTEGER, since_ns INTEGER);
+"""
+
+KEYS = """
+CREATE TABLE IF NOT EXISTS project_keys (public_key TEXT PRIMARY KEY, project_id TEXT NOT NULL, label TEXT,
+  created_wall_ns INTEGER);
+"""
+
+INGEST = """
+CREATE TABLE IF NOT EXISTS ingest_events (event_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, project_id TEXT,
+  profiler_id TEXT, start_wall_ns INTEGER, end_wall_ns INTEGER);
+CREATE INDEX IF NOT EXISTS ingest_events_profiler ON ingest_events (profiler_id, start_wall_ns);
+CREATE TABLE IF NOT EXISTS ingest_chunks (chunk_id TEXT PRIMARY KEY, profiler_id TEXT NOT NULL,
+  start_wall_ns INTEGER, end_wall_ns INTEGER, body BLOB NOT NULL, received_wall_ns INTEGER);
+CREATE INDEX IF NOT EXISTS ingest_chunks_profiler ON ingest_chunks (profiler_id, start_wall_ns);
+CREATE TABLE IF NOT EXISTS ingest_pending (event_id TEXT NOT NULL, body BLOB NOT NULL, received_wall_ns INTEGER);
+CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
+CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received INTEGER NOT NULL, stored INTEGER NOT NULL);
+"""
+
+BENCH = """
+CREATE TABLE IF NOT EXISTS bench (id TEXT PRIMARY KEY, created_wall_ns INTEGER, spec TEXT, env TEXT, status TEXT,
+  labels TEXT, notes TEXT);
+CREATE TABLE IF NOT EXISTS bench_runs (bench_id TEXT NOT NULL, config INTEGER, repeat INTEGER, warmup INTEGER,
+  wall_s REAL, steps TEXT, peak_bytes INTEGER, error TEXT);
+"""
+
+class SchemaError(Exception):
+    """A ``runs.db`` this stepscope cannot use; the message is one line naming the file and the problem."""
+
+
+@functools.cache
+def _columns() -> dict[str, list[tuple[str, str, bool, bool]]]:
+    """Every known table -> its columns as ``(name, declared type, NOT NULL, part of the primary key)``."""
+    mem = sqlite3.connect(":memory:")
+    mem.executescript(CORE + KEYS + INGEST + BENCH)
+    tables = [r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    cols = {t: [(r[1], r[2], bool(r[3]), bool(r[5])) for r in mem.execute(f"PRAGMA table_info({t})")] for t in tables}
+    mem.close()
+    return cols
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+class _Found:
+    """What a database holds: its tables (name -> column names) and ``meta.format_version`` (None: none)."""
+
+    def __init__(self, conn: sqlite3.Connection, db: Path) -> None:
+        try:
+            names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            self.tables = {t: {r[1] for r in conn.execute('PRAGMA table_info("%s")' % t.replace('"', '""'))}
+                           for t in names}
+            self.version = None
+            if "meta" in self.tables and {"key", "value"} <= self.tables["meta"]:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()
+                self.version = None if row is None else row[0]
+        except sqlite3.DatabaseError as e:
+            raise SchemaError(damaged(db, e)) from None
+        own = sorted(t for t in self.tables if not t.startswith("sqlite_"))
+        self.empty = not own
+        if self.empty:
+            return
+        if self.version is None:
+            shown = ", ".join(own[:6]) + (", ..." if len(own) > 6 else "")
+            raise SchemaError(f"{db}: not a stepscope store (an SQLite database with tables {shown})")
+        try:
+            self.version = int(self.version)
+            if self.version < 1:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise SchemaError(f"{db}: not a stepscope store (format_version {self.version!r} in its meta table)") from None
+        if self.version > SCHEMA_VERSION:
+            raise SchemaError(f"{db}: written by a newer stepscope (schema {self.version}, this one reads up to "
+                              f"{SCHEMA_VERSION}); upgrade stepscope, or use another --store")
+        self.missing = {}  # table -> columns to add
+        for table, cols in _columns().items():
+            have = self.tables.get(table)
+            if have is None:
+                continue
+            lack = [c for c in cols if c[0] not in have]
+            fixed = [c[0] for c in lack if c[2] or c[3]]  # NOT NULL or key columns cannot be added to old rows
+            if fixed:
+                raise SchemaError(f"{db}: table {table} has no column {', '.join(fixed)}, which this stepscope cannot "
+                                  "add (not a stepscope store, or a damaged one)")
+            if lack:
+                self.missing[table] = lack
+        self.missing_core = [t for t in ("runs", "spans", "frames", "stacks", "samples", "threads", "os_threads")
+                             if t not in self.tables]
+
+    @property
+    def current(self) -> bool:
+        return not self.empty and self.version == SCHEMA_VERSION and not self.missing and not self.missing_core
+
+
+def damaged(db: Path | str, e: BaseException) -> str:
+    """The one-line message for an SQLite error met while opening or reading ``db``."""
+    text = str(e)
+    if "not a database" in text:
+        return f"{db}: not a stepscope store (not an SQLite database)"
+    if "malformed" in text or "corrupt" in text:
+        return f"{db}: cannot be read ({text}); the file is damaged or was changed by another program"
+    return f"{db}: {text}"
+
+
+def prepare(conn: sqlite3.Connection, db: Path) -> int:
+    """Make ``conn`` (autocommit, on ``db``) a store of ``SCHEMA_VERSION``: create an empty one, migrate an
+    older one; returns the version found (0 for a new store). Reads first and writes nothing unless the
+    store is one this stepscope knows. Raises SchemaError naming ``db`` and what is wrong."""
+    found = _Found(conn, db)
+    if found.current:
+        return found.version
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.DatabaseError as e:
+        raise SchemaError(damaged(db, e)) from None
+    try:
+        found = _Found(conn, db)  # another process may have created or migrated it meanwhile
+        if not found.current:
+            for stmt in _statements(CORE):
+                conn.execute(stmt)
+            for table, cols in ({} if found.empty else found.missing).items():
+                for name, decl, _, _ in cols:
+                    conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {decl}')
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('format_version', ?)", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException as e:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already
+        if isinstance(e, sqlite3.DatabaseError):
+            raise SchemaError(f"{db}: cannot be migrated to schema {SCHEMA_VERSION} ({e})") from None
+        raise
+    return 0 if found.empty else found.version
