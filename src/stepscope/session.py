@@ -180,9 +180,9 @@ class Session:
         if os.getpid() == self._pid:
             self.finish()
 
-    def flush_on_signal(self, status: str, exit_code: int) -> None:
+    def flush_on_signal(self, status: str, exit_code: int, error: str | None = None) -> None:
         """Best-effort final write from a signal handler (the process is about to die)."""
-        self.set_outcome(status, exit_code, status)
+        self.set_outcome(status, exit_code, error or status)
         self.finish()
 
     # -- recorder thread -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import typer
 from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
-from ..runner import CommandError, Outcome, run_program
+from ..runner import CommandError, Outcome, die_like, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
 from ..tracing.patch import normalize_targets
@@ -93,11 +93,13 @@ def run(
             outcome = run_program(args, Settings(profiles_hz=rate), st, server_only=True)
         except CommandError as e:
             raise UserError(str(e)) from None
+        die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)
     if auto_trace > 0:
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device)
     else:
         outcome = record(args, names, rate, store, as_json, quiet, **device)
+    die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
     raise typer.Exit(outcome.exit_code)
 
 

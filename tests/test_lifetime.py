@@ -1,0 +1,143 @@
+"""Issue 12: never lose a run, never hurt the program. Signals, SIGKILL, flushes, a full disk, user errors,
+results for scripts. Every test runs the real CLI on a real program."""
+
+import fcntl
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+from conftest import PROGRAMS, cli_env, run_cli
+
+from stepscope.store import Store
+
+ADD = "sstargets.funcs.add"
+SIGNALS = str(PROGRAMS / "signals.py")
+
+
+def _no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def start(store, *prog_args, run_args=(), prog=SIGNALS, **kw):
+    """`stepscope run` in a process group of its own; returns (stepscope process, program pid) once the
+    program printed 'ready PID'."""
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "-q", *run_args, "--trace", ADD, "--",
+                             sys.executable, prog, *prog_args], env=cli_env(store), cwd=store.parent, text=True,
+                            start_new_session=True, preexec_fn=_no_core, **kw)
+    line = proc.stdout.readline()
+    assert line.startswith("ready"), (line, proc.stderr.read() if proc.stderr else "")
+    return proc, int(line.split()[1])
+
+
+def gone(pid: int, within: float = 30.0) -> bool:
+    """The process ended (a zombie counts as ended) within ``within`` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("sig, to, handled", [
+    ("SIGTERM", "process", True), ("SIGTERM", "group", True), ("SIGINT", "process", True),
+    ("SIGINT", "group", True), ("SIGUSR1", "process", True), ("SIGHUP", "group", True),
+    ("SIGTERM", "process", False), ("SIGINT", "group", False), ("SIGHUP", "process", False),
+    ("SIGQUIT", "process", False), ("SIGUSR2", "group", False),
+])
+def test_signal_to_stepscope_reaches_the_program_once(store, sig, to, handled):
+    signo = getattr(signal, sig)
+    proc, child = start(store, *([sig] if handled else []))
+    if to == "group":  # as `timeout` or `kill -- -PGID` do: stepscope and the program both get it
+        os.killpg(proc.pid, signo)
+    else:  # stepscope only: it passes it on
+        os.kill(proc.pid, signo)
+    out, err = proc.communicate(timeout=60)
+    assert gone(child)
+    data = Store(store).load()
+    if handled:  # the program's own handler ran, once; it exited 3 and so did stepscope
+        assert out == f"got {sig}\n", err
+        assert proc.returncode == 3 and (data.run.status, data.run.exit_code) == ("error", 3)
+    else:  # the program died by the signal, and stepscope by the same one
+        assert proc.returncode == -signo, err
+        status = {"SIGINT": "interrupted", "SIGTERM": "terminated"}.get(sig, "killed")
+        assert (data.run.status, data.run.exit_code) == (status, 128 + signo)
+        assert sum(1 for s in data.spans if s.name == ADD) == 5  # written before it died
+    if sig == "SIGINT" and not handled:
+        assert err.rstrip().endswith("KeyboardInterrupt")  # as python prints it
+    else:
+        assert err == ""
+
+
+def _read_until(fd: int, proc, needle: bytes | None, timeout: float = 60) -> bytes:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (needle is None or needle not in buf):
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: every process holding the terminal is gone
+                break
+            if not chunk:
+                break
+            buf += chunk
+        elif needle is None and proc.poll() is not None:
+            break
+    return buf
+
+
+@pytest.mark.parametrize("handled", [True, False])
+def test_ctrl_c_in_a_terminal_reaches_the_program_once(store, handled):
+    """The terminal sends SIGINT to the whole foreground group: the program gets it once."""
+    master, slave = os.openpty()
+
+    def controlling_tty():
+        _no_core()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "-q", "--trace", ADD, "--", sys.executable,
+                             SIGNALS, *(["SIGINT"] if handled else [])], env=cli_env(store), cwd=store.parent,
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            preexec_fn=controlling_tty)
+    os.close(slave)
+    try:
+        assert b"ready" in _read_until(master, proc, b"ready")
+        os.write(master, b"\x03")  # Ctrl-C
+        out = _read_until(master, proc, None)
+        proc.wait(60)
+    finally:
+        os.close(master)
+    data = Store(store).load()
+    if handled:
+        assert out.count(b"got SIGINT") == 1, out
+        assert proc.returncode == 3 and data.run.status == "error"
+    else:
+        assert out.count(b"KeyboardInterrupt") == 1, out
+        assert proc.returncode == -signal.SIGINT and data.run.status == "interrupted"
+
+
+def test_sigkill_of_stepscope_takes_the_program_with_it(store):
+    proc, child = start(store, "SIGTERM")
+    time.sleep(1.5)  # a flush
+    proc.kill()
+    proc.wait(30)
+    assert gone(child)  # PR_SET_PDEATHSIG
+    data = Store(store).load()
+    assert data.run.status == "lost"  # nobody is left to settle it: shown as lost, not running forever
+    assert sum(1 for s in data.spans if s.name == ADD) == 5
+    listed = json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]
+    assert listed[0]["status"] == "lost"
