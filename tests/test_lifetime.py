@@ -141,3 +141,15 @@ def test_sigkill_of_stepscope_takes_the_program_with_it(store):
     assert sum(1 for s in data.spans if s.name == ADD) == 5
     listed = json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]
     assert listed[0]["status"] == "lost"
+
+
+def test_flush_every_second_whatever_the_sampling_rate(store):
+    """A crash loses at most the last flush interval, even when samples are 20 s apart."""
+    proc, child = start(store, run_args=("--hz", "0.05"))
+    time.sleep(2.5)
+    os.kill(child, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    data = Store(store).load()
+    assert (data.run.status, data.run.error) == ("killed", "SIGKILL")
+    assert sum(1 for s in data.spans if s.name == ADD) == 5

@@ -355,8 +355,9 @@ def die_like(returncode: int) -> None:
     except (ImportError, ValueError, OSError):
         pass
     try:
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         os.kill(os.getpid(), sig)
     except (OSError, ValueError):
         pass

@@ -200,21 +200,22 @@ class Session:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
             t = now()
-            if period is not None:
+            if period is not None and t >= next_t:
                 self.sampler.sample(exclude_thread=me)
                 self._track_os_threads(self.sampler.last_threads, t)
                 next_t += period
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
-            else:
-                next_t = t + flush_every
             if t - last_flush >= flush_every:
                 try:
                     self._flush()
                 except Exception as e:  # the program must go on even if the store fails
                     print(f"stepscope: cannot write to store {self.store.path}: {e}", file=sys.stderr)
                 last_flush = t
-            stop.wait(max(0.0, (next_t - now()) / 1e9))
+            # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
+            # delay the flush: a crash loses at most one flush interval)
+            wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
+            stop.wait(max(0.0, (wake - now()) / 1e9))
 
     def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
         """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
