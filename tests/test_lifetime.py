@@ -153,3 +153,36 @@ def test_flush_every_second_whatever_the_sampling_rate(store):
     data = Store(store).load()
     assert (data.run.status, data.run.error) == ("killed", "SIGKILL")
     assert sum(1 for s in data.spans if s.name == ADD) == 5
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 300 KiB tmpfs (root only): a real full disk."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_never_reaches_the_program(full_fs, tmp_path):
+    prog = tmp_path / "many.py"
+    prog.write_text("import time\nfrom sstargets import funcs\nfor tick in range(20):\n"
+                    "    for i in range(300):\n        funcs.add(i)\n    time.sleep(0.25)\nprint('done')\n")
+    store = full_fs / "store"
+    r = run_cli(["run", "-q", "--trace", ADD, "--", sys.executable, str(prog)], store, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "done\n")  # the program ran to its end
+    data = Store(store).load()
+    spans, samples = len(data.spans), len(data.profile)
+    assert 0 < spans < 6000 and data.run.status == "incomplete" and data.run.exit_code == 0
+    # the program's stderr holds nothing of stepscope's; the CLI says it in one line
+    assert r.stderr == f"stepscope: store full at {store}; kept {spans} spans, {samples} samples up to the failure\n"
+    listed = json.loads(run_cli(["runs", "--json"], store, cwd=tmp_path).stdout)["runs"]
+    assert (listed[0]["status"], listed[0]["error"]) == ("incomplete", f"store full at {store}")
+    rep = run_cli(["report", "-o", str(tmp_path / "r.html"), "--json"], store, cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert '"status":"incomplete"' in (tmp_path / "r.html").read_text().replace(" ", "")

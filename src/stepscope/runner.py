@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from .launch import ENV_VAR, signal_status
 from .model import Run
 from .session import new_run_id
 from .settings import Settings
-from .store.db import Store
+from .store.db import Store, write_error_text
 
 # interpreter options that take a value (python --help)
 _OPTS_WITH_VALUE = {"-W", "-X", "-Q", "--check-hash-based-pycs"}
@@ -46,6 +47,7 @@ class Outcome:
 
     run_id: str
     returncode: int
+    store_error: str | None = None  # the run's end could not be written (e.g. "store full at PATH")
 
     @property
     def exit_code(self) -> int:
@@ -159,12 +161,12 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
             shutil.rmtree(tmp, ignore_errors=True)
     if server_only:
         return Outcome("", returncode)
-    _settle(store, run_id, returncode)
-    return Outcome(run_id, returncode)
+    return Outcome(run_id, returncode, _settle(store, run_id, returncode))
 
 
-def _settle(store: Store, run_id: str, returncode: int) -> None:
-    """Make the run's status agree with the process's real end (the child may have died unannounced)."""
+def _settle(store: Store, run_id: str, returncode: int) -> str | None:
+    """Make the run's status agree with the process's real end (the child may have died unannounced).
+    Returns why that could not be written (a full disk), or None."""
     run = store.get_run(run_id, as_stored=True)
     fields: dict = {"exit_code": returncode if returncode >= 0 else 128 - returncode}
     if run.status == "running":
@@ -177,7 +179,11 @@ def _settle(store: Store, run_id: str, returncode: int) -> None:
                           error=None if returncode == 0 else f"exit status {returncode}")
         if run.end_ns is None:
             fields["end_ns"] = clock.now_ns()
-    store.update_run(run_id, **fields)
+    try:
+        store.update_run(run_id, **fields)
+    except sqlite3.Error as e:
+        return write_error_text(e, store.path)
+    return None
 
 
 #: Signals passed on to the program when this process gets them.

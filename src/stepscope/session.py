@@ -4,6 +4,8 @@ The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sl
 101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
 ``flush_interval_s``, writes finished spans, new frames/stacks and samples to the store. Memory stays
 bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
+A write that fails (a full disk) ends the recording there, never the program: the run is marked
+``incomplete`` with the reason, and nothing is printed into the program's output.
 
 Stdlib only: this module runs inside the profiled program.
 """
@@ -23,7 +25,7 @@ from . import clock
 from .model import Run
 from .profiling.sampler import OWN_THREADS, Sampler
 from .settings import Settings
-from .store.db import Store
+from .store.db import Store, write_error_text
 from .tracing import buffer
 from .tracing.patch import Patcher
 
@@ -99,6 +101,7 @@ class Session:
         self.status = "ok"
         self.exit_code: int | None = 0
         self.error: str | None = None
+        self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Session":
@@ -168,9 +171,18 @@ class Session:
         self.patcher.remove()
         self._flush()
         end = clock.now_ns()
-        self.store.update_run(self.run_id, status=self.status, exit_code=self.exit_code, error=self.error,
-                              end_ns=end, env=environment(), unresolved=self.unresolved)
-        self.store.close()
+        status, error = self.status, self.error
+        if self.store_error is not None:  # the program ran on; its recording stops at the failure
+            status, error = "incomplete", self.store_error
+        try:
+            self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
+                                  end_ns=end, env=environment(), unresolved=self.unresolved)
+        except Exception as e:  # `stepscope run` tells the user; never into the program's exit
+            self.store_error = self.store_error or write_error_text(e, self.store.path)
+        try:
+            self.store.close()
+        except Exception:
+            pass
         try:
             atexit.unregister(self._atexit)
         except Exception:
@@ -207,10 +219,7 @@ class Session:
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if t - last_flush >= flush_every:
-                try:
-                    self._flush()
-                except Exception as e:  # the program must go on even if the store fails
-                    print(f"stepscope: cannot write to store {self.store.path}: {e}", file=sys.stderr)
+                self._flush()
                 last_flush = t
             # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
             # delay the flush: a crash loses at most one flush interval)
@@ -237,8 +246,15 @@ class Session:
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
                     threads[th.ident] = (th.name, th.native_id)
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
-            self.store.append(self.run_id, spans=buffer.take(), frames=frames, frame_base=self._frames_written,
-                              stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
-                              os_threads=os_threads)
+            spans = buffer.take()
+            if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
+                return
+            try:
+                self.store.append(self.run_id, spans=spans, frames=frames, frame_base=self._frames_written,
+                                  stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
+                                  os_threads=os_threads)
+            except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
+                self.store_error = write_error_text(e, self.store.path)
+                return
             self._frames_written += len(frames)
             self._stacks_written += len(stacks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -36,6 +37,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     except CommandError as e:
         raise UserError(str(e)) from None
     if quiet and not as_json:
+        _tell_incomplete(store, outcome)
         store.close()
         return outcome
     data = store.load(outcome.run_id)
@@ -44,9 +46,22 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
         print_json({"run": summary.to_dict()})
     elif not quiet:
         print_summary(summary, err)
-        err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
+        if not _tell_incomplete(store, outcome):
+            err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
+    if as_json:
+        _tell_incomplete(store, outcome)
     store.close()
     return outcome
+
+
+def _tell_incomplete(store, outcome: Outcome) -> bool:
+    """One line on stderr when the recording could not be written in full (a full disk); whether it was."""
+    run = store.get_run(outcome.run_id)
+    problem = outcome.store_error or (run.error if run.status == "incomplete" else None)
+    if problem:
+        spans, samples = store.counts(outcome.run_id)
+        print(f"stepscope: {problem}; kept {spans} spans, {samples} samples up to the failure", file=sys.stderr)
+    return bool(problem)
 
 
 @handles_errors

@@ -7,6 +7,7 @@ Raw records only: flame graphs, step tables and diffs are computed on load.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -46,6 +47,16 @@ CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, 
 
 
 _HOST = socket.gethostname()
+_SQLITE_FULL = 13
+
+
+def write_error_text(e: BaseException, path: str | os.PathLike) -> str:
+    """One line for a failed write to the store at ``path``: ``store full at PATH`` or the reason."""
+    path = Path(path).resolve()
+    if (getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL or getattr(e, "errno", None) == errno.ENOSPC
+            or "disk is full" in str(e)):
+        return f"store full at {path}"
+    return f"cannot write to store at {path}: {e}"
 
 
 def _alive(pid: int) -> bool:
@@ -149,8 +160,15 @@ class Store:
                               ((run_id, tid, name, native) for tid, (name, native) in threads.items()))
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (a full disk)
+                c.execute("ROLLBACK")
             raise
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        """(spans, samples) stored for a run."""
+        c = self.conn
+        return (c.execute("SELECT count(*) FROM spans WHERE run_id=?", (run_id,)).fetchone()[0],
+                c.execute("SELECT count(*) FROM samples WHERE run_id=?", (run_id,)).fetchone()[0])
 
     def delete_run(self, run_id: str) -> None:
         c = self.conn
