@@ -186,3 +186,18 @@ def test_full_disk_never_reaches_the_program(full_fs, tmp_path):
     rep = run_cli(["report", "-o", str(tmp_path / "r.html"), "--json"], store, cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     assert '"status":"incomplete"' in (tmp_path / "r.html").read_text().replace(" ", "")
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    ([sys.executable, "nosuch.py"], ["nosuch.py"]),
+    ([sys.executable, "-m", "no.such.mod"], ["-m", "no.such.mod"]),
+    (["-m", "nosuchmod"], ["-m", "nosuchmod"]),  # stepscope run -m MODULE
+])
+def test_program_that_cannot_start_ends_as_with_python(store, tmp_path, ours, theirs):
+    base = subprocess.run([sys.executable, *theirs], cwd=tmp_path, env=cli_env(store), capture_output=True, text=True)
+    assert base.returncode == (1 if "-m" in theirs else 2) and len(base.stderr.splitlines()) == 1
+    r = run_cli(["run", *(["--"] if ours[0] != "-m" else []), *ours], store, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (base.returncode, "", base.stderr)  # python's one line, its code
+    assert Store(store).list_runs() == []  # nothing stored
+    r = run_cli(["run", "--json", "--", sys.executable, *theirs], store, cwd=tmp_path)
+    assert json.loads(r.stdout) == {"run": None, "exit_code": base.returncode} and r.stderr == base.stderr

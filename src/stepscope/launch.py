@@ -100,6 +100,56 @@ def _report_signals(fd: int) -> None:
     os.register_at_fork(after_in_child=in_forked_child)
 
 
+def _missing_target(kind: str, target: str) -> tuple[str, int] | None:
+    """Python's own one-line error and exit code for a script that cannot be opened or a module that
+    cannot be found (looked up without importing anything), or None."""
+    if kind == "script" and not os.path.isdir(target):
+        try:
+            open(target, "rb").close()
+        except OSError as e:
+            prog = (getattr(sys, "orig_argv", None) or [sys.executable])[0]
+            path = os.path.abspath(target) if sys.version_info >= (3, 10) else target
+            return f"{prog}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}", 2
+    elif kind == "module":
+        import importlib.util
+
+        if target.startswith("."):
+            return f"{sys.executable}: Relative module names not supported", 1
+        top = target.partition(".")[0]
+        try:
+            found = top in sys.modules or importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            return None  # let the program's own run say it
+        if not found:
+            if "." not in target:
+                return f"{sys.executable}: No module named {target}", 1
+            msg = f"Error while finding module specification for {target!r} (ModuleNotFoundError: No module named {top!r})"
+            if target.endswith(".py"):
+                msg += f". Try using '{target[:-3]}' instead of '{target}' as the module name."
+            return f"{sys.executable}: {msg}", 1
+    return None
+
+
+def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
+    """A program that cannot start ends as Python would end it (its one line, its exit code), and its run
+    is marked "failed" for ``stepscope run`` to drop."""
+    missing = _missing_target(kind, target)
+    if missing is None:
+        return
+    message, code = missing
+    print(message, file=sys.stderr)
+    if cfg.get("run_id") and not cfg.get("server_only"):
+        try:
+            from .store.db import Store
+
+            st = Store(store)
+            st.update_run(cfg["run_id"], status="failed", exit_code=code, error=message)
+            st.close()
+        except Exception:
+            pass
+    sys.exit(code)
+
+
 def _usage() -> None:
     print("usage: python -m stepscope.launch (SCRIPT | -m MODULE | -c CODE) [ARGS...]", file=sys.stderr)
     sys.exit(2)
@@ -124,6 +174,7 @@ def main() -> None:
         kind, target, rest = "script", argv[0], argv[1:]
 
     settings = Settings.from_dict(cfg.get("settings", {}))
+    _check_target(kind, target, cfg, settings.store)
     traces_main = kind == "script" and any(n.startswith("__main__.") for n in settings.functions_to_trace)
     if traces_main:  # the script's module must be __main__ before the patcher looks at it
         import types

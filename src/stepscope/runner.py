@@ -43,7 +43,8 @@ class CommandError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a recorded run ended: ``exit_code`` as the shell sees it (128+N for signal N)."""
+    """How a recorded run ended: ``exit_code`` as the shell sees it (128+N for signal N). ``run_id`` is
+    empty when nothing was stored (``server_only``, or the program could not start)."""
 
     run_id: str
     returncode: int
@@ -160,6 +161,9 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     if server_only:
+        return Outcome("", returncode)
+    if store.get_run(run_id, as_stored=True).status == "failed":  # no such script or module: launch said so
+        store.delete_run(run_id)
         return Outcome("", returncode)
     return Outcome(run_id, returncode, _settle(store, run_id, returncode))
 

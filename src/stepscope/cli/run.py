@@ -36,6 +36,11 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
         outcome = run_program(command, settings, store)
     except CommandError as e:
         raise UserError(str(e)) from None
+    if not outcome.run_id:  # the program could not start: its one line is said, nothing is stored
+        store.close()
+        if as_json:
+            print_json({"run": None, "exit_code": outcome.exit_code})
+        return outcome
     if quiet and not as_json:
         _tell_incomplete(store, outcome)
         store.close()
@@ -124,6 +129,8 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     from ..analysis.suggest import suggest
 
     first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
+    if not first.run_id:
+        return first
     st = open_store(store_path)
     picks = [s.qualified_name for s in suggest(st.load(first.run_id), top=n)]
     if not quiet and not as_json:
