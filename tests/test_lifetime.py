@@ -15,6 +15,8 @@ import time
 import pytest
 from conftest import PROGRAMS, cli_env, run_cli
 
+from sstargets import funcs
+
 from stepscope.store import Store
 
 ADD = "sstargets.funcs.add"
@@ -201,3 +203,19 @@ def test_program_that_cannot_start_ends_as_with_python(store, tmp_path, ours, th
     assert Store(store).list_runs() == []  # nothing stored
     r = run_cli(["run", "--json", "--", sys.executable, *theirs], store, cwd=tmp_path)
     assert json.loads(r.stdout) == {"run": None, "exit_code": base.returncode} and r.stderr == base.stderr
+
+
+def test_json_file_leaves_stdout_to_the_program(store, tmp_path):
+    prog = tmp_path / "talks.py"
+    prog.write_text("from sstargets import funcs\nprint('hello from the program')\nprint(funcs.add(1))\n")
+    out = tmp_path / "result.json"
+    r = run_cli(["run", "--json-file", str(out), "--trace", ADD, "--", sys.executable, str(prog)], store, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"hello from the program\n{funcs.add(1)}\n"  # the program's stdout, untouched
+    doc = json.loads(out.read_text())
+    assert doc["run"]["run_id"] == Store(store).load().run.id and doc["run"]["status"] == "ok"
+    assert {s["name"]: s["count"] for s in doc["run"]["spans"]}[ADD] == 1
+    assert "stepscope run " in r.stderr  # the summary still goes to stderr
+    r = run_cli(["run", "-q", "--json-file", str(tmp_path / "no" / "such" / "dir.json"), "--", sys.executable,
+                 str(prog)], store, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("stepscope: error: --json-file")
