@@ -44,19 +44,22 @@ def capture(info: dict, request: dict, on_recording=None, timeout: float | None 
         sock.sendall((json.dumps(dict(request, token=info["token"])) + "\n").encode())
         sock.settimeout(timeout)
         f = sock.makefile("r")
-        for line in f:
-            reply = json.loads(line)
-            if "error" in reply:
-                raise CaptureError(reply["error"])
-            if reply.get("status") == "recording" and on_recording:
-                on_recording(reply)
-            if reply.get("status") == "done":
-                return reply
+        try:
+            for line in f:
+                reply = json.loads(line)
+                if "error" in reply:
+                    raise CaptureError(reply["error"])
+                if reply.get("status") == "recording" and on_recording:
+                    on_recording(reply)
+                if reply.get("status") == "done":
+                    return reply
+        except TimeoutError:
+            raise CaptureError(f"no answer from the control server of pid {info.get('pid')} in {timeout:g} s") from None
     raise CaptureError("the control server closed the connection before the capture ended")
 
 
-def parse_duration(text: str) -> float:
-    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds. Raises ValueError naming the text."""
+def parse_duration(text: str, option: str = "--duration") -> float:
+    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds. Raises ValueError naming the option and text."""
     t = text.strip().lower()
     for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
         if t.endswith(suffix):
@@ -67,9 +70,9 @@ def parse_duration(text: str) -> float:
     try:
         v = float(t) * mul
     except ValueError:
-        raise ValueError(f"--duration {text!r}: expected e.g. 10s, 500ms, 2m") from None
+        raise ValueError(f"{option} {text!r}: expected e.g. 10s, 500ms, 2m") from None
     if v <= 0:
-        raise ValueError(f"--duration {text!r}: must be positive")
+        raise ValueError(f"{option} {text!r}: must be positive")
     return v
 
 

@@ -7,10 +7,18 @@ the sampler on), waits for ``duration_s`` or for ``steps`` completed calls of ``
 everything is unpatched (calls in flight finish normally), the run is in the store. A second request
 during a capture gets ``{"error": "busy"}``; a client that disconnects ends the window at once.
 
-Protocol: request ``{"token", "duration_s"?, "steps"?, "span"?, "traces": [...], "hz", "device_trace"?}``
-(with ``device_trace`` the torch profiler records the window too, as ``stepscope run --device-trace``); replies
-``{"status": "recording", "run_id", "store"}`` then ``{"status": "done", "run_id", "store", "spans",
-"reason"}`` (or ``{"error": ...}``). Stdlib only.
+Every window is bounded: it ends after ``timeout_s`` at the latest (default: 10 minutes, or the duration
+if longer), and then the run is stored with status ``timeout``. ``steps`` counts denoising steps as the
+pipeline does: calls of ``span`` that carry ``diffusion.step`` (the denoiser's forward) count once per step
+value, however many calls a step makes (classifier-free guidance may call the UNet twice), a step being
+complete once a later step began in its thread or it has as many calls as a complete step; other spans
+count one per call. A ``span`` that the window does not trace is refused.
+
+Protocol: request ``{"token", "duration_s"?, "steps"?, "span"?, "timeout_s"?, "traces": [...], "hz",
+"device_trace"?}`` (with ``device_trace`` the torch profiler records the window too, as ``stepscope run
+--device-trace``); replies ``{"status": "recording", "run_id", "store"}`` then ``{"status": "done", "run_id",
+"store", "reason", "steps_done"}`` (reason: duration, steps, timeout or client disconnected), or
+``{"error": ...}``. Stdlib only.
 """
 
 from __future__ import annotations
@@ -28,6 +36,49 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
+
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def span_traced(span: str, traces: list[str]) -> bool:
+    """Whether a window tracing ``traces`` records spans named ``span`` (a qualified name, which the
+    window traces itself, or the tail of a traced name or glob: ``UNet2DConditionModel.forward``)."""
+    from fnmatch import fnmatchcase
+
+    if span.count(".") >= 2:
+        return True
+    n = span.count(".") + 1
+    for t in traces:
+        if t == span or t.endswith("." + span):
+            return True
+        if any(c in t for c in "*?[") and fnmatchcase(span, ".".join(t.split(".")[-n:])):
+            return True
+    return False
+
+
+def completed_steps(rows) -> int:
+    """Completed steps among calls ``(thread id, diffusion.step or None)`` in start order (see the module doc)."""
+    total = 0
+    runs_by_thread: dict = {}
+    for tid, step in rows:
+        if step is None:
+            total += 1
+            continue
+        runs = runs_by_thread.setdefault(tid, [])
+        if runs and runs[-1][0] == step:
+            runs[-1][1] += 1
+        else:
+            runs.append([step, 1])
+    for runs in runs_by_thread.values():
+        middle = [n for _, n in runs[1:-1]]  # began and ended inside the window: whole steps
+        per_step = max(middle) if middle else None
+        for i, (_, n) in enumerate(runs):
+            if per_step is not None:
+                total += n >= per_step
+            else:
+                total += i < len(runs) - 1
+    return total
 
 
 def runtime_dir() -> Path:
@@ -112,8 +163,12 @@ class ControlServer:
             return _send(conn, {"error": "give duration_s or steps"})
         if steps is not None and not span:
             return _send(conn, {"error": "steps needs span"})
+        timeout = float(req.get("timeout_s") or 0) or max(DEFAULT_TIMEOUT_S, duration or 0)
         device = bool(req.get("device_trace"))
         traces = list(req.get("traces") or []) + ([span] if span and span.count(".") >= 2 else [])
+        if span and not span_traced(span, traces):
+            return _send(conn, {"error": f"--span {span} is not traced in the window: name it in full "
+                                         "(pkg.mod.Class.method) or --trace it"})
         if device:
             from ..tracing.syncs import SYNC_TARGETS
 
@@ -131,10 +186,19 @@ class ControlServer:
         session = Session(settings, run_id=run_id, command=list(sys.argv)).start()
         if cap is not None:
             session.on_finish(cap.stop)
+        if span:
+            unresolved = session.patcher.unresolved
+            why = [unresolved.get(t) for t in traces if span_traced(span, [t])]
+            if why and all(why):  # nothing that records the span could be patched
+                session.set_outcome("failed", None, why[0])
+                session.finish()
+                _drop_run(self.store, run_id)
+                return _send(conn, {"error": f"cannot trace --span {span}: {why[0]}"})
         _send(conn, {"status": "recording", "run_id": session.run_id, "store": self.store})
         counter = sqlite3.connect(Path(self.store) / "runs.db", timeout=30)
         start = time.monotonic()
         reason = "duration"
+        done = 0
         conn.setblocking(False)
         try:
             while True:
@@ -142,20 +206,46 @@ class ControlServer:
                 if duration is not None and time.monotonic() - start >= duration:
                     break
                 if steps is not None:
-                    n = counter.execute("SELECT count(*) FROM spans WHERE run_id = ? AND (name = ? OR name LIKE ?)",
-                                        (session.run_id, span, "%." + span)).fetchone()[0]
-                    if n >= steps:
+                    done = _count_steps(counter, session.run_id, span)
+                    if done >= steps:
                         reason = "steps"
                         break
+                if time.monotonic() - start >= timeout:
+                    reason = "timeout"
+                    break
                 if _gone(conn):
                     reason = "client disconnected"
                     break
         finally:
-            session.set_outcome("ok", None)
+            if reason == "timeout":
+                what = f": {done} of {steps} steps of {span}" if steps is not None else ""
+                session.set_outcome("timeout", None, f"timed out after {timeout:g} s{what}")
+            else:
+                session.set_outcome("ok", None)
             session.finish()
             counter.close()
         conn.setblocking(True)
-        _send(conn, {"status": "done", "run_id": session.run_id, "store": self.store, "reason": reason})
+        _send(conn, {"status": "done", "run_id": session.run_id, "store": self.store, "reason": reason,
+                     "steps_done": done, "timeout_s": timeout})
+
+
+def _count_steps(db: sqlite3.Connection, run_id: str, span: str) -> int:
+    from ..tracing.steps import STEP_ATTR
+
+    rows = db.execute("SELECT thread_id, attrs FROM spans WHERE run_id = ? AND (name = ? OR name LIKE ?) "
+                      "ORDER BY start_ns", (run_id, span, "%." + span)).fetchall()
+    return completed_steps((tid, json.loads(attrs).get(STEP_ATTR) if attrs else None) for tid, attrs in rows)
+
+
+def _drop_run(store: str, run_id: str) -> None:
+    from ..store.db import Store
+
+    try:
+        st = Store(store)
+        st.delete_run(run_id)
+        st.close()
+    except Exception:
+        pass
 
 
 def _gone(conn: socket.socket) -> bool:
