@@ -219,3 +219,82 @@ def test_json_file_leaves_stdout_to_the_program(store, tmp_path):
     r = run_cli(["run", "-q", "--json-file", str(tmp_path / "no" / "such" / "dir.json"), "--", sys.executable,
                  str(prog)], store, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("stepscope: error: --json-file")
+
+
+NOBODY = 65534
+SERVER_PROG = "import stepscope\nstepscope.start_server()\nprint('program goes on')\n"
+
+
+def as_user(uid: int, env: dict, code: str, server_env: bool = False) -> subprocess.CompletedProcess:
+    """Run ``code`` as ``uid`` with the system python (the collect side is stdlib-only)."""
+    env = dict(env, PYTHONPATH=str(PROGRAMS.parent.parent / "src"))
+    if server_env:
+        env["STEPSCOPE_SERVER"] = "1"
+    return subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          user=uid, group=uid, extra_groups=[], cwd="/")
+
+
+@pytest.fixture
+def runtime_env():
+    """A shared temp folder (1777, reachable by every user) as TMPDIR; the runtime folder env unset."""
+    if os.getuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to act as two users) and /usr/bin/python3")
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="stepscope-test-", dir="/tmp"))
+    base.chmod(0o755)
+    tmp = base / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPSCOPE_RUNTIME_DIR", "XDG_RUNTIME_DIR")}
+    env["TMPDIR"] = str(tmp)
+    yield tmp, env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("server_env", [False, True])
+def test_runtime_folder_of_another_user_never_hurts_the_program(runtime_env, server_env):
+    tmp, env = runtime_env
+    folder = tmp / f"stepscope-{NOBODY}"
+    folder.mkdir(mode=0o700)  # today's folder, made first by another user (root here)
+    code = "import stepscope\nprint('program goes on')\n" if server_env else SERVER_PROG
+    r = as_user(NOBODY, env, code, server_env)
+    assert (r.returncode, r.stdout) == (0, "program goes on\n")
+    assert r.stderr == (f"stepscope: control server not started: {folder} belongs to uid 0, not to you "
+                        f"(uid {NOBODY})\n")
+    assert list(folder.iterdir()) == []
+
+
+def test_runtime_folder_others_can_write_or_a_link_is_refused(runtime_env):
+    tmp, env = runtime_env
+    tmp_path = tmp.parent
+    folder = tmp / "stepscope-0"
+    folder.mkdir()
+    folder.chmod(0o777)
+    r = subprocess.run([sys.executable, "-c", SERVER_PROG], env=env, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, "program goes on\n")
+    assert r.stderr == f"stepscope: control server not started: {folder} is writable by others (mode 777)\n"
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    folder.symlink_to(tmp_path / "elsewhere")
+    r = subprocess.run([sys.executable, "-c", SERVER_PROG], env=env, capture_output=True, text=True, timeout=60)
+    assert r.stderr == f"stepscope: control server not started: {folder} is not a folder\n" and r.returncode == 0
+
+
+def test_private_xdg_runtime_dir_is_used_first(runtime_env):
+    tmp, env = runtime_env
+    tmp_path = tmp.parent
+    (tmp / f"stepscope-{NOBODY}").mkdir(mode=0o700)  # taken by root: not in the way
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    os.chown(xdg, NOBODY, NOBODY)
+    env["XDG_RUNTIME_DIR"] = str(xdg)
+    code = ("import json, os, stepscope\nfrom stepscope.control.client import find_server\n"
+            "s = stepscope.start_server()\ninfo = find_server(os.getpid())\n"
+            "print(s.info_file, oct(os.stat(s.info_file.parent).st_mode & 0o777), info['port'] == s.address[1])\n")
+    r = as_user(NOBODY, env, code)
+    assert r.returncode == 0 and r.stderr == ""
+    path, mode, found = r.stdout.split()
+    assert path.startswith(str(xdg / "stepscope") + "/") and mode == "0o700" and found == "True"

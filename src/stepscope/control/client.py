@@ -6,7 +6,7 @@ import json
 import socket
 from pathlib import Path
 
-from .server import runtime_dir
+from .server import RuntimeDirError, private_dir, runtime_dirs
 
 
 class CaptureError(Exception):
@@ -14,19 +14,22 @@ class CaptureError(Exception):
 
 
 def find_server(pid: int | None = None, address: str | None = None) -> dict | None:
-    """The published info (host, port, token, store) of the server of ``pid`` or at ``host:port``."""
-    d = runtime_dir()
-    if pid is not None:
-        p = d / f"{pid}.json"
-        return json.loads(p.read_text()) if p.exists() else None
+    """The published info (host, port, token, store) of the server of ``pid`` or at ``host:port``, from
+    the runtime folders that are private to this user (others are skipped)."""
     host, _, port = (address or "").rpartition(":")
-    for p in d.glob("*.json"):
+    for d in runtime_dirs():
         try:
-            info = json.loads(p.read_text())
-        except (OSError, ValueError):
+            private_dir(d, create=False)
+        except RuntimeDirError:
             continue
-        if str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost")):
-            return info
+        files = [d / f"{pid}.json"] if pid is not None else sorted(d.glob("*.json"))
+        for p in files:
+            try:
+                info = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if pid is not None or (str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost"))):
+                return info
     return None
 
 

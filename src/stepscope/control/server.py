@@ -2,8 +2,10 @@
 
 While idle it is one thread blocked in ``accept()``: no sampler, nothing patched. A capture request
 (one JSON line over TCP on 127.0.0.1) carries a token that only this user can read (a 0600 file in a
-0700 folder, ``runtime_dir()``); the capture opens a recording session (the named traces patched in,
-the sampler on), waits for ``duration_s`` or for ``steps`` completed calls of ``span``, and closes it:
+0700 folder of this user's, ``runtime_dir()``; a folder someone else owns or can write in is refused,
+and then no server starts: one line on stderr, never an exception into the program); the capture opens
+a recording session (the named traces patched in, the sampler on), waits for ``duration_s`` or for
+``steps`` steps of ``span``, and closes it:
 everything is unpatched (calls in flight finish normally), the run is in the store. A second request
 during a capture gets ``{"error": "busy"}``; a client that disconnects ends the window at once.
 
@@ -29,6 +31,7 @@ import os
 import secrets
 import socket
 import sqlite3
+import stat
 import sys
 import tempfile
 import threading
@@ -81,12 +84,54 @@ def completed_steps(rows) -> int:
     return total
 
 
-def runtime_dir() -> Path:
-    """Where servers publish their port and token: ``$STEPSCOPE_RUNTIME_DIR`` or ``<tmp>/stepscope-<uid>`` (0700)."""
-    d = Path(os.environ.get("STEPSCOPE_RUNTIME_DIR") or Path(tempfile.gettempdir()) / f"stepscope-{os.getuid()}")
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(d, 0o700)
+class RuntimeDirError(OSError):
+    """No private folder to publish the server's port and token in (the message says why, one line)."""
+
+
+def runtime_dirs() -> list[Path]:
+    """Where servers may publish their port and token, best first: ``$STEPSCOPE_RUNTIME_DIR`` alone, or
+    ``$XDG_RUNTIME_DIR/stepscope`` (when set) then ``<tmp>/stepscope-<uid>``."""
+    if os.environ.get("STEPSCOPE_RUNTIME_DIR"):
+        return [Path(os.environ["STEPSCOPE_RUNTIME_DIR"])]
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return ([Path(xdg) / "stepscope"] if xdg else []) + [Path(tempfile.gettempdir()) / f"stepscope-{os.getuid()}"]
+
+
+def private_dir(d: Path, create: bool = True) -> Path:
+    """``d`` if it is a folder (not a link) of this user's that no one else can write in; created 0700
+    when missing (``create``), made 0700 when others could only read it. Raises RuntimeDirError."""
+    if create:
+        try:
+            d.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise RuntimeDirError(f"cannot create {d}: {e.strerror}") from None
+    try:
+        st = os.lstat(d)
+    except OSError as e:
+        raise RuntimeDirError(f"{d}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeDirError(f"{d} is not a folder")
+    if st.st_uid != os.getuid():
+        raise RuntimeDirError(f"{d} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})")
+    if st.st_mode & 0o022:
+        raise RuntimeDirError(f"{d} is writable by others (mode {stat.S_IMODE(st.st_mode):o})")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)
     return d
+
+
+def runtime_dir() -> Path:
+    """The folder this process publishes its server in: the first of ``runtime_dirs()`` that is private
+    (``private_dir``). Raises RuntimeDirError naming why none is."""
+    why = []
+    for d in runtime_dirs():
+        try:
+            return private_dir(d)
+        except RuntimeDirError as e:
+            why.append(str(e))
+    raise RuntimeDirError("; ".join(why))
 
 
 class ControlServer:
@@ -96,12 +141,12 @@ class ControlServer:
         self.store = str(Path(store or os.environ.get("STEPSCOPE_STORE") or ".stepscope").resolve())
         self.token = secrets.token_hex(16)
         self._busy = threading.Lock()
+        self.info_file = runtime_dir() / f"{os.getpid()}.json"  # first: a refused folder opens no socket
         self._sock = socket.create_server((host, port))
         self.address = self._sock.getsockname()[:2]
         if host not in ("127.0.0.1", "localhost", "::1"):
             print(f"stepscope: control server bound to {host}, reachable from other hosts", file=sys.stderr)
-        self.info_file = runtime_dir() / f"{os.getpid()}.json"
-        fd = os.open(self.info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(self.info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pid": os.getpid(), "host": self.address[0], "port": self.address[1], "token": self.token,
                        "store": self.store, "argv": sys.argv}, f)
@@ -267,11 +312,18 @@ def _send(conn: socket.socket, doc: dict) -> None:
 _server: ControlServer | None = None
 
 
-def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 0) -> ControlServer:
-    """Start (once) the control server of this process; returns it. See the module doc."""
+def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 0) -> ControlServer | None:
+    """Start (once) the control server of this process; returns it. See the module doc. Never raises
+    into the program: when it cannot start (no private runtime folder, no socket), one line on stderr
+    says why and it returns None."""
     global _server
     if _server is None:
-        _server = ControlServer(store, host, port)
+        try:
+            _server = ControlServer(store, host, port)
+        except OSError as e:
+            why = str(e) if isinstance(e, RuntimeDirError) or not e.strerror else e.strerror
+            print(f"stepscope: control server not started: {why}", file=sys.stderr)
+            return None
         import atexit
 
         atexit.register(_server.close)
