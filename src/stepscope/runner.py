@@ -228,7 +228,9 @@ class _Relay:
     the child, or one of the child's handlers reports it through the wakeup pipe within ``grace`` s.
     A signal the child does not catch is passed on at once (a second copy of a fatal or ignored signal
     changes nothing). Copies of a signal from the same sender within ``grace`` s count once (``timeout``
-    signals its child, then its group).
+    signals its child, then its group). Limits: a program that replaces the wakeup fd (asyncio's
+    ``add_signal_handler``) or catches a signal in C (``faulthandler.register``) may get a copy sent to the
+    whole group twice; without ``sigtimedwait`` (not Linux) all but SIGINT/SIGQUIT are passed on.
     """
 
     def __init__(self, grace: float = 0.5) -> None:
