@@ -172,3 +172,58 @@ def test_capture_with_device_trace(service, store):
     dev = json.loads(run_cli(["device", run_id, "--json"], store).stdout)["device"]
     unet = {s["name"]: s for s in dev["spans"]}[UNET]
     assert unet["recorded"] >= 6 and unet["op_ns"] > 0 and unet["flops"] > 0  # the request threads' ops are in the trace
+
+
+@pytest.fixture
+def cfg_worker(tmp_path, store):
+    env = cli_env(store)
+    env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
+    proc = subprocess.Popen([sys.executable, str(PROGRAMS / "sd_cfg_worker.py")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    assert proc.stdout.readline().startswith("ready")
+    yield proc, env
+    proc.kill()
+    proc.wait(10)
+
+
+def test_steps_are_counted_as_the_pipeline_counts_them(cfg_worker, store):
+    """Two UNet calls per step (classifier-free guidance unbatched): --steps 3 is 3 whole steps, not 3 calls."""
+    proc, env = cfg_worker
+    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--steps", "3", "--span",
+                        "UNet2DConditionModel.forward", "--trace", UNET, "--json"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    data = Store(store).load(json.loads(r.stdout)["run"]["run_id"])
+    calls = {}
+    for s in data.spans:
+        if s.name == UNET:
+            calls.setdefault((s.thread_id, s.attrs["diffusion.step"]), []).append(s)
+    assert sum(1 for c in calls.values() if len(c) == 2) >= 3  # three whole steps of two calls each
+    assert len(calls) <= 5  # and not much more: a partial step at each end at most
+
+
+def test_span_the_window_does_not_trace_is_refused(cfg_worker, store):
+    proc, env = cfg_worker
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--steps", "3", "--span",
+                        "UNet2DConditionModel.forward"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and time.monotonic() - t < 60
+    assert r.stderr.strip().splitlines() == ["stepscope: error: --span UNet2DConditionModel.forward is not traced in the "
+                                             "window: name it in full (pkg.mod.Class.method) or --trace it (e.g. "
+                                             "--trace pkg.mod.UNet2DConditionModel.forward)"]
+    assert Store(store).list_runs() == []
+
+
+def test_capture_that_never_completes_times_out(cfg_worker, store):
+    """A span that is traced but never called: the window ends at --timeout, stored as such."""
+    proc, env = cfg_worker
+    vae = "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL.decode"
+    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--steps", "1", "--span",
+                        "AutoencoderKL.decode", "--trace", vae, "--trace", UNET, "--timeout", "3s"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    run = Store(store).list_runs()[0]
+    assert run.status == "timeout" and run.error == "timed out after 3 s: 0 of 1 steps of AutoencoderKL.decode"
+    assert r.stderr.strip().splitlines()[-1] == (f"stepscope: error: capture timed out after 3 s with 0 of 1 steps of "
+                                                 f"AutoencoderKL.decode; run {run.id} stored as timeout")
+    assert run.span_count > 0  # the UNet calls of the window are kept

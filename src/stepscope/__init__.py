@@ -25,7 +25,8 @@ __all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session"
 def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 0):
     """Let ``stepscope capture --pid`` record windows of this process on demand (idle: one blocked
     thread, nothing patched, no sampler). Binds 127.0.0.1 and a free port by default; the port and a
-    token are published in a file only this user can read. Returns the server."""
+    token are published in a file only this user can read. Returns the server, or None when it cannot
+    start (no private runtime folder: one line on stderr says why; the program goes on)."""
     from .control.server import start_server as _start
 
     return _start(store, host, port)

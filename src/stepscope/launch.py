@@ -5,8 +5,10 @@
 program as Python would (``__main__``, ``sys.argv``, ``sys.path[0]``), and records how it ended. The
 program sees the same results, exceptions, output and exit code as without stepscope: an uncaught
 exception is printed by ``sys.excepthook`` with stepscope's frames removed, then the process exits 1;
-KeyboardInterrupt ends it by SIGINT as Python does; SIGTERM (if the program set no handler) writes the
-run, then ends the process by SIGTERM. Stdlib only.
+KeyboardInterrupt ends it by SIGINT as Python does; SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 (those the
+program left at their default) write the run, then end the process by the same signal. Under ``stepscope
+run``, the signal wakeup fd is a pipe to it (``signal_fd``): it learns which signals reached the program's
+handlers, so that it passes on only those the program did not get. Stdlib only.
 """
 
 from __future__ import annotations
@@ -57,6 +59,98 @@ def _clean(exc: BaseException) -> None:
         exc = exc.__context__
 
 
+def signal_status(sig: int) -> str:
+    """The status of a run that signal ``sig`` ended."""
+    return {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(sig, "killed")
+
+
+#: Signals that end the program by default: the run is written first (when the program left them alone).
+_FATAL = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, n))
+
+
+def _end_by_signal(session) -> None:
+    """Write the run, then die by the signal as the program would have (it left the default action)."""
+    def on_signal(signum, frame):
+        session.flush_on_signal(signal_status(signum), -signum, signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in _FATAL:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, on_signal)
+
+
+def _report_signals(fd: int) -> None:
+    """Python writes one byte per signal its handlers receive to the wakeup fd: make it the pipe to
+    ``stepscope run`` (its own, not inherited by the program's subprocesses; forked children drop it)."""
+    try:
+        os.set_inheritable(fd, False)
+        signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        return
+
+    def in_forked_child() -> None:
+        try:
+            old = signal.set_wakeup_fd(-1)
+            if old != fd:
+                signal.set_wakeup_fd(old)
+            os.close(fd)
+        except (OSError, ValueError):
+            pass
+
+    os.register_at_fork(after_in_child=in_forked_child)
+
+
+def _missing_target(kind: str, target: str) -> tuple[str, int] | None:
+    """Python's own one-line error and exit code for a script that cannot be opened or a module that
+    cannot be found (looked up without importing anything), or None."""
+    if kind == "script" and not os.path.isdir(target):
+        try:
+            open(target, "rb").close()
+        except OSError as e:
+            prog = (getattr(sys, "orig_argv", None) or [sys.executable])[0]
+            path = os.path.abspath(target) if sys.version_info >= (3, 10) else target
+            return f"{prog}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}", 2
+    elif kind == "module":
+        import importlib.util
+
+        if target.startswith("."):
+            return f"{sys.executable}: Relative module names not supported", 1
+        top = target.partition(".")[0]
+        try:
+            found = top in sys.modules or importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            return None  # let the program's own run say it
+        if not found:
+            if "." not in target:
+                return f"{sys.executable}: No module named {target}", 1
+            msg = f"Error while finding module specification for {target!r} (ModuleNotFoundError: No module named {top!r})"
+            if target.endswith(".py"):
+                msg += f". Try using '{target[:-3]}' instead of '{target}' as the module name."
+            return f"{sys.executable}: {msg}", 1
+    return None
+
+
+def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
+    """A program that cannot start ends as Python would end it (its one line, its exit code), and its run
+    is marked "failed" for ``stepscope run`` to drop."""
+    missing = _missing_target(kind, target)
+    if missing is None:
+        return
+    message, code = missing
+    print(message, file=sys.stderr)
+    if cfg.get("run_id") and not cfg.get("server_only"):
+        try:
+            from .store.db import Store
+
+            st = Store(store)
+            st.update_run(cfg["run_id"], status="failed", exit_code=code, error=message)
+            st.close()
+        except Exception:
+            pass
+    sys.exit(code)
+
+
 def _usage() -> None:
     print("usage: python -m stepscope.launch (SCRIPT | -m MODULE | -c CODE) [ARGS...]", file=sys.stderr)
     sys.exit(2)
@@ -68,6 +162,8 @@ def main() -> None:
 
     raw = os.environ.pop(ENV_VAR, None)
     cfg = json.loads(raw) if raw else {}
+    if cfg.get("signal_fd") is not None:
+        _report_signals(int(cfg["signal_fd"]))
     argv = sys.argv[1:]
     if not argv:
         _usage()
@@ -79,6 +175,7 @@ def main() -> None:
         kind, target, rest = "script", argv[0], argv[1:]
 
     settings = Settings.from_dict(cfg.get("settings", {}))
+    _check_target(kind, target, cfg, settings.store)
     traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace)
     # the program's __main__, as the interpreter makes it, in place before the patcher looks at it
     main_mod = _fresh_main(kind, target)
@@ -99,13 +196,8 @@ def main() -> None:
         if settings.compile_report:
             _start_compile_report(session)
 
-    if not cfg.get("server_only") and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        def on_term(signum, frame):
-            session.flush_on_signal("terminated", -signal.SIGTERM)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_term)
+    if not cfg.get("server_only"):
+        _end_by_signal(session)
 
     try:
         _run(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)

@@ -101,7 +101,9 @@ class Profile:
 class Run:
     """One profiled execution. ``start_ns``/``end_ns`` on the run's clock; ``anchor_*`` map it to wall time
     (``wall_ns = anchor_wall_ns + t - anchor_mono_ns``). ``status``: running, ok, error, interrupted,
-    terminated, killed. ``unresolved``: traced names that could not be resolved -> reason."""
+    terminated, killed (by another signal: ``error`` names it), incomplete (the program ended, but its recording
+    stopped at a failed write, e.g. a full disk: ``error`` says why, ``exit_code`` is the program's), lost (read only: "running", but its process is
+    gone without a word, e.g. SIGKILLed with stepscope). ``unresolved``: traced names that could not be resolved -> reason."""
 
     id: str
     command: list[str]

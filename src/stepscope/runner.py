@@ -2,8 +2,13 @@
 
 The child is the user's own interpreter started as ``python [interpreter options] -m stepscope.launch
 (SCRIPT | -m MODULE | -c CODE) ARGS``; the run row is created here first, so a child that dies hard
-(SIGKILL, os._exit) still leaves a run with its exit status. Ctrl-C reaches the child (same process
-group) and the child records it; this process waits for it.
+(SIGKILL, os._exit) still leaves a run with its exit status.
+
+Signals (``RELAYED``) sent to this process reach the program once, as if sent to it: the child stays in
+this process group, so a signal sent to the group (Ctrl-C in a terminal, ``timeout``, ``kill -- -PGID``)
+reaches it directly and is not passed on again; one sent to this process only is passed on. To tell them
+apart, the child's signal wakeup fd is a pipe to this process (``launch`` sets it): Python writes one
+byte per signal its handlers receive. The child dies with this process (``PR_SET_PDEATHSIG``, Linux).
 """
 
 from __future__ import annotations
@@ -13,18 +18,20 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import clock
-from .launch import ENV_VAR
+from .launch import ENV_VAR, signal_status
 from .model import Run
 from .session import new_run_id
 from .settings import Settings
-from .store.db import Store
+from .store.db import Store, write_error_text
 
 # interpreter options that take a value (python --help)
 _OPTS_WITH_VALUE = {"-W", "-X", "-Q", "--check-hash-based-pycs"}
@@ -36,10 +43,12 @@ class CommandError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a recorded run ended: ``exit_code`` as the shell sees it (128+N for signal N)."""
+    """How a recorded run ended: ``exit_code`` as the shell sees it (128+N for signal N). ``run_id`` is
+    empty when nothing was stored (``server_only``, or the program could not start)."""
 
     run_id: str
     returncode: int
+    store_error: str | None = None  # the run's end could not be written (e.g. "store full at PATH")
 
     @property
     def exit_code(self) -> int:
@@ -136,37 +145,231 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         tmp = tempfile.mkdtemp(prefix="stepscope-path-")
         os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
+    relay = _Relay()
+    cfg = json.loads(child_env[ENV_VAR])
+    cfg["signal_fd"] = relay.child_fd
+    child_env[ENV_VAR] = json.dumps(cfg)
     try:
-        proc = subprocess.Popen(argv, env=child_env)
-    except OSError as e:
-        store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
-        raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C and records it
-    try:
-        returncode = proc.wait()
+        try:
+            proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
+        except OSError as e:
+            relay.close()
+            store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
+            raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
+        returncode = relay.wait(proc)
     finally:
-        signal.signal(signal.SIGINT, old)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     if server_only:
         return Outcome("", returncode)
-    _settle(store, run_id, returncode)
-    return Outcome(run_id, returncode)
+    if store.get_run(run_id, as_stored=True).status == "failed":  # no such script or module: launch said so
+        store.delete_run(run_id)
+        return Outcome("", returncode)
+    return Outcome(run_id, returncode, _settle(store, run_id, returncode))
 
 
-def _settle(store: Store, run_id: str, returncode: int) -> None:
-    """Make the run's status agree with the process's real end (the child may have died unannounced)."""
-    run = store.get_run(run_id)
+def _settle(store: Store, run_id: str, returncode: int) -> str | None:
+    """Make the run's status agree with the process's real end (the child may have died unannounced).
+    Returns why that could not be written (a full disk), or None."""
+    run = store.get_run(run_id, as_stored=True)
     fields: dict = {"exit_code": returncode if returncode >= 0 else 128 - returncode}
     if run.status == "running":
         if returncode < 0:
             sig = -returncode
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-            fields.update(status={signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(sig, "killed"),
-                          error=name)
+            fields.update(status=signal_status(sig), error=name)
         else:
             fields.update(status="ok" if returncode == 0 else "error",
                           error=None if returncode == 0 else f"exit status {returncode}")
         if run.end_ns is None:
             fields["end_ns"] = clock.now_ns()
-    store.update_run(run_id, **fields)
+    try:
+        store.update_run(run_id, **fields)
+    except sqlite3.Error as e:
+        return write_error_text(e, store.path)
+    return None
+
+
+#: Signals passed on to the program when this process gets them.
+RELAYED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                if hasattr(signal, n))
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-backslash, hangup (to its group)
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _proc_mask(pid: int, field: str) -> int | None:
+    """A signal mask of ``/proc/PID/status`` (``SigCgt``: caught, ``ShdPnd``: pending), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class _Relay:
+    """Waits for the child while passing on the signals this process gets (see the module doc).
+
+    A signal the child also got (from the terminal, from its own group, or sent to the whole group) is
+    not passed on: it is sent by the kernel (``SI_KERNEL``), or sent by the child itself, or pending in
+    the child, or one of the child's handlers reports it through the wakeup pipe within ``grace`` s.
+    A signal the child does not catch is passed on at once (a second copy of a fatal or ignored signal
+    changes nothing). Copies of a signal from the same sender within ``grace`` s count once (``timeout``
+    signals its child, then its group). Limits: a program that replaces the wakeup fd (asyncio's
+    ``add_signal_handler``) or catches a signal in C (``faulthandler.register``) may get a copy sent to the
+    whole group twice; without ``sigtimedwait`` (not Linux) all but SIGINT/SIGQUIT are passed on.
+    """
+
+    def __init__(self, grace: float = 0.5) -> None:
+        self.grace = grace
+        self.read_fd, self.child_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.child_fd, False)  # signal.set_wakeup_fd wants a non-blocking fd
+        self.events: list[list] = []  # [signo, t, sender, state, byte seen]; state: wait, delivered, forwarded
+        self.child_got: list[tuple[int, float]] = []  # the child's handlers' receipts not matched yet
+        self.watch = set(RELAYED) | {signal.SIGCHLD}
+        self.blocking = hasattr(signal, "sigtimedwait")
+        self.parent = os.getpid()
+        self.old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, self.watch) if self.blocking else None
+        self._prctl = _prctl()
+
+    def in_child(self) -> None:
+        """After fork, before exec: the parent's signal mask back; die with the parent (Linux)."""
+        if self.old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
+        if self._prctl is not None:
+            self._prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != self.parent:  # the parent died before prctl
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.child_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.old_mask is not None:
+            while signal.sigtimedwait(self.watch, 0) is not None:  # copies that came late: the child is gone
+                pass
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
+            self.old_mask = None
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        """Wait for ``proc`` to end, relaying signals; its return code."""
+        os.close(self.child_fd)
+        self.child_fd = -1
+        try:
+            if not self.blocking:  # no siginfo: pass on all but the terminal's (they reach the group)
+                return self._wait_plain(proc)
+            while True:
+                waiting = [e[1] + self.grace for e in self.events if e[3] == "wait"]
+                timeout = max(0.0, min(waiting) - time.monotonic()) if waiting else 1.0
+                info = signal.sigtimedwait(self.watch, timeout)
+                now = time.monotonic()
+                self._read_child(now)
+                if info is not None and info.si_signo != signal.SIGCHLD:
+                    self._received(proc, info.si_signo, info.si_code, info.si_pid, now)
+                rc = proc.poll()
+                if rc is not None:
+                    return rc
+                self._forward_due(proc, now)
+        finally:
+            self.close()
+
+    def _wait_plain(self, proc: subprocess.Popen) -> int:
+        def forward(signum, frame):
+            proc.send_signal(signum)
+
+        old = {s: signal.signal(s, forward) for s in RELAYED if s not in (signal.SIGINT, signal.SIGQUIT)}
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return proc.wait()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _read_child(self, now: float) -> None:
+        try:
+            data = os.read(self.read_fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        for signo in data:
+            if signo not in RELAYED:
+                continue
+            for e in self.events:
+                if e[0] == signo and not e[4] and (e[3] == "wait" or now - e[1] <= self.grace):
+                    e[4] = True
+                    if e[3] == "wait":
+                        e[3] = "delivered"
+                    break
+            else:
+                self.child_got.append((signo, now))
+
+    def _received(self, proc: subprocess.Popen, signo: int, code: int, sender: int, now: float) -> None:
+        if signo not in RELAYED:
+            return
+        self.events = [e for e in self.events if e[3] == "wait" or now - e[1] <= 2 * self.grace]
+        self.child_got = [c for c in self.child_got if now - c[1] <= self.grace]
+        if any(e[0] == signo and e[2] == sender and now - e[1] <= self.grace for e in self.events):
+            return  # a copy from the same sender: one event
+        event = [signo, now, sender, "wait", False]
+        self.events.append(event)
+        got = next((c for c in self.child_got if c[0] == signo), None)
+        if got is not None:
+            self.child_got.remove(got)
+            event[3], event[4] = "delivered", True
+        elif code == _SI_KERNEL or sender == proc.pid or (_proc_mask(proc.pid, "ShdPnd") or 0) >> (signo - 1) & 1:
+            event[3] = "delivered"
+        else:
+            caught = _proc_mask(proc.pid, "SigCgt")
+            if caught is not None and not caught >> (signo - 1) & 1:
+                self._forward(proc, event, now)
+
+    def _forward_due(self, proc: subprocess.Popen, now: float) -> None:
+        for e in self.events:
+            if e[3] == "wait" and now - e[1] >= self.grace:
+                self._forward(proc, e, now)
+
+    @staticmethod
+    def _forward(proc: subprocess.Popen, event: list, now: float) -> None:
+        event[1], event[3] = now, "forwarded"
+        try:
+            proc.send_signal(event[0])
+        except OSError:
+            pass
+
+
+def die_like(returncode: int) -> None:
+    """End this process as the program ended when a signal killed it (``returncode`` < 0), so that a
+    shell or supervisor sees the same death (no core file); returns otherwise."""
+    if returncode >= 0:
+        return
+    sig = -returncode
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (ImportError, ValueError, OSError):
+        pass
+    try:
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass

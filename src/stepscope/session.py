@@ -4,6 +4,8 @@ The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sl
 101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
 ``flush_interval_s``, writes finished spans, new frames/stacks and samples to the store. Memory stays
 bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
+A write that fails (a full disk) ends the recording there, never the program: the run is marked
+``incomplete`` with the reason, and nothing is printed into the program's output.
 
 Stdlib only: this module runs inside the profiled program.
 """
@@ -23,7 +25,7 @@ from . import clock
 from .model import Run
 from .profiling.sampler import OWN_THREADS, Sampler
 from .settings import Settings
-from .store.db import Store
+from .store.db import Store, write_error_text
 from .tracing import buffer
 from .tracing.patch import Patcher
 
@@ -118,6 +120,7 @@ class Session:
         self.status = "ok"
         self.exit_code: int | None = 0
         self.error: str | None = None
+        self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Session":
@@ -193,9 +196,18 @@ class Session:
         self.patcher.remove()
         self._flush()
         end = clock.now_ns()
-        self.store.update_run(self.run_id, status=self.status, exit_code=self.exit_code, error=self.error,
-                              end_ns=end, env=environment(), unresolved=self.unresolved)
-        self.store.close()
+        status, error = self.status, self.error
+        if self.store_error is not None:  # the program ran on; its recording stops at the failure
+            status, error = "incomplete", self.store_error
+        try:
+            self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
+                                  end_ns=end, env=environment(), unresolved=self.unresolved)
+        except Exception as e:  # `stepscope run` tells the user; never into the program's exit
+            self.store_error = self.store_error or write_error_text(e, self.store.path)
+        try:
+            self.store.close()
+        except Exception:
+            pass
         try:
             atexit.unregister(self._atexit)
         except Exception:
@@ -205,9 +217,9 @@ class Session:
         if os.getpid() == self._pid:
             self.finish()
 
-    def flush_on_signal(self, status: str, exit_code: int) -> None:
+    def flush_on_signal(self, status: str, exit_code: int, error: str | None = None) -> None:
         """Best-effort final write from a signal handler (the process is about to die)."""
-        self.set_outcome(status, exit_code, status)
+        self.set_outcome(status, exit_code, error or status)
         self.finish()
 
     # -- recorder thread -------------------------------------------------------------------------
@@ -225,21 +237,19 @@ class Session:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
             t = now()
-            if period is not None:
+            if period is not None and t >= next_t:
                 self.sampler.sample(exclude_thread=me)
                 self._track_os_threads(self.sampler.last_threads, t)
                 next_t += period
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
-            else:
-                next_t = t + flush_every
             if t - last_flush >= flush_every:
-                try:
-                    self._flush()
-                except Exception as e:  # the program must go on even if the store fails
-                    print(f"stepscope: cannot write to store {self.store.path}: {e}", file=sys.stderr)
+                self._flush()
                 last_flush = t
-            stop.wait(max(0.0, (next_t - now()) / 1e9))
+            # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
+            # delay the flush: a crash loses at most one flush interval)
+            wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
+            stop.wait(max(0.0, (wake - now()) / 1e9))
 
     def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
         """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
@@ -261,8 +271,15 @@ class Session:
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
                     threads[th.ident] = (th.name, th.native_id)
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
-            self.store.append(self.run_id, spans=buffer.take(), frames=frames, frame_base=self._frames_written,
-                              stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
-                              os_threads=os_threads)
+            spans = buffer.take()
+            if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
+                return
+            try:
+                self.store.append(self.run_id, spans=spans, frames=frames, frame_base=self._frames_written,
+                                  stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
+                                  os_threads=os_threads)
+            except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
+                self.store_error = write_error_text(e, self.store.path)
+                return
             self._frames_written += len(frames)
             self._stacks_written += len(stacks)

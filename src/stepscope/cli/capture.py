@@ -11,9 +11,10 @@ import typer
 from .. import limits
 from ..analysis.summary import summarize
 from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
+from ..control.server import DEFAULT_TIMEOUT_S, span_traced
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
+from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, print_json
 
 
 @handles_errors
@@ -24,6 +25,9 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
                 span: Optional[str] = typer.Option(None, "--span", help="The span counted by --steps (name or suffix)."),
                 trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace during the window."),
                 hz: float = typer.Option(101.0, "--hz", help="Sampling rate (samples/s per thread)."),
+                timeout: Optional[str] = typer.Option(None, "--timeout", help="End the window after this long "
+                                                      "whatever happens (stored as timeout). [default: 10m, or "
+                                                      "--duration if longer]"),
                 device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler timeline."),
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Capture a window of a running program: traces on, sampler on, then everything off again.
@@ -41,7 +45,12 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         raise UserError("give --duration (e.g. 10s) or --steps N --span NAME")
     if steps is not None and (steps < 1 or not span):
         raise UserError("--steps needs N >= 1 and --span NAME")
+    if span and not span_traced(span, list(trace)):
+        raise UserError(f"--span {span} is not traced in the window: name it in full (pkg.mod.Class.method) "
+                        f"or --trace it (e.g. --trace pkg.mod.{span})")
     window = parse_duration(duration) if duration else None
+    timed_out = False
+    limit = parse_duration(timeout, "--timeout") if timeout else max(DEFAULT_TIMEOUT_S, window or 0)
     info = find_server(pid, address)
     t0 = time.perf_counter()
     if info is None:
@@ -65,15 +74,16 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         store_path = st.path
     else:
         request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span,
-                   "device_trace": device_trace}
+                   "device_trace": device_trace, "timeout_s": limit}
         if not as_json:
             err.print(f"capturing pid {info['pid']} ({' '.join(info.get('argv', []))[:60]})...")
-        try:
+        try:  # the server ends the window by the timeout; the rest bounds writing it out
             reply = capture(info, request, on_recording=(lambda r: err.print(f"recording run {r['run_id']}"))
-                            if not as_json else None)
+                            if not as_json else None, timeout=limit + 120)
         except CaptureError as e:
             raise UserError(str(e)) from None
         run_id, store_path = reply["run_id"], Path(reply["store"])
+        timed_out = reply.get("reason") == "timeout"
     st = open_store(store_path)
     data = st.load(run_id)
     summary = summarize(data, ProfileIndex(data.profile))
@@ -83,3 +93,6 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     else:
         print_summary(summary, err)
         err.print(f"[dim]stored in {store_path}; capture to summary {elapsed:.2f} s[/dim]")
+    if info is not None and timed_out:
+        what = f"{reply.get('steps_done', 0)} of {steps} steps of {span}" if steps else "the window"
+        fail(f"capture timed out after {limit:g} s with {what}; run {run_id} stored as timeout", 1)

@@ -11,6 +11,7 @@ import typer
 from .. import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
 from ..report.html import write_report
+from ..runner import die_like
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 from .run import record
 
@@ -43,6 +44,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
         cmd += ["--size", str(size)]
     outcome = record(cmd, demo_traces(scheduler), hz, st.path, as_json, quiet=False, transaction="txt2img")
     if outcome.exit_code != 0:
+        die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)
     run_image = st.run_dir(outcome.run_id) / "image.png"
     if image.exists():

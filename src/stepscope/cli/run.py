@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,8 +11,8 @@ import typer
 from .. import limits
 from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
-from ..render.terminal import unresolved_line, print_summary
-from ..runner import CommandError, Outcome, run_program
+from ..render.terminal import print_summary, unresolved_line
+from ..runner import CommandError, Outcome, die_like, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
 from ..tracing.patch import normalize_targets
@@ -22,8 +23,10 @@ CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_inte
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
-           quiet: bool = False, transaction: str | None = None, extra: dict | None = None, **device) -> Outcome:
-    """Run and record ``command``; print its summary (stderr) or JSON (stdout). Shared with ``demo``.
+           quiet: bool = False, transaction: str | None = None, extra: dict | None = None,
+           json_file: Optional[Path] = None, **device) -> Outcome:
+    """Run and record ``command``; print its summary (stderr) or JSON (stdout); with ``json_file``, also
+    write the JSON document there. Shared with ``demo``.
 
     ``device``: ``device_trace``, ``device_stacks``, ``device_steps`` (see ``Settings``)."""
     if device.get("device_trace") or device.pop("syncs", False):
@@ -31,26 +34,57 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     device.pop("syncs", None)
     settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
                         extra=extra or {}, **device)
+    if json_file is not None and not json_file.resolve().parent.is_dir():
+        raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
     try:
         outcome = run_program(command, settings, store)
     except CommandError as e:
         raise UserError(str(e)) from None
-    if quiet and not as_json:
-        run = store.get_run(outcome.run_id)
-        for name, why in (run.unresolved or {}).items():  # -q still says what was not traced
-            err.print(unresolved_line(name, why))
+    if not outcome.run_id:  # the program could not start: its one line is said, nothing is stored
+        store.close()
+        _emit({"run": None, "exit_code": outcome.exit_code}, as_json, json_file)
+        return outcome
+    if quiet and not (as_json or json_file):
+        _tell_incomplete(store, outcome)
+        for name, why in (store.get_run(outcome.run_id).unresolved or {}).items():  # -q still says what
+            err.print(unresolved_line(name, why))  # was not traced
         store.close()
         return outcome
     data = store.load(outcome.run_id)
     summary = summarize(data, ProfileIndex(data.profile))
-    if as_json:
-        print_json({"run": summary.to_dict()})
-    elif not quiet:
+    _emit({"run": summary.to_dict()}, as_json, json_file)
+    if not as_json and not quiet:
         print_summary(summary, err)
-        err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
+        if not _tell_incomplete(store, outcome):
+            err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
+    else:
+        _tell_incomplete(store, outcome)
     store.close()
     return outcome
+
+
+def _emit(doc: dict, as_json: bool, json_file: Optional[Path]) -> None:
+    """The result document: on stdout (``--json``, after whatever the program printed there) and/or in
+    ``json_file`` (written whole, then renamed into place)."""
+    if as_json:
+        print_json(doc)
+    if json_file is not None:
+        import orjson
+
+        tmp = json_file.with_name(f".{json_file.name}.tmp")
+        tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n")
+        tmp.replace(json_file)
+
+
+def _tell_incomplete(store, outcome: Outcome) -> bool:
+    """One line on stderr when the recording could not be written in full (a full disk); whether it was."""
+    run = store.get_run(outcome.run_id)
+    problem = outcome.store_error or (run.error if run.status == "incomplete" else None)
+    if problem:
+        spans, samples = store.counts(outcome.run_id)
+        print(f"stepscope: {problem}; kept {spans} spans, {samples} samples up to the failure", file=sys.stderr)
+    return bool(problem)
 
 
 @handles_errors
@@ -63,6 +97,8 @@ def run(
     hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 1-10000. [default: 101]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
+    json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
+                                             "(--json prints it on stdout after the program's own output)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
     auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
     device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler (Kineto) timeline."),
@@ -102,25 +138,29 @@ def run(
             outcome = run_program(args, Settings(profiles_hz=rate), st, server_only=True)
         except CommandError as e:
             raise UserError(str(e)) from None
+        die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)
     if auto_trace > 0:
-        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device)
+        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device, json_file)
     else:
-        outcome = record(args, names, rate, store, as_json, quiet, **device)
+        outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, **device)
+    die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
     raise typer.Exit(outcome.exit_code)
 
 
 def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,
-                n: int, device: dict) -> Outcome:
+                n: int, device: dict, json_file: Optional[Path] = None) -> Outcome:
     """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
     from ..analysis.suggest import suggest
 
     first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
+    if not first.run_id:
+        return first
     st = open_store(store_path)
     picks = [s.qualified_name for s in suggest(st.load(first.run_id), top=n)]
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
-    second = record(args, names + picks, rate, store_path, as_json, quiet,
+    second = record(args, names + picks, rate, store_path, as_json, quiet, json_file=json_file,
                     extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, **device)
     run = st.get_run(first.run_id)
     run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}

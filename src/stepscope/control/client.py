@@ -6,7 +6,7 @@ import json
 import socket
 from pathlib import Path
 
-from .server import runtime_dir
+from .server import RuntimeDirError, private_dir, runtime_dirs
 
 
 class CaptureError(Exception):
@@ -14,19 +14,22 @@ class CaptureError(Exception):
 
 
 def find_server(pid: int | None = None, address: str | None = None) -> dict | None:
-    """The published info (host, port, token, store) of the server of ``pid`` or at ``host:port``."""
-    d = runtime_dir()
-    if pid is not None:
-        p = d / f"{pid}.json"
-        return json.loads(p.read_text()) if p.exists() else None
+    """The published info (host, port, token, store) of the server of ``pid`` or at ``host:port``, from
+    the runtime folders that are private to this user (others are skipped)."""
     host, _, port = (address or "").rpartition(":")
-    for p in d.glob("*.json"):
+    for d in runtime_dirs():
         try:
-            info = json.loads(p.read_text())
-        except (OSError, ValueError):
+            private_dir(d, create=False)
+        except RuntimeDirError:
             continue
-        if str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost")):
-            return info
+        files = [d / f"{pid}.json"] if pid is not None else sorted(d.glob("*.json"))
+        for p in files:
+            try:
+                info = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if pid is not None or (str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost"))):
+                return info
     return None
 
 
@@ -44,19 +47,23 @@ def capture(info: dict, request: dict, on_recording=None, timeout: float | None 
         sock.sendall((json.dumps(dict(request, token=info["token"])) + "\n").encode())
         sock.settimeout(timeout)
         f = sock.makefile("r")
-        for line in f:
-            reply = json.loads(line)
-            if "error" in reply:
-                raise CaptureError(reply["error"])
-            if reply.get("status") == "recording" and on_recording:
-                on_recording(reply)
-            if reply.get("status") == "done":
-                return reply
+        try:
+            for line in f:
+                reply = json.loads(line)
+                if "error" in reply:
+                    raise CaptureError(reply["error"])
+                if reply.get("status") == "recording" and on_recording:
+                    on_recording(reply)
+                if reply.get("status") == "done":
+                    return reply
+        except TimeoutError:
+            raise CaptureError(f"no answer from the control server of pid {info.get('pid')} in {timeout:g} s") from None
     raise CaptureError("the control server closed the connection before the capture ended")
 
 
-def parse_duration(text: str) -> float:
-    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds, from 1 ms to 24 h. Raises ValueError naming the text."""
+def parse_duration(text: str, option: str = "--duration") -> float:
+    """``10s``, ``500ms``, ``2m``, ``1.5`` (s) -> seconds, from 1 ms to 24 h. Raises ValueError naming the
+    option and the text."""
     t = text.strip().lower()
     for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
         if t.endswith(suffix):
@@ -67,9 +74,9 @@ def parse_duration(text: str) -> float:
     try:
         v = float(t) * mul
     except ValueError:
-        raise ValueError(f"--duration {text!r}: expected e.g. 10s, 500ms, 2m") from None
+        raise ValueError(f"{option} {text!r}: expected e.g. 10s, 500ms, 2m") from None
     if not 0.001 <= v <= 86400:  # (NaN fails this too)
-        raise ValueError(f"--duration: must be between 1ms and 24h, got {text!r}")
+        raise ValueError(f"{option}: must be between 1ms and 24h, got {text!r}")
     return v
 
 

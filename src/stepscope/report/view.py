@@ -130,7 +130,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
     thread_names = [data.profile.thread_names.get(t, str(t)) for t in thread_ids]
     return {
         "run": {
-            "id": run.id, "command": run.command, "status": run.status, "exit_code": run.exit_code,
+            "id": run.id, "command": run.command, "status": run.status, "exit_code": run.exit_code, "error": run.error,
             "wall_us": _r((run.wall_time_ns or 0) / 1e3), "start_wall_ms": run.anchor_wall_ns / 1e6 if run.anchor_wall_ns else None,
             "host": run.host, "env": run.env, "hz": data.profile.hz, "unresolved": run.unresolved,
         },

@@ -7,14 +7,44 @@ Raw records only: flame graphs, step tables and diffs are computed on load.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import sqlite3
 from pathlib import Path
 from typing import Iterable
 
 from ..model import Frame, Profile, Run, RunData, Span
 from . import schema
+
+
+_HOST = socket.gethostname()
+_SQLITE_FULL = 13
+
+
+def write_error_text(e: BaseException, path: str | os.PathLike) -> str:
+    """One line for a failed write to the store at ``path``: ``store full at PATH`` or the reason."""
+    path = Path(path).resolve()
+    if (getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL or getattr(e, "errno", None) == errno.ENOSPC
+            or "disk is full" in str(e)):
+        return f"store full at {path}"
+    return f"cannot write to store at {path}: {e}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs here (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class StoreError(Exception):
@@ -112,8 +142,15 @@ class Store:
                               ((run_id, tid, name, native) for tid, (name, native) in threads.items()))
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (a full disk)
+                c.execute("ROLLBACK")
             raise
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        """(spans, samples) stored for a run."""
+        c = self.conn
+        return (c.execute("SELECT count(*) FROM spans WHERE run_id=?", (run_id,)).fetchone()[0],
+                c.execute("SELECT count(*) FROM samples WHERE run_id=?", (run_id,)).fetchone()[0])
 
     def delete_run(self, run_id: str) -> None:
         c = self.conn
@@ -161,11 +198,12 @@ class Store:
             run.sample_count = self.conn.execute("SELECT count(*) FROM samples WHERE run_id=?", (run.id,)).fetchone()[0]
         return runs
 
-    def get_run(self, run_id: str) -> Run:
+    def get_run(self, run_id: str, as_stored: bool = False) -> Run:
+        """A run; a "running" run whose process is gone reads as "lost" unless ``as_stored``."""
         rows = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
         if not rows:
             raise StoreError(f"no run {run_id!r} in store {self.path}")
-        return self._run(rows[0])
+        return self._run_row(rows[0]) if as_stored else self._run(rows[0])
 
     def load(self, ref: str | None = None) -> RunData:
         """Everything recorded for a run (see ``resolve_id`` for ``ref``)."""
@@ -204,6 +242,14 @@ class Store:
 
     @staticmethod
     def _run(r: dict) -> Run:
+        run = Store._run_row(r)
+        if run.status == "running" and run.pid and run.host == _HOST and not _alive(run.pid):
+            # its process is gone and nobody wrote its end (stepscope itself was SIGKILLed, say)
+            run.status, run.error = "lost", run.error or "the recording process ended without writing the run's end"
+        return run
+
+    @staticmethod
+    def _run_row(r: dict) -> Run:
         return Run(
             id=r["id"], command=json.loads(r["command"]), cwd=r["cwd"] or "", host=r["host"] or "",
             pid=r["pid"] or 0, status=r["status"], exit_code=r["exit_code"], error=r["error"],

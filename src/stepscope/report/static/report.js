@@ -31,7 +31,8 @@
   // ---- run header
   const R = D.run;
   document.getElementById("runinfo").textContent =
-    `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}  ·  ` +
+    `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}` +
+    (R.status === "incomplete" || R.status === "lost" ? ` (${R.error})` : "") + `  ·  ` +
     `${NS} spans  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
     (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "") +
