@@ -9,7 +9,7 @@ from conftest import run_cli
 
 import stepscope
 
-HZ = "must be 0 (off) or between 1 and 10000, got "
+HZ = "must be 0 (off) or between 0.01 and 10000, got "
 PY = sys.executable
 
 CASES = [
@@ -17,7 +17,7 @@ CASES = [
     (["run", "--hz", "nan"], "--hz: " + HZ + "nan"),
     (["run", "--hz", "inf"], "--hz: " + HZ + "inf"),
     (["run", "--hz", "-5"], "--hz: " + HZ + "-5"),
-    (["run", "--hz", "0.5"], "--hz: " + HZ + "0.5"),
+    (["run", "--hz", "0.005"], "--hz: " + HZ + "0.005"),
     (["run", "--auto-trace", "-1"], "--auto-trace: must be an integer between 0 and 50, got -1"),
     (["run", "--device-steps", "0"], "--device-steps: must be an integer between 1 and 1000000, got 0"),
     (["demo", "--steps", "0"], "--steps: must be an integer between 1 and 10000, got 0"),

@@ -36,7 +36,7 @@ def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = 1
     finished at exit.
 
     Raises ValueError for a malformed name or an out-of-range setting (one line naming it and its range,
-    e.g. ``profiles_hz: must be 0 (off) or between 1 and 10000, got 1e-12``), StoreError for a store
+    e.g. ``profiles_hz: must be 0 (off) or between 0.01 and 10000, got 1e-12``), StoreError for a store
     that cannot be opened, RuntimeError if a session is already active.
     """
     settings = Settings(functions_to_trace=tuple(normalize_targets(functions_to_trace)), profiles_hz=profiles_hz,

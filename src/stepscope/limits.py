@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 HZ_MAX = 10_000  # samples/s per thread; above this the sampler only measures itself
+HZ_MIN = 0.01  # one sample per 100 s; below, the period overflows the clock arithmetic and says nothing
 
 
 def show(value: Any) -> str:
@@ -40,10 +41,10 @@ def in_range(name: str, value: Any, lo: float, hi: float, *, integer: bool = Fal
 
 
 def hz(name: str, value: Any) -> float:
-    """A sampling rate in samples/s per thread: 0 (sampling off) or 1 to ``HZ_MAX``. Raises ValueError."""
-    rule = f"0 (off) or between 1 and {HZ_MAX}"
+    """A sampling rate in samples/s per thread: 0 (sampling off) or ``HZ_MIN`` to ``HZ_MAX``. Raises ValueError."""
+    rule = f"0 (off) or between {HZ_MIN} and {HZ_MAX}"
     v = _number(name, value, rule, False)
-    if v != 0 and not 1 <= v <= HZ_MAX:
+    if v != 0 and not HZ_MIN <= v <= HZ_MAX:
         raise ValueError(f"{name}: must be {rule}, got {show(value)}")
     return float(v)
 

@@ -94,7 +94,7 @@ def run(
     trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
     module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 1-10000. [default: 101]"),
+    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: 101]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
