@@ -190,8 +190,7 @@ class Session:
         from .tracing.probes import compiled_notes
 
         for name, outer in compiled_notes().items():  # ran as part of a torch.compile graph
-            where = ", ".join(o.rsplit(".", 2)[-2] + "." + o.rsplit(".", 1)[-1] if o.count(".") > 1 else o
-                              for o in outer if o) or "the span around the compiled call"
+            where = ", ".join(o for o in outer if o) or "the span around the compiled call"
             self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
         self.patcher.remove()
         self._flush()

@@ -23,11 +23,11 @@ import threading
 from time import perf_counter_ns
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: Files whose frames are left out of samples: stepscope's launcher, span wrappers and import hook
+#: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers and import hook
 #: (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
-HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "tracing", "wrappers.py"),
-                          os.path.join(_HERE, "tracing", "patch.py"), os.path.join(_HERE, "api.py"), runpy.__file__,
-                          "<frozen runpy>"})
+HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"), runpy.__file__,
+                          "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
+                              "wrappers.py", "patch.py", "probes.py", "monitoring.py", "codeswap.py", "mechanism.py")})
 
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.

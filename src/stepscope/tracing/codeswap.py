@@ -123,7 +123,8 @@ def _call(ph: str, method: str, args: list) -> ast.Call:
     return ast.Call(ast.Attribute(ast.Constant(ph), method, ast.Load()), args, [])
 
 
-def _has_own_yield(node) -> bool:
+def has_own_yield(node) -> bool:
+    """True when a ``def`` node's own body (not nested scopes) holds ``yield`` or ``yield from``."""
     todo = list(node.body)
     while todo:
         n = todo.pop()
@@ -146,7 +147,7 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     if not body:
         body = [ast.Pass()]
     plain = copy.deepcopy(body)
-    if _has_own_yield(node):
+    if has_own_yield(node):
         yields = _Yields(ph)
         body = [yields.visit(stmt) for stmt in body]
     enter = _call(ph, "enter_as", [ast.Name(first_arg, ast.Load())]) if first_arg else _call(ph, "enter", [])

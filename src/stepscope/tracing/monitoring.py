@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import sys
 
+from threading import get_ident
+from time import perf_counter_ns
+
+from . import buffer
 from .probes import Probe
 
 _getframe = sys._getframe
@@ -36,40 +40,55 @@ class Monitor:
             raise RuntimeError("no sys.monitoring tool id is free (ids 1, 3, 4, 5 are all taken)")
         self.tool = tool
         self.probes: dict = {}  # code -> Probe
-        probes = self.probes
+        self._by_id: dict = {}  # id(code) -> Probe: a code object's hash is computed anew on every call
+        probes = self._by_id
         DISABLE = mon.DISABLE
+        get, set_, next_id, append = buffer.current_span.get, buffer.current_span.set, buffer.next_span_id, \
+            buffer.finished.append
 
         def on_start(code, offset):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is None:
                 return DISABLE
-            p.enter(_getframe(1) if (p.hooks is not None or p.by_class is not None) else None)
+            if p.hooks is None and p.by_class is None:  # Probe.enter's common case, inlined (hot path)
+                prev = get()
+                set_([next_id(), perf_counter_ns(), prev[0] if prev else None, p, None, p.name, None, prev])
+            else:
+                p.enter(_getframe(1))
 
         def on_resume(code, offset):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is None:
                 return DISABLE
             p.resume(None, id(_getframe(1)))
 
         def on_return(code, offset, retval):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is None:
                 return DISABLE
-            p.exit(id(_getframe(1)) if p.generator else None)
+            if p.generator or p.hooks is not None:
+                p.exit(id(_getframe(1)) if p.generator else None)
+                return
+            end = perf_counter_ns()  # Probe.exit's common case, inlined (hot path)
+            rec = get()
+            if rec is not None and rec[3] is p:
+                if rec[0] is not None:
+                    append((rec[0], rec[2], rec[5], p.op, rec[1], end, get_ident(), rec[6], rec[4]))
+                set_(rec[7])
 
         def on_yield(code, offset, retval):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is None:
                 return DISABLE
             p.suspend(None, id(_getframe(1)))
 
         def on_throw(code, offset, exc):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is not None:
                 p.resume(None, id(_getframe(1)))
 
         def on_unwind(code, offset, exc):
-            p = probes.get(code)
+            p = probes.get(id(code))
             if p is not None:
                 fid = id(_getframe(1)) if p.generator else None
                 p.error(type(exc), fid)
@@ -87,12 +106,14 @@ class Monitor:
     def add(self, code, probe: Probe) -> None:
         """Trace ``code`` with ``probe``."""
         self.probes[code] = probe
+        self._by_id[id(code)] = probe
         self._mon.set_local_events(self.tool, code, self._local)
         self._mon.restart_events()
 
     def remove(self, code) -> None:
         """Stop tracing ``code`` (calls in flight end without a span)."""
         if self.probes.pop(code, None) is not None:
+            self._by_id.pop(id(code), None)
             try:
                 self._mon.set_local_events(self.tool, code, 0)
             except ValueError:

@@ -376,7 +376,7 @@ class Patcher:
         before the script runs, so nothing of the script's namespace changes. Raises SyntaxError."""
         import ast
 
-        from .codeswap import iter_defs
+        from .codeswap import has_own_yield, iter_defs
 
         with self._lock:
             wanted = [n for n, m in self._pending.items() if m == "__main__"]
@@ -391,7 +391,7 @@ class Patcher:
                     parts = qual.split(".")
                     if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern)):
                         if qual not in defs:
-                            generator = isinstance(node, ast.AsyncFunctionDef) or _own_yield(node)
+                            generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
                             defs[qual] = Probe(f"__main__.{qual}", generator=generator)
                         hit.setdefault(name, []).append(f"__main__.{qual}")
             code = self.mechanism.compile_main(source, filename, defs)
@@ -528,10 +528,6 @@ def _lazy_parent(awaited: str) -> bool:
     return parent is not None and isinstance(_own(parent, "_class_to_module"), dict)
 
 
-def _own_yield(node) -> bool:
-    from .codeswap import _has_own_yield
-
-    return _has_own_yield(node)
 
 
 def _own(obj: Any, attr: str) -> Any:
