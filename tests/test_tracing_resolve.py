@@ -133,3 +133,13 @@ def test_functions_still_pickle_by_reference(patcher):
 
     patcher.add(["sstargets.funcs.add"])
     assert pickle.loads(pickle.dumps(funcs.add)) is funcs.add
+
+
+def test_glob_matches_methods_defined_there_not_inherited(patcher):
+    from sstargets.classes import Base, Sub
+
+    patcher.add(["sstargets.classes.*.forward"])
+    assert "sstargets.classes.Sub.forward" not in patcher.resolved["sstargets.classes.*.forward"]
+    assert "sstargets.classes.Base.forward" in patcher.resolved["sstargets.classes.*.forward"]
+    Sub().forward(1)
+    assert names(spans_now()) == ["sstargets.classes.Base.forward"]  # one span, under the defining class

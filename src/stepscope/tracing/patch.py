@@ -263,6 +263,8 @@ class Patcher:
                         continue
                     if tail and (_GLOB & set(tail[0])) == set() and not _has(child, tail[0]):
                         continue
+                    if len(tail) == 1 and isinstance(child, type) and _own(child, tail[0]) is _MISSING:
+                        continue  # a glob matches what is defined there, not what a class inherits
                     self._expand(child, f"{path}.{n}", tail, out)
                 else:
                     raw = _raw_attr(obj, n)
