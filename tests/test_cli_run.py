@@ -128,3 +128,23 @@ def test_dash_c_programs_behave_as_with_python(store):
     traced = run_cli(["run", "-q", "--", sys.executable, "-c", code, "a", "b"], store)
     assert base.stdout == "__main__ ['a', 'b'] False\n"
     assert (traced.returncode, traced.stdout, traced.stderr) == (base.returncode, base.stdout, base.stderr)
+
+
+def test_a_name_certain_to_fail_is_reported_before_the_program_starts(tmp_path):
+    """A misspelt name in a module on disk is said before the program runs (nothing imported), with the
+    nearest names; names it cannot be sure of (re-exports, inherited methods) are left to the run."""
+    import subprocess
+
+    from conftest import cli_env
+
+    store = tmp_path / "store"
+    p = subprocess.run([sys.executable, "-m", "stepscope", "run", "-q", "--trace", "sstargets.funcs.ad",
+                        "--trace", "sstargets.funcs.add", "--", sys.executable, "-c",
+                        "import sys; sys.stderr.write('program starts\\n'); from sstargets import funcs; funcs.add(1)"],
+                       env=cli_env(store), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    first = next(i for i, ln in enumerate(lines) if "sstargets.funcs.ad:" in ln)
+    assert first < lines.index("program starts")
+    assert "did you mean sstargets.funcs.add" in " ".join(lines[first:first + 3])
+    assert sum("sstargets.funcs.ad:" in ln for ln in lines) == 1  # said once, not again at the end

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -15,11 +17,25 @@ from ..render.terminal import print_summary, unresolved_line
 from ..runner import CommandError, Outcome, die_like, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
+from ..tracing import precheck
 from ..tracing.patch import normalize_targets
 from ..tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _early_unresolved(command: list[str], names) -> dict[str, str]:
+    """Names certain not to resolve (``tracing.precheck``), when the program runs on this interpreter (its
+    modules are the ones found here); {} otherwise."""
+    if not command or not names:
+        return {}
+    exe = shutil.which(command[0]) or command[0]
+    if os.path.abspath(exe) != os.path.abspath(sys.executable):
+        return {}
+    script = next((a for a in command[1:] if not a.startswith("-")), None)
+    extra = [os.path.dirname(os.path.abspath(script))] if script and script.endswith(".py") else [os.getcwd()]
+    return precheck.check(list(names), extra)
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
@@ -37,6 +53,9 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if json_file is not None and not json_file.resolve().parent.is_dir():
         raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
+    early = _early_unresolved(command, settings.functions_to_trace)
+    for name, why in early.items():  # before the program starts: the run itself would say it at the end
+        err.print(unresolved_line(name, why))
     try:
         outcome = run_program(command, settings, store)
     except CommandError as e:
@@ -48,7 +67,8 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if quiet and not (as_json or json_file):
         _tell_incomplete(store, outcome)
         for name, why in (store.get_run(outcome.run_id).unresolved or {}).items():  # -q still says what
-            err.print(unresolved_line(name, why))  # was not traced
+            if name not in early:  # was not traced
+                err.print(unresolved_line(name, why))
         store.close()
         return outcome
     data = store.load(outcome.run_id)

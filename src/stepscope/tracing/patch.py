@@ -301,7 +301,8 @@ class Patcher:
         if path == "__main__":
             raise _Pending("__main__")  # the script has not defined it yet
         raise _Unresolved(f"{path} has no attribute {attr!r}"
-                         + _did_you_mean(obj, attr, path.rsplit(".", 1)[-1] + "."))
+                         + _did_you_mean(obj, attr, path + "." if isinstance(obj, types.ModuleType)
+                                        else path.rsplit(".", 1)[-1] + "."))
 
     def _patch(self, owner: Any, attr: str, concrete: str, batch: list[_Patch]) -> None:
         raw = _raw_attr(owner, attr)
