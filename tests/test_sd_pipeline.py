@@ -110,5 +110,5 @@ def test_reexported_names_trace_where_defined(tmp_path):
     assert [s.attrs["diffusion.step"] for s in data.spans if s.name == UNET] == [0, 1, 2]
     assert sum(1 for s in data.spans if s.name == PIPE) == 1
     (line,) = [ln for ln in r.stderr.splitlines() if "forwrd" in ln]
-    assert "did you mean UNet2DConditionModel.forward?" in line, r.stderr
+    assert "did you mean UNet2DConditionModel.forward" in line, r.stderr
     assert data.run.unresolved.keys() == {"diffusers.UNet2DConditionModel.forwrd"}

@@ -300,6 +300,8 @@ class Patcher:
             raise _Pending(f"{path}.{attr}")  # maybe a submodule not imported yet
         if path == "__main__":
             raise _Pending("__main__")  # the script has not defined it yet
+        if isinstance(obj, types.ModuleType) and getattr(getattr(obj, "__spec__", None), "_initializing", False):
+            raise _Pending(f"{path}.{attr}")  # still executing (a retry from a nested import): wait for it
         raise _Unresolved(f"{path} has no attribute {attr!r}"
                          + _did_you_mean(obj, attr, path + "." if isinstance(obj, types.ModuleType)
                                         else path.rsplit(".", 1)[-1] + "."))
