@@ -21,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tracer_overhead.py
+	$(BIN)/python benchmarks/compile_transparency.py
 	$(BIN)/python benchmarks/run_overhead.py --model tiny
 	$(BIN)/python benchmarks/analysis_speed.py
 	$(BIN)/python benchmarks/serve_load.py
