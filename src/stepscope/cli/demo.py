@@ -42,7 +42,8 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
            "--scheduler", scheduler, "--prompt", prompt, "--seed", str(seed), "--out", str(image)]
     if size:
         cmd += ["--size", str(size)]
-    outcome = record(cmd, demo_traces(scheduler), hz, st.path, as_json, quiet=False, transaction="txt2img")
+    outcome = record(cmd, demo_traces(scheduler), hz, st.path, as_json, quiet=False, transaction="txt2img",
+                     report_hint_by_caller=True)
     if outcome.exit_code != 0:
         die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)

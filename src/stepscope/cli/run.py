@@ -40,11 +40,13 @@ def _early_unresolved(command: list[str], names) -> dict[str, str]:
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
            quiet: bool = False, transaction: str | None = None, extra: dict | None = None,
-           json_file: Optional[Path] = None, **device) -> Outcome:
+           json_file: Optional[Path] = None, report_hint_by_caller: bool = False, **device) -> Outcome:
     """Run and record ``command``; print its summary (stderr) or JSON (stdout); with ``json_file``, also
     write the JSON document there. Shared with ``demo``.
 
-    ``device``: ``device_trace``, ``device_stacks``, ``device_steps`` (see ``Settings``)."""
+    ``device``: ``device_trace``, ``device_stacks``, ``device_steps`` (see ``Settings``);
+    ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it), so the summary
+    leaves out its own "`stepscope report RUN`" line."""
     if device.get("device_trace") or device.pop("syncs", False):
         traces = list(traces) + [t for t in SYNC_TARGETS if t not in traces]
     device.pop("syncs", None)
@@ -76,7 +78,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     _emit({"run": summary.to_dict()}, as_json, json_file)
     if not as_json and not quiet:
         print_summary(summary, err)
-        if not _tell_incomplete(store, outcome):
+        if not _tell_incomplete(store, outcome) and not report_hint_by_caller:
             err.print(f"[dim]stored in {store.path}; `stepscope report {outcome.run_id}` for the HTML report[/dim]")
     else:
         _tell_incomplete(store, outcome)

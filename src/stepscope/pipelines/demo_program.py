@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    try:  # the demo's own output: no third-party advice (transformers' "requires torchvision" warnings)
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except ImportError:
+        pass
     from stepscope.pipelines.sd import build_pipeline, default_size
 
     t0 = time.perf_counter()
@@ -36,9 +42,8 @@ def main(argv: list[str] | None = None) -> None:
                  generator=torch.Generator().manual_seed(args.seed)).images[0]
     t2 = time.perf_counter()
     print(f"built {args.model} pipeline in {t1 - t0:.2f} s; {args.steps} steps at {size} px in {t2 - t1:.4f} s")
-    if args.out:
+    if args.out:  # (`stepscope demo` moves it into the run's folder and prints where)
         image.save(args.out)
-        print(f"image saved to {args.out}")
 
 
 if __name__ == "__main__":
