@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+from . import workfacts
+
 STEP_ATTR = "diffusion.step"
 
 class _Scope:
@@ -57,6 +59,7 @@ class StepScope:
         return None
 
     def enter_frame(self, frame) -> None:
+        workfacts.note_pipeline(frame)  # what shapes the work, for `stepscope diff`
         return self.enter((), {})
 
     def exit(self) -> None:
@@ -116,6 +119,7 @@ class StepScoped:
 
     def enter_frame(self, frame) -> dict:
         """The same from the forward's own frame (probes): its third parameter, or ``timestep``."""
+        workfacts.note_denoiser(frame)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
         if s.marked:
             return {STEP_ATTR: s.counter}
