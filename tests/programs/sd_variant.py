@@ -9,7 +9,7 @@ from stepscope.pipelines.sd import build_pipeline
 
 def slow_preview(latents):
     # stands in for a costly per-step hook (a preview decode)
-    time.sleep(0.03)
+    time.sleep(0.06)
     return latents
 
 

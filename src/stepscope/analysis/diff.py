@@ -13,9 +13,11 @@
    the denoising step when both runs have steps, else the traced name with >= 3 calls and the most
    time): the relative change of the median with a 95% bootstrap CI over the repeats
    (``bench.stats.compare``: percentile bootstrap of the ratio of medians, B = 10,000 resamples). A
-   change is *significant* when its CI excludes 0 and it is at least ``NEGLIGIBLE`` (5%: changes below
-   that are within what repeated runs of one program on one machine differ by); otherwise "no
-   significant difference". Start-up (run start to the first pipeline call or traced span: imports,
+   change is *significant* when its CI excludes 0 and it is at least ``NEGLIGIBLE`` (5%) and at least
+   ``NOISE_K`` (1.5) times the runs' noise, the larger robust coefficient of variation
+   (1.4826 x MAD / median) of the repeats in A and in B: the repeats of one run share its machine's load,
+   so a CI over them cannot see that two runs ran under different loads; a run whose repeats vary by 25%
+   cannot show a 25% change between runs. Otherwise "no significant difference". Start-up (run start to the first pipeline call or traced span: imports,
    model loading) is reported apart from the work (first to last traced span).
 3. **Where the time went**: the samples inside the unit's repeats of each run, as call trees merged by
    function name into a differential flame graph, normalised per repeat (ns per repeat); the functions
@@ -47,6 +49,7 @@ from .explain import ExplainError, default_unit, repeats_of
 from .spans import step_table
 
 NEGLIGIBLE = 0.05
+NOISE_K = 1.5
 MIN_CI_REPEATS = 3  # fewer repeats on either side: a ratio, no CI, no verdict of significance
 
 #: rank -> kind of environment change, in the order they explain slowdowns (lower first)
@@ -90,7 +93,7 @@ class TimeChange:
     """A name's repeats in A and B: counts, medians (ns), change of the median (fraction: +0.8 = 1.8x
     slower), its 95% CI (None with fewer than ``MIN_CI_REPEATS`` repeats on a side), ``significant``
     (CI excludes 0 and |change| >= ``NEGLIGIBLE``), ``only_in`` ("a"/"b" when the name ran in one run only),
-    totals (ns)."""
+    totals (ns), ``noise``: the larger robust CV of the repeats in A and B (fraction)."""
 
     name: str
     n_a: int
@@ -104,6 +107,7 @@ class TimeChange:
     ci_high: float | None = None
     significant: bool = False
     only_in: str | None = None
+    noise: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -261,6 +265,9 @@ def env_facts(env: dict, command: list[str] | None = None) -> dict[str, tuple[st
         if value is not None and value != {}:
             facts[key] = (label, rank, value)
 
+    for k, v in (env.pop("modules", None) or {}).items():  # Sentry's installed packages
+        env.setdefault(k.replace("-", "_"), v)
+    env.pop("sentry_sdk", None)
     torch_v = env.pop("torch", None)
     if torch_v is not None:
         version, _, local = str(torch_v).partition("+")
@@ -324,9 +331,15 @@ def env_facts(env: dict, command: list[str] | None = None) -> dict[str, tuple[st
         if k.startswith("contexts.runtime.version"):
             put("python", "Python", 7, v)
             continue
-        if k.startswith("contexts.trace") or k.startswith("contexts.profile"):
+        if k.startswith(("contexts.trace", "contexts.profile")):
             continue
-        put(k, k, _rank_by_words(k), v)
+        if k.startswith("contexts.gpu."):
+            put(k, f"GPU {k[13:]}", 1, v)
+        elif k.startswith(("contexts.device.", "contexts.os.", "contexts.runtime.", "contexts.culture.", "contexts.app.")):
+            part = k.split(".")[-1]
+            put(k, k[9:], 6 if part in ("processor_count", "cpu_count") else 9, v)  # the machine, not the program
+        else:
+            put(k, k[9:] if k.startswith("contexts.") else k, _rank_by_words(k), v)
     if command is not None:
         put("command", "command line", 9, " ".join(command))
     return facts
@@ -344,8 +357,10 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
             continue
         label, rank, _ = vb or va
         out.append(EnvChange(k, label, rank, RANKS[rank], _text(va[2] if va else None), _text(vb[2] if vb else None)))
-    order = {"denoiser": 0, "text_encoder": 1, "vae": 2}
-    out.sort(key=lambda c: (c.rank, order.get(c.key.split(".")[0], 3), c.key))
+    order = {"torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
+             "denoiser.attention": 0, "denoiser.compiled": 0, "compile.on": 1, "threads": 0}
+    comp = {"denoiser": 0, "text_encoder": 1, "vae": 2}
+    out.sort(key=lambda c: (c.rank, order.get(c.key, 9), comp.get(c.key.split(".")[0], 3), c.key))
     return out
 
 
@@ -364,8 +379,19 @@ def _change(name: str, a: list[float], b: list[float]) -> TimeChange:
     if len(a) >= MIN_CI_REPEATS and len(b) >= MIN_CI_REPEATS:
         c = compare(b, a)
         tc.ci_low, tc.ci_high = c.ci_low, c.ci_high
-        tc.significant = bool(c.significant and abs(tc.change) >= NEGLIGIBLE)
+        tc.noise = max(robust_cv(a), robust_cv(b))
+        tc.significant = bool(c.significant and abs(tc.change) >= max(NEGLIGIBLE, NOISE_K * tc.noise))
     return tc
+
+
+def robust_cv(x: list[float]) -> float:
+    """1.4826 x MAD / median of ``x`` (0 for an empty or zero-median list): the spread of normal data as
+    a fraction of the median, unmoved by a few outliers (a warm-up repeat)."""
+    if not x:
+        return 0.0
+    a = np.asarray(x, dtype=np.float64)
+    med = float(np.median(a))
+    return 1.4826 * float(np.median(np.abs(a - med))) / med if med > 0 else 0.0
 
 
 def span_changes(a: RunData, b: RunData) -> list[TimeChange]:
@@ -544,8 +570,10 @@ def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functio
         tail = f" ({blame.text} changed)" if blame else ""
         return (f"too few repeats of {unit_label} for a CI ({headline.n_a} and {headline.n_b}): {pct}{tail}", None)
     if not headline.significant:
+        noisy = (headline.ci_low > 0 or headline.ci_high < 0) and abs(headline.change) >= NEGLIGIBLE
+        why = f", within the runs' noise (repeats vary by {100 * headline.noise:.0f}% within a run)" if noisy else ""
         tail = f"; the environment changed ({blame.text}) without a measurable effect" if blame else ""
-        return f"no significant difference: {unit_label} {pct}{ci}{tail}", None
+        return f"no significant difference: {unit_label} {pct}{ci}{why}{tail}", None
     top = functions[0] if functions and functions[0].share > 0 else None
     fn = (f"; most of the change in {_short(top.function)} ({100 * top.share:.0f}%)" if top else "")
     if blame is not None:
@@ -629,19 +657,18 @@ def program_key(command: list[str]) -> str:
 
 
 def pick_runs(store, ref_a: str | None = None, ref_b: str | None = None) -> tuple[str, str]:
-    """The run ids to compare, ``(A, B)``. Both given: as given (ids or prefixes). Only ``ref_a``: A
-    against the newest run. Neither: B is the newest run and A the newest run before it of the same
+    """The run ids to compare, ``(A, B)``. Both given: as given (ids or prefixes; not one run twice). Only
+    ``ref_a``: A against the newest run. Neither: B is the newest run and A the newest run before it of the same
     command (``program_key``), else the run just before it. Only ``ref_b``: A is chosen for B the same way.
     Raises StoreError for an unknown id, DiffError when the store holds fewer than two runs."""
     import json
 
-    if ref_a and ref_b:
-        return store.resolve_id(ref_a), store.resolve_id(ref_b)
     b = store.resolve_id(ref_b)
     if ref_a:
         a = store.resolve_id(ref_a)
         if a == b:
-            raise DiffError(f"run {a} is the newest run: name the run to compare it with (stepscope diff {a[:15]} RUN_B)")
+            raise DiffError(f"A and B are the same run ({a}): name the run to compare it with" if ref_b else
+                            f"run {a} is the newest run: name the run to compare it with (stepscope diff {a[:15]} RUN_B)")
         return a, b
     row = store.conn.execute("SELECT command, created_wall_ns FROM runs WHERE id = ?", (b,)).fetchone()
     key = program_key(json.loads(row[0] or "[]"))
@@ -652,3 +679,9 @@ def pick_runs(store, ref_a: str | None = None, ref_b: str | None = None) -> tupl
         raise DiffError(f"run {b} has no earlier run to compare with: record another (stepscope run ...) or name two runs")
     same = next((r[0] for r in earlier if program_key(json.loads(r[1] or "[]")) == key), None)
     return same or earlier[0][0], b
+
+
+def device_trace_path(store, run_id: str) -> str | None:
+    """The run's device trace file (``<store>/runs/<id>/device_trace.json.gz``), or None without one."""
+    p = store.path / "runs" / run_id / "device_trace.json.gz"
+    return str(p) if p.exists() else None

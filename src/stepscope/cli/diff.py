@@ -8,15 +8,9 @@ from typing import Optional
 
 import typer
 
-from ..analysis.diff import DiffError, diff_runs, pick_runs
+from ..analysis.diff import DiffError, device_trace_path, diff_runs, pick_runs
 from ..render.diff import print_diff
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
-
-
-def device_trace_path(store, run_id: str) -> str | None:
-    """The run's device trace file, or None without one."""
-    p = store.path / "runs" / run_id / "device_trace.json.gz"
-    return str(p) if p.exists() else None
 
 
 def load_diff(store, ref_a: str | None, ref_b: str | None, span: str | None = None):
