@@ -2,6 +2,7 @@
 Sentry runs: the diff must name that one thing first, with the right sign of the change."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -136,8 +137,10 @@ def test_errors_are_one_line(sd, tmp_path):
     r = run_cli(["diff"], sd)
     assert r.returncode == 2 and "has no earlier run to compare with" in r.stderr and "Traceback" not in r.stderr
     assert run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "behaviour.py")], sd).returncode == 0
-    r = run_cli(["diff"], sd)
-    assert r.returncode == 2 and r.stderr.startswith("stepscope: error: no traced name repeats in both runs")
+    d = diff(sd)  # nothing repeats: the whole runs, one repeat each
+    assert d["unit"] == "run" and d["headline"]["n_a"] == 1 and d["headline"]["ci_low"] is None
+    assert d["verdict"].startswith("too few repeats of the whole run for a CI (1 and 1)")
+    assert any("no traced name repeats in both runs" in n for n in d["notes"]) and d["samples_a"] > 0
     r = run_cli(["diff", "--span", "nope"], sd)
     assert r.returncode == 2 and "--span nope" in r.stderr
     r = run_cli(["diff", "zzz", "last"], sd)
@@ -183,18 +186,8 @@ def _sentry_tx(event_id: str, step_ms: float, dtype: str, seed: int) -> bytes:
 
 
 def test_ingested_sentry_runs_diff_like_any_other(tmp_path):
-    from serve_helpers import auth, envelope
-    from starlette.testclient import TestClient
-
-    from stepscope.store import keys as keystore
-    from stepscope.web import ServerConfig, create_app
-
     store = tmp_path / "store"
-    key = keystore.add(Store(store), "1").public_key
-    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as c:
-        for eid, ms, dtype in (("a" * 32, 50.0, "float16"), ("b" * 32, 120.0, "float32")):
-            body = envelope([({"type": "transaction"}, _sentry_tx(eid, ms, dtype, len(dtype)))], {"event_id": eid})
-            assert c.post("/api/1/envelope/", content=body, headers=auth(key)).status_code == 200
+    _ingest_two(store)
     d = diff(store)
     assert d["source_a"] == d["source_b"] == "sentry" and d["unit"] == "step"
     first = d["env"][0]
@@ -204,3 +197,53 @@ def test_ingested_sentry_runs_diff_like_any_other(tmp_path):
     assert any("no samples" in n for n in d["notes"])
     run = Store(store).load()
     assert run.run.env["modules"] == {"torch": "2.4.0+cu121", "diffusers": "0.30.0"}
+
+
+def _ingest_two(store):
+    from serve_helpers import auth, envelope
+    from starlette.testclient import TestClient
+
+    from stepscope.store import keys as keystore
+    from stepscope.web import ServerConfig, create_app
+
+    key = keystore.add(Store(store), "1").public_key
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as c:
+        for eid, ms, dtype in (("a" * 32, 50.0, "float16"), ("b" * 32, 120.0, "float32")):
+            body = envelope([({"type": "transaction"}, _sentry_tx(eid, ms, dtype, len(dtype)))], {"event_id": eid})
+            assert c.post("/api/1/envelope/", content=body, headers=auth(key)).status_code == 200
+    runs = Store(store).list_runs()
+    return runs[1].id, runs[0].id
+
+
+def test_ops_and_kernels_that_appeared_or_vanished(tmp_path):
+    """Both runs with a device trace (real A100 / V100 Kineto traces): kernels only in B appeared, only in
+    A vanished; with one trace only, a note says why nothing is compared."""
+    import shutil
+
+    from stepscope.device.analysis import op_stats
+    from stepscope.device.kineto import load
+
+    traces = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces")
+    ta, tb = os.path.join(traces, "a100_alexnet.json.gz"), os.path.join(traces, "v100_training_rank0.json.gz")
+    if not (os.path.exists(ta) and os.path.exists(tb)):
+        pytest.skip("../shared/traces not present")
+    store = tmp_path / "store"
+    a, b = _ingest_two(store)
+    (store / "runs" / a).mkdir(parents=True)
+    shutil.copy(ta, store / "runs" / a / "device_trace.json.gz")
+    d = diff(store)
+    assert d["ops"] == [] and any("only one run has a device trace" in n for n in d["notes"])
+    (store / "runs" / b).mkdir(parents=True)
+    shutil.copy(tb, store / "runs" / b / "device_trace.json.gz")
+    d = diff(store)
+    ka = {o.name for o in op_stats(load(ta), ("kernel",), 10**9)}
+    kb = {o.name for o in op_stats(load(tb), ("kernel",), 10**9)}
+    kernels = [o for o in d["ops"] if o["kind"] == "kernel"]
+    assert kernels and {o["kind"] for o in d["ops"]} == {"op", "kernel"}
+    for o in kernels:
+        want = "appeared" if o["name"] not in ka else "vanished" if o["name"] not in kb else "changed"
+        assert o["status"] == want
+        assert (o["a_count"] == 0) == (want == "appeared") and (o["b_count"] == 0) == (want == "vanished")
+    assert {"appeared", "vanished"} <= {o["status"] for o in kernels}
+    text = run_cli(["diff"], store).stdout
+    assert "device ops and kernels" in text and "appeared" in text and "vanished" in text

@@ -77,7 +77,7 @@ def _torch_facts(torch, env: dict[str, Any]) -> None:
 def environment() -> dict[str, Any]:
     """Python/platform facts; torch's (build, CUDA, device, thread pools, math and SDPA flags, compile
     counters) when the program imported torch; versions of ``LIBRARIES`` it imported; ``ENV_VARS`` that are
-    set; ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
+    set; ``loadavg``: the machine's 1-minute load average; ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
     dtype, attention processors). Reads ``sys.modules`` only: nothing is imported, CUDA is not initialised."""
     env: dict[str, Any] = {
         "python": platform.python_version(),
@@ -95,6 +95,10 @@ def environment() -> dict[str, Any]:
         mod = sys.modules.get(name)
         if mod is not None:
             env[name] = getattr(mod, "__version__", None)
+    try:  # how busy the machine was (1-minute load average): another program competing for the cores
+        env["loadavg"] = round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        pass
     env_vars = {k: os.environ[k] for k in ENV_VARS if k in os.environ}
     if env_vars:
         env["env_vars"] = env_vars

@@ -45,11 +45,12 @@ from ..bench.stats import compare
 from ..model import RunData
 from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR, kind_of_name
-from .explain import ExplainError, default_unit, repeats_of
+from .explain import ExplainError, Repeat, default_unit, repeats_of
 from .spans import step_table
 
 NEGLIGIBLE = 0.05
 NOISE_K = 1.5
+LOAD_CHANGE = 0.25  # of the cores: a change of the machine's load average that is reported
 MIN_CI_REPEATS = 3  # fewer repeats on either side: a ratio, no CI, no verdict of significance
 
 #: rank -> kind of environment change, in the order they explain slowdowns (lower first)
@@ -323,6 +324,7 @@ def env_facts(env: dict, command: list[str] | None = None) -> dict[str, tuple[st
         put(k, k if k != "python" else "Python", 7, env.pop(k, None))
     for k in ("implementation", "platform"):
         put(k, k, 9, env.pop(k, None))
+    put("loadavg", "machine load (1-min average)", 9, env.pop("loadavg", None))
     for k in ("source", "project", "sentry.event_id", "sentry.trace_id", "sentry.op", "server_name"):
         env.pop(k, None)  # identities of one event, not facts of the environment
     rest: dict = {}
@@ -351,10 +353,13 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
     fa = env_facts(a.run.env, a.run.command) if isinstance(a, RunData) else env_facts(a)
     fb = env_facts(b.run.env, b.run.command) if isinstance(b, RunData) else env_facts(b)
     out = []
+    cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
     for k in fa.keys() | fb.keys():
         va, vb = fa.get(k), fb.get(k)
         if va is not None and vb is not None and va[2] == vb[2]:
             continue
+        if k == "loadavg" and (va is None or vb is None or abs(float(va[2]) - float(vb[2])) < max(1.0, LOAD_CHANGE * cores)):
+            continue  # load always differs a little: only a change of a quarter of the cores (or 1) is one
         label, rank, _ = vb or va
         out.append(EnvChange(k, label, rank, RANKS[rank], _text(va[2] if va else None), _text(vb[2] if vb else None)))
     order = {"torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
@@ -491,18 +496,26 @@ def _function_self(index: ProfileIndex, idx: np.ndarray) -> dict[str, tuple[floa
 
 
 def _windows(d: RunData, unit: str) -> list:
+    """The repeats of ``unit`` in ``d`` (``"run"``: the whole run, every thread, one repeat)."""
+    if unit == "run":
+        end = d.run.end_ns if d.run.end_ns is not None else max([d.run.start_ns, *d.profile.sample_t_ns[-1:]])
+        return [Repeat(0, "run", end - d.run.start_ns, d.run.start_ns, end + 1, None)]  # thread None: all threads
     try:
         return repeats_of(d, unit)
     except ExplainError:
         return []
 
 
-def _ops(path_a: str, path_b: str, n_a: int, n_b: int, top: int = 15) -> list[OpChange]:
+def _ops(path_a: str, path_b: str, n_a: int, n_b: int, top: int = 10) -> tuple[list[OpChange], list[str]]:
+    """Per kind (host ``op``, device ``kernel``): the ``top`` that appeared (by B's self time), vanished (by
+    A's) and changed most (by the change), self time per repeat of the unit; and a line per kind saying
+    how many appeared and vanished in all."""
     from ..device.analysis import op_stats
     from ..device.kineto import load
 
     ta, tb = load(path_a), load(path_b)
     out: list[OpChange] = []
+    lines: list[str] = []
     for kind, cats in (("op", ("cpu_op",)), ("kernel", ("kernel",))):
         sa = {o.name: o for o in op_stats(ta, cats, top=10**9)}
         sb = {o.name: o for o in op_stats(tb, cats, top=10**9)}
@@ -512,9 +525,15 @@ def _ops(path_a: str, path_b: str, n_a: int, n_b: int, top: int = 15) -> list[Op
             status = "appeared" if oa is None else "vanished" if ob is None else "changed"
             rows.append(OpChange(name, kind, (oa.self_ns / n_a) if oa else 0.0, (ob.self_ns / n_b) if ob else 0.0,
                                  oa.count if oa else 0, ob.count if ob else 0, status))
-        rows.sort(key=lambda r: (r.status == "changed", -abs(r.b_ns - r.a_ns)))
-        out.extend(rows[:top])
-    return out
+        for status in ("appeared", "vanished", "changed"):
+            part = sorted((r for r in rows if r.status == status), key=lambda r: (-abs(r.b_ns - r.a_ns), r.name))
+            out.extend(part[:top])
+        n_app = sum(r.status == "appeared" for r in rows)
+        n_van = sum(r.status == "vanished" for r in rows)
+        if n_app or n_van:
+            lines.append(f"device {kind}s: {n_app} appeared, {n_van} vanished"
+                         + (f" (the {top} largest of each listed)" if max(n_app, n_van) > top else ""))
+    return out, lines
 
 
 # -- the whole diff --------------------------------------------------------------------------------
@@ -539,7 +558,7 @@ def choose_unit(a: RunData, b: RunData, span: str | None = None) -> str:
             continue
         if _windows(other, unit):
             return unit
-    raise DiffError("no traced name repeats in both runs: trace a function that repeats (--trace), or pass --span NAME")
+    return "run"  # nothing traced repeats in both: the whole runs, one repeat each
 
 
 def _ratio_text(tc: TimeChange) -> str:
@@ -578,11 +597,14 @@ def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functio
     fn = (f"; most of the change in {_short(top.function)} ({100 * top.share:.0f}%)" if top else "")
     if blame is not None:
         return f"{blame.text}: {unit_label} is {_ratio_text(headline)}{fn}", blame
+    load = next((c for c in env if c.key == "loadavg"), None)
+    none = (f"no environment change explains it, but the machine's load changed ({load.before} -> {load.after})"
+            if load is not None else "no environment change explains it")
     if top is not None:
         return (f"{unit_label} is {_ratio_text(headline)}: the change is in {top.function} "
                 f"({'+' if top.delta_ns >= 0 else '-'}{abs(top.delta_ns) / 1e6:.1f} ms per repeat, {100 * top.share:.0f}% of it); "
-                f"no environment change explains it"), None
-    return f"{unit_label} is {_ratio_text(headline)}; no environment change explains it", None
+                f"{none}"), None
+    return f"{unit_label} is {_ratio_text(headline)}; {none}", None
 
 
 def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | None = None,
@@ -594,7 +616,7 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     ra, rb = _windows(a, unit), _windows(b, unit)
     if unit != "step":
         unit = next((s.name for s in b.spans if s.name == unit or s.name.endswith(unit)), unit)
-    unit_label = "a denoising step" if unit == "step" else _short(unit)
+    unit_label = {"step": "a denoising step", "run": "the whole run"}.get(unit) or _short(unit)
     headline = _change("step" if unit == "step" else unit, [float(r.duration_ns) for r in ra],
                        [float(r.duration_ns) for r in rb])
     env = env_changes(a, b)
@@ -602,7 +624,8 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
 
     def sel(index: ProfileIndex, reps) -> np.ndarray:
         parts = [index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return idx[~index.idle[idx]] if unit == "run" and len(idx) else idx  # whole runs: waiting threads left out
 
     sa, sb = sel(ia, ra), sel(ib, rb)
     na, nb = max(len(ra), 1), max(len(rb), 1)
@@ -630,16 +653,21 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     ops: list[OpChange] = []
     if device_a and device_b and os.path.exists(device_a) and os.path.exists(device_b):
         try:
-            ops = _ops(device_a, device_b, na, nb)
+            ops, lines = _ops(device_a, device_b, na, nb)
+            notes.extend(lines)
         except (OSError, ValueError) as e:
             notes.append(f"device traces not compared: {e}")
     elif bool(device_a) != bool(device_b):
         notes.append("only one run has a device trace: ops and kernels not compared")
+    if unit == "run":
+        notes.append("no traced name repeats in both runs: the whole runs are compared (one repeat each, no CI); "
+                     "trace the function that repeats (--trace, e.g. the denoiser's forward) for CIs per call")
     text, cause = verdict(headline, unit_label, env, functions)
     return Diff(a.run.id, b.run.id, a.run.env.get("source", "run"), b.run.env.get("source", "run"), unit, unit_label,
                 headline, env, phases(a, b), span_changes(a, b), step_changes(a, b) if unit == "step" else [],
                 functions, flame, ops, text, cause,
-                "per denoising step" if unit == "step" else f"per call of {_short(unit)}", len(sa), len(sb), notes)
+                {"step": "per denoising step", "run": "per run"}.get(unit) or f"per call of {_short(unit)}", len(sa), len(sb),
+                notes)
 
 
 def program_key(command: list[str]) -> str:

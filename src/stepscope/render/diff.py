@@ -38,12 +38,14 @@ def _time_table(title: str, rows: list[TimeChange], names: bool = True) -> Table
     t = Table(title=title, title_justify="left", show_edge=False)
     for col, j in (("name" if names else "step", "left"), ("A", "right"), ("B", "right"), ("n A/B", "right"),
                    ("change of median (95% CI)", "right"), ("verdict", "left")):
-        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
+        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis", max_width=52 if col == "name" else None,
+                     min_width=len(col))
     for r in rows:
         st = _style(r)
+        v = "no CI (< 3 repeats)" if r.ci_low is None and r.change is not None and not r.only_in else r.verdict
         t.add_row(escape(short_name(r.name, 3) if names else r.name), fmt_ns(r.median_a_ns) if r.n_a else "-",
                   fmt_ns(r.median_b_ns) if r.n_b else "-", f"{r.n_a}/{r.n_b}", change_text(r),
-                  f"[{st}]{escape(r.verdict)}[/{st}]")
+                  f"[{st}]{escape(v)}[/{st}]")
     return t
 
 
