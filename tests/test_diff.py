@@ -247,3 +247,29 @@ def test_ops_and_kernels_that_appeared_or_vanished(tmp_path):
     assert {"appeared", "vanished"} <= {o["status"] for o in kernels}
     text = run_cli(["diff"], store).stdout
     assert "device ops and kernels" in text and "appeared" in text and "vanished" in text
+
+
+def test_facts_are_read_without_importing_torch_and_see_compile():
+    import subprocess
+
+    code = ("import sys, stepscope.session as s; env = s.environment(); "
+            "print(sorted(k for k in ('torch', 'diffusers') if k in sys.modules), 'torch' in env)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["[]", "False"]
+    torch = pytest.importorskip("torch")
+
+    from stepscope.session import environment
+    from stepscope.tracing.workfacts import module_facts
+
+    lin = torch.nn.Linear(2, 2).to(torch.bfloat16)
+    f = module_facts(torch.compile(lin, backend="eager"))  # wrapped, not compiled until called
+    assert f == {"class": "Linear", "compiled": True, "device": "cpu", "dtype": "bfloat16", "offload": False}
+    assert module_facts(lin)["compiled"] is False and module_facts(None) == {}
+    env = environment()
+    assert env["torch"] == torch.__version__ and env["threads"] == torch.get_num_threads()
+    assert env["torch_flags"]["sdpa_math"] in (True, False) and "float32_matmul_precision" in env["torch_flags"]
+    pytest.importorskip("diffusers")
+    from stepscope.pipelines.sd import build_pipeline
+
+    unet = build_pipeline("tiny").unet
+    assert module_facts(unet, attention=True)["attention"] == {"AttnProcessor2_0": 8}

@@ -428,20 +428,38 @@ def step_changes(a: RunData, b: RunData) -> list[TimeChange]:
     return [_change(f"step {i}", sa.get(i, []), sb.get(i, [])) for i in sorted(sa.keys() | sb.keys())]
 
 
-def phases(a: RunData, b: RunData) -> list[Phase]:
-    """Start-up, work and whole run of each (see ``Phase``)."""
-    def of(d: RunData) -> tuple[float | None, float | None, float | None]:
+def _import_ns(d: RunData, index: ProfileIndex | None, start: int, end: int) -> float | None:
+    """Sampled time (ns) of the main thread (all threads when unnamed) in ``[start, end)`` with an import on
+    the stack (``importlib._bootstrap``)."""
+    if index is None or not len(index):
+        return None
+    main = next((tid for tid, name in d.profile.thread_names.items() if name == "MainThread"), None)
+    idx = index.select(start, end, main)
+    if not len(idx):
+        return None
+    fn_import = np.array([f.name.startswith("importlib._bootstrap") for f in index.functions] or [False])
+    uniq, w, _ = index.stack_weights(idx)
+    return float(sum(wt for sid, wt in zip(uniq.tolist(), w.tolist())
+                     if any(fn_import[f] for f in index.stack_funcs[sid])))
+
+
+def phases(a: RunData, b: RunData, index_a: ProfileIndex | None = None, index_b: ProfileIndex | None = None) -> list[Phase]:
+    """Start-up (and the sampled time in imports within it), work and whole run of each (see ``Phase``)."""
+    def of(d: RunData, index) -> tuple:
         spans = [s for s in d.spans if s.op not in ("transaction",)]
         if not spans:
-            return None, None, d.run.wall_time_ns
+            return None, None, None, d.run.wall_time_ns
         scopes = [s for s in spans if kind_of_name(s.name) == "scope"]
         first = min(s.start_ns for s in (scopes or spans))
         last = max(s.end_ns for s in spans)
-        return float(first - d.run.start_ns), float(last - first), d.run.wall_time_ns
+        return (float(first - d.run.start_ns), _import_ns(d, index, d.run.start_ns, first), float(last - first),
+                d.run.wall_time_ns)
 
-    pa, pb = of(a), of(b)
-    return [Phase("start-up (imports, model loading)", pa[0], pb[0]), Phase("work (first to last traced call)", pa[1], pb[1]),
-            Phase("whole run", pa[2], pb[2])]
+    pa, pb = of(a, index_a), of(b, index_b)
+    out = [Phase("start-up (imports, model loading)", pa[0], pb[0])]
+    if pa[1] is not None or pb[1] is not None:
+        out.append(Phase("  of which imports (sampled)", pa[1], pb[1]))
+    return out + [Phase("work (first to last traced call)", pa[2], pb[2]), Phase("whole run", pa[3], pb[3])]
 
 
 # -- where the time went ---------------------------------------------------------------------------
@@ -664,7 +682,7 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
                      "trace the function that repeats (--trace, e.g. the denoiser's forward) for CIs per call")
     text, cause = verdict(headline, unit_label, env, functions)
     return Diff(a.run.id, b.run.id, a.run.env.get("source", "run"), b.run.env.get("source", "run"), unit, unit_label,
-                headline, env, phases(a, b), span_changes(a, b), step_changes(a, b) if unit == "step" else [],
+                headline, env, phases(a, b, ia, ib), span_changes(a, b), step_changes(a, b) if unit == "step" else [],
                 functions, flame, ops, text, cause,
                 {"step": "per denoising step", "run": "per run"}.get(unit) or f"per call of {_short(unit)}", len(sa), len(sb),
                 notes)
