@@ -40,8 +40,10 @@ def diff_cmd(run_a: Optional[str] = typer.Argument(None, help="Run id or prefix 
     if as_json:
         doc = dataclasses.asdict(d)
         doc["headline"]["verdict"] = d.headline.verdict
-        for row in doc["spans"] + doc["steps"]:
-            row["verdict"] = next(x.verdict for x in (d.spans + d.steps) if x.name == row["name"])
+        for row, x in zip(doc["spans"] + doc["steps"], d.spans + d.steps):
+            row["verdict"] = x.verdict
+        for row, c in zip(doc["env"], d.env):
+            row["text"] = c.text
         print_json(doc)
     else:
         print_diff(d, out)

@@ -87,7 +87,12 @@ def _signed(ns: float | None) -> str:
     return "-" if ns is None else ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
 
 
+def _verdict(tc) -> str:
+    return "no CI (< 3 repeats)" if tc.ci_low is None and tc.change is not None and not tc.only_in else tc.verdict
+
+
 env.filters["pct"] = _pct
+env.filters["verdict"] = _verdict
 env.filters["signed_ns"] = _signed
 
 
