@@ -273,3 +273,37 @@ def test_facts_are_read_without_importing_torch_and_see_compile():
 
     unet = build_pipeline("tiny").unet
     assert module_facts(unet, attention=True)["attention"] == {"AttnProcessor2_0": 8}
+
+
+def _synthetic(run_id: str, steps: int, step_ms: float, seed: int, env: dict | None = None):
+    from stepscope.model import Profile, Run, RunData, Span
+
+    rng = np.random.default_rng(seed)
+    t = 1_000_000_000
+    spans = []
+    pipe_start = t
+    for i in range(steps):
+        d = int(step_ms * 1e6 * (1 + 0.01 * rng.standard_normal()))
+        spans.append(Span(10 + i, 1, UNET, "function", t, t + d, 1, attrs={"diffusion.step": i}))
+        t += d + 1000
+    spans.insert(0, Span(1, None, PIPE, "function", pipe_start, t, 1))
+    run = Run(run_id, ["python", "gen.py"], start_ns=0, end_ns=t + 1000, env=env or {"cpu_count": 2})
+    return RunData(run, spans, Profile(hz=100.0))
+
+
+def test_more_steps_is_not_a_slower_step_but_the_verdict_says_the_work_grew():
+    from stepscope.analysis.diff import diff_runs
+
+    a = _synthetic("a", 4, 10.0, 1, {"work": {"pipeline": {"args": {"num_inference_steps": 4}}}})
+    b = _synthetic("b", 6, 10.0, 2, {"work": {"pipeline": {"args": {"num_inference_steps": 6}}}})
+    d = diff_runs(a, b)
+    assert d.unit == "step" and not d.headline.significant and d.env[0].key == "pipeline.num_inference_steps"
+    assert d.verdict.startswith("no significant difference: a denoising step")
+    assert "the environment changed (steps: 4 -> 6) without a measurable effect" in d.verdict
+    assert d.verdict.endswith("4 -> 6 steps: the work took 1.50x as long (0.04 s -> 0.06 s)"), d.verdict
+    assert d.flame is None and any("no samples" in n for n in d.notes)
+    slow = _synthetic("c", 4, 25.0, 3, {"work": {"pipeline": {"args": {"num_inference_steps": 4}}}})
+    d = diff_runs(a, slow)
+    assert d.headline.significant and d.headline.change > 1.3 and d.cause is None
+    assert 2.3 < d.headline.ratio < 2.7 and d.verdict.startswith(f"a denoising step is {d.headline.ratio:.2f}x slower (CI ")
+    assert d.verdict.endswith("no environment change explains it")

@@ -559,7 +559,8 @@ def _ops(path_a: str, path_b: str, n_a: int, n_b: int, top: int = 10) -> tuple[l
 def choose_unit(a: RunData, b: RunData, span: str | None = None) -> str:
     """The unit both runs are compared by: ``span`` (exact or a unique suffix, in both runs), else the
     denoising step when both have steps, else the traced name with >= 3 calls and the most time in B
-    (or A). Raises DiffError when there is none."""
+    (or A), else ``"run"`` (the whole runs, one repeat each: no CI, but the environment and the flame
+    graphs still compare). Raises DiffError for a ``span`` that is not in both runs."""
     if span:
         for d in (a, b):
             try:
@@ -632,7 +633,7 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     Raises DiffError when the runs have nothing to compare by."""
     unit = choose_unit(a, b, span)
     ra, rb = _windows(a, unit), _windows(b, unit)
-    if unit != "step":
+    if unit not in ("step", "run"):
         unit = next((s.name for s in b.spans if s.name == unit or s.name.endswith(unit)), unit)
     unit_label = {"step": "a denoising step", "run": "the whole run"}.get(unit) or _short(unit)
     headline = _change("step" if unit == "step" else unit, [float(r.duration_ns) for r in ra],
@@ -668,6 +669,7 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         notes.append("no samples inside the compared repeats of " + ("either run" if not len(sa) and not len(sb)
                      else f"run {a.run.id if not len(sa) else b.run.id}") + ": no flame graph diff"
                      + (" (a Sentry run without a profile)" if "sentry" in (a.run.env.get("source"), b.run.env.get("source")) else ""))
+    phs = phases(a, b, ia, ib)
     ops: list[OpChange] = []
     if device_a and device_b and os.path.exists(device_a) and os.path.exists(device_b):
         try:
@@ -681,8 +683,12 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         notes.append("no traced name repeats in both runs: the whole runs are compared (one repeat each, no CI); "
                      "trace the function that repeats (--trace, e.g. the denoiser's forward) for CIs per call")
     text, cause = verdict(headline, unit_label, env, functions)
+    work = next((p for p in phs if p.name.startswith("work")), None)
+    if unit == "step" and headline.n_a != headline.n_b and work and work.a_ns and work.b_ns:
+        text += (f"; {headline.n_a} -> {headline.n_b} steps: the work took {work.b_ns / work.a_ns:.2f}x as long "
+                 f"({work.a_ns / 1e9:.2f} s -> {work.b_ns / 1e9:.2f} s)")
     return Diff(a.run.id, b.run.id, a.run.env.get("source", "run"), b.run.env.get("source", "run"), unit, unit_label,
-                headline, env, phases(a, b, ia, ib), span_changes(a, b), step_changes(a, b) if unit == "step" else [],
+                headline, env, phs, span_changes(a, b), step_changes(a, b) if unit == "step" else [],
                 functions, flame, ops, text, cause,
                 {"step": "per denoising step", "run": "per run"}.get(unit) or f"per call of {_short(unit)}", len(sa), len(sb),
                 notes)
