@@ -40,10 +40,16 @@ def test_compare_view_picks_two_runs_from_the_list(browser_page, two_runs, tmp_p
         page.wait_for_selector("#verdict")
         assert "/compare?b=" in page.url
         verdict = page.locator("#verdict").inner_text()
-        assert verdict.startswith("Verdict: attention processor: AttnProcessor x8 -> AttnProcessor2_0 x8"), verdict
-        assert "faster" in verdict
-        cause = page.locator("#env tr.cause").inner_text()
-        assert "attention processor" in cause and "AttnProcessor2_0" in cause
+        assert "attention processor: AttnProcessor x8 -> AttnProcessor2_0 x8" in verdict, verdict
+        first = page.locator("#env tbody tr").first.inner_text()
+        assert "attention processor" in first and "AttnProcessor2_0" in first
+        headline = page.locator("#headline").inner_text()
+        assert headline.startswith("a denoising step: median ") and "over 6 / 6 repeats" in headline
+        if "faster" in headline:  # significant (on a busy machine the runs' noise may hide it)
+            assert verdict.startswith("Verdict: attention processor: ") and "x faster (CI " in verdict
+            assert "attention processor" in page.locator("#env tr.cause").inner_text()
+        else:
+            assert verdict.startswith("Verdict: no significant difference: a denoising step -")
         assert page.locator("#steps tbody tr").count() == 6
         assert "UNet2DConditionModel.forward" in page.locator("#spans").inner_text()
         rects = page.locator("#dflame .fr")
@@ -60,7 +66,8 @@ def test_compare_view_picks_two_runs_from_the_list(browser_page, two_runs, tmp_p
         page.select_option("select[name=b]", older)
         page.click("#pick button")
         page.wait_for_selector("#verdict")
-        assert f"a={newest}" in page.url and "slower" in page.locator("#verdict").inner_text()
+        assert f"a={newest}" in page.url and "AttnProcessor2_0 x8 -> AttnProcessor x8" in page.locator("#verdict").inner_text()
+        assert page.locator("#headline").inner_text().split("(CI")[0].split(", ")[-1].startswith("+")
         # a span asked for by name; one run twice is refused with the reason
         page.goto(srv.url + f"/compare?a={older}&b={newest}&span=UNet2DConditionModel.forward")
         assert "UNet2DConditionModel.forward is " in page.locator("#verdict").inner_text()

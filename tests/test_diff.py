@@ -100,7 +100,10 @@ def test_planted_slow_callback(sd):
     check_sign(sd, d)
     assert d["verdict"].startswith("step callback: - -> main.<locals>.on_step_end: a denoising step is ")
     top = d["functions"][0]
-    assert top["function"] == "__main__.slow_preview" and top["share"] >= 0.5, d["functions"][:3]
+    # the sleep (60 ms a step) is sampled as the function's own time; its share of the change depends on how
+    # busy the machine was for the rest of the step
+    assert top["function"] == "__main__.slow_preview" and top["a_ns"] == 0 and top["b_ns"] >= 40e6, d["functions"][:3]
+    assert top["share"] >= 0.25
     # the same program and arguments, the callback slow in one run only: no env change, the function is named
     record(sd, "--threads", "1", "--slow-callback")
     a, b = [r["id"] for r in json.loads(run_cli(["runs", "--json"], sd).stdout)["runs"]][1:3][::-1]
