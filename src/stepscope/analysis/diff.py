@@ -623,15 +623,14 @@ def choose_unit(a: RunData, b: RunData, span: str | None = None) -> str:
     return "run"  # nothing traced repeats in both: the whole runs, one repeat each
 
 
-def _ratio_text(tc: TimeChange) -> str:
-    r = tc.ratio or 1.0
+def _ratio_text(tc: TimeChange, k: float = 1.0) -> str:
+    """``1.80x slower (CI 1.70x-1.90x)`` / ``1.25x faster (...)`` for the change of ``tc``, divided by ``k``."""
+    r = (tc.ratio or 1.0) / k
+    lo = None if tc.ci_low is None else (1 + tc.ci_low) / k
+    hi = None if tc.ci_high is None else (1 + tc.ci_high) / k
     if r >= 1:
-        s = f"{r:.2f}x slower"
-        ci = f" (CI {1 + tc.ci_low:.2f}x-{1 + tc.ci_high:.2f}x)" if tc.ci_low is not None else ""
-    else:
-        s = f"{1 / r:.2f}x faster"
-        ci = f" (CI {1 / (1 + tc.ci_high):.2f}x-{1 / (1 + tc.ci_low):.2f}x)" if tc.ci_low is not None else ""
-    return s + ci
+        return f"{r:.2f}x slower" + (f" (CI {lo:.2f}x-{hi:.2f}x)" if lo is not None else "")
+    return f"{1 / r:.2f}x faster" + (f" (CI {1 / hi:.2f}x-{1 / lo:.2f}x)" if lo is not None else "")
 
 
 def _short(name: str) -> str:
@@ -662,18 +661,22 @@ def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functio
         return f"no significant difference: {unit_label} {pct}{ci}{why}{tail}", None
     top = functions[0] if functions and functions[0].share > 0 else None
     fn = (f"; most of the change in {_short(top.function)} ({100 * top.share:.0f}%)" if top else "")
-    extra = (f" ({100 * headline.adjusted:+.1f}% once CPU contention {busy.before} -> {busy.after} is taken out)"
-             if headline.adjusted is not None and busy is not None else "")
+    if headline.adjusted is not None and busy is not None:  # decided on the change without the contention
+        k = (1 + headline.change) / (1 + headline.adjusted)
+        how = (f"{_ratio_text(headline, k)} once CPU contention {busy.before} -> {busy.after} is taken out "
+               f"(measured: {_ratio_text(headline).split(' (CI')[0]})")
+    else:
+        how = _ratio_text(headline)
     if blame is not None:
-        return f"{blame.text}: {unit_label} is {_ratio_text(headline)}{extra}{fn}", blame
+        return f"{blame.text}: {unit_label} is {how}{fn}", blame
     load = next((c for c in env if c.key == "loadavg"), None)
     none = (f"no environment change explains it, but the machine's load changed ({load.before} -> {load.after})"
             if load is not None else "no environment change explains it")
     if top is not None:
-        return (f"{unit_label} is {_ratio_text(headline)}{extra}: the change is in {top.function} "
+        return (f"{unit_label} is {how}: the change is in {top.function} "
                 f"({'+' if top.delta_ns >= 0 else '-'}{abs(top.delta_ns) / 1e6:.1f} ms per repeat, {100 * top.share:.0f}% of it); "
                 f"{none}"), None
-    return f"{unit_label} is {_ratio_text(headline)}{extra}; {none}", None
+    return f"{unit_label} is {how}; {none}", None
 
 
 def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | None = None,
