@@ -3,7 +3,7 @@
 Shape of the data (Sentry's sampled profile v1 and speedscope's shared frame table):
 
 - a frame table, one entry per distinct ``(code object, current line)``: ``(function, module, file, line)``
-  (looked up by ``(code, f_lasti)``, a plain read, so the line number is computed once per instruction);
+  (looked up by ``(id(code), f_lasti)``, plain reads, so the line number is computed once per instruction);
 - a stack table, one entry per distinct stack: a tuple of frame indices, **root first**;
 - samples: ``(t_ns, thread_id, stack_index, wall_ns, cpu_ns)``: ``t_ns`` the ``perf_counter_ns`` reading when
   the stack was read; ``wall_ns`` the wall time and ``cpu_ns`` the CPU time the sample stands for (-1: unknown).
@@ -78,7 +78,8 @@ class Sampler:
         self.period_ns = int(period_ns)
         #: serialises the two drivers (recorder thread, main thread's signal handler) and ``drain``
         self.lock = threading.Lock()
-        self._frame_index: dict[tuple, int] = {}  # (code, last instruction) -> frame index, -1 if hidden
+        self._frame_index: dict[tuple, int] = {}  # (id(code), last instruction) -> frame index, -1 if hidden
+        self._alive: dict[int, object] = {}  # id(code) -> code: keeps the ids in _frame_index unique
         self._line_index: dict[tuple, int] = {}  # (code, line) -> frame index
         self._next_frame = 0
         self._code_info: dict = {}
@@ -163,7 +164,9 @@ class Sampler:
         depth = 0
         max_depth = self.max_depth
         while f is not None and depth < max_depth:
-            key = (f.f_code, f.f_lasti)  # f_lasti is a plain read; f_lineno is computed
+            # id(code): a code object's own hash is computed anew on every call (~0.5 us for a large one);
+            # _add_frame keeps the code alive, so its id is not reused. f_lasti is a plain read, f_lineno computed
+            key = (id(f.f_code), f.f_lasti)
             idx = frame_index.get(key)
             if idx is None:
                 idx = self._add_frame(key, f)
@@ -187,7 +190,8 @@ class Sampler:
         c[4].append(cpu)
 
     def _add_frame(self, key: tuple, f) -> int:
-        code = key[0]
+        code = f.f_code
+        self._alive[key[0]] = code
         line = f.f_lineno
         if code.co_filename in HIDDEN_FILES:
             self._frame_index[key] = -1
