@@ -27,6 +27,7 @@ import itertools
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
+import operator
 from operator import attrgetter
 from pathlib import Path
 
@@ -172,7 +173,7 @@ class _Event(msgspec.Struct):
     name: str | int | float | None = ""
     cat: str | None = ""
     ts: _Num = None
-    dur: _Num = 0
+    dur: int | float = 0
     pid: _Id = -1
     tid: _Id = -1
     args: _Args = msgspec.field(default_factory=_Args)
@@ -243,34 +244,39 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     n = 0
     is_x = "X".__eq__
     for lo in range(0, len(top), CHUNK):
+        k = min(CHUNK, len(top) - lo)
+        part = list(map(bytes, top[lo:lo + k]))
+        top[lo:lo + k] = itertools.repeat(None, k)  # the slices taken are let go as the columns grow
+        # events whose "ph" is plainly another phase (flows, metadata: a third of a Kineto trace) are not decoded;
+        # one with any other spelling is decoded and judged by its parsed "ph"
+        part = list(itertools.compress(part, _maybe_x(part)))
         try:
-            events = _EVENTS.decode(b"[" + b",".join(top[lo:lo + CHUNK]) + b"]")
+            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
         except msgspec.ValidationError:
             raise _Untyped from None
-        k = min(CHUNK, len(top) - lo)
-        top[lo:lo + k] = itertools.repeat(None, k)  # the slices decoded are let go as the columns grow
+        del part
         xs = list(itertools.compress(events, map(is_x, map(_PH, events))))  # every step in C: no bytecode per event
         del events
         m = len(xs)
         if not m:
             continue
-        ts = list(map(_TS, xs))
-        if None in ts:
-            raise _Untyped  # the general reader names the event
-        nm = list(map(str, map(_NAME, xs)))
         sl = slice(n, n + m)
+        try:
+            col["ts"][sl] = np.rint(np.fromiter(map(_TS, xs), np.float64, m) * 1000)
+        except TypeError:
+            raise _Untyped from None  # a complete event without ts: the general reader names it
+        nm = list(map(str, map(_NAME, xs)))
         col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
         col["name"][sl] = np.fromiter(map(names.__getitem__, nm), np.int32, m)
-        col["ts"][sl] = np.rint(np.asarray(ts, dtype=np.float64) * 1000)
-        col["dur"][sl] = np.rint(np.asarray([d or 0 for d in map(_DUR, xs)], dtype=np.float64) * 1000)
-        col["pid"][sl] = _int_col(list(map(_PID, xs)))
-        col["tid"][sl] = _int_col(list(map(_TID, xs)))
+        col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
+        col["pid"][sl] = _ints(map(_PID, xs), m)
+        col["tid"][sl] = _ints(map(_TID, xs), m)
         args = list(map(_ARGS, xs))
-        col["corr"][sl] = _int_col(list(map(_CORR, args)))
-        col["ext"][sl] = _int_col(list(map(_EXT, args)))
-        col["stream"][sl] = _int_col(list(map(_STREAM, args)))
-        col["dev"][sl] = _int_col(list(map(_DEV, args)))
-        col["bytes"][sl] = _int_col(list(map(_BYTES, args)))
+        col["corr"][sl] = _ints(map(_CORR, args), m)
+        col["ext"][sl] = _ints(map(_EXT, args), m)
+        col["stream"][sl] = _ints(map(_STREAM, args), m)
+        col["dev"][sl] = _ints(map(_DEV, args), m)
+        col["bytes"][sl] = _ints(map(_BYTES, args), m)
         if flop_names.intersection(nm):
             for j, (x, a) in enumerate(zip(nm, args)):
                 if x in flop_names and (a.input_dims is not None or a.concrete is not None):
@@ -294,6 +300,24 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         device_properties=list(props) if isinstance(props, list) else [], metadata=meta)
     trace.args = LazyArgs(trace, extra)
     return trace
+
+
+def _maybe_x(events: list[bytes]) -> list[bool]:
+    """Per raw event: False only where ``"ph"`` is plainly written and is not ``"X"`` (tested in C)."""
+    def has(pat: bytes) -> np.ndarray:
+        return np.fromiter(map(operator.contains, events, itertools.repeat(pat)), bool, len(events))
+
+    plain = has(b'"ph": "') | has(b'"ph":"')
+    return (has(b'"ph": "X"') | has(b'"ph":"X"') | ~plain).tolist()
+
+
+def _ints(values, m: int) -> np.ndarray:
+    """``m`` ids as int64, converted in C where they are numbers; strings and None as ``_int_col`` maps them."""
+    values = list(values)
+    try:
+        return np.fromiter(values, np.int64, m)
+    except (TypeError, ValueError, OverflowError):
+        return _int_col(values)
 
 
 def _int_col(values: list) -> np.ndarray:
