@@ -37,7 +37,7 @@ def test_planted_costly_iterations_are_named(store):
     assert top["function"] == "__main__.costly" and 0.8 <= top["share_of_gap"] <= 1.2, e["causes"]
     assert e["entry"]["function"] == "__main__.costly"
     text = run_cli(["explain", "--span", "step"], store).stdout
-    assert "every 4-th repeat is slower" in text and "__main__.costly" in text
+    assert "every 4th repeat is slower" in text and "__main__.costly" in text
 
 
 def test_too_few_samples_says_which_rate(store):

@@ -1,0 +1,117 @@
+"""A run's phases: start-up, the traced work, shutdown.
+
+Start-up is everything before the first traced call (imports of diffusers/transformers, building the
+model): in a short run it is half the samples and hides the work. The *work* runs from the first span
+that is not the run's root transaction (``stepscope run`` opens one around the whole program) to the end
+of the last one (a traced ``__main__`` function around all the others, the script's ``main()``, is
+the work's frame, not its start: the work starts at the first call inside it); with no such span, a transaction that does not enclose the whole run (an ingested
+one, a manual ``stepscope.transaction``) is the work; with neither, nothing is split and the whole run
+is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
+
+Views (summary, flame graph, explain) show the work by default, start-up as one labelled block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import RunData
+
+STARTUP, WORK, SHUTDOWN = 0, 1, 2
+NAMES = ("start-up", "work", "shutdown")
+
+
+@dataclass(slots=True)
+class Phases:
+    """The phase windows on the run's clock (ns). ``split``: False when no work window could be told
+    apart (then ``work`` is the whole run). Durations: ``startup_ns``, ``work_ns``, ``shutdown_ns``;
+    ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time (busy samples) in them."""
+
+    run_start_ns: int
+    work_start_ns: int
+    work_end_ns: int
+    run_end_ns: int
+    split: bool
+    startup_sampled_ns: float = 0.0
+    shutdown_sampled_ns: float = 0.0
+
+    @property
+    def startup_ns(self) -> int:
+        return self.work_start_ns - self.run_start_ns
+
+    @property
+    def work_ns(self) -> int:
+        return self.work_end_ns - self.work_start_ns
+
+    @property
+    def shutdown_ns(self) -> int:
+        return self.run_end_ns - self.work_end_ns
+
+
+def _root_transaction(spans) -> int | None:
+    """The id of a transaction that encloses every other span and starts first (the run's root)."""
+    if not spans:
+        return None
+    first = min(spans, key=lambda s: (s.start_ns, -s.end_ns))
+    if first.op != "transaction" or first.parent_id is not None:
+        return None
+    end = max(s.end_ns for s in spans)
+    return first.span_id if first.end_ns >= end else None
+
+
+def phases(data: RunData, index=None) -> Phases:
+    """The phases of a run (module doc); with ``index`` (a ProfileIndex) the sampled time of start-up
+    and shutdown is filled in."""
+    run = data.run
+    spans = data.spans
+    t_first = [s.start_ns for s in spans]
+    t_last = [s.end_ns for s in spans]
+    if index is not None and len(index):
+        t_first.append(int(index.t[0]))
+        t_last.append(int(index.t[-1]))
+    r0 = min([run.start_ns] + t_first) if run.start_ns else min(t_first, default=0)
+    r1 = max([run.end_ns or 0] + t_last)
+    root = _root_transaction(spans)
+    work = [s for s in spans if s.span_id != root]
+    if not work:
+        return Phases(r0, r0, r1, r1, False)
+    w0 = min(s.start_ns for s in work)
+    w1 = max(s.end_ns for s in work)
+    outer = min(work, key=lambda s: (s.start_ns, -s.end_ns))
+    inner = [s for s in work if s is not outer]
+    if outer.name.startswith("__main__.") and inner and outer.end_ns >= w1:
+        w0 = min(s.start_ns for s in inner)  # the script's main(): its work starts at the first call it makes
+    ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
+    if index is not None and len(index):
+        busy = ~index.idle
+        ph.startup_sampled_ns = float(index.weight[(index.t < ph.work_start_ns) & busy].sum())
+        ph.shutdown_sampled_ns = float(index.weight[(index.t >= ph.work_end_ns) & busy].sum())
+    return ph
+
+
+def sample_phase(index, ph: Phases) -> np.ndarray:
+    """Per sample of ``index`` (a ProfileIndex): STARTUP, WORK or SHUTDOWN (int8)."""
+    out = np.full(len(index), WORK, dtype=np.int8)
+    if ph.split:
+        out[index.t < ph.work_start_ns] = STARTUP
+        out[index.t >= ph.work_end_ns] = SHUTDOWN
+    return out
+
+
+def work_samples(index, ph: Phases) -> np.ndarray:
+    """Indices of the busy samples (``ProfileIndex.busy``) inside the work window."""
+    busy = index.busy()
+    if not ph.split:
+        return busy
+    t = index.t[busy]
+    return busy[(t >= ph.work_start_ns) & (t < ph.work_end_ns)]
+
+
+def startup_samples(index, ph: Phases) -> np.ndarray:
+    """Indices of the busy samples before the work window (empty when not split)."""
+    busy = index.busy()
+    if not ph.split:
+        return busy[:0]
+    return busy[index.t[busy] < ph.work_start_ns]
