@@ -8,6 +8,9 @@ the work's frame, not its start: the work starts at the first call inside it); w
 one, a manual ``stepscope.transaction``) is the work; with neither, nothing is split and the whole run
 is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
 
+A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls:
+a lazy import inside the work is start-up work, not the work's.
+
 Views (summary, flame graph, explain) show the work by default, start-up as one labelled block.
 """
 
@@ -27,7 +30,8 @@ NAMES = ("start-up", "work", "shutdown")
 class Phases:
     """The phase windows on the run's clock (ns). ``split``: False when no work window could be told
     apart (then ``work`` is the whole run). Durations: ``startup_ns``, ``work_ns``, ``shutdown_ns``;
-    ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time (busy samples) in them."""
+    ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time (busy samples) in them (start-up's
+    includes the imports inside the work window)."""
 
     run_start_ns: int
     work_start_ns: int
@@ -86,32 +90,49 @@ def phases(data: RunData, index=None) -> Phases:
     ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
     if index is not None and len(index):
         busy = ~index.idle
-        ph.startup_sampled_ns = float(index.weight[(index.t < ph.work_start_ns) & busy].sum())
-        ph.shutdown_sampled_ns = float(index.weight[(index.t >= ph.work_end_ns) & busy].sum())
+        phase = sample_phase(index, ph)
+        ph.startup_sampled_ns = float(index.weight[(phase == STARTUP) & busy].sum())
+        ph.shutdown_sampled_ns = float(index.weight[(phase == SHUTDOWN) & busy].sum())
     return ph
 
 
+#: A stack holding one of these functions is importing a module: start-up work wherever it happens
+#: (a lazy import inside the traced work, the first use of a PIL plugin) and never the work itself.
+IMPORT_FUNCS = ("importlib._bootstrap._find_and_load", "importlib._bootstrap._load", "importlib.import_module",
+                "importlib._bootstrap._gcd_import", "_frozen_importlib._find_and_load")
+
+
+def importing(index) -> np.ndarray:
+    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``)."""
+    fids = {i for i, f in enumerate(index.functions) if f.name in IMPORT_FUNCS}
+    if not fids or not len(index):
+        return np.zeros(len(index), bool)
+    per_stack = np.array([any(f in fids for f in st) for st in index.stack_funcs] or [False])
+    return per_stack[index.stack]
+
+
 def sample_phase(index, ph: Phases) -> np.ndarray:
-    """Per sample of ``index`` (a ProfileIndex): STARTUP, WORK or SHUTDOWN (int8)."""
+    """Per sample of ``index`` (a ProfileIndex): STARTUP (before the work, or importing), WORK or
+    SHUTDOWN (int8)."""
     out = np.full(len(index), WORK, dtype=np.int8)
     if ph.split:
-        out[index.t < ph.work_start_ns] = STARTUP
         out[index.t >= ph.work_end_ns] = SHUTDOWN
+        out[importing(index)] = STARTUP
+        out[index.t < ph.work_start_ns] = STARTUP
     return out
 
 
 def work_samples(index, ph: Phases) -> np.ndarray:
-    """Indices of the busy samples (``ProfileIndex.busy``) inside the work window."""
+    """Indices of the busy samples (``ProfileIndex.busy``) of the work: inside its window, not importing."""
     busy = index.busy()
     if not ph.split:
         return busy
-    t = index.t[busy]
-    return busy[(t >= ph.work_start_ns) & (t < ph.work_end_ns)]
+    return busy[sample_phase(index, ph)[busy] == WORK]
 
 
 def startup_samples(index, ph: Phases) -> np.ndarray:
-    """Indices of the busy samples before the work window (empty when not split)."""
+    """Indices of the busy samples of start-up: before the work window, or importing (empty when not split)."""
     busy = index.busy()
     if not ph.split:
         return busy[:0]
-    return busy[index.t[busy] < ph.work_start_ns]
+    return busy[sample_phase(index, ph)[busy] == STARTUP]

@@ -17,6 +17,8 @@ import numpy as np
 
 from ..analysis.spans import depths
 from ..analysis.summary import Summary, summarize
+from ..analysis.phases import phases as run_phases
+from ..analysis.phases import sample_phase
 from ..analysis.slow import RULE_TEXT
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
@@ -87,6 +89,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
     run = data.run
     index = index or ProfileIndex(data.profile)
     summary = summary or summarize(data, index)
+    ph = run_phases(data, index)
     t0 = run.start_ns
     spans = sorted(data.spans, key=lambda s: (s.start_ns, s.span_id))
     names: list[str] = []
@@ -175,6 +178,8 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             "node": sample_node,
             "w": [_r(w / 1e3) for w in weight.tolist()],
             "idle": index.idle[keep].astype(np.int8).tolist(),
+            # 0 start-up (before the traced work, or importing), 1 work, 2 shutdown (analysis.phases)
+            "phase": sample_phase(index, ph)[keep].tolist(),
             "downsampled": k, "total_samples": n,
         },
         "kinds": list(KINDS),

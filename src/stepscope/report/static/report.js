@@ -335,6 +335,7 @@
     for (let j = lo; j < hi; j++) {
       if (win && win.thread !== undefined && P.thread[j] !== win.thread) continue;
       if ((!win || win.busy) && P.idle[j]) continue;  // the run-wide graphs leave out idle threads' waits
+      if (win && win.phase !== undefined && P.phase && P.phase[j] !== win.phase) continue;
       self[P.node[j]] += sampleWeight(j); n++;
     }
     tot.set(self);
@@ -342,7 +343,7 @@
     return [tot, self, n];
   }
   const DEFAULT_TITLE = WORK ? "traced work" : "whole run";
-  const defaultWin = () => WORK ? { t0: WORK.t0, t1: WORK.t1, busy: true } : null;
+  const defaultWin = () => WORK ? { t0: WORK.t0, t1: WORK.t1, busy: true, phase: 1 } : null;
   function setFlame(win, title) {
     const [tot, self, n] = computeTree(win);
     fgTotals = tot; fgSelf = self; fgFocus = -1; fgWin = win;
@@ -421,14 +422,14 @@
     const named = (PH.startup_top || []).filter((f) => !/<module>|^importlib\.|_bootstrap|^runpy\.|^stepscope\./.test(f.name));
     const top = named.length ? " · in " + named.slice(0, 3).map((f) => short(f.name, 2)).join(", ") : "";
     return open ? `\u25be start-up ${fmt(PH.startup_us)} shown (imports, model building) · click: back to the traced work`
-      : `\u25b8 start-up ${fmt(PH.startup_us)} (imports, model building before the first traced call; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
+      : `\u25b8 start-up ${fmt(PH.startup_us)} (imports and model building before the first traced call, and imports after it; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
   }
   if (PH && PH.startup_us > 0) {
     startBtn.hidden = false; startBtn.textContent = startupLabel(false);
     startBtn.addEventListener("click", () => {
       const open = startBtn.dataset.open !== "1";
       startBtn.dataset.open = open ? "1" : "0"; startBtn.textContent = startupLabel(open);
-      if (open) setFlame({ t0: 0, t1: WORK.t0, busy: true }, "start-up"); else setFlame(defaultWin(), DEFAULT_TITLE);
+      if (open) setFlame({ t0: -Infinity, t1: Infinity, busy: true, phase: 0 }, "start-up"); else setFlame(defaultWin(), DEFAULT_TITLE);
     });
   }
 
