@@ -75,7 +75,7 @@ def phases(data: RunData, index=None) -> Phases:
     if index is not None and len(index):
         t_first.append(int(index.t[0]))
         t_last.append(int(index.t[-1]))
-    r0 = min([run.start_ns] + t_first) if run.start_ns else min(t_first, default=0)
+    r0 = run.start_ns if run.start_ns else min(t_first, default=0)
     r1 = max([run.end_ns or 0] + t_last)
     root = _root_transaction(spans)
     work = [s for s in spans if s.span_id != root]
