@@ -218,8 +218,9 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
     pipeline ``__call__`` around the step (else the thread; a step index going back starts a new call).
     A step's window runs from its first span's start to the next step's first span's start, so that work
     between the traced calls (step callbacks, previews, Python glue) counts in its step; the last step of
-    a call ends where its loop iteration ends, read from the samples (``analysis.steploop``: the callback
-    after the last step belongs to it), else at its last span's end. Every traced span that runs inside
+    a call takes the traced calls that follow its spans and ran in the earlier steps too (a traced
+    callback), up to the first other traced span, and ends where its loop iteration ends, read from the
+    samples (``analysis.steploop``: the callback after the last step belongs to it). Every traced span that runs inside
     a window gets a column; ``untraced`` is the rest of the window. ``index``: the run's ProfileIndex
     (for the last step's end and the untraced fill), or None.
     """
@@ -255,7 +256,7 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
         last = -1
         for s in ms:
             k = int(s.attrs[STEP_ATTR])
-            if k < last and k not in cur:  # the index went back: another pipeline call
+            if k < last:  # the index went back: another pipeline call
                 groups.extend((ncall, kk, v, None) for kk, v in cur.items())
                 ncall, cur, last = ncall + 1, {}, -1
             cur.setdefault(k, []).append(s)
@@ -277,12 +278,26 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
         nxt = rows[k + 1] if k + 1 < len(rows) else None
         if nxt is not None and nxt.call == row.call and nxt.start_ns >= row.end_ns:
             row.end_ns = nxt.start_ns
-        elif index is not None:
+            continue
+        # the last step of a call: traced calls that ran in the earlier steps (a traced callback) and
+        # follow its spans still belong to it, up to the first other traced span (the VAE decode)
+        limit = groups[k][3]
+        earlier = [r for r in rows[:k] if r.call == row.call]
+        seen: set[str] = set()
+        for r in earlier:
+            seen.update(s.name for s in per_thread[r.thread_id].within(r.start_ns, r.end_ns))
+        for s in per_thread[row.thread_id].within(row.end_ns, limit if limit is not None else 1 << 62):
+            if s.name not in seen:
+                limit = s.start_ns if limit is None else min(limit, s.start_ns)
+                break
+            row.end_ns = max(row.end_ns, s.end_ns)
+        if index is not None:
             from .steploop import last_step_end
 
-            same = [(r.start_ns, r.end_ns) for r in rows[:k] if r.call == row.call]
-            row.end_ns = max(row.end_ns, last_step_end(index, same, row.start_ns, row.end_ns, row.thread_id,
-                                                       groups[k][3], frozenset(s.name for s in groups[k][2])))
+            row.end_ns = max(row.end_ns, last_step_end(index, [(r.start_ns, r.end_ns) for r in earlier], row.start_ns,
+                                                       row.end_ns, row.thread_id, limit,
+                                                       frozenset(s.name for s in groups[k][2])))
+    for row in rows:
         row.wall_ns = row.end_ns - row.start_ns
     totals: dict[str, int] = defaultdict(int)
     intervals = []
