@@ -152,15 +152,24 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     if len(rows) > 40:  # keep the table readable: slow rows and the first/last few
         keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in rows if r.slow or r.fill}
         rows = [r for r in rows if id(r) in keep]
-    cols = st.columns[:max_columns]
-    body = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns), f"{r.ratio:.2f}", fmt_ns(r.untraced_ns),
-             *[fmt_ns(r.by_name.get(c)) for c in cols]] for r in rows]
+    base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns), f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f}",
+             fmt_ns(r.untraced_ns)] for r in rows]
+    used = sum(max([len(h)] + [len(b[k]) for b in base]) + 3 for k, h in enumerate(("call", "repeat", "wall", "x median", "untraced")))
+    cols = []
+    for c in st.columns[:max_columns]:  # as many traced columns as fit: numbers are never cut
+        w = max([len(_column_label(c))] + [len(fmt_ns(r.by_name.get(c))) for r in rows]) + 3
+        if used + w > console.width:
+            break
+        used += w
+        cols.append(c)
+    left = len(st.columns) - len(cols)
+    body = [b[:3] + [b[3].removesuffix(" slow")] + b[4:] + [fmt_ns(r.by_name.get(c)) for c in cols] for b, r in zip(base, rows)]
     keys = ["call", "step", "wall", "ratio", UNTRACED, *cols]
     heads = ["call" if is_step else "", "step" if is_step else "repeat", "wall", "x median", "untraced",
              *[_column_label(c) for c in cols]]
     t = Table(title=title, title_justify="left", show_edge=False)
     for k, h in enumerate(heads):
-        _num_col(t, h, [b[k] for b in body])
+        _num_col(t, h, [b[k] + (" slow" if k == 3 and r.slow else "") for b, r in zip(body, rows)])
     for r, b in zip(rows, body):
         marked = set(r.slow_cells) | ({"ratio"} if r.slow else set())
         if r.slow and "wall" in r.slow_cells:
@@ -171,6 +180,9 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
             cells[3].append(" slow", style="bold red")
         t.add_row(*cells)
     console.print(t)
+    if left:
+        console.print(f"[dim](+{left} traced column{'s' if left > 1 else ''} that {'do' if left > 1 else 'does'} not fit "
+                      f"this terminal: `--json` or the report {'has them' if left > 1 else 'has it'})[/dim]")
     console.print(f"[dim]{st.rule}[/dim]")
     slow = st.slow_rows
     if slow:
