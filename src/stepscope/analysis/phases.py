@@ -3,10 +3,10 @@
 Start-up is everything before the first traced call (imports of diffusers/transformers, building the
 model): in a short run it is half the samples and hides the work. The *work* runs from the first span
 that is not the run's root transaction (``stepscope run`` opens one around the whole program) to the end
-of the last one (a traced ``__main__`` function around all the others, the script's ``main()``, is
-the work's frame, not its start: the work starts at the first call inside it); with no such span, a transaction that does not enclose the whole run (an ingested
-one, a manual ``stepscope.transaction``) is the work; with neither, nothing is split and the whole run
-is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
+of the last one; a traced ``__main__`` function around all the others (the script's ``main()``) is the
+work's frame, not its start: the work starts at the first call inside it. An ingested run's transaction
+is the program's own unit of work, so it is the work. With no span but the root transaction nothing is
+split: the whole run is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
 
 A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls:
 a lazy import inside the work is start-up work, not the work's.
@@ -77,7 +77,8 @@ def phases(data: RunData, index=None) -> Phases:
         t_last.append(int(index.t[-1]))
     r0 = run.start_ns if run.start_ns else min(t_first, default=0)
     r1 = max([run.end_ns or 0] + t_last)
-    root = _root_transaction(spans)
+    # an ingested run's transaction is the program's own unit of work, not stepscope's frame around it
+    root = None if run.env.get("source") == "sentry" else _root_transaction(spans)
     work = [s for s in spans if s.span_id != root]
     if not work:
         return Phases(r0, r0, r1, r1, False)
