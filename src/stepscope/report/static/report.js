@@ -142,7 +142,7 @@
     const whole = view.t0 <= 0 && view.t1 >= spanEnd - 1;
     const range = `${fmt(Math.max(view.t0, 0))} – ${fmt(view.t1)}`;
     $("selection").textContent = whole ? `Whole run: 0 – ${fmt(spanEnd)}` :
-      atHome && WORK ? `Traced work: ${range} (start-up ${fmt(PH.startup_us)} before it; double-click: whole run)` :
+      atHome && WORK ? `Traced work: ${fmt(WORK.t0)} – ${fmt(WORK.t1)} (start-up ${fmt(PH.startup_us)} before it; double-click: whole run)` :
       atHome ? `Traced spans: ${range} (double-click: whole run)` : `Showing ${range} of the run (double-click: traced work)`;
   }
   function drawWaterfall() {
