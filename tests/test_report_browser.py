@@ -23,7 +23,7 @@ def sd_report(tmp_path_factory):
 def test_waterfall_click_shows_that_spans_flame_graph(page, sd_report):
     page.goto(sd_report.as_uri())
     page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
-    assert page.evaluate("stepscopeReport.flameTitle()") == "whole run"
+    assert page.evaluate("stepscopeReport.flameTitle()") == "traced work"  # start-up is one click away
     assert page.locator("#waterfall").bounding_box()["height"] > 50
     i = page.evaluate("stepscopeReport.findSpan('UNet2DConditionModel.forward', 1)")
     assert i >= 0

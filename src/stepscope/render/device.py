@@ -13,9 +13,13 @@ from .terminal import fmt_ns, short_name
 
 
 def _clip(s: str | None, n: int = 70) -> str:
-    if not s:
-        return "-"
-    return s if len(s) <= n else s[: n - 1] + "…"
+    """A text cell: never cut (the table folds long text onto more lines); ``n`` is kept for callers."""
+    return s or "-"
+
+
+def _text_col(t: Table, col: str, **kw) -> None:
+    """A text column that folds long values onto more lines instead of cutting them."""
+    t.add_column(col, justify="left", overflow="fold", **kw)
 
 
 def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
@@ -35,7 +39,10 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
         console.print(t)
         t = Table(title="Largest idle gaps", title_justify="left", show_edge=False)
         for col in ("gap", "stream", "category", "host op running", "annotation / span", "next on device"):
-            t.add_column(col, justify="right" if col == "gap" else "left", no_wrap=True, overflow="ellipsis")
+            if col in ("gap", "stream"):
+                t.add_column(col, justify="right", no_wrap=True)
+            else:
+                _text_col(t, col)
         for g in d.gaps[:top]:
             t.add_row(fmt_ns(g.duration_ns), str(g.stream), g.category, _clip(g.host_op, 30), _clip(g.annotation, 40),
                       _clip(g.next_name, 50))
@@ -44,7 +51,10 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
         t = Table(title=f"Host-device syncs ({', '.join(f'{v} {k}' for k, v in d.sync_counts.items())})",
                   title_justify="left", show_edge=False)
         for col in ("kind", "cost", "inside op", "annotation / span", "python"):
-            t.add_column(col, justify="right" if col == "cost" else "left", no_wrap=True, overflow="ellipsis")
+            if col in ("kind", "cost"):
+                t.add_column(col, justify="right" if col == "cost" else "left", no_wrap=True)
+            else:
+                _text_col(t, col)
         for s in sorted(d.syncs, key=lambda s: -s.cost_ns)[:top]:
             t.add_row(s.kind, fmt_ns(s.cost_ns), _clip(s.enclosing_op, 30), _clip(s.annotation, 40), _clip(s.python, 50))
         console.print(t)
@@ -55,7 +65,10 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
             continue
         t = Table(title=title, title_justify="left", show_edge=False)
         for col in ("name", "calls", "total", "self"):
-            t.add_column(col, justify="left" if col == "name" else "right", no_wrap=True, overflow="ellipsis")
+            if col == "name":
+                _text_col(t, col)
+            else:
+                t.add_column(col, justify="right", no_wrap=True)
         for o in items[:top]:
             t.add_row(_clip(o.name, 80), str(o.count), fmt_ns(o.total_ns), fmt_ns(o.self_ns))
         console.print(t)
@@ -73,8 +86,10 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
             for col in ("span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s",
                         "of peak", "top kernels / ops"):
                 num = col not in ("span", "top kernels / ops")
-                t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
-                             min_width=9 if num else 20, max_width=None if num else 60)
+                if num:
+                    t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+                else:
+                    _text_col(t, col, min_width=20)
             for s in v.spans[:top]:
                 t.add_row(short_name(s.name), str(s.count), str(s.recorded), fmt_ns(s.recorded_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
                           f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
@@ -92,8 +107,10 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
                 continue
             t = Table(title=title, title_justify="left", show_edge=False)
             for col in ("where", "count", "reason"):
-                t.add_column(col, justify="right" if col == "count" else "left", no_wrap=True, overflow="ellipsis",
-                             min_width=8 if col != "reason" else 30, max_width=None if col != "where" else 50)
+                if col == "count":
+                    t.add_column(col, justify="right", no_wrap=True)
+                else:
+                    _text_col(t, col, min_width=8 if col != "reason" else 30)
             for g in items[:top]:
                 t.add_row(f"{os.path.basename(g['file'])}:{g['line']}" + (f" {g['function']}" if g.get("function") else ""),
                           str(g["count"]), g["reason"])
@@ -101,10 +118,11 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10) -> None:
     if v.sync_sites:
         t = Table(title="Sync sites (where a GPU would make the host wait)", title_justify="left", show_edge=False)
         for col in ("kind", "line", "function", "calls", "time", "inside"):
-            num = col in ("calls", "time")
-            t.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
-                         min_width={"kind": 11, "line": 34, "calls": 5, "time": 8}.get(col, 12),
-                         max_width={"function": 40, "inside": 36}.get(col))
+            if col in ("calls", "time", "kind"):
+                t.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True,
+                             min_width={"kind": 11, "calls": 5, "time": 8}[col])
+            else:
+                _text_col(t, col, min_width=12)
         for s in v.sync_sites[:top]:
             t.add_row(s.kind, s.where, s.function, str(s.count), fmt_ns(s.total_ns), ", ".join(short_name(n) for n in s.inside[:2]))
         console.print(t)

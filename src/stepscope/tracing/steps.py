@@ -13,6 +13,12 @@ Rules, decided once per patched target from the class's MRO names (diffusers is 
   ``for i, t in enumerate(timesteps)`` hands each step a new one; CFG's two calls share it). The
   argument is compared by identity only, never read, so no device sync is added.
 
+A denoiser module called *inside* the denoiser (the ``Transformer2DModel`` blocks of a UNet, a ControlNet
+called from a step) is part of that step, never a step of its own: the hooks look down the stack for the
+outermost denoiser ``forward`` frame (traced or not) and count that frame's ``timestep`` argument, so
+every nested call shares the outer call's step index; a nested span also gets ``diffusion.nested`` =
+True so that tables count the outer call only.
+
 Without a traced pipeline call around them, one scope per thread/task runs for the whole program, so
 the index keeps counting across pipeline calls. The scope holds the last timestep object until the
 scope ends (a 0-d tensor).
@@ -23,6 +29,10 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 STEP_ATTR = "diffusion.step"
+#: Set (True) on a denoiser span that runs inside another denoiser call: same step, not a step of its own.
+NESTED_ATTR = "diffusion.nested"
+_DENOISER_MODULES = ("diffusers.models.unets", "diffusers.models.transformers", "diffusers.models.controlnets",
+                     "diffusers.models.controlnet")
 
 class _Scope:
     __slots__ = ("counter", "outer", "marked", "last_t", "seen")
@@ -102,33 +112,62 @@ class StepMarker:
                 pass
 
 
+def _outer_denoiser(frame):
+    """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``."""
+    outer = None
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "forward" and (f.f_globals.get("__name__") or "").startswith(_DENOISER_MODULES):
+            outer = f
+        f = f.f_back
+    return outer
+
+
+def _timestep_of(frame):
+    """A denoiser forward frame's ``timestep`` argument (by name, else its third parameter)."""
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if "timestep" in names:
+        return frame.f_locals.get("timestep")
+    return frame.f_locals.get(names[2]) if len(names) > 2 else None
+
+
 class StepScoped:
-    """Hooks for the denoiser's ``forward``: tags the span with the current step index."""
+    """Hooks for the denoiser's ``forward``: tags the span with the current step index (see the module
+    doc for a denoiser nested in another)."""
 
     __slots__ = ()
 
     def enter(self, args: tuple, kwargs: dict) -> dict:
+        import sys
+
+        caller = sys._getframe(1)
+        outer = _outer_denoiser(caller)
         s = _current()
-        if s.marked:
-            return {STEP_ATTR: s.counter}
+        if outer is not None:  # a wrapped denoiser called from inside a denoiser forward
+            return self._tag(s, _timestep_of(outer), True)
         t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
-        return self._count(s, t)
+        return self._tag(s, t, False)
 
     def enter_frame(self, frame) -> dict:
-        """The same from the forward's own frame (probes): its third parameter, or ``timestep``."""
+        """The same from the forward's own frame (probes)."""
         s = _current()
-        if s.marked:
-            return {STEP_ATTR: s.counter}
-        code = frame.f_code
-        name = code.co_varnames[2] if code.co_argcount > 2 else "timestep"
-        return self._count(s, frame.f_locals.get(name))
+        outer = _outer_denoiser(frame)
+        if outer is None or outer is frame:
+            return self._tag(s, _timestep_of(frame), False)
+        return self._tag(s, _timestep_of(outer), True)
 
     @staticmethod
-    def _count(s: "_Scope", t) -> dict:
-        if t is not s.last_t or s.seen == 0:
-            s.last_t = t
-            s.seen += 1
-        return {STEP_ATTR: s.seen - 1}
+    def _tag(s: "_Scope", t, nested: bool) -> dict:
+        if s.marked:
+            step = s.counter
+        else:
+            if t is not s.last_t or s.seen == 0:
+                s.last_t = t
+                s.seen += 1
+            step = s.seen - 1
+        return {STEP_ATTR: step, NESTED_ATTR: True} if nested else {STEP_ATTR: step}
 
     def exit(self) -> None:
         return None
@@ -146,9 +185,7 @@ def hooks_for(owner: object, attr: str):
         return StepScope()
     if attr == "step" and "SchedulerMixin" in names:
         return StepMarker()
-    if attr == "forward" and any(
-        (c.__module__ or "").startswith(("diffusers.models.unets", "diffusers.models.transformers")) for c in mro
-    ):
+    if attr == "forward" and any((c.__module__ or "").startswith(_DENOISER_MODULES) for c in mro):
         return StepScoped()
     return None
 
@@ -161,7 +198,7 @@ def kind_of_name(name: str) -> str | None:
         return "scope"
     if name.startswith("diffusers.schedulers.") and name.endswith(".step"):
         return "marker"
-    if name.startswith(("diffusers.models.unets.", "diffusers.models.transformers.")) and name.endswith(".forward"):
+    if name.startswith(tuple(m + "." for m in _DENOISER_MODULES)) and name.endswith(".forward"):
         return "scoped"
     return None
 
