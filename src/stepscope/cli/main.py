@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import bench, capture, demo, device, explain, export, keys, report, run, runs, serve, suggest
+from . import bench, capture, demo, device, diff, explain, export, keys, report, run, runs, serve, suggest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Trace, sample and explain the performance of Python/ML programs you did not write.")
@@ -15,6 +15,7 @@ app.command("rm")(runs.rm)
 app.command("report")(report.report)
 app.command("export")(export.export)
 app.command("explain")(explain.explain_cmd)
+app.command("diff")(diff.diff_cmd)
 app.command("suggest")(suggest.suggest_cmd)
 app.command("device")(device.device)
 app.add_typer(bench.app, name="bench")

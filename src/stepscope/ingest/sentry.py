@@ -19,6 +19,7 @@ naming it, so the whole envelope is refused (HTTP 400) and nothing of it is stor
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -174,6 +175,43 @@ def _hexid(v, what: str) -> str:
     return v.replace("-", "").lower()
 
 
+#: Sentry's ``modules`` (installed packages) kept for ``stepscope diff``: the libraries that change speed
+_MODULES_KEPT = ("torch", "diffusers", "transformers", "accelerate", "xformers", "numpy", "safetensors", "triton", "peft",
+                 "sentry-sdk", "sentry_sdk")
+_FACTS_MAX_BYTES = 16_384
+
+
+def environment_facts(doc: dict, contexts: dict) -> dict:
+    """What an event says about the environment, for ``stepscope diff``: its contexts other than ``trace``
+    and ``profile`` (Sentry's ``runtime``, ``os``, ``device``, ``gpu``, and the program's own, e.g.
+    ``set_context("torch", {...})``), its ``tags``, and the versions of the speed-relevant libraries in
+    ``modules``. Only plain values; a part larger than 16 KiB as JSON is left out. Never raises."""
+    import json
+
+    out: dict = {}
+
+    def plain(v, depth: int = 0):
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            return v[:500] if isinstance(v, str) else v
+        if isinstance(v, dict) and depth < 3:
+            return {str(k)[:200]: plain(x, depth + 1) for k, x in list(v.items())[:100]}
+        if isinstance(v, list) and depth < 3:
+            return [plain(x, depth + 1) for x in v[:20]]
+        return str(v)[:200]
+
+    ctx = {k: plain(v) for k, v in contexts.items() if k not in ("trace", "profile") and isinstance(v, dict)}
+    tags = doc.get("tags")
+    if isinstance(tags, list):  # the SDK's wire form may be [[key, value], ...]
+        tags = {str(t[0]): t[1] for t in tags if isinstance(t, (list, tuple)) and len(t) == 2}
+    mods = doc.get("modules") if isinstance(doc.get("modules"), dict) else {}
+    parts = {"contexts": ctx, "tags": plain(tags) if isinstance(tags, dict) else {},
+             "modules": {k.replace("-", "_"): str(v)[:100] for k, v in mods.items() if k in _MODULES_KEPT}}
+    for k, v in parts.items():
+        if v and len(json.dumps(v, default=str)) <= _FACTS_MAX_BYTES:
+            out[k] = v
+    return out
+
+
 def transaction(doc: dict, what: str) -> TransactionRecord:
     """A ``transaction`` event payload -> TransactionRecord. Raises EnvelopeError."""
     event_id = _hexid(doc.get("event_id"), f"{what}: event_id")
@@ -215,7 +253,7 @@ def transaction(doc: dict, what: str) -> TransactionRecord:
     meta = {"sentry.event_id": event_id, "sentry.trace_id": trace.get("trace_id"), "sentry.op": trace.get("op"),
             "sdk": f"{sdk.get('name', '?')} {sdk.get('version', '')}".strip(), "platform": doc.get("platform"),
             "environment": doc.get("environment"), "release": doc.get("release"),
-            "server_name": doc.get("server_name")}
+            "server_name": doc.get("server_name"), **environment_facts(doc, contexts)}
     return TransactionRecord(
         event_id=event_id, name=(_str(doc.get("transaction"), f"{what}: transaction") or "<unnamed transaction>")[:1000],
         op=_str(trace.get("op"), f"{what}: contexts.trace.op", "") or "", status=_str(trace.get("status"), f"{what}: status"),

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+from . import workfacts
+
 STEP_ATTR = "diffusion.step"
 #: Set (True) on a denoiser span that runs inside another denoiser call: same step, not a step of its own.
 NESTED_ATTR = "diffusion.nested"
@@ -67,6 +69,7 @@ class StepScope:
         return None
 
     def enter_frame(self, frame) -> None:
+        workfacts.note_pipeline(frame)  # what shapes the work, for `stepscope diff`
         return self.enter((), {})
 
     def exit(self) -> None:
@@ -152,6 +155,7 @@ class StepScoped:
 
     def enter_frame(self, frame) -> dict:
         """The same from the forward's own frame (probes)."""
+        workfacts.note_denoiser(frame)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
         outer = _outer_denoiser(frame)
         if outer is None or outer is frame:

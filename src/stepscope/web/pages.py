@@ -33,7 +33,7 @@ def run_nav(run_id: str, current: str) -> list[tuple[str, str, bool]]:
     """The links above a run's pages: ``(label, href, is_current)``."""
     base = f"/runs/{run_id}"
     return [("← transactions", "/", False), ("run", base, current == "run"), ("explain", f"{base}/explain", current == "explain"),
-            ("device", f"{base}/device", current == "device"), ("report file", f"{base}/report.html", False),
+            ("device", f"{base}/device", current == "device"), ("compare", f"/compare?b={run_id}", False), ("report file", f"{base}/report.html", False),
             ("speedscope", f"{base}/export/speedscope", False), ("Chrome trace", f"{base}/export/chrome", False),
             ("benchmarks", "/bench", False)]
 
@@ -188,6 +188,12 @@ def routes(state) -> list[Route]:
             png = plot(v, Path(d) / "plot.png").read_bytes()
         return Response(png, media_type="image/png")
 
+    def compare(request: Request) -> HTMLResponse:
+        from ..analysis.diff import DiffError
+        from .compare import compare_response
+
+        return compare_response(state.store(), request.query_params, DiffError)
+
     def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name == _UI_CSS:
@@ -207,6 +213,7 @@ def routes(state) -> list[Route]:
         Route("/runs/{run_id}/report.html", report_file),
         Route("/runs/{run_id}/export/{fmt}", export),
         Route("/api/runs/{run_id}/view", api_view),
+        Route("/compare", compare),
         Route("/bench", bench_list),
         Route("/bench/{bench_id}", bench_view),
         Route("/bench/{bench_id}/plot.png", bench_plot),

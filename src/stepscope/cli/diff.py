@@ -1,0 +1,49 @@
+"""``stepscope diff``: what changed between two runs, what it cost, where the time went, and why."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..analysis.diff import DiffError, device_trace_path, diff_runs, pick_runs
+from ..render.diff import print_diff
+from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
+
+
+def load_diff(store, ref_a: str | None, ref_b: str | None, span: str | None = None):
+    """``Diff`` of the runs ``pick_runs`` chooses. Raises UserError (DiffError's message) or StoreError."""
+    a_id, b_id = pick_runs(store, ref_a, ref_b)
+    a, b = store.load(a_id), store.load(b_id)
+    try:
+        return diff_runs(a, b, span, device_trace_path(store, a_id), device_trace_path(store, b_id))
+    except DiffError as e:
+        raise UserError(str(e)) from None
+
+
+@handles_errors
+def diff_cmd(run_a: Optional[str] = typer.Argument(None, help="Run id or prefix of the run before (default: the run "
+                                                  "before B of the same command)."),
+             run_b: Optional[str] = typer.Argument(None, help="Run id or prefix of the run after (default: the last run)."),
+             span: Optional[str] = typer.Option(None, "--span", help="Span name to compare per call (default: the "
+                                                "denoising step, else the traced name with the most repeats and time)."),
+             store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Compare two runs: environment changes (most likely causes first), the change in time per span and step
+    with a bootstrap CI, the functions that took the change, and a one-line verdict."""
+    st = open_store(store)
+    try:
+        d = load_diff(st, run_a, run_b, span)
+    except DiffError as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        doc = dataclasses.asdict(d)
+        doc["headline"]["verdict"] = d.headline.verdict
+        for row, x in zip(doc["spans"] + doc["steps"], d.spans + d.steps):
+            row["verdict"] = x.verdict
+        for row, c in zip(doc["env"], d.env):
+            row["text"] = c.text
+        print_json(doc)
+    else:
+        print_diff(d, out)

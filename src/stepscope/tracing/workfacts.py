@@ -1,0 +1,170 @@
+"""Facts about the work a diffusers pipeline does, recorded cheaply at run time for ``stepscope diff``.
+
+When a traced pipeline call (``DiffusionPipeline.__call__``) or denoiser forward starts, the step hooks
+(``tracing.steps``) hand its frame here. We read, without importing torch or diffusers and without a
+device sync:
+
+- a pipeline call: the arguments that shape the work (``height``, ``width``, ``num_inference_steps``,
+  ``guidance_scale``, ``num_images_per_prompt``, the batch from ``prompt``, the step callback's name),
+  the scheduler's class, the torch thread count, and the facts of its components below;
+- a denoiser (the pipeline's ``unet``/``transformer``, or the traced forward's ``self``) and the other
+  components (``text_encoder``, ``vae``): class, device and dtype of the first parameter, whether
+  torch.compile wrapped it (``OptimizedModule``), whether accelerate's offload hook sits on it, and for
+  the denoiser its attention processor classes (``attn_processors``, counted by class name).
+
+Cost: a pipeline call reads its locals and walks the denoiser's attention processors once (about a
+millisecond for SD 1.5, against seconds of work); a denoiser forward does so only on the first call of
+each object. Everything is kept as plain data (no reference to the program's objects) and read by
+``session.environment()`` into the run's ``env["work"]``.
+
+Stdlib only: this module runs inside the profiled program.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+_lock = threading.Lock()
+_pipeline: dict | None = None  # the last pipeline call's facts
+_pipeline_calls = 0
+_denoisers: dict[int, dict] = {}  # id(module) -> facts at its first traced forward
+_MAX_DENOISERS = 8
+
+_ARGS = ("height", "width", "num_inference_steps", "guidance_scale", "num_images_per_prompt", "strength", "eta")
+
+
+def _qualname(obj) -> str:
+    t = obj if isinstance(obj, type) else type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def module_facts(mod, attention: bool = False) -> dict:
+    """Class, ``device`` and ``dtype`` of the first parameter, ``compiled`` and ``offload`` of a torch
+    module (``{}`` for None); with ``attention`` its attention processor classes -> count."""
+    if mod is None:
+        return {}
+    out: dict = {"class": type(mod).__name__}
+    inner = mod
+    if type(mod).__name__ == "OptimizedModule":  # torch.compile(module)
+        out["compiled"] = True
+        inner = getattr(mod, "_orig_mod", mod)
+        out["class"] = type(inner).__name__
+    else:
+        out["compiled"] = False
+    try:
+        p = next(inner.parameters(), None)
+        if p is not None:
+            out["device"] = str(p.device)
+            out["dtype"] = str(p.dtype).replace("torch.", "")
+    except Exception:
+        pass
+    out["offload"] = bool(getattr(inner, "_hf_hook", None) is not None)
+    if attention:
+        try:
+            procs = getattr(inner, "attn_processors", None)
+            if isinstance(procs, dict) and procs:
+                counts: dict[str, int] = {}
+                for p in procs.values():
+                    n = type(p).__name__
+                    counts[n] = counts.get(n, 0) + 1
+                out["attention"] = counts
+        except Exception:
+            pass
+    return out
+
+
+def _batch(loc) -> int | None:
+    prompt = loc.get("prompt")
+    if isinstance(prompt, str):
+        return 1
+    if isinstance(prompt, (list, tuple)):
+        return len(prompt)
+    emb = loc.get("prompt_embeds")
+    shape = getattr(emb, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else None
+
+
+def note_pipeline(frame) -> None:
+    """A traced pipeline call starts (``frame``: its frame). Never raises."""
+    global _pipeline, _pipeline_calls
+    try:
+        loc = frame.f_locals
+        pipe = loc.get(frame.f_code.co_varnames[0]) if frame.f_code.co_argcount else None
+        if pipe is None:
+            return
+        args = {k: loc.get(k) for k in _ARGS if isinstance(loc.get(k), (int, float, str, bool))}
+        batch = _batch(loc)
+        if batch is not None:
+            args["batch"] = batch * int(args.get("num_images_per_prompt") or 1)
+        cb = loc.get("callback_on_step_end") or loc.get("callback")
+        if cb is not None:
+            args["callback"] = getattr(cb, "__qualname__", None) or type(cb).__name__
+        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+        if "height" not in args or "width" not in args:  # the pipeline's default: sample_size x vae scale
+            try:
+                cfg = getattr(denoiser, "config", None)
+                size = int(cfg.sample_size) * int(getattr(pipe, "vae_scale_factor", 8))
+                args.setdefault("height", size)
+                args.setdefault("width", size)
+            except Exception:
+                pass
+        facts = {"class": type(pipe).__name__, "args": args}
+        sched = getattr(pipe, "scheduler", None)
+        if sched is not None:
+            facts["scheduler"] = type(sched).__name__
+        facts["denoiser"] = module_facts(denoiser, attention=True)
+        for name in ("text_encoder", "vae"):
+            m = getattr(pipe, name, None)
+            if m is not None:
+                facts[name] = module_facts(m)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            facts["torch_threads"] = torch.get_num_threads()
+        with _lock:
+            _pipeline = facts
+            _pipeline_calls += 1
+    except Exception:  # the program must never notice
+        pass
+
+
+def note_denoiser(frame) -> None:
+    """A traced denoiser forward starts: its module's facts, on the first call of each object."""
+    try:
+        code = frame.f_code
+        if not code.co_argcount:
+            return
+        mod = frame.f_locals.get(code.co_varnames[0])
+        key = id(mod)
+        if key in _denoisers or len(_denoisers) >= _MAX_DENOISERS:
+            return
+        facts = module_facts(mod, attention=True)
+        sample = frame.f_locals.get(code.co_varnames[1]) if code.co_argcount > 1 else None
+        if getattr(sample, "dtype", None) is not None:
+            facts["input_dtype"] = str(sample.dtype).replace("torch.", "")
+            facts["input_shape"] = [int(x) for x in sample.shape]
+        with _lock:
+            _denoisers[key] = facts
+    except Exception:
+        pass
+
+
+def snapshot() -> dict:
+    """What was noted so far: ``{"pipeline": {...}, "pipeline_calls": n, "denoisers": [...]}`` (keys only
+    when there is something)."""
+    with _lock:
+        out: dict = {}
+        if _pipeline is not None:
+            out["pipeline"] = _pipeline
+            out["pipeline_calls"] = _pipeline_calls
+        if _denoisers:
+            out["denoisers"] = list(_denoisers.values())
+        return out
+
+
+def reset() -> None:
+    """Forget what was noted (a new session in the same process)."""
+    global _pipeline, _pipeline_calls
+    with _lock:
+        _pipeline, _pipeline_calls = None, 0
+        _denoisers.clear()
