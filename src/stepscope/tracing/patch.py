@@ -169,6 +169,12 @@ class Patcher:
                 self._hook = _ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
+    def note(self, name: str, why: str) -> None:
+        """Keep a note about a traced name (reported with ``unresolved``), e.g. a span that a device
+        profiler could not mirror."""
+        with self._lock:
+            self._unresolved.setdefault(name, why)
+
     def remove(self) -> None:
         """Undo every patch and drop the import hook."""
         with self._lock:
