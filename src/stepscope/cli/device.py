@@ -35,7 +35,7 @@ def trace_file(target: Optional[str]) -> Optional[Path]:
     if not target:
         return None
     p = Path(target).expanduser()
-    if p.is_file() or p.is_dir() and looks_like_file(target):
+    if p.is_file() or p.is_dir() and looks_like_file(target) and not target.lower().rstrip("/").endswith((".json", ".gz")):
         return p
     if looks_like_file(target):
         raise UserError(f"file not found: {target}" if not p.exists() else f"{target}: not a file (give a Kineto trace "

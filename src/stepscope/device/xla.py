@@ -68,6 +68,8 @@ SIGNATURE = ("XLAGraphExecutor::Compile", "PjRtComputationClient::ExecuteComputa
              "IfrtComputationClient::ExecuteReplicated")
 #: Gaps shorter than this (ns) are not listed.
 MIN_GAP_NS = 1_000
+#: A metrics reading up to this long (ns) after a step's end (and before the next step) counts for it.
+SNAPSHOT_GRACE_NS = 50_000_000
 
 
 @dataclass
@@ -645,10 +647,17 @@ def _metrics_per_step(steps: list[StepFigures], snapshots: list[dict], to_trace)
         k = int(np.searchsorted(at, t, "right")) - 1
         return snaps[k] if k >= 0 else None
 
-    for st in steps:
-        if st.label == "outside steps":
-            continue
-        a, b = reading(st.start_ns), reading(st.end_ns)
+    # a step's figures: the readings at its boundaries; a reading taken just after a step ends (the one after
+    # its step marker returns) belongs to it, up to the next step's start or SNAPSHOT_GRACE_NS
+    win = [st for st in steps if st.label != "outside steps"]
+    bounds = [min(win[k + 1].start_ns, st.end_ns + SNAPSHOT_GRACE_NS) if k + 1 < len(win)
+              else st.end_ns + SNAPSHOT_GRACE_NS for k, st in enumerate(win)]
+    begins = [(int(t), s) for t, s in zip(at.tolist(), snaps) if str(s.get("label", "")).startswith("begin ")]
+    for k, st in enumerate(win):
+        # the reading taken as the step's first denoiser call began, else the last one before the step
+        a = next((s for t, s in begins if st.start_ns - 1_000_000 <= t <= st.start_ns + SNAPSHOT_GRACE_NS
+                  and (k + 1 == len(win) or t < win[k + 1].start_ns)), None) or reading(st.start_ns)
+        b = reading(bounds[k])
         if a is None or b is None or a is b:
             continue
         d: dict[str, float] = {}

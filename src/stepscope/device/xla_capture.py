@@ -20,8 +20,9 @@ run's threads.
 Metrics: ``torch_xla.debug.metrics`` counters (all of them: ``UncachedCompile``, ``CachedCompile``,
 ``MarkStep``, ``aten::_local_scalar_dense`` (each ``.item()``), ``aten::nonzero``, ``xla::*``...) and the
 samples/accumulators of ``CompileTime``, ``ExecuteTime``, ``TransferFromDeviceTime``,
-``TransferToDeviceTime``, ``InboundData``, ``OutboundData`` are read at the start, at every denoising
-step, after every step marker and at the end, and written with the clock reading to
+``TransferToDeviceTime``, ``InboundData``, ``OutboundData`` are read at the start, when each denoising
+step's first denoiser call starts (label ``begin <step>``), after each scheduler step, after every step
+marker and at the end, and written with the clock reading to
 ``<run dir>/xla_metrics.json``: ``{"snapshots": [{"t_ns", "label", "counters": {name: int},
 "metrics": {name: [samples, accumulator]}}], "unmirrored": {span name: why}, "error": str|null}``;
 accumulators are ns for the *Time metrics and bytes for the *Data ones (torch_xla's units).
@@ -85,6 +86,7 @@ class XlaCapture:
         self.mark("start")
         self.snapshot("start")
         step_hooks.add_listener(self._on_step)
+        step_hooks.add_start_listener(self._on_step_start)
         mirror.add_marker_listener(self._on_marker)
         self._stop = threading.Event()
         self._marker = threading.Thread(target=self._mark_loop, name="stepscope-xla-clock-marker", daemon=True)
@@ -127,6 +129,9 @@ class XlaCapture:
         self.mark("step")
         self.snapshot("step")
 
+    def _on_step_start(self, step: int) -> None:
+        self.snapshot(f"begin {step}")
+
     def _on_marker(self) -> None:
         self.mark("sync")
         self.snapshot("sync")
@@ -136,6 +141,7 @@ class XlaCapture:
         if self.session is None:
             return
         step_hooks.remove_listener(self._on_step)
+        step_hooks.remove_start_listener(self._on_step_start)
         mirror.remove_marker_listener(self._on_marker)
         self._stop.set()
         self._marker.join(timeout=1)

@@ -403,7 +403,8 @@ class Patcher:
                     if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern)):
                         if qual not in defs:
                             generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
-                            defs[qual] = Probe(f"__main__.{qual}", generator=generator)
+                            hooks = mirror.Mirror(f"__main__.{qual}") if self.mirror else None
+                            defs[qual] = Probe(f"__main__.{qual}", hooks=hooks, generator=generator)
                         hit.setdefault(name, []).append(f"__main__.{qual}")
             code = self.mechanism.compile_main(source, filename, defs)
             for name, concrete in hit.items():

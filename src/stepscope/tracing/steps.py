@@ -25,9 +25,10 @@ from contextvars import ContextVar
 STEP_ATTR = "diffusion.step"
 
 class _Scope:
-    __slots__ = ("counter", "outer", "marked", "last_t", "seen")
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun")
 
     def __init__(self, outer: "_Scope | None") -> None:
+        self.begun = -1  # the last step whose start listeners were called
         self.counter = 0  # scheduler steps completed
         self.outer = outer
         self.marked = False  # a scheduler step ran in this scope
@@ -80,6 +81,34 @@ def remove_listener(fn) -> None:
         pass
 
 
+#: Called with the step index when the denoiser's first call of a new step starts (metrics snapshots).
+_start_listeners: list = []
+
+
+def add_start_listener(fn) -> None:
+    """Call ``fn(step)`` when the first denoiser call of each step starts."""
+    _start_listeners.append(fn)
+
+
+def remove_start_listener(fn) -> None:
+    try:
+        _start_listeners.remove(fn)
+    except ValueError:
+        pass
+
+
+def _began(s: "_Scope", attrs: dict) -> dict:
+    step = attrs[STEP_ATTR]
+    if step != s.begun:
+        s.begun = step
+        for fn in tuple(_start_listeners):
+            try:
+                fn(step)
+            except Exception:  # a listener must never break the program
+                pass
+    return attrs
+
+
 class StepMarker:
     """Hooks for a scheduler's ``step``: tags the span, then advances the counter."""
 
@@ -110,18 +139,22 @@ class StepScoped:
     def enter(self, args: tuple, kwargs: dict) -> dict:
         s = _current()
         if s.marked:
-            return {STEP_ATTR: s.counter}
-        t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
-        return self._count(s, t)
+            attrs = {STEP_ATTR: s.counter}
+        else:
+            t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
+            attrs = self._count(s, t)
+        return _began(s, attrs) if _start_listeners else attrs
 
     def enter_frame(self, frame) -> dict:
         """The same from the forward's own frame (probes): its third parameter, or ``timestep``."""
         s = _current()
         if s.marked:
-            return {STEP_ATTR: s.counter}
-        code = frame.f_code
-        name = code.co_varnames[2] if code.co_argcount > 2 else "timestep"
-        return self._count(s, frame.f_locals.get(name))
+            attrs = {STEP_ATTR: s.counter}
+        else:
+            code = frame.f_code
+            name = code.co_varnames[2] if code.co_argcount > 2 else "timestep"
+            attrs = self._count(s, frame.f_locals.get(name))
+        return _began(s, attrs) if _start_listeners else attrs
 
     @staticmethod
     def _count(s: "_Scope", t) -> dict:
