@@ -366,6 +366,31 @@ class HostSpan:
     scope: bool = False  # a pipeline call (its denoising steps restart at 0)
 
 
+class _SpanIndex:
+    """Host spans per trace thread, sorted by start, for "which spans enclose time t" queries."""
+
+    def __init__(self, spans: list[HostSpan]) -> None:
+        by: dict = defaultdict(list)
+        for s in spans:
+            by[s.tid].append(s)
+        self.by: dict = {}
+        for tid, ss in by.items():
+            ss.sort(key=lambda s: s.start)
+            self.by[tid] = (ss, np.array([s.start for s in ss], np.int64), np.array([s.end for s in ss], np.int64))
+
+    def enclosing(self, tid, t: int) -> list[HostSpan]:
+        got = self.by.get(tid)
+        if got is None:
+            return []
+        ss, starts, ends = got
+        k = int(np.searchsorted(starts, t, "right"))
+        return [ss[i] for i in np.nonzero(ends[:k] > t)[0].tolist()]
+
+    def innermost(self, tid, t: int) -> HostSpan | None:
+        hit = self.enclosing(tid, t)
+        return min(hit, key=lambda s: s.end - s.start) if hit else None
+
+
 def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[list[int]] = []
     for a, b in sorted(iv):
@@ -487,20 +512,8 @@ def analyze(tr: XlaTrace, spans: list[HostSpan] | None = None, snapshots: list[d
 
     plain = [s for s in spans if s.sync is None]
     syncs = [s for s in spans if s.sync is not None]
-    by_tid: dict[int | None, list[HostSpan]] = defaultdict(list)
-    for s in plain:
-        by_tid[s.tid].append(s)
-
-    def innermost(tid: int, t: int, pool) -> HostSpan | None:
-        best = None
-        for s in pool.get(tid, ()):
-            if s.start <= t < s.end and (best is None or s.end - s.start < best.end - best.start):
-                best = s
-        return best
-
-    sync_by_tid: dict[int | None, list[HostSpan]] = defaultdict(list)
-    for s in syncs:
-        sync_by_tid[s.tid].append(s)
+    spans_at = _SpanIndex(plain)
+    syncs_at = _SpanIndex(syncs)
 
     step_figs = [Figures() for _ in windows]
     outside = Figures()
@@ -510,11 +523,8 @@ def analyze(tr: XlaTrace, spans: list[HostSpan] | None = None, snapshots: list[d
     def add(kind: str, t: int, tid: int, dur: int, read: bool = False) -> None:
         k = step_at(t)
         targets = [total, step_figs[k] if k is not None else outside]
-        seen = set()
-        for s in by_tid.get(tid, ()):
-            if s.start <= t < s.end and s.name not in seen:
-                seen.add(s.name)
-                targets.append(span_figs[s.name])
+        for name in {s.name for s in spans_at.enclosing(tid, t)}:
+            targets.append(span_figs[name])
         for f in targets:
             if kind == "compile":
                 f.compiles += 1
@@ -541,8 +551,8 @@ def analyze(tr: XlaTrace, spans: list[HostSpan] | None = None, snapshots: list[d
             t, th, d = int(ts[i]), int(tid[i]), int(dur[i])
             add("from" if direction == "from device" else "to", t, th, d)
             k = step_at(t)
-            sp = innermost(th, t, by_tid)
-            site = innermost(th, t, sync_by_tid)
+            sp = spans_at.innermost(th, t)
+            site = syncs_at.innermost(th, t)
             x = Transfer(direction, t, d, th, windows[k][0] if k is not None else None, sp.name if sp else None)
             if site is not None:
                 x.kind, x.where, x.function, x.wait_ns = site.sync, site.where, site.function, site.end - site.start
@@ -574,7 +584,7 @@ def analyze(tr: XlaTrace, spans: list[HostSpan] | None = None, snapshots: list[d
     lanes, gaps = _gaps(tr, device_lanes(tr), top)
     host_tid = _main_host_tid(tr, ev)
     for g in gaps:
-        sp = innermost(host_tid, g.start_ns, by_tid) if host_tid is not None else None
+        sp = spans_at.innermost(host_tid, g.start_ns) if host_tid is not None else None
         g.span = sp.name if sp else None
         k = step_at(g.start_ns)
         g.step = windows[k][0] if k is not None else None
@@ -655,8 +665,10 @@ def _metrics_per_step(steps: list[StepFigures], snapshots: list[dict], to_trace)
     begins = [(int(t), s) for t, s in zip(at.tolist(), snaps) if str(s.get("label", "")).startswith("begin ")]
     for k, st in enumerate(win):
         # the reading taken as the step's first denoiser call began, else the last one before the step
-        a = next((s for t, s in begins if st.start_ns - 1_000_000 <= t <= st.start_ns + SNAPSHOT_GRACE_NS
-                  and (k + 1 == len(win) or t < win[k + 1].start_ns)), None) or reading(st.start_ns)
+        near = [(abs(t - st.start_ns), n) for n, (t, s) in enumerate(begins)
+                if st.start_ns - 1_000_000 <= t <= st.start_ns + SNAPSHOT_GRACE_NS
+                and (k == 0 or t >= win[k - 1].end_ns) and (k + 1 == len(win) or t < win[k + 1].start_ns)]
+        a = begins[min(near)[1]][1] if near else reading(st.start_ns)
         b = reading(bounds[k])
         if a is None or b is None or a is b:
             continue
@@ -710,18 +722,42 @@ def clock_points(tr: XlaTrace) -> tuple[list[tuple[int, int]], dict[int, int]]:
     return pts, tids
 
 
-def run_spans(data, cmap, native_to_tid: dict[int, int]) -> list[HostSpan]:
-    """The run's spans (not the transaction) on the trace clock and threads."""
+#: How far (ns) a span's mirrored range may start from the span's rebased start to name its thread.
+MIRROR_MATCH_NS = 2_000_000
+
+
+def _by_name(tr: XlaTrace, names: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    idx = tr.where(lambda n: n in names)
+    out: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for i in idx.tolist():
+        a, b = out[tr.name_of(i)]
+        a.append(int(tr.ts[i]))
+        b.append(int(tr.tid[i]))
+    return {k: (np.asarray(a, np.int64), np.asarray(b, np.int64)) for k, (a, b) in out.items()}
+
+
+def run_spans(data, cmap, native_to_tid: dict[int, int], tr: XlaTrace | None = None) -> list[HostSpan]:
+    """The run's spans (not the transaction) on the trace clock and threads: a thread is known by the
+    clock markers recorded on it, else by a span's mirrored range (same name, within ``MIRROR_MATCH_NS``)."""
     from ..tracing.steps import STEP_ATTR
 
     prof = data.profile
     out = []
+    mirrored = None
     for s in data.spans:
         if s.op == "transaction":
             continue
         native = prof.native_at(s.thread_id, s.start_ns)
         tid = native_to_tid.get(native) if native is not None else None
         a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
+        if tid is None and native is not None and tr is not None:  # a thread with no clock marker: its span's
+            if mirrored is None:                                    # mirrored xp.Trace range names the thread
+                mirrored = _by_name(tr, {x.name for x in data.spans})
+            hit = mirrored.get(s.name)
+            if hit is not None:
+                k = int(np.argmin(np.abs(hit[0] - a))) if len(hit[0]) else -1
+                if k >= 0 and abs(int(hit[0][k]) - a) <= MIRROR_MATCH_NS:
+                    tid = native_to_tid[native] = int(hit[1][k])
         attrs = s.attrs or {}
         f = attrs.get("code.filepath")
         hs = HostSpan(s.name, a, max(a, b), tid, attrs.get(STEP_ATTR))
@@ -756,5 +792,5 @@ def run_xla(data, run_dir: str | os.PathLike, top: int = 20) -> XlaSummary:
             doc = json.loads(mf.read_text())
         except ValueError as e:
             raise TraceError(f"{mf}: not JSON ({e})") from None
-    return analyze(tr, run_spans(data, cmap, native_to_tid), doc.get("snapshots") or [], cmap.to_trace, top,
+    return analyze(tr, run_spans(data, cmap, native_to_tid, tr), doc.get("snapshots") or [], cmap.to_trace, top,
                    doc.get("unmirrored") or {}, doc.get("error"))
