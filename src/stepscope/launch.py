@@ -250,6 +250,9 @@ def _start_device_capture(session, settings) -> None:
         except (ImportError, ValueError):
             pass
     if has_xla:
+        if settings.device_steps or settings.device_stacks:
+            print("stepscope: --device-steps/--device-stacks apply to torch.profiler; the XLA profiler records the "
+                  "whole run", file=sys.stderr)
         session.patcher.when_imported("torch_xla", lambda _mod: _start_xla_capture(session))
         return
     try:

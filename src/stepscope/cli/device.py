@@ -35,8 +35,11 @@ def trace_file(target: Optional[str]) -> Optional[Path]:
     if not target:
         return None
     p = Path(target).expanduser()
-    if p.is_file() or p.is_dir() and looks_like_file(target) and not target.lower().rstrip("/").endswith((".json", ".gz")):
+    if p.is_file():
         return p
+    if p.is_dir() and not target.lower().rstrip("/").endswith((".json", ".gz")) and (
+            looks_like_file(target) or (p / "plugins").is_dir() or any(p.glob("*.trace.json*"))):
+        return p  # an XLA capture folder
     if looks_like_file(target):
         raise UserError(f"file not found: {target}" if not p.exists() else f"{target}: not a file (give a Kineto trace "
                         ".json/.json.gz, an XLA capture folder, or a run id)")
