@@ -192,3 +192,20 @@ def test_capture_pid_with_device_trace(tmp_path):
     full = [s for s in x["steps"] if s["label"] != "outside steps" and s["figures"]["executions"]]
     assert len(full) >= 2 and all(s["figures"]["executions"] == 1 and s["figures"]["from_device"] == 0 for s in full)
     assert any(os.path.basename(f).endswith(".trace.json.gz") for f in map(str, (store / "runs" / run_id).rglob("*")))
+
+
+def test_program_that_records_its_own_profile_under_device_trace(tmp_path):
+    """One profiler session per process: stepscope's ends where the program opens its own, whose capture
+    is then as without stepscope."""
+    store = tmp_path / "store"
+    out = tmp_path / "own"
+    r = run_cli(["run", "-q", "--device-trace", "--trace", "__main__.step", "--", sys.executable,
+                 str(PROGRAMS / "own_trace.py"), str(out)], store)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("done") and "Another profiling session" not in r.stderr
+    (folder,) = list((out / "plugins" / "profile").iterdir())
+    x = _device(store, str(folder))["xla"]
+    assert len([s for s in x["steps"] if s["label"].startswith("sync ")]) == 4
+    assert {s["name"] for s in x["spans"]} == {"denoise"}  # the program's labels only
+    mine = _device(store)["xla"]
+    assert "the program started its own XLA profiler session (at own_trace.py:" in mine["metrics_error"]

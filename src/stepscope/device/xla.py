@@ -157,9 +157,9 @@ def is_xla(doc_or_events) -> bool:
     return any(type(e) is dict and e.get("name") in sig for e in events)
 
 
-def load_xla(path: str | os.PathLike) -> XlaTrace:
+def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
     """Read a capture (a trace file or a folder, see ``trace_files``). Raises TraceError (one line naming
-    the file) for unreadable input or a trace that is not PyTorch/XLA's."""
+    the file) for unreadable input or (``require_xla``) a trace with none of PyTorch/XLA's events."""
     files = trace_files(path)
     names: dict[str, int] = {}
     cols: dict[str, list] = {k: [] for k in ("name", "ts", "dur", "pid", "tid")}
@@ -196,7 +196,7 @@ def load_xla(path: str | os.PathLike) -> XlaTrace:
             cols["pid"].append(_int(e.get("pid")) + shift)
             cols["tid"].append(_int(e.get("tid")))
             args.append(e.get("args") if type(e.get("args")) is dict else {})
-    if not any_xla:
+    if require_xla and not any_xla:
         raise TraceError(f"{files[0]}: not a PyTorch/XLA trace (none of {', '.join(SIGNATURE[:3])} in it)")
     return XlaTrace(
         path=str(path), files=[str(f) for f in files], names=list(names),
@@ -779,7 +779,7 @@ def run_xla(data, run_dir: str | os.PathLike, top: int = 20) -> XlaSummary:
     from .runview import AlignError, clock_map_from
 
     run_dir = Path(run_dir)
-    tr = load_xla(run_dir / "xla_trace")
+    tr = load_xla(run_dir / "xla_trace", require_xla=False)
     pts, tids = clock_points(tr)
     if not pts:
         raise AlignError(f"{tr.files[0]}: no {MARKER} markers; record with `stepscope run --device-trace`")

@@ -82,7 +82,7 @@ class XlaCapture:
         except Exception as e:
             raise RuntimeError(f"the XLA profiler could not start ({e})") from None
         mirror.reset_unmirrored()
-        mirror.enable_xla()
+        mirror.enable_xla(on_program_session=self._yield)
         self.mark("start")
         self.snapshot("start")
         step_hooks.add_listener(self._on_step)
@@ -123,7 +123,8 @@ class XlaCapture:
             if d is not None:
                 metrics[name] = [int(d[0]), float(d[1])]
         with self._lock:
-            self.snapshots.append({"t_ns": t, "label": label, "counters": counters, "metrics": metrics})
+            if self.snapshots is not None:
+                self.snapshots.append({"t_ns": t, "label": label, "counters": counters, "metrics": metrics})
 
     def _on_step(self) -> None:
         self.mark("step")
@@ -136,9 +137,36 @@ class XlaCapture:
         self.mark("sync")
         self.snapshot("sync")
 
+    def _yield(self) -> None:
+        """The program opens its own profiler session: end stepscope's now (its trace ends here; the
+        metrics readings go on), so that the program's records as without stepscope."""
+        with self._lock:
+            sess, self.session = self.session, None
+        if sess is None:
+            return
+        self._stop.set()
+        mirror.pause_xla()
+        try:
+            self.mark("yield")
+        except Exception:
+            pass
+        try:
+            sess.export(sess.stop(), str(self.trace_dir))
+        except Exception as e:
+            self.error = f"the XLA profiler could not write its trace ({e})"
+        import sys
+
+        f = sys._getframe(1)
+        while f is not None and (os.sep + "torch_xla" + os.sep in f.f_code.co_filename
+                                 or os.sep + "stepscope" + os.sep in f.f_code.co_filename):
+            f = f.f_back
+        where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "?"
+        self.error = self.error or (f"the program started its own XLA profiler session (at {where}): stepscope's "
+                                    "trace ends there")
+
     def stop(self) -> None:
         """Stop recording; write the trace and the metrics (once). Never raises into the program."""
-        if self.session is None:
+        if self.snapshots is None:
             return
         step_hooks.remove_listener(self._on_step)
         step_hooks.remove_start_listener(self._on_step_start)
@@ -150,14 +178,17 @@ class XlaCapture:
             self.snapshot("stop")
         except Exception:
             pass
-        sess, self.session = self.session, None
-        try:
-            sess.export(sess.stop(), str(self.trace_dir))
-        except Exception as e:
-            self.error = f"the XLA profiler could not write its trace ({e})"
+        with self._lock:
+            sess, self.session = self.session, None
+        if sess is not None:
+            try:
+                sess.export(sess.stop(), str(self.trace_dir))
+            except Exception as e:
+                self.error = f"the XLA profiler could not write its trace ({e})"
         unmirrored = mirror.unmirrored()
         mirror.disable_xla()
         doc = {"snapshots": self.snapshots, "unmirrored": unmirrored, "error": self.error}
+        self.snapshots = None
         (self.run_dir / METRICS_FILE).write_text(json.dumps(doc))
         if self.note is not None:
             for name, why in unmirrored.items():

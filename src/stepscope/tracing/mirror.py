@@ -54,10 +54,13 @@ def disable() -> None:
     _enabled = False
 
 
-def enable_xla() -> None:
+def enable_xla(on_program_session=None) -> None:
     """Start mirroring as ``xp.Trace`` ranges (call when an XLA capture starts; torch_xla is imported by
-    then) and guard the step marker (see the module doc)."""
-    global _xla, _marker_orig
+    then) and guard the step marker (see the module doc). ``on_program_session``: called (no argument)
+    before the program opens a profiler session of its own (``xp.start_trace`` creates a
+    ``TslProfilerSessionWrapper``, a C class): the process can hold one session, so stepscope's must end
+    first, or the program's would fail ("Another profiling session active")."""
+    global _xla, _marker_orig, _session_orig, _on_program_session
     import torch_xla
 
     C = torch_xla._XLAC
@@ -65,17 +68,52 @@ def enable_xla() -> None:
     if _marker_orig is None:
         _marker_orig = C._xla_step_marker
         C._xla_step_marker = _guarded_step_marker(_marker_orig)
+    _on_program_session = on_program_session
+    if _session_orig is None and on_program_session is not None:
+        _session_orig = C.profiler.TslProfilerSessionWrapper
+        C.profiler.TslProfilerSessionWrapper = _yielding_session(_session_orig)
+
+
+def pause_xla() -> None:
+    """Stop opening XLA ranges (the step-marker guard stays, for ranges still open)."""
+    global _xla
+    _xla = None
 
 
 def disable_xla() -> None:
-    """Stop XLA mirroring and put the real step marker back (unless someone replaced ours since)."""
-    global _xla, _marker_orig
+    """Stop XLA mirroring and put the real step marker and session class back (unless replaced since)."""
+    global _xla, _marker_orig, _session_orig, _on_program_session
     _xla = None
+    _on_program_session = None
+    C = sys.modules.get("torch_xla._XLAC") or getattr(sys.modules.get("torch_xla"), "_XLAC", None)
     if _marker_orig is not None:
-        C = sys.modules.get("torch_xla._XLAC") or getattr(sys.modules.get("torch_xla"), "_XLAC", None)
         if C is not None and getattr(C._xla_step_marker, "__stepscope_guard__", False):
             C._xla_step_marker = _marker_orig
         _marker_orig = None
+    if _session_orig is not None:
+        if C is not None and getattr(C.profiler.TslProfilerSessionWrapper, "__stepscope_guard__", False):
+            C.profiler.TslProfilerSessionWrapper = _session_orig
+        _session_orig = None
+
+
+_session_orig = None
+_on_program_session = None
+
+
+def _yielding_session(real):
+    def TslProfilerSessionWrapper(*args, **kwargs):
+        fn = _on_program_session
+        if fn is not None:
+            try:
+                fn()
+            except Exception:
+                pass
+        return real(*args, **kwargs)
+
+    TslProfilerSessionWrapper.__stepscope_guard__ = True
+    TslProfilerSessionWrapper.__wrapped__ = real
+    TslProfilerSessionWrapper.__doc__ = real.__doc__
+    return TslProfilerSessionWrapper
 
 
 def add_marker_listener(fn) -> None:
