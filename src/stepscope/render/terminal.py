@@ -207,6 +207,8 @@ def unresolved_line(name: str, why: str) -> str:
     """One line for a name that was not traced, or that ran inside a torch.compile region."""
     if why.startswith("inside a compiled region"):
         return f"[cyan]compiled:[/cyan] {name}: {why}"
+    if why.startswith("not mirrored"):
+        return f"[cyan]unmirrored:[/cyan] {name}: {why}"
     return f"[yellow]not traced:[/yellow] {name}: {why}"
 
 

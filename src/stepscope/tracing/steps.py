@@ -37,9 +37,10 @@ _DENOISER_MODULES = ("diffusers.models.unets", "diffusers.models.transformers", 
                      "diffusers.models.controlnet")
 
 class _Scope:
-    __slots__ = ("counter", "outer", "marked", "last_t", "seen")
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun")
 
     def __init__(self, outer: "_Scope | None") -> None:
+        self.begun = -1  # the last step whose start listeners were called
         self.counter = 0  # scheduler steps completed
         self.outer = outer
         self.marked = False  # a scheduler step ran in this scope
@@ -91,6 +92,34 @@ def remove_listener(fn) -> None:
         _listeners.remove(fn)
     except ValueError:
         pass
+
+
+#: Called with the step index when the denoiser's first call of a new step starts (metrics snapshots).
+_start_listeners: list = []
+
+
+def add_start_listener(fn) -> None:
+    """Call ``fn(step)`` when the first denoiser call of each step starts."""
+    _start_listeners.append(fn)
+
+
+def remove_start_listener(fn) -> None:
+    try:
+        _start_listeners.remove(fn)
+    except ValueError:
+        pass
+
+
+def _began(s: "_Scope", attrs: dict) -> dict:
+    step = attrs[STEP_ATTR]
+    if step != s.begun:
+        s.begun = step
+        for fn in tuple(_start_listeners):
+            try:
+                fn(step)
+            except Exception:  # a listener must never break the program
+                pass
+    return attrs
 
 
 class StepMarker:
@@ -149,9 +178,11 @@ class StepScoped:
         outer = _outer_denoiser(caller)
         s = _current()
         if outer is not None:  # a wrapped denoiser called from inside a denoiser forward
-            return self._tag(s, _timestep_of(outer), True)
-        t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
-        return self._tag(s, t, False)
+            attrs = self._tag(s, _timestep_of(outer), True)
+        else:
+            t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
+            attrs = self._tag(s, t, False)
+        return _began(s, attrs) if _start_listeners else attrs
 
     def enter_frame(self, frame) -> dict:
         """The same from the forward's own frame (probes)."""
@@ -159,8 +190,10 @@ class StepScoped:
         s = _current()
         outer = _outer_denoiser(frame)
         if outer is None or outer is frame:
-            return self._tag(s, _timestep_of(frame), False)
-        return self._tag(s, _timestep_of(outer), True)
+            attrs = self._tag(s, _timestep_of(frame), False)
+        else:
+            attrs = self._tag(s, _timestep_of(outer), True)
+        return _began(s, attrs) if _start_listeners else attrs
 
     @staticmethod
     def _tag(s: "_Scope", t, nested: bool) -> dict:
