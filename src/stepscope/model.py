@@ -68,13 +68,13 @@ class Profile:
     sample_t_ns: list[int] = field(default_factory=list)
     sample_thread: list[int] = field(default_factory=list)
     sample_stack: list[int] = field(default_factory=list)
-    sample_wall_ns: list = field(default_factory=list)
-    sample_cpu_ns: list = field(default_factory=list)
     hz: float = 0.0
     thread_names: dict[int, str] = field(default_factory=dict)
     native_ids: dict[int, int] = field(default_factory=dict)  # thread id -> OS thread id (Kineto's tid)
     #: thread id -> [(since_ns, OS thread id)], in time order: Python reuses a thread id after its thread exits
     os_threads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    sample_wall_ns: list = field(default_factory=list)
+    sample_cpu_ns: list = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.sample_t_ns)
