@@ -118,7 +118,8 @@ def _profile_run(spans, samples):
             sidx[ids] = len(stacks)
             stacks.append(ids)
         st.append(sidx[ids])
-    prof = Profile(frames, stacks, [t for t, _ in samples], [1] * len(samples), st, 100.0, {1: "MainThread"})
+    prof = Profile(frames=frames, stacks=stacks, sample_t_ns=[t for t, _ in samples], sample_thread=[1] * len(samples),
+                   sample_stack=st, hz=100.0, thread_names={1: "MainThread"})
     end = max([s.end_ns for s in spans] + [samples[-1][0]])
     run = Run("r1", ["python", "prog.py"], status="ok", start_ns=0, end_ns=end)
     return RunData(run, spans, prof)
