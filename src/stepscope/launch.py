@@ -185,6 +185,10 @@ def main() -> None:
         from .control.server import start_server
 
         start_server(store=settings.store)
+        if settings.sampler != "thread":  # capture windows start in the server's thread: handlers set here
+            from .profiling import signals
+
+            signals.install()
         session = _NoSession()
     else:
         session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,

@@ -59,6 +59,8 @@ class Profile:
     ``stacks[i]`` is a tuple of indices into ``frames``, root first. Samples are three parallel lists:
     ``sample_t_ns`` (clock readings, ns), ``sample_thread`` (thread ids) and ``sample_stack`` (indices
     into ``stacks``), in time order. ``hz`` is the requested sampling rate (samples/s per thread).
+    ``sample_wall_ns``/``sample_cpu_ns`` (parallel, may be empty or hold None): the wall time each sample stands
+    for and the CPU time its thread used in it (ns); None where unknown (older runs, ingested profiles).
     """
 
     frames: list[Frame] = field(default_factory=list)
@@ -66,6 +68,8 @@ class Profile:
     sample_t_ns: list[int] = field(default_factory=list)
     sample_thread: list[int] = field(default_factory=list)
     sample_stack: list[int] = field(default_factory=list)
+    sample_wall_ns: list = field(default_factory=list)
+    sample_cpu_ns: list = field(default_factory=list)
     hz: float = 0.0
     thread_names: dict[int, str] = field(default_factory=dict)
     native_ids: dict[int, int] = field(default_factory=dict)  # thread id -> OS thread id (Kineto's tid)

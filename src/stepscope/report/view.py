@@ -126,11 +126,14 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
     n = len(index)
     keep = np.arange(n)
     weight = index.weight
+    cpu = index.weights("cpu") if index.has_cpu else None
     k = 1
     if n > max_samples:
         k = math.ceil(n / max_samples)
         keep = np.arange(0, n, k)
         weight = np.add.reduceat(index.weight, keep)
+        if cpu is not None:
+            cpu = np.add.reduceat(cpu, keep)
     funcs = [[f.name, f.file, f.line, kind_of(f.module, f.file, f.name)] for f in index.functions]
     thread_func: dict[int, int] = {}
     node_of: dict[tuple[int, int], int] = {}
@@ -177,6 +180,8 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             "thread": [thread_idx[t] for t in index.thread[keep].tolist()],
             "node": sample_node,
             "w": [_r(w / 1e3) for w in weight.tolist()],
+            # CPU time per sample (us; the flame graph's CPU-time mode), None when the run has none
+            "cw": [_r(c / 1e3) for c in cpu.tolist()] if cpu is not None else None,
             "idle": index.idle[keep].astype(np.int8).tolist(),
             # 0 start-up (before the traced work, or importing), 1 work, 2 shutdown (analysis.phases)
             "phase": sample_phase(index, ph)[keep].tolist(),
