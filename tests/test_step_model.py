@@ -118,7 +118,8 @@ def _profile_run(spans, samples):
             sidx[ids] = len(stacks)
             stacks.append(ids)
         st.append(sidx[ids])
-    prof = Profile(frames, stacks, [t for t, _ in samples], [1] * len(samples), st, 100.0, {1: "MainThread"})
+    prof = Profile(frames=frames, stacks=stacks, sample_t_ns=[t for t, _ in samples], sample_thread=[1] * len(samples),
+                   sample_stack=st, hz=100.0, thread_names={1: "MainThread"})
     end = max([s.end_ns for s in spans] + [samples[-1][0]])
     run = Run("r1", ["python", "prog.py"], status="ok", start_ns=0, end_ns=end)
     return RunData(run, spans, prof)
@@ -206,3 +207,16 @@ def test_terminal_tables_never_cut_a_number_and_keep_function_names():
         for r in s.steps.rows:
             assert re.search(rf"(?<![\d.]){re.escape(f'{r.wall_ns / 1e6:.1f} ms')}", out), (width, r.wall_ns)
         assert "UNet2DConditionModel.forward" in out.replace("\n", "") or width < 100
+
+
+def test_a_slow_first_step_beside_later_slow_ones_is_a_warm_up():
+    d = np.array([160, 66, 67, 210, 66, 65, 66, 205, 67, 66, 65, 200], float) * MS
+    v = call_slow(d)
+    assert v.warmup and np.nonzero(v.mask)[0].tolist() == [3, 7, 11] and "warm-up" in v.rule
+    alone = np.array([160, 66, 67, 66, 66, 65, 66, 67, 67, 66, 65, 66], float) * MS
+    v = call_slow(alone)
+    assert not v.warmup and np.nonzero(v.mask)[0].tolist() == [0]  # the shape "first"
+    spans = [Span(i + 1, None, "f", "function", i * 300 * MS, i * 300 * MS + int(x), 1) for i, x in enumerate(d)]
+    rt = repeat_table(spans, "f")
+    assert rt.rows[0].warmup and not rt.rows[0].slow and [r.step for r in rt.slow_rows] == [3, 7, 11]
+    assert rt.shape == "every 4"

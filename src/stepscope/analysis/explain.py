@@ -46,7 +46,8 @@ class ExplainError(ValueError):
 
 @dataclass(slots=True)
 class Repeat:
-    """One repeat: its index in order, duration (ns), window and thread, samples inside, group."""
+    """One repeat: its index in order, duration (ns), window and thread, samples inside, group ("slow",
+    "fast", "warm-up": the first repeat set apart by the rule, or "other": left out by ``--fast``)."""
 
     index: int
     label: str
@@ -199,16 +200,19 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         mask = np.zeros(len(reps), bool)
         mask[chosen] = True
         rule = f"slow: repeats {', '.join(map(str, chosen))} (as asked)"
+    warm = np.zeros(len(reps), bool)
+    if slow is None and verdict.warmup:
+        warm[0] = True  # the first repeat, slow too: a warm-up, in neither group
     if fast == "all":
-        fmask = ~mask
+        fmask = ~mask & ~warm
     elif fast == "median":
-        fmask = ~mask & (dur <= 1.1 * med)
+        fmask = ~mask & ~warm & (dur <= 1.1 * med)
     else:
         fmask = np.zeros(len(reps), bool)
         fmask[_parse_indices(fast, len(reps), "fast")] = True
         fmask &= ~mask
-    for r, s, f in zip(reps, mask, fmask):
-        r.group = "slow" if s else "fast" if f else "other"
+    for r, s, f, w in zip(reps, mask, fmask, warm):
+        r.group = "slow" if s else "fast" if f else "warm-up" if w else "other"
     sel = {r.index: index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps}
     for r in reps:
         r.samples = len(sel[r.index])

@@ -5,6 +5,11 @@ A repeat (a denoising step, a call of a span) is slow when its duration exceeds 
 estimates sigma for normal data, Rousseeuw & Croux 1993) **and** ``1.2 x median`` (so that tiny
 deviations of a very regular loop are not flagged).
 
+The first repeat, when it is slow *and* later repeats are slow too, is a *warm-up* (the first call of a
+pipeline allocates, caches, compiles): it is set apart (``SlowCall.warmup``), neither slow nor fast, so
+that the shape and the cause of the later slow repeats are not blurred by it. Alone it stays slow (the
+shape "first").
+
 When the repeats that are not slow vary too much among themselves (their coefficient of variation,
 standard deviation / mean, above ``NOISY_CV``), no repeat is marked: a difference could be noise, and
 the rule says "too noisy to call" instead.
@@ -20,14 +25,15 @@ MAD_K = 3.0
 MAD_SIGMA = 1.4826
 MIN_RATIO = 1.2
 #: Coefficient of variation of the fast repeats above which no repeat is called slow.
-NOISY_CV = 0.3
+NOISY_CV = 0.4
 #: The rule in words, stated once wherever slow repeats are marked.
 RULE_TEXT = f"slow = longer than both median + {MAD_K:g} x 1.4826 x MAD and {MIN_RATIO:g} x median"
 
 
 @dataclass(slots=True)
 class SlowCall:
-    """The rule applied to durations (ns). ``mask``: True for slow repeats (all False when ``noisy``);
+    """The rule applied to durations (ns). ``mask``: True for slow repeats (all False when ``noisy``;
+    the first repeat False when ``warmup``: it is a warm-up, set apart);
     ``median``/``mad``/``limit`` in ns; ``cv``: coefficient of variation of the repeats under the limit;
     ``rule``: one line saying the rule with its numbers (or that it is too noisy to call)."""
 
@@ -38,6 +44,7 @@ class SlowCall:
     cv: float
     noisy: bool
     rule: str
+    warmup: bool = False
 
 
 def limit_of(values: np.ndarray) -> tuple[float, float, float]:
@@ -54,14 +61,19 @@ def call_slow(durations) -> SlowCall:
         return SlowCall(np.zeros(0, bool), 0.0, 0.0, 0.0, 0.0, False, RULE_TEXT)
     med, mad, limit = limit_of(d)
     mask = d > limit
-    fast = d[~mask]
+    warmup = bool(len(d) > 2 and mask[0] and mask[1:].any())
+    if warmup:
+        mask[0] = False
+    fast = d[~mask][1:] if warmup else d[~mask]
     cv = float(fast.std() / fast.mean()) if len(fast) >= 3 and fast.mean() > 0 else 0.0
     nums = f"limit {limit / 1e6:.1f} ms (median {med / 1e6:.1f} ms, MAD {mad / 1e6:.1f} ms)"
+    if warmup:
+        nums += f"; the first repeat ({d[0] / med:.1f} x median) is a warm-up, set apart"
     if cv > NOISY_CV:
         return SlowCall(np.zeros(len(d), bool), med, mad, limit, cv, True,
                         f"too noisy to call: the fast repeats vary by {100 * cv:.0f}% (coefficient of variation over "
-                        f"{100 * NOISY_CV:.0f}%), so no repeat is marked slow; {nums}")
-    return SlowCall(mask, med, mad, limit, cv, False, f"{RULE_TEXT}: {nums}")
+                        f"{100 * NOISY_CV:.0f}%), so no repeat is marked slow; {nums}", warmup)
+    return SlowCall(mask, med, mad, limit, cv, False, f"{RULE_TEXT}: {nums}", warmup)
 
 
 def slow_cells(values: np.ndarray) -> np.ndarray:

@@ -107,7 +107,8 @@ class StepRow:
     previews, scheduler glue that nothing names); ``fill``: for a slow step (or a step whose untraced
     time is slow), the sampled functions in that untraced time, largest first; ``slow``: by the rule of
     ``analysis.slow``; ``slow_cells``: the columns ("wall", "untraced" or a traced name) that are slow
-    among their column in a slow row; ``start_ns``/``end_ns``/``thread_id``: the window."""
+    among their column in a slow row; ``warmup``: the first row, slow, set apart as a warm-up (see
+    ``analysis.slow``); ``start_ns``/``end_ns``/``thread_id``: the window."""
 
     call: int
     step: int
@@ -121,6 +122,7 @@ class StepRow:
     slow: bool = False
     ratio: float = 1.0
     slow_cells: list[str] = field(default_factory=list)
+    warmup: bool = False
 
 
 @dataclass(slots=True)
@@ -202,6 +204,7 @@ def _finish(rows: list[StepRow], intervals: list[list[tuple[int, int]]], totals:
     for k, r in enumerate(rows):
         r.ratio = r.wall_ns / med if med else 1.0
         r.slow = bool(verdict.mask[k])
+        r.warmup = bool(k == 0 and verdict.warmup)
         if r.slow:
             r.slow_cells = [c for c, m in cells.items() if m[k]]
         if index is not None and (r.slow or cells[UNTRACED][k]):

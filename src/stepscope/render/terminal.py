@@ -152,7 +152,8 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     if len(rows) > 40:  # keep the table readable: slow rows and the first/last few
         keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in rows if r.slow or r.fill}
         rows = [r for r in rows if id(r) in keep]
-    base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns), f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f}",
+    base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
+             f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
              fmt_ns(r.untraced_ns)] for r in rows]
     used = sum(max([len(h)] + [len(b[k]) for b in base]) + 3 for k, h in enumerate(("call", "repeat", "wall", "x median", "untraced")))
     cols = []
@@ -164,6 +165,7 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
         cols.append(c)
     left = len(st.columns) - len(cols)
     body = [b[:3] + [b[3].removesuffix(" slow")] + b[4:] + [fmt_ns(r.by_name.get(c)) for c in cols] for b, r in zip(base, rows)]
+    # (the " slow" mark is added with its style below; " warm-up" stays in the text)
     keys = ["call", "step", "wall", "ratio", UNTRACED, *cols]
     heads = ["call" if is_step else "", "step" if is_step else "repeat", "wall", "x median", "untraced",
              *[_column_label(c) for c in cols]]

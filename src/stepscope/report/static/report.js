@@ -512,7 +512,7 @@
     const cell = (r, key, text) => `<td${r.slow && r.slow_cells.includes(key) ? ' class="slowcell"' : ""}>${text}</td>`;
     const head = [...(calls > 1 ? ["call"] : []), isStep ? "step" : "repeat", "wall", "× median", "untraced", ...cols.map(colLabel), ...(anyFill ? ["untraced time sampled in"] : [])];
     table($("steps"), head,
-      ST.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}">${calls > 1 ? `<td>${r.call}</td>` : ""}<td>${r.step}${r.slow ? '<span class="tag">slow</span>' : ""}</td>` +
+      ST.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}">${calls > 1 ? `<td>${r.call}</td>` : ""}<td>${r.step}${r.slow ? '<span class="tag">slow</span>' : r.warmup ? '<span class="tag warm" title="the first step, slow too: set apart as a warm-up">warm-up</span>' : ""}</td>` +
         cell(r, "wall", fmtNs(r.wall_ns)) + `<td${r.slow ? ' class="slowcell"' : ""}>${r.ratio.toFixed(2)}</td>` + cell(r, "untraced", fmtNs(r.untraced_ns)) +
         cols.map((c) => cell(r, c, fmtNs(r.by_name[c]))).join("") +
         (anyFill ? `<td class="fill">${(r.fill || []).map((f) => `${esc(short(f.function, 3))} ${fmtNs(f.self_ns)}${f.via ? " <small>via " + esc(short(f.via, 2)) + "</small>" : ""}`).join("<br>")}</td>` : "") + "</tr>"));
