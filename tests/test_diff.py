@@ -42,7 +42,7 @@ def check_sign(store, d: dict) -> None:
     h = d["headline"]
     assert np.sign(h["change"]) == measured_sign(store, d["run_a"], d["run_b"])
     if h["significant"]:
-        word = "slower" if h["change"] > 0 else "faster"
+        word = "slower" if (h["adjusted"] if h["adjusted"] is not None else h["change"]) > 0 else "faster"
         assert word in d["verdict"] and h["verdict"] == word, d["verdict"]
     else:
         assert d["verdict"].startswith("no significant difference"), d["verdict"]
@@ -310,3 +310,28 @@ def test_more_steps_is_not_a_slower_step_but_the_verdict_says_the_work_grew():
     assert d.headline.significant and d.headline.change > 1.3 and d.cause is None
     assert 2.3 < d.headline.ratio < 2.7 and d.verdict.startswith(f"a denoising step is {d.headline.ratio:.2f}x slower (CI ")
     assert d.verdict.endswith("no environment change explains it")
+
+
+def test_cpu_contention_is_taken_out_before_deciding():
+    from stepscope.analysis.diff import contention, cpu_wait_share, diff_runs
+
+    quiet = _synthetic("a", 8, 10.0, 1, {"cpu_count": 2, "sched": [2_000_000_000, 100_000_000],
+                                         "work": {"sched_first_call": [1_000_000_000, 50_000_000]}})
+    busy = _synthetic("b", 8, 20.0, 2, {"cpu_count": 2, "sched": [2_000_000_000, 1_150_000_000],
+                                        "work": {"sched_first_call": [1_000_000_000, 150_000_000]}})
+    assert cpu_wait_share(quiet) == pytest.approx(50 / 1050) and cpu_wait_share(busy) == pytest.approx(0.5)
+    assert contention(quiet, busy) == pytest.approx((1 - 50 / 1050) / 0.5)
+    d = diff_runs(quiet, busy)  # 2x the time, all of it waiting for a CPU: not the program's doing
+    assert d.env[0].key == "cpu_wait" and (d.env[0].before, d.env[0].after) == ("5%", "50%")
+    assert not d.headline.significant and abs(d.headline.adjusted) < 0.1
+    assert d.verdict.startswith("no significant difference: a denoising step +") and "once that is taken out" in d.verdict
+    slower = _synthetic("c", 8, 40.0, 3, {"cpu_count": 2, "sched": [2_000_000_000, 1_150_000_000],
+                                          "work": {"sched_first_call": [1_000_000_000, 150_000_000]}})
+    d = diff_runs(quiet, slower)  # 4x the time, 2x of it explained by waiting
+    k = (1 - 50 / 1050) / 0.5
+    assert d.headline.significant and d.headline.adjusted == pytest.approx((1 + d.headline.change) / k - 1)
+    assert d.headline.adjusted == pytest.approx(4 / k - 1, rel=0.05)
+    r = 1 + d.headline.adjusted
+    assert d.verdict.startswith(f"a denoising step is {r:.2f}x slower (CI ") and d.headline.verdict == "slower"
+    assert f"x) once CPU contention 5% -> 50% is taken out (measured: {1 + d.headline.change:.2f}x slower)" in d.verdict
+    assert contention(quiet, _synthetic("d", 8, 10.0, 4)) is None  # not recorded (not Linux, ingested)

@@ -78,7 +78,8 @@ def _torch_facts(torch, env: dict[str, Any]) -> None:
 def environment() -> dict[str, Any]:
     """Python/platform facts; torch's (build, CUDA, device, thread pools, math and SDPA flags, compile
     counters) when the program imported torch; versions of ``LIBRARIES`` it imported; ``ENV_VARS`` that are
-    set; ``loadavg``: the machine's 1-minute load average; ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
+    set; ``loadavg``: the machine's 1-minute load average; ``sched``: the main thread's ``[ns on a CPU, ns
+    waiting for one]`` (Linux); ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
     dtype, attention processors). Reads ``sys.modules`` only: nothing is imported, CUDA is not initialised."""
     env: dict[str, Any] = {
         "python": platform.python_version(),
@@ -100,6 +101,9 @@ def environment() -> dict[str, Any]:
         env["loadavg"] = round(os.getloadavg()[0], 2)
     except (OSError, AttributeError):
         pass
+    sched = workfacts.read_schedstat()
+    if sched is not None:  # the main thread's time on a CPU and waiting for one (ns)
+        env["sched"] = sched
     env_vars = {k: os.environ[k] for k in ENV_VARS if k in os.environ}
     if env_vars:
         env["env_vars"] = env_vars

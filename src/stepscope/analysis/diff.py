@@ -17,7 +17,9 @@
    ``NOISE_K`` (1.5) times the runs' noise, the larger robust coefficient of variation
    (1.4826 x MAD / median) of the repeats in A and in B: the repeats of one run share its machine's load,
    so a CI over them cannot see that two runs ran under different loads; a run whose repeats vary by 25%
-   cannot show a 25% change between runs. Otherwise "no significant difference". Start-up (run start to the first pipeline call or traced span: imports,
+   cannot show a 25% change between runs. Otherwise "no significant difference". When the runs' main
+   threads waited for a CPU for different shares of the work (``cpu_wait_share``: another program busy on
+   the machine), the ratio that waiting alone explains (``contention``) is divided out before deciding. Start-up (run start to the first pipeline call or traced span: imports,
    model loading) is reported apart from the work (first to last traced span).
 3. **Where the time went**: the samples inside the unit's repeats of each run, as call trees merged by
    function name into a differential flame graph, normalised per repeat (ns per repeat); the functions
@@ -109,6 +111,7 @@ class TimeChange:
     significant: bool = False
     only_in: str | None = None
     noise: float = 0.0
+    adjusted: float | None = None  # the change once the runs' CPU contention is taken out (see ``contention``)
 
     @property
     def ratio(self) -> float | None:
@@ -125,7 +128,7 @@ class TimeChange:
             return "too few repeats for a CI"
         if not self.significant:
             return "no significant difference"
-        return "slower" if self.change > 0 else "faster"
+        return "slower" if (self.adjusted if self.adjusted is not None else self.change) > 0 else "faster"
 
 
 @dataclass(slots=True)
@@ -325,6 +328,7 @@ def env_facts(env: dict, command: list[str] | None = None) -> dict[str, tuple[st
     for k in ("implementation", "platform"):
         put(k, k, 9, env.pop(k, None))
     put("loadavg", "machine load (1-min average)", 9, env.pop("loadavg", None))
+    env.pop("sched", None)  # counters, compared as a share by ``contention``
     for k in ("source", "project", "sentry.event_id", "sentry.trace_id", "sentry.op", "server_name"):
         env.pop(k, None)  # identities of one event, not facts of the environment
     rest: dict = {}
@@ -353,6 +357,11 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
     fa = env_facts(a.run.env, a.run.command) if isinstance(a, RunData) else env_facts(a)
     fb = env_facts(b.run.env, b.run.command) if isinstance(b, RunData) else env_facts(b)
     out = []
+    if isinstance(a, RunData) and isinstance(b, RunData):
+        wa, wb = cpu_wait_share(a), cpu_wait_share(b)
+        if wa is not None and wb is not None and abs(wa - wb) >= 0.05:
+            out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's runnable time)", 9, RANKS[9],
+                                 f"{100 * wa:.0f}%", f"{100 * wb:.0f}%"))
     cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
     for k in fa.keys() | fb.keys():
         va, vb = fa.get(k), fb.get(k)
@@ -362,7 +371,7 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
             continue  # load always differs a little: only a change of a quarter of the cores (or 1) is one
         label, rank, _ = vb or va
         out.append(EnvChange(k, label, rank, RANKS[rank], _text(va[2] if va else None), _text(vb[2] if vb else None)))
-    order = {"torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
+    order = {"cpu_wait": 0, "loadavg": 1, "torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
              "denoiser.attention": 0, "denoiser.compiled": 0, "compile.on": 1, "threads": 0}
     comp = {"denoiser": 0, "text_encoder": 1, "vae": 2}
     out.sort(key=lambda c: (c.rank, order.get(c.key, 9), comp.get(c.key.split(".")[0], 3), c.key))
@@ -397,6 +406,40 @@ def robust_cv(x: list[float]) -> float:
     a = np.asarray(x, dtype=np.float64)
     med = float(np.median(a))
     return 1.4826 * float(np.median(np.abs(a - med))) / med if med > 0 else 0.0
+
+
+def cpu_wait_share(d: RunData) -> float | None:
+    """How much of the work's runnable time the main thread spent waiting for a CPU (0..1): from the
+    scheduler's counters (``/proc/self/schedstat``) at the first pipeline call and at the end of the run
+    (the whole run without a traced pipeline call); None when not recorded (not Linux, an ingested run)."""
+    end = d.run.env.get("sched")
+    start = (d.run.env.get("work") or {}).get("sched_first_call") or [0, 0]
+    try:
+        run, wait = int(end[0]) - int(start[0]), int(end[1]) - int(start[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None
+
+
+def contention(a: RunData, b: RunData) -> float | None:
+    """The ratio of times B/A that waiting for a CPU alone explains: ``(1 - wait share A) / (1 - wait share
+    B)`` (a main thread that waited 50% of its runnable time took 2x its time on a CPU); None unless both
+    runs recorded it. A program busy on another core (the machine's load) shows here, not in the env."""
+    wa, wb = cpu_wait_share(a), cpu_wait_share(b)
+    if wa is None or wb is None or wa >= 0.99 or wb >= 0.99:
+        return None
+    return (1 - wa) / (1 - wb)
+
+
+def adjust(tc: TimeChange, k: float | None) -> None:
+    """Take the runs' contention ratio ``k`` out of a change: the ratio and its CI are divided by ``k`` and
+    significance is decided on them (same rule). Nothing when ``k`` is None or within 5% of 1."""
+    if k is None or abs(k - 1) < NEGLIGIBLE or tc.change is None:
+        return
+    tc.adjusted = (1 + tc.change) / k - 1
+    if tc.ci_low is not None:
+        lo, hi = (1 + tc.ci_low) / k - 1, (1 + tc.ci_high) / k - 1
+        tc.significant = bool((lo > 0 or hi < 0) and abs(tc.adjusted) >= max(NEGLIGIBLE, NOISE_K * tc.noise))
 
 
 def span_changes(a: RunData, b: RunData) -> list[TimeChange]:
@@ -580,15 +623,14 @@ def choose_unit(a: RunData, b: RunData, span: str | None = None) -> str:
     return "run"  # nothing traced repeats in both: the whole runs, one repeat each
 
 
-def _ratio_text(tc: TimeChange) -> str:
-    r = tc.ratio or 1.0
+def _ratio_text(tc: TimeChange, k: float = 1.0) -> str:
+    """``1.80x slower (CI 1.70x-1.90x)`` / ``1.25x faster (...)`` for the change of ``tc``, divided by ``k``."""
+    r = (tc.ratio or 1.0) / k
+    lo = None if tc.ci_low is None else (1 + tc.ci_low) / k
+    hi = None if tc.ci_high is None else (1 + tc.ci_high) / k
     if r >= 1:
-        s = f"{r:.2f}x slower"
-        ci = f" (CI {1 + tc.ci_low:.2f}x-{1 + tc.ci_high:.2f}x)" if tc.ci_low is not None else ""
-    else:
-        s = f"{1 / r:.2f}x faster"
-        ci = f" (CI {1 / (1 + tc.ci_high):.2f}x-{1 / (1 + tc.ci_low):.2f}x)" if tc.ci_low is not None else ""
-    return s + ci
+        return f"{r:.2f}x slower" + (f" (CI {lo:.2f}x-{hi:.2f}x)" if lo is not None else "")
+    return f"{1 / r:.2f}x faster" + (f" (CI {1 / hi:.2f}x-{1 / lo:.2f}x)" if lo is not None else "")
 
 
 def _short(name: str) -> str:
@@ -607,23 +649,34 @@ def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functio
     if headline.ci_low is None:
         tail = f" ({blame.text} changed)" if blame else ""
         return (f"too few repeats of {unit_label} for a CI ({headline.n_a} and {headline.n_b}): {pct}{tail}", None)
+    busy = next((c for c in env if c.key == "cpu_wait"), None)
+    if headline.adjusted is not None and busy is not None:
+        ci += (f"; the main thread waited for a CPU {busy.before} -> {busy.after} of the time (another program busy): "
+               f"{100 * headline.adjusted:+.1f}% once that is taken out")
     if not headline.significant:
-        noisy = (headline.ci_low > 0 or headline.ci_high < 0) and abs(headline.change) >= NEGLIGIBLE
+        noisy = ((headline.ci_low > 0 or headline.ci_high < 0) and abs(headline.change) >= NEGLIGIBLE
+                 and headline.adjusted is None)
         why = f", within the runs' noise (repeats vary by {100 * headline.noise:.0f}% within a run)" if noisy else ""
         tail = f"; the environment changed ({blame.text}) without a measurable effect" if blame else ""
         return f"no significant difference: {unit_label} {pct}{ci}{why}{tail}", None
     top = functions[0] if functions and functions[0].share > 0 else None
     fn = (f"; most of the change in {_short(top.function)} ({100 * top.share:.0f}%)" if top else "")
+    if headline.adjusted is not None and busy is not None:  # decided on the change without the contention
+        k = (1 + headline.change) / (1 + headline.adjusted)
+        how = (f"{_ratio_text(headline, k)} once CPU contention {busy.before} -> {busy.after} is taken out "
+               f"(measured: {_ratio_text(headline).split(' (CI')[0]})")
+    else:
+        how = _ratio_text(headline)
     if blame is not None:
-        return f"{blame.text}: {unit_label} is {_ratio_text(headline)}{fn}", blame
+        return f"{blame.text}: {unit_label} is {how}{fn}", blame
     load = next((c for c in env if c.key == "loadavg"), None)
     none = (f"no environment change explains it, but the machine's load changed ({load.before} -> {load.after})"
             if load is not None else "no environment change explains it")
     if top is not None:
-        return (f"{unit_label} is {_ratio_text(headline)}: the change is in {top.function} "
+        return (f"{unit_label} is {how}: the change is in {top.function} "
                 f"({'+' if top.delta_ns >= 0 else '-'}{abs(top.delta_ns) / 1e6:.1f} ms per repeat, {100 * top.share:.0f}% of it); "
                 f"{none}"), None
-    return f"{unit_label} is {_ratio_text(headline)}; {none}", None
+    return f"{unit_label} is {how}; {none}", None
 
 
 def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | None = None,
@@ -639,6 +692,11 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     headline = _change("step" if unit == "step" else unit, [float(r.duration_ns) for r in ra],
                        [float(r.duration_ns) for r in rb])
     env = env_changes(a, b)
+    k = contention(a, b)
+    spans_c = span_changes(a, b)
+    steps_c = step_changes(a, b) if unit == "step" else []
+    for tc in (headline, *spans_c, *steps_c):
+        adjust(tc, k)
     ia, ib = ProfileIndex(a.profile), ProfileIndex(b.profile)
 
     def sel(index: ProfileIndex, reps) -> np.ndarray:
@@ -688,7 +746,7 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         text += (f"; {headline.n_a} -> {headline.n_b} steps: the work took {work.b_ns / work.a_ns:.2f}x as long "
                  f"({work.a_ns / 1e9:.2f} s -> {work.b_ns / 1e9:.2f} s)")
     return Diff(a.run.id, b.run.id, a.run.env.get("source", "run"), b.run.env.get("source", "run"), unit, unit_label,
-                headline, env, phs, span_changes(a, b), step_changes(a, b) if unit == "step" else [],
+                headline, env, phs, spans_c, steps_c,
                 functions, flame, ops, text, cause,
                 {"step": "per denoising step", "run": "per run"}.get(unit) or f"per call of {_short(unit)}", len(sa), len(sb),
                 notes)

@@ -25,6 +25,8 @@ def change_text(tc: TimeChange) -> str:
     s = f"{100 * tc.change:+.1f}%"
     if tc.ci_low is not None:
         s += f" (CI {100 * tc.ci_low:+.1f}% to {100 * tc.ci_high:+.1f}%)"
+    if tc.adjusted is not None:
+        s += f" [{100 * tc.adjusted:+.1f}% without CPU contention]"
     return s
 
 

@@ -12,6 +12,9 @@ device sync:
   torch.compile wrapped it (``OptimizedModule``), whether accelerate's offload hook sits on it, and for
   the denoiser its attention processor classes (``attn_processors``, counted by class name).
 
+At the first pipeline call the main thread's scheduler counters (``read_schedstat``) are noted, so that
+``diff`` can tell how long the work waited for a CPU (another program busy on the machine).
+
 Cost: a pipeline call reads its locals and walks the denoiser's attention processors once (about a
 millisecond for SD 1.5, against seconds of work); a denoiser forward does so only on the first call of
 each object. Everything is kept as plain data (no reference to the program's objects) and read by
@@ -30,6 +33,21 @@ _pipeline: dict | None = None  # the last pipeline call's facts
 _pipeline_calls = 0
 _denoisers: dict[int, dict] = {}  # id(module) -> facts at its first traced forward
 _MAX_DENOISERS = 8
+
+_sched0: list | None = None  # the main thread's [on-CPU ns, waiting-for-a-CPU ns] at the first pipeline call
+
+
+def read_schedstat() -> list | None:
+    """``[ns on a CPU, ns runnable but waiting for a CPU]`` of the process's main thread (Linux
+    ``/proc/self/schedstat``; None elsewhere). The waiting time is what other programs on a busy machine
+    cost this one."""
+    try:
+        with open("/proc/self/schedstat", "rb") as f:
+            run, wait = f.read().split()[:2]
+        return [int(run), int(wait)]
+    except (OSError, ValueError):
+        return None
+
 
 _ARGS = ("height", "width", "num_inference_steps", "guidance_scale", "num_images_per_prompt", "strength", "eta")
 
@@ -87,7 +105,7 @@ def _batch(loc) -> int | None:
 
 def note_pipeline(frame) -> None:
     """A traced pipeline call starts (``frame``: its frame). Never raises."""
-    global _pipeline, _pipeline_calls
+    global _pipeline, _pipeline_calls, _sched0
     try:
         loc = frame.f_locals
         pipe = loc.get(frame.f_code.co_varnames[0]) if frame.f_code.co_argcount else None
@@ -121,6 +139,8 @@ def note_pipeline(frame) -> None:
         torch = sys.modules.get("torch")
         if torch is not None:
             facts["torch_threads"] = torch.get_num_threads()
+        if _sched0 is None:
+            _sched0 = read_schedstat()
         with _lock:
             _pipeline = facts
             _pipeline_calls += 1
@@ -159,12 +179,14 @@ def snapshot() -> dict:
             out["pipeline_calls"] = _pipeline_calls
         if _denoisers:
             out["denoisers"] = list(_denoisers.values())
+        if _sched0 is not None:
+            out["sched_first_call"] = _sched0
         return out
 
 
 def reset() -> None:
     """Forget what was noted (a new session in the same process)."""
-    global _pipeline, _pipeline_calls
+    global _pipeline, _pipeline_calls, _sched0
     with _lock:
-        _pipeline, _pipeline_calls = None, 0
+        _pipeline, _pipeline_calls, _sched0 = None, 0, None
         _denoisers.clear()
