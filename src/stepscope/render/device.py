@@ -85,7 +85,8 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
                           ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
             console.print(t)
     else:
-        console.print("[dim]no device trace for this run (record with --device-trace)[/dim]")
+        console.print("[dim]no device trace for this run (record with --device-trace; where torch_xla is installed, "
+                      "the XLA profiler starts when the program imports torch_xla)[/dim]")
     if v.compile is not None:
         gb, rc = v.compile.get("graph_breaks", []), v.compile.get("recompiles", [])
         console.print(f"[bold]torch.compile[/bold]: {sum(g['count'] for g in gb)} graph breaks at {len(gb)} places, "
