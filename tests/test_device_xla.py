@@ -147,3 +147,73 @@ def test_device_cli_on_capture_folders_and_bad_input(tmp_path):
     (tmp_path / "none").mkdir()
     r = run_cli(["device", str(tmp_path / "none") + "/"], store)
     assert r.returncode == 2 and "no <host>.trace.json.gz" in r.stderr
+
+
+def test_step_marker_guard_with_a_stand_in_torch_xla(monkeypatch, tmp_path):
+    """tracing.mirror against a stand-in for torch_xla's C module that raises as torch_xla does when a step
+    marker meets an open IR scope: traced code that reaches the marker runs on, its span is noted and not
+    mirrored again; spans that do not reach one stay mirrored; disabling puts the C function back."""
+    import sys
+    import types
+
+    from stepscope.tracing import buffer, mirror
+    from stepscope.tracing.patch import Patcher
+
+    log, scopes = [], []
+
+    class TraceMe:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            log.append(("open", self.name))
+
+        def __exit__(self, *exc):
+            log.append(("close", self.name))
+
+    class ScopePusher:
+        def __init__(self, name):
+            self.name = name
+            scopes.append(name)
+
+        def __del__(self):
+            scopes.pop()
+
+    def step_marker(device="", devices=(), wait=True, reset_scope=True):
+        if scopes:
+            raise RuntimeError("Expecting scope to be empty but it is " + "/".join(scopes))
+        log.append(("marker", None))
+
+    C = types.ModuleType("torch_xla._XLAC")
+    C.profiler = types.SimpleNamespace(TraceMe=TraceMe, scope_pusher=ScopePusher, TslProfilerSessionWrapper=object)
+    C._xla_step_marker = step_marker
+    fake = types.ModuleType("torch_xla")
+    fake._XLAC = C
+    monkeypatch.setitem(sys.modules, "torch_xla", fake)
+    (tmp_path / "ss_fake_xla_prog.py").write_text(
+        "import torch_xla\n"
+        "def inner():\n    return 1\n"
+        "def loop_step():\n    inner()\n    torch_xla._XLAC._xla_step_marker('', [])\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    prog = importlib.import_module("ss_fake_xla_prog")
+    monkeypatch.setitem(sys.modules, "ss_fake_xla_prog", prog)
+    buffer.take()
+    p = Patcher(mirror=True)
+    p.add(["ss_fake_xla_prog.inner", "ss_fake_xla_prog.loop_step"])
+    assert not p.unresolved
+    mirror.reset_unmirrored()
+    mirror.enable_xla()
+    try:
+        assert prog.loop_step() == 2 and prog.loop_step() == 2  # no "Expecting scope to be empty"
+        assert ("marker", None) in log and not scopes
+        notes = mirror.unmirrored()
+        assert list(notes) == ["ss_fake_xla_prog.loop_step"] and "ss_fake_xla_prog.py:6" in notes["ss_fake_xla_prog.loop_step"]
+        assert log.count(("open", "ss_fake_xla_prog.loop_step")) == 1  # the first call's range only
+        assert log.count(("open", "ss_fake_xla_prog.inner")) == 2 == log.count(("close", "ss_fake_xla_prog.inner"))
+    finally:
+        mirror.disable_xla()
+        p.remove()
+        buffer.take()
+    assert C._xla_step_marker is step_marker

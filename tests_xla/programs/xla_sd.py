@@ -14,6 +14,7 @@ The pipeline's loop calls ``xm.mark_step()`` after every step (diffusers does on
 """
 import argparse
 import os
+import time
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
@@ -68,16 +69,20 @@ def main():
     ap.add_argument("--scheduler", choices=("guide", "fixed", "stock"), default="guide")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--time", action="store_true", help="print each call's wall time (s)")
     args = ap.parse_args()
     pipe = build_pipeline("tiny", "euler")
     klass = {"guide": GuideEraEuler, "fixed": FixedEuler, "stock": EulerDiscreteScheduler}[args.scheduler]
     pipe.scheduler = klass.from_config(pipe.scheduler.config)
     pipe.to(torch_xla.device())
     for _ in range(args.runs):
+        t0 = time.perf_counter()
         out = pipe("a cat", num_inference_steps=args.steps, height=64, width=64,
                    generator=torch.Generator().manual_seed(0), output_type="np")
         img = out.images[0]
         print("image", img.shape, f"{float(img.mean()):.4f}")
+        if args.time:
+            print(f"seconds {time.perf_counter() - t0:.4f}")
 
 
 if __name__ == "__main__":

@@ -100,7 +100,8 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
                           ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
             console.print(t)
     else:
-        console.print("[dim]no device trace for this run (record with --device-trace)[/dim]")
+        console.print("[dim]no device trace for this run (record with --device-trace; where torch_xla is installed, "
+                      "the XLA profiler starts when the program imports torch_xla)[/dim]")
     if v.compile is not None:
         gb, rc = v.compile.get("graph_breaks", []), v.compile.get("recompiles", [])
         console.print(f"[bold]torch.compile[/bold]: {sum(g['count'] for g in gb)} graph breaks at {len(gb)} places, "
@@ -167,10 +168,12 @@ def print_xla(x, console: Console, top: int = 10) -> None:
     for name, why in x.unmirrored.items():
         console.print(f"[cyan]unmirrored:[/cyan] {short_name(name)}: {why}")
     if x.steps:
-        tb = Table(title=f"Per step ({x.step_source})", title_justify="left", show_edge=False)
+        tb = Table(title=f"Per step ({x.step_source}; graphs run: executions, cut by reads: of them forced by a "
+                         "tensor read; host between: wall time with no graph executing)", title_justify="left",
+                   show_edge=False)
         for col in ("step", "graphs run", "cut by reads", "compiles", "recompiles", "compile", "execute",
-                    "from device", "to device", "host between executions", "wall"):
-            tb.add_column(col, justify="left" if col == "step" else "right", no_wrap=True)
+                    "from device", "to device", "host between", "wall"):
+            tb.add_column(col, justify="left" if col == "step" else "right", no_wrap=True, min_width=len(col))
         for s in x.steps[: max(top, 30)]:
             f = s.figures
             tb.add_row(s.label, str(f.executions), str(f.reads), str(f.compiles), str(s.recompiles), fmt_ns(f.compile_ns),
@@ -183,6 +186,8 @@ def print_xla(x, console: Console, top: int = 10) -> None:
         for col in ("direction", "kind", "line", "function", "count", "transfer", "wait", "steps", "inside"):
             num = col in ("count", "transfer", "wait")
             tb.add_column(col, justify="right" if num else "left", no_wrap=True, overflow="ellipsis",
+                          min_width={"direction": 11, "kind": 11, "line": 32, "count": 5, "transfer": 8, "wait": 8,
+                                     "steps": 7, "function": 16, "inside": 12}.get(col),
                           max_width={"function": 40, "inside": 36, "steps": 18}.get(col))
         for s in x.transfers[:top]:
             tb.add_row(s.direction, s.kind or "-", s.where or "-", s.function or "-", str(s.count), fmt_ns(s.cost_ns),

@@ -27,6 +27,8 @@ import os
 import sys
 import threading
 
+from .wrappers import call_around
+
 _enabled = False
 _enter = _exit = _push = _pop = None
 _xla = None  # the torch_xla._XLAC.profiler module while XLA mirroring is on
@@ -100,20 +102,14 @@ _session_orig = None
 _on_program_session = None
 
 
-def _yielding_session(real):
-    def TslProfilerSessionWrapper(*args, **kwargs):
-        fn = _on_program_session
-        if fn is not None:
-            try:
-                fn()
-            except Exception:
-                pass
-        return real(*args, **kwargs)
+def _program_session() -> None:
+    fn = _on_program_session
+    if fn is not None:
+        fn()
 
-    TslProfilerSessionWrapper.__stepscope_guard__ = True
-    TslProfilerSessionWrapper.__wrapped__ = real
-    TslProfilerSessionWrapper.__doc__ = real.__doc__
-    return TslProfilerSessionWrapper
+
+def _yielding_session(real):
+    return call_around(real, _program_session)
 
 
 def add_marker_listener(fn) -> None:
@@ -152,36 +148,37 @@ def _caller_line() -> str:
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
 
 
-def _guarded_step_marker(real):
-    def _xla_step_marker(*args, **kwargs):
-        stack = getattr(_local, "stack", None)
-        if stack:
-            where = None
-            for entry in reversed(stack):  # innermost first: scopes pop in the order they were pushed
-                if entry is None or entry[2] is None:
-                    continue
-                name = entry[0]
-                entry[2] = None  # drops the ScopePusher: its destructor pops the IR scope
-                if name not in _unmirrored:
-                    if where is None:
-                        try:
-                            where = _caller_line()
-                        except Exception:
-                            where = "?"
-                    _unmirrored[name] = (f"not mirrored as an xp.Trace range: it encloses an XLA step marker "
-                                         f"(torch_xla.sync/mark_step at {where})")
-        result = real(*args, **kwargs)
-        for fn in tuple(_marker_listeners):
-            try:
-                fn()
-            except Exception:
-                pass
-        return result
+def _close_scopes() -> None:
+    """Before a step marker: close the IR scopes stepscope opened on this thread; note their spans."""
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        return
+    where = None
+    for entry in reversed(stack):  # innermost first: scopes pop in the order they were pushed
+        if entry is None or entry[2] is None:
+            continue
+        name = entry[0]
+        entry[2] = None  # drops the ScopePusher: its destructor pops the IR scope
+        if name not in _unmirrored:
+            if where is None:
+                try:
+                    where = _caller_line()
+                except Exception:
+                    where = "?"
+            _unmirrored[name] = (f"not mirrored as an xp.Trace range: it encloses an XLA step marker "
+                                 f"(torch_xla.sync/mark_step at {where})")
 
-    _xla_step_marker.__stepscope_guard__ = True
-    _xla_step_marker.__wrapped__ = real
-    _xla_step_marker.__doc__ = real.__doc__
-    return _xla_step_marker
+
+def _after_marker() -> None:
+    for fn in tuple(_marker_listeners):
+        try:
+            fn()
+        except Exception:
+            pass
+
+
+def _guarded_step_marker(real):
+    return call_around(real, _close_scopes, _after_marker)
 
 
 class Mirror:
