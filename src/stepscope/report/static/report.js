@@ -324,8 +324,10 @@
   for (let i = 0; i < NN; i++) (P.parent[i] < 0 ? tops : kids[P.parent[i]]).push(i);
   const fg = $("flamegraph");
   let fgTotals = null, fgSelf = null, fgFocus = -1, fgRects = [], fgTotalAll = 0, fgSearch = "", fgWin = null;
-  // The one place node weights come from (sampled wall time per sample, us): a CPU-time mode swaps this.
-  const sampleWeight = (j) => P.w[j];
+  // The one place node weights come from, us per sample: wall time, or the CPU time the thread used (running
+  // apart from idle: sleeping, waiting on I/O, a lock or the device), as py-spy's --idle toggles
+  let fgMode = "wall";
+  const sampleWeight = (j) => fgMode === "cpu" ? P.cw[j] : P.w[j];
 
   function lowerBound(arr, v) { let lo = 0, hi = arr.length; while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < v) lo = m + 1; else hi = m; } return lo; }
   function computeTree(win) {
@@ -351,7 +353,7 @@
     $("fg-title").textContent = title;
     const note = $("fg-note");
     if (n === 0) note.textContent = "No samples in this window" + (win ? ` (${fmt(win.t1 - win.t0)} at ${R.hz} Hz is under one sampling period; record with a higher --hz)` : ".");
-    else note.textContent = `${n} samples, ${fmt(fgTotalAll)} sampled.`;
+    else note.textContent = `${n} samples, ${fmt(fgTotalAll)} ${fgMode === "cpu" ? "of CPU time (idle left out)" : "of wall time"} sampled.`;
     drawFlame();
     if (!$("sandwich").hidden && swFunc >= 0) sandwich(swFunc);
   }
@@ -413,6 +415,11 @@
     if (ev.shiftKey && !q[4]) { sandwich(P.func[q[3]]); return; }
     fgFocus = q[4] ? P.parent[q[3]] : q[3]; if (q[4] && fgFocus < 0) fgFocus = -1; drawFlame();
   });
+  if (P.cw) {
+    $("fg-mode").hidden = false;
+    for (const r of document.querySelectorAll('input[name="fg-mode"]'))
+      r.addEventListener("change", () => { fgMode = r.value; setFlame(fgWin, $("fg-title").textContent); });
+  }
   $("fg-search").addEventListener("input", (ev) => { fgSearch = ev.target.value.trim().toLowerCase(); if (!fgSearch) setFlame(fgWin, $("fg-title").textContent); else drawFlame(); });
   // legend: what the colours mean
   $("fg-legend").innerHTML = KINDS.filter((k) => k !== "thread").map((k) => `<span><i style="background:${kindColor(KINDS.indexOf(k), "", false)}"></i>${esc(k)}</span>`).join("");
@@ -650,6 +657,7 @@
   window.stepscopeReport = { selectSpan, setFlame, spanRect, findSpan, spanCount: NS, frameCount: () => fgRects.length,
                              flameTitle: () => $("fg-title").textContent, diffCount: () => diffRects.length, flameFrames, searchFrames,
                              sandwich: sandwichOf, view: () => ({ t0: view.t0, t1: view.t1 }),
+                             frameTotal: (name) => fgRects.reduce((m, q) => !q[4] && P.funcs[P.func[q[3]]][0].endsWith(name) ? Math.max(m, fgTotals[q[3]]) : m, 0),
                              tickLabels: () => { const span = view.t1 - view.t0, step = Math.pow(10, Math.floor(Math.log10(span / 6))); const tick = span / step > 30 ? step * 5 : span / step > 12 ? step * 2 : step; const out = []; for (let t = Math.ceil(view.t0 / tick) * tick; t < view.t1; t += tick) out.push(tickLabel(t, tick)); return out; },
                              setView: (t0, t1) => { view.t0 = t0; view.t1 = t1; drawWaterfall(); },
                              deviceLanes: () => devLanes.map((l) => l.label),
