@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-xla xla-venv bench clean
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# PyTorch/XLA (issue 17): torch + torch-xla in a virtualenv cached outside the clone (built once, ~7 GB;
+# scripts/xla_venv.sh), then tests_xla/ on the CPU (PJRT_DEVICE=CPU). Skipped, saying so, when the package
+# registry cannot be reached.
+xla-venv:
+	scripts/xla_venv.sh
+
+test-xla:
+	scripts/test_xla.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tracer_overhead.py

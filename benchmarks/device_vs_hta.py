@@ -4,8 +4,13 @@ Prints load + analysis time of both and the idle time breakdown per stream side 
 ``HolisticTraceAnalysis``, with pandas and plotly) runs in the interpreter given by ``--hta-python``
 (default: this one), as a subprocess, so that stepscope's environment need not hold it:
 
-    python -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis
-    python benchmarks/device_vs_hta.py ../shared/traces/v100_training_rank0.json.gz --hta-python /tmp/hta/bin/python
+    python -m venv ~/.cache/stepscope/hta-venv && ~/.cache/stepscope/hta-venv/bin/pip install HolisticTraceAnalysis
+    python benchmarks/device_vs_hta.py ../shared/traces/v100_training_rank0.json.gz --hta-python ~/.cache/stepscope/hta-venv/bin/python
+    python benchmarks/device_vs_hta.py --copies 38 --hta-python ...   # ~2.6M events (benchmarks/large_trace.py)
+    python benchmarks/device_vs_hta.py --copies 3 --hta-python ...    # ~206k events
+
+Each side runs in its own process, so its peak memory (ru_maxrss) is its own; the whole-command figures include
+interpreter start and imports.
 """
 
 from __future__ import annotations
@@ -19,11 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepscope.device.analysis import idle_breakdown, summarize_device
-from stepscope.device.kineto import load
-
 HTA_SCRIPT = r"""
-import json, logging, sys, time
+import json, logging, resource, sys, time
 logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
@@ -33,47 +35,87 @@ t2 = time.perf_counter()
 df, _ = ta.get_idle_time_breakdown(visualize=False)
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "idle_s": t3 - t2,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rows": df[["stream", "idle_category", "idle_time"]].astype({"stream": int}).to_dict("records")}))
 """
+
+MINE_SCRIPT = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from stepscope.device.analysis import idle_breakdown
+from stepscope.device.kineto import load
+t1 = time.perf_counter()
+trace = load(sys.argv[1])
+t2 = time.perf_counter()
+streams, _ = idle_breakdown(trace)
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "idle_s": t3 - t2, "events": len(trace),
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": [{"stream": s.stream, "host_wait": s.host_wait_ns, "kernel_wait": s.kernel_wait_ns,
+                            "other": s.other_ns, "idle": s.idle_ns} for s in streams]}))
+"""
+
+#: the whole `stepscope device TRACE` command, with its peak memory
+WHOLE_SCRIPT = r"""
+import json, resource, subprocess, sys, time
+t0 = time.perf_counter()
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+print(json.dumps({"wall_s": time.perf_counter() - t0, "rc": r.returncode, "err": r.stderr[-500:],
+                  "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def _json_run(cmd: list[str]) -> dict | None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        print(f"  failed: {' '.join(cmd[:3])}...: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace", nargs="?", default=str(Path(__file__).resolve().parents[2] / "shared/traces/v100_training_rank0.json.gz"))
+    ap.add_argument("trace", nargs="?", default=None, help="a trace file (default: the V100 trace, or --copies)")
+    ap.add_argument("--copies", type=int, default=None,
+                    help="replicate the V100 trace this many times (benchmarks/large_trace.py; 38: ~2.6M events)")
     ap.add_argument("--hta-python", default=sys.executable)
     args = ap.parse_args()
-    t0 = time.perf_counter()
-    trace = load(args.trace)
-    t1 = time.perf_counter()
-    streams, _ = idle_breakdown(trace)
-    t2 = time.perf_counter()
-    summarize_device(trace)
-    t3 = time.perf_counter()
-    print(f"{Path(args.trace).name}: {len(trace)} complete events")
-    print(f"stepscope: load {1e3 * (t1 - t0):.0f} ms, idle breakdown {1e3 * (t2 - t1):.0f} ms, "
-          f"full device summary {1e3 * (t3 - t1):.0f} ms")
+    if args.copies:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from large_trace import make
+
+        path = str(make(args.copies))
+    else:
+        path = args.trace or str(Path(__file__).resolve().parents[2] / "shared/traces/v100_training_rank0.json.gz")
+    mine = _json_run([sys.executable, "-c", MINE_SCRIPT, path])
+    whole = _json_run([sys.executable, "-c", WHOLE_SCRIPT, sys.executable, "-m", "stepscope", "device", path, "--json"])
     hta = None
     with tempfile.TemporaryDirectory() as d:
-        shutil.copy(args.trace, Path(d) / Path(args.trace).name)
-        r = subprocess.run([args.hta_python, "-c", HTA_SCRIPT, d], capture_output=True, text=True)
-        if r.returncode == 0:
-            hta = json.loads(r.stdout.strip().splitlines()[-1])
-        else:
-            print(f"HTA not run ({args.hta_python}): {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        shutil.copy(path, Path(d) / Path(path).name)
+        hta = _json_run([args.hta_python, "-c", HTA_SCRIPT, d])
+        if hta is not None:
+            hta_whole = _json_run([sys.executable, "-c", WHOLE_SCRIPT, args.hta_python, "-c", HTA_SCRIPT, d])
+            hta["whole_s"] = hta_whole["wall_s"] if hta_whole else float("nan")
+    print(f"{Path(path).name}: {mine['events'] if mine else '?'} complete events")
+    if mine:
+        print(f"stepscope: load {mine['load_s']:.2f} s, idle breakdown {mine['idle_s']:.2f} s, peak {mine['peak_mb']:.0f} MB"
+              + (f"; whole `stepscope device` command {whole['wall_s']:.2f} s, peak {whole['peak_mb']:.0f} MB" if whole else ""))
     if hta:
-        print(f"HTA:       load {1e3 * hta['load_s']:.0f} ms, idle breakdown {1e3 * hta['idle_s']:.0f} ms "
-              f"(import {hta['import_s']:.1f} s not counted)")
-        print(f"load + idle breakdown: HTA / stepscope = {(hta['load_s'] + hta['idle_s']) / (t2 - t0):.1f}x")
+        print(f"HTA:       load {hta['load_s']:.2f} s, idle breakdown {hta['idle_s']:.2f} s, peak {hta['peak_mb']:.0f} MB "
+              f"(import {hta['import_s']:.1f} s); whole script {hta['whole_s']:.2f} s")
+    if mine and hta:
+        print(f"load + idle breakdown: HTA / stepscope = {(hta['load_s'] + hta['idle_s']) / (mine['load_s'] + mine['idle_s']):.1f}x "
+              f"faster; peak memory stepscope / HTA = {mine['peak_mb'] / hta['peak_mb']:.2f}")
+        if whole:
+            print(f"whole command: HTA script / `stepscope device` = {hta['whole_s'] / whole['wall_s']:.1f}x")
     print("\nidle time per stream       stepscope (ns)             HTA (whole us)")
     hta_rows = {(r["stream"], r["idle_category"]): r["idle_time"] for r in (hta or {}).get("rows", [])}
-    for s in streams:
-        theirs_total = sum(v for (st, _), v in hta_rows.items() if st == s.stream) or 1.0
-        for cat, mine in (("host_wait", s.host_wait_ns), ("kernel_wait", s.kernel_wait_ns), ("other", s.other_ns)):
-            theirs = hta_rows.get((s.stream, cat))
+    for s in (mine or {}).get("rows", []):
+        theirs_total = sum(v for (st, _), v in hta_rows.items() if st == s["stream"]) or 1.0
+        for cat in ("host_wait", "kernel_wait", "other"):
+            m, theirs = s[cat], hta_rows.get((s["stream"], cat))
             col = "" if theirs is None else f"{theirs:10.0f} us ({100 * theirs / theirs_total:4.1f}%)"
-            print(f"  stream {s.stream:<3} {cat:<12} {mine / 1e3:10.0f} us ({100 * mine / max(s.idle_ns, 1):4.1f}%)   {col}")
-        print(f"  stream {s.stream:<3} {'total idle':<12} {s.idle_ns / 1e3:10.0f} us           "
-              f"{'' if not hta else f'{theirs_total:10.0f} us'}")
+            print(f"  stream {s['stream']:<3} {cat:<12} {m / 1e3:10.0f} us ({100 * m / max(s['idle'], 1):4.1f}%)   {col}")
 
 
 if __name__ == "__main__":

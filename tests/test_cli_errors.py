@@ -27,7 +27,7 @@ def test_device_keeps_run_ids_and_refuses_a_folder(repeats_store, tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"stepscope: error: no run 'nosuchrun' in store {repeats_store}"
     (tmp_path / "t.json").mkdir()
     r = run_cli(["device", str(tmp_path / "t.json")], repeats_store)
-    assert r.returncode == 2 and r.stderr.strip().endswith("t.json: not a file (give a Kineto trace .json/.json.gz, or a run id)")
+    assert r.returncode == 2 and r.stderr.strip().endswith("t.json: not a file (give a Kineto trace .json/.json.gz, an XLA capture folder, or a run id)")
 
 
 def test_explain_with_an_unknown_span_lists_the_span_names(repeats_store):

@@ -77,3 +77,42 @@ def test_device_cli_json_and_errors(store, tmp_path):
     worse.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": "soon"}]}')
     with pytest.raises(TraceError, match=r"traceEvents\[0\]"):
         load(worse)
+
+
+def test_typed_reader_gives_the_general_readers_columns():
+    """``load`` decodes straight into columns (msgspec structs, no dict per event); on every shared trace its
+    columns, names, metadata and FLOP counts equal those of the general reader (a dict per event), and
+    ``args[i]`` keeps the ids (-1 is "absent") and the input shapes of FLOP-counted ops."""
+    import gzip
+
+    import numpy as np
+    import orjson
+
+    from stepscope.device import kineto
+    from stepscope.device.flops import FLOP_OPS, trace_flops
+
+    for path in sorted(TRACES.glob("*.json.gz")):
+        fast = kineto.load(path)
+        doc = orjson.loads(gzip.decompress(path.read_bytes()))
+        slow = kineto.from_events(doc["traceEvents"], str(path), doc)
+        for c in ("cat", "name", "ts", "dur", "pid", "tid", "correlation", "external_id", "stream", "device", "nbytes"):
+            assert np.array_equal(getattr(fast, c), getattr(slow, c)), (path.name, c)
+        assert fast.names == slow.names and fast.metadata == slow.metadata and fast.base_ns == slow.base_ns
+        assert np.array_equal(trace_flops(fast), trace_flops(slow)), path.name
+        for i in range(0, len(slow), max(1, len(slow) // 200)):
+            want = {k: v for k, v in slow.args[i].items() if k in ("correlation", "External id", "stream", "device", "bytes")
+                    and v != -1 or (k in ("Input Dims", "Concrete Inputs") and slow.names[slow.name[i]] in FLOP_OPS)}
+            assert fast.args[i] == want, (path.name, i)
+
+
+def test_bad_trace_files_are_one_line_errors(tmp_path):
+    from stepscope.device.kineto import TraceError, load
+
+    cases = {"notjson.json": b"{nope", "noevents.json": b'{"a": 1}', "badts.json": b'{"traceEvents": [{"ph": "X", "ts": "x"}]}',
+             "trunc.json.gz": __import__("gzip").compress(b'{"traceEvents": []}')[:-6]}
+    for name, body in cases.items():
+        f = tmp_path / name
+        f.write_bytes(body)
+        with pytest.raises(TraceError) as e:
+            load(f)
+        assert str(f) in str(e.value) and "\n" not in str(e.value), (name, e.value)

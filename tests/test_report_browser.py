@@ -23,7 +23,7 @@ def sd_report(tmp_path_factory):
 def test_waterfall_click_shows_that_spans_flame_graph(page, sd_report):
     page.goto(sd_report.as_uri())
     page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
-    assert page.evaluate("stepscopeReport.flameTitle()") == "whole run"
+    assert page.evaluate("stepscopeReport.flameTitle()") == "traced work"  # start-up is one click away
     assert page.locator("#waterfall").bounding_box()["height"] > 50
     i = page.evaluate("stepscopeReport.findSpan('UNet2DConditionModel.forward', 1)")
     assert i >= 0
@@ -101,4 +101,34 @@ def test_report_device_lanes_show_syncs_with_their_line(page, tmp_path):
     tip = page.evaluate("stepscopeReport.tooltip()")
     assert ".nonzero()" in tip and "scheduling_euler_discrete.py:" in tip, tip
     page.screenshot(path=str(out.with_suffix(".png")), full_page=False)
+    assert page.errors == []
+
+
+def test_flame_graph_shows_wall_time_or_cpu_time(page, tmp_path):
+    """The toggle (issue 13): wall time counts the sleep, CPU time leaves it out (idle apart from running)."""
+    prog = tmp_path / "halves.py"
+    prog.write_text("import time\n"
+                    "def work():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.25:\n        pass\n"
+                    "def rest():\n    time.sleep(0.25)\n"
+                    "for _ in range(4):\n    work()\n    rest()\n")
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--hz", "499", "--trace", "__main__.work", "--trace", "__main__.rest", "--",
+                 sys.executable, str(prog)], store)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "halves.html"
+    assert run_cli(["report", "-o", str(out)], store).returncode == 0
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
+    assert page.locator("#fg-mode").is_visible()
+    wall = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
+    assert wall["rest"] > 0.7 * wall["work"] > 0, wall
+    assert "of wall time" in page.locator("#fg-note").inner_text()
+    page.locator('input[name="fg-mode"][value="cpu"]').check()
+    cpu = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
+    assert cpu["rest"] < 0.1 * cpu["work"], cpu
+    assert cpu["work"] > 0.5 * wall["work"], (cpu, wall)
+    assert "CPU time" in page.locator("#fg-note").inner_text()
+    page.screenshot(path=str(tmp_path / "cpu-mode.png"), full_page=True)
+    page.locator('input[name="fg-mode"][value="wall"]').check()
+    assert abs(page.evaluate("stepscopeReport.frameTotal('.rest')") - wall["rest"]) < 1
     assert page.errors == []

@@ -76,7 +76,7 @@ def test_no_frame_objects_kept_alive():
     gc.collect()
     assert refs[0]() is None
     frames, stacks, samples = s.drain()
-    assert samples and all(len(x) == 3 for x in samples)
+    assert samples and all(len(x) == 5 for x in samples)
 
 
 def test_depth_cap_keeps_the_leaf():

@@ -60,7 +60,7 @@ def test_demo_summary_report_and_image(demo_run):
     work, store, docs = demo_run
     summary = docs[0]["run"]
     assert summary["steps"]["kind"] == "diffusion.step" and len(summary["steps"]["rows"]) == 4
-    assert "1.5 x median" in summary["steps"]["rule"]
+    assert "median + 3 x 1.4826 x MAD" in summary["steps"]["rule"] or "too noisy to call" in summary["steps"]["rule"]
     assert summary["sample_count"] > 0 and summary["top_self"]
     assert not summary["unresolved"]
     assert Path(docs[-1]["report"]).stat().st_size > 10_000

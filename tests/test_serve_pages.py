@@ -2,6 +2,7 @@
 and the device page in headless Chromium on a run recorded with --device-trace."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -92,6 +93,37 @@ def test_bench_pages(ui):
     assert ui.get("/bench/none").status_code == 404
 
 
+def test_bench_page_says_what_was_measured_and_the_verdict(tmp_path, browser_page):
+    store = tmp_path / "store"
+    st = Store(store)
+    base = {"model": "tiny", "target": "pipeline", "attention": "sdpa", "compile": "off", "dtype": "float16", "batch": 1,
+            "size": None, "steps": 12, "channels_last": False}
+    spec = {"kind": "sd", "configs": [dict(base, attention="classic"), dict(base)], "warmup": 1, "repeats": 4, "baseline": 0}
+    bench_store.create(st, "bench-2", spec, ["attention=classic", "attention=sdpa"])
+    for rep, (a, b) in enumerate(((1.0, 0.95), (1.2, 1.1), (0.9, 1.05), (1.1, 0.9))):  # overlapping: no verdict
+        bench_store.add_run(st, "bench-2", 0, rep, False, a, peak_bytes=300 * 2**20)
+        bench_store.add_run(st, "bench-2", 1, rep, False, b, peak_bytes=280 * 2**20)
+    bench_store.update(st, "bench-2", status="done", env={"torch": "2.13.0+cpu", "device": "cpu", "device_name": "cpu"})
+    st.close()
+    srv = Server(store)
+    try:
+        page = browser_page
+        page.goto(srv.url + "/bench/bench-2")
+        measured = page.locator("#measured").inner_text()
+        for part in ("model tiny", "64 px", "12 steps", "float16", "cpu", "varying: attention"):
+            assert part in measured, (part, measured)
+        table = page.locator("table#verdict").inner_text()
+        assert "no significant difference" in table and "300 MiB" in table and "280 MiB" in table and " MB" not in table
+        page.wait_for_function("document.getElementById('plot').complete")
+        assert page.locator("#plot").evaluate("img => img.naturalWidth > 0")
+        if os.environ.get("STEPSCOPE_SHOTS"):
+            page.screenshot(path=os.path.join(os.environ["STEPSCOPE_SHOTS"], "bench-page.png"), full_page=True)
+    finally:
+        srv.stop()
+    text = run_cli(["bench", "show", "bench-2"], store).stdout
+    assert "measured: model tiny" in text and "no significant difference" in text and "300 MiB" in text
+
+
 def test_keys_cli(tmp_path):
     store = tmp_path / "store"
     r = run_cli(["keys", "add", "--project", "7", "--label", "laptop", "--json"], store)
@@ -143,6 +175,21 @@ def test_device_page_shows_the_syncs_with_their_python_line(browser_page, euler_
         assert "torch ops (host)" in page.evaluate("stepscopeReport.deviceLanes()")
         syncs = page.locator("#device-syncs").inner_text()
         assert "scheduling_euler_discrete.py" in syncs
+        # a CPU run: no device timeline, said in words instead of an empty gaps table
+        assert "No device timeline on CPU" in page.locator("#device-cpu").inner_text()
+        assert not page.locator("#device-gaps-wrap").is_visible()
+        # host syncs grouped by Python line: count, total, max; a click shows the group's events
+        view = json.loads(srv.get(f"/api/runs/{rid}/view")[1])
+        lines = {q["python"] or "(no Python line)" for q in view["device"]["syncs"]}
+        groups = page.locator("#device-syncs tr.group")
+        assert groups.count() == len(lines) < len(view["device"]["syncs"])
+        big = max(range(groups.count()), key=lambda k: int(groups.nth(k).locator("td").nth(2).inner_text()))
+        n = int(groups.nth(big).locator("td").nth(2).inner_text())
+        assert n > 1 and page.locator("#device-syncs tr.sub:visible").count() == 0
+        groups.nth(big).click()
+        assert page.locator("#device-syncs tr.sub:visible").count() == min(n, 50)
+        if os.environ.get("STEPSCOPE_SHOTS"):
+            page.screenshot(path=os.path.join(os.environ["STEPSCOPE_SHOTS"], "device-page.png"), full_page=True)
         assert not page.locator("#flamegraph").is_visible()  # the device page shows the device's sections only
         assert page.errors == []
     finally:

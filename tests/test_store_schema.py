@@ -70,6 +70,11 @@ def test_an_old_store_is_migrated_forward_and_reads_as_before(tmp_path):
     assert run_cli(["report", "-o", str(tmp_path / "old.html")], store).returncode == 0
     data = Store(store).load()
     assert [s.name for s in data.spans] == ["old.work", "old.inner"] and data.profile.thread_names == {7: "MainThread"}
+    assert {"wall_ns", "cpu_ns"} <= set(columns(db, "samples"))
+    from stepscope.profiling.calltree import ProfileIndex
+
+    index = ProfileIndex(data.profile)  # schema-2 samples: weighted by the old rule (one period at 100 Hz)
+    assert index.weight.tolist() == [1e7] and not index.has_cpu
     # a run recorded into the migrated store, then the old one deleted
     prog = tmp_path / "p.py"
     prog.write_text("print('ok')\n")
@@ -100,7 +105,7 @@ def make_damaged(db: Path) -> None:
     """A real store whose pages after the first are overwritten: it opens, then reading it fails."""
     s = Store(db.parent)
     s.conn.execute("INSERT INTO runs (id, command, status) VALUES ('r1', '[\"x\"]', 'ok')")
-    s.conn.executemany("INSERT INTO samples VALUES ('r1', ?, 1, 0)", ((i,) for i in range(5000)))
+    s.conn.executemany("INSERT INTO samples (run_id, t_ns, thread_id, stack) VALUES ('r1', ?, 1, 0)", ((i,) for i in range(5000)))
     s.close()
     data = bytearray(db.read_bytes())
     page = int.from_bytes(data[16:18], "big")

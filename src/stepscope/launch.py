@@ -185,6 +185,10 @@ def main() -> None:
         from .control.server import start_server
 
         start_server(store=settings.store)
+        if settings.sampler != "thread":  # capture windows start in the server's thread: handlers set here
+            from .profiling import signals
+
+            signals.install()
         session = _NoSession()
     else:
         session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,
@@ -237,7 +241,24 @@ class _NoSession:
 
 
 def _start_device_capture(session, settings) -> None:
-    """Start the torch profiler for the run; a missing torch is one line on stderr, not a failure."""
+    """Start the device profiler for the run. Where torch_xla is installed (and STEPSCOPE_DEVICE_PROFILER is
+    not ``torch``), the XLA profiler, as soon as the program imports torch_xla (``device.xla_capture``);
+    otherwise the torch profiler (Kineto), now. A missing torch is one line on stderr, not a failure."""
+    import importlib.util
+
+    choice = os.environ.get("STEPSCOPE_DEVICE_PROFILER", "auto").strip().lower()
+    has_xla = False
+    if choice in ("auto", "xla"):
+        try:
+            has_xla = importlib.util.find_spec("torch_xla") is not None
+        except (ImportError, ValueError):
+            pass
+    if has_xla:
+        if settings.device_steps or settings.device_stacks:
+            print("stepscope: --device-steps/--device-stacks apply to torch.profiler; the XLA profiler records the "
+                  "whole run", file=sys.stderr)
+        session.patcher.when_imported("torch_xla", lambda _mod: _start_xla_capture(session))
+        return
     try:
         from .device.capture import DeviceCapture
 
@@ -246,6 +267,19 @@ def _start_device_capture(session, settings) -> None:
         cap.start()
     except ImportError as e:
         print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
+        return
+    session.on_finish(cap.stop)
+
+
+def _start_xla_capture(session) -> None:
+    """Start the XLA profiler (the program has just imported torch_xla); a failure is one line on stderr."""
+    from .device.xla_capture import XlaCapture
+
+    cap = XlaCapture(session.store.run_dir(session.run_id), note=session.patcher.note)
+    try:
+        cap.start()
+    except Exception as e:
+        print(f"stepscope: --device-trace: recording without the XLA timeline: {e}", file=sys.stderr)
         return
     session.on_finish(cap.stop)
 

@@ -59,6 +59,8 @@ class Profile:
     ``stacks[i]`` is a tuple of indices into ``frames``, root first. Samples are three parallel lists:
     ``sample_t_ns`` (clock readings, ns), ``sample_thread`` (thread ids) and ``sample_stack`` (indices
     into ``stacks``), in time order. ``hz`` is the requested sampling rate (samples/s per thread).
+    ``sample_wall_ns``/``sample_cpu_ns`` (parallel, may be empty or hold None): the wall time each sample stands
+    for and the CPU time its thread used in it (ns); None where unknown (older runs, ingested profiles).
     """
 
     frames: list[Frame] = field(default_factory=list)
@@ -71,6 +73,8 @@ class Profile:
     native_ids: dict[int, int] = field(default_factory=dict)  # thread id -> OS thread id (Kineto's tid)
     #: thread id -> [(since_ns, OS thread id)], in time order: Python reuses a thread id after its thread exits
     os_threads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    sample_wall_ns: list = field(default_factory=list)
+    sample_cpu_ns: list = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.sample_t_ns)

@@ -302,10 +302,18 @@ class _Relay:
                 signal.signal(s, h)
 
     def _read_child(self, now: float) -> None:
-        try:
-            data = os.read(self.read_fd, 4096)
-        except (BlockingIOError, InterruptedError):
-            return
+        # drained whole: the sampler's timer signals (profiling.signals) write a byte each too, up to thousands
+        # a second, and a full pipe would drop the receipt of a signal relayed here
+        chunks = []
+        while True:
+            try:
+                part = os.read(self.read_fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not part:
+                break
+            chunks.append(part)
+        data = b"".join(chunks)
         for signo in data:
             if signo not in RELAYED:
                 continue

@@ -24,6 +24,7 @@ from typing import Any
 from . import clock
 from .model import Run
 from .profiling.sampler import OWN_THREADS, Sampler
+from .profiling.signals import MainThreadSampler
 from .settings import Settings
 from .store.db import Store, write_error_text
 from .tracing import buffer, workfacts
@@ -128,6 +129,18 @@ def _dynamo_loaded(patcher: Patcher):
                        "stepscope.tracing.mirror", "stepscope.api"):
             trace_rules.add(module)
         codeswap.dynamo_loaded(torch.compiler.is_compiling, torch._dynamo.assume_constant_result(probes.compiled))
+        # the timer-signal handler runs between any two bytecodes, also while Dynamo's frame hook is set: its
+        # frames (and the sampler's) are run as they are, never converted
+        skip = getattr(getattr(torch._dynamo, "eval_frame", None), "skip_code", None)
+        if skip is not None:
+            from .profiling import sampler as _sampler, signals as _signals
+
+            for fn in (_signals._handler, _sampler.Sampler.sample_frame, _sampler.Sampler._record,
+                       _sampler.Sampler._add_frame):
+                try:
+                    skip(fn.__code__)
+                except Exception:
+                    pass
         monitor = getattr(patcher.mechanism, "_monitor", None)
         register = getattr(getattr(dynamo, "convert_frame", None), "register_bytecode_hook", None)
         if monitor is not None and register is not None:  # 3.12+: compiled frames emit no events
@@ -152,10 +165,15 @@ class Session:
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
         self.patcher = Patcher(mirror=settings.device_trace)
-        self.sampler = Sampler(settings.max_stack_depth)
+        hz = settings.profiles_hz
+        self.sampler = Sampler(settings.max_stack_depth, int(1e9 / hz) if hz > 0 else 10_000_000)
+        #: the main thread sampled by timer signal (``profiling.signals``); other threads by the recorder
+        self.main_sampler = MainThreadSampler(self.sampler)
         self.store: Store | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
+        self._wake.acquire()
         self._lock = threading.RLock()
         self._frames_written = 0
         self._stacks_written = 0
@@ -192,6 +210,10 @@ class Session:
         self.patcher.when_imported("torch._dynamo", _dynamo_loaded(self.patcher))
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
+        if self.settings.profiles_hz > 0 and self.settings.sampler != "thread":
+            self.main_sampler.start(self.sampler.period_ns)
+        elif self.settings.sampler == "thread":
+            self.main_sampler.note = "--sampler thread"
         self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
         self._thread.start()
         atexit.register(self._atexit)
@@ -230,7 +252,12 @@ class Session:
             if self.finished:
                 return
             self.finished = True
+        self.main_sampler.stop()
         self._stop.set()
+        try:
+            self._wake.release()
+        except RuntimeError:
+            pass
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._close_root()
@@ -252,8 +279,10 @@ class Session:
         if self.store_error is not None:  # the program ran on; its recording stops at the failure
             status, error = "incomplete", self.store_error
         try:
+            env = environment()
+            env["sampler"] = self.sampler_info()
             self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
-                                  end_ns=end, env=environment(), unresolved=self.unresolved)
+                                  end_ns=end, env=env, unresolved=self.unresolved)
         except Exception as e:  # `stepscope run` tells the user; never into the program's exit
             self.store_error = self.store_error or write_error_text(e, self.store.path)
         try:
@@ -264,6 +293,17 @@ class Session:
             atexit.unregister(self._atexit)
         except Exception:
             pass
+
+    def sampler_info(self) -> dict:
+        """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why
+        not (or no longer) by timer signal, or None}`` (other threads: always the sampler thread)."""
+        ms = self.main_sampler
+        if ms.signum is None:
+            return {"main": "thread", "note": ms.note}
+        info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+        if ms.pauses:
+            info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
+        return info
 
     def _atexit(self) -> None:
         if os.getpid() == self._pid:
@@ -281,21 +321,41 @@ class Session:
         flush_every = int(self.settings.flush_interval_s * 1e9)
         me = threading.get_ident()
         OWN_THREADS.add(me)
+        main = threading.main_thread().ident
+        main_sampler = self.main_sampler
         now = clock.now_ns
         last_flush = now()
         next_t = now()
         stop = self._stop
-        while not stop.is_set():
+        idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
+        while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
             t = now()
+            if main_sampler.paused:
+                main_sampler.check()
+            if main_sampler.paused and main_sampler.resumable:
+                # 3.12+: the program runs its own profiler, which sees every thread's calls: sample nothing,
+                # wake once a flush interval in one C call (a raw lock), and write what is pending
+                if t - last_flush >= flush_every:
+                    self._flush()
+                    last_flush = t
+                if self._wake.acquire(timeout=self.settings.flush_interval_s):
+                    self._wake.release()
+                continue
+            by_signal = main_sampler.active
+            others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
-                self.sampler.sample(exclude_thread=me)
-                self._track_os_threads(self.sampler.last_threads, t)
-                next_t += period
+                if others:
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
+                    self._track_os_threads(self.sampler.last_threads, t)
+                next_t += period if others else max(period, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if t - last_flush >= flush_every:
+                main_sampler.check()
+                if by_signal:
+                    self._track_os_threads([main], t)
                 self._flush()
                 last_flush = t
             # wake for the next sample or the next flush, whichever comes first (a slow --hz must not

@@ -19,7 +19,9 @@ class Settings:
     ``transaction``: name of the root transaction opened for the whole program (None: none).
     ``device_trace``: also record the torch profiler timeline (``device_stacks``: with Python stacks;
     ``device_steps``: only that many denoising steps after one warm-up step). ``compile_report``: record
-    torch.compile graph breaks and recompilations. Raises ValueError naming the field and its range.
+    torch.compile graph breaks and recompilations. ``sampler``: how the main thread is sampled: "auto" (a
+    timer signal read inside the thread where the platform allows, ``profiling.signals``; else the sampler
+    thread) or "thread" (always the sampler thread). Raises ValueError naming the field and its range.
     """
 
     functions_to_trace: tuple[str, ...] = ()
@@ -32,6 +34,7 @@ class Settings:
     device_stacks: bool = False
     device_steps: int | None = None
     compile_report: bool = False
+    sampler: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -40,6 +43,8 @@ class Settings:
         limits.in_range("max_stack_depth", self.max_stack_depth, 1, 10_000, integer=True, unit=" frames")
         object.__setattr__(self, "flush_interval_s",
                            float(limits.in_range("flush_interval_s", self.flush_interval_s, 0.01, 3600, unit=" s")))
+        if self.sampler not in ("auto", "thread"):
+            raise ValueError(f"sampler: must be auto or thread, got {self.sampler!r}")
         if self.device_steps is not None:
             limits.in_range("device_steps", self.device_steps, 1, 1_000_000, integer=True)
 

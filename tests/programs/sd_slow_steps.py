@@ -23,6 +23,7 @@ def main():
     ap.add_argument("--scheduler", default="ddim")
     args = ap.parse_args()
     slow = {int(s) for s in args.slow.split(",") if s}
+    torch.set_num_threads(1)  # steady step times on a shared machine (2 cores, other jobs)
     pipe = build_pipeline("tiny", args.scheduler)
 
     def on_step_end(pipe, i, t, kw):

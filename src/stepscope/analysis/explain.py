@@ -4,10 +4,8 @@ A *repeat* is one occurrence of the unit being compared: a denoising step (windo
 table) or one call of a span name. Each repeat has a time window on one thread; the samples of that
 thread inside the window are its flame graph.
 
-Slow repeats (robust statistics, stated in ``Explanation.rule``): a repeat is slow when its duration
-exceeds ``median + 3 * 1.4826 * MAD`` (3 robust standard deviations; 1.4826 makes the MAD estimate sigma
-for normal data) **and** ``1.2 x median`` (so that tiny deviations of a very regular loop are not
-flagged). Common shapes are recognised: the first repeat alone ("first"), every k-th repeat
+Slow repeats: the one rule of ``analysis.slow`` (median + 3 robust sigma and 1.2 x median; "too noisy
+to call" when the fast repeats vary too much), the same rule the step table uses. Common shapes are recognised: the first repeat alone ("first"), every k-th repeat
 ("every k"), otherwise "irregular".
 
 The cause: per function, the mean self time per repeat in the slow group minus the fast group. Sorted
@@ -30,12 +28,11 @@ from ..limits import HZ_MAX
 from ..model import RunData, Span
 from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR
+from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats, step_table
 
 COVER = 0.8
 MIN_SAMPLES = 8
-MAD_K = 3.0
-MIN_RATIO = 1.2
 
 
 class ExplainError(ValueError):
@@ -49,7 +46,8 @@ class ExplainError(ValueError):
 
 @dataclass(slots=True)
 class Repeat:
-    """One repeat: its index in order, duration (ns), window and thread, samples inside, group."""
+    """One repeat: its index in order, duration (ns), window and thread, samples inside, group ("slow",
+    "fast", "warm-up": the first repeat set apart by the rule, or "other": left out by ``--fast``)."""
 
     index: int
     label: str
@@ -92,7 +90,8 @@ class DiffNode:
 class Explanation:
     """The result of ``explain``. ``unit``: "diffusion.step" or the span name compared. ``gap_ns``: mean
     slow duration minus mean fast duration (per repeat). ``causes``: as described in the module doc;
-    empty when ``enough_samples`` is False (then ``advice`` says what to do)."""
+    empty when ``enough_samples`` is False (then ``advice`` says what to do). ``path``: the call path
+    the extra time takes (``extra_path``), from where it starts to where it is spent."""
 
     unit: str
     rule: str
@@ -109,6 +108,7 @@ class Explanation:
     samples_per_slow_repeat: float
     advice: str
     tree: DiffNode | None
+    path: list[str] = field(default_factory=list)
 
     @property
     def slow(self) -> list[Repeat]:
@@ -132,9 +132,10 @@ def default_unit(data: RunData) -> str:
     return stats[0].name
 
 
-def repeats_of(data: RunData, unit: str) -> list[Repeat]:
-    """The repeats of ``unit``: "step" (denoising steps) or a span name (exact, or a unique suffix)."""
-    table = step_table(data.spans) if unit == "step" else None
+def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> list[Repeat]:
+    """The repeats of ``unit``: "step" (denoising steps, windows as ``step_table`` draws them with
+    ``index``) or a span name (exact, or a unique suffix)."""
+    table = step_table(data.spans, index=index) if unit == "step" else None
     if unit == "step" and table is None and not any(s.name.endswith("step") for s in data.spans):
         raise ExplainError("no span carries diffusion.step: trace the UNet forward and the scheduler step, or pass --span NAME")
     if table is not None:
@@ -160,28 +161,9 @@ def repeats_of(data: RunData, unit: str) -> list[Repeat]:
 
 
 def classify(durations: np.ndarray) -> tuple[np.ndarray, float, str]:
-    """``(slow mask, median, rule)`` for repeat durations (ns), by the module's robust rule."""
-    med = float(np.median(durations))
-    mad = float(np.median(np.abs(durations - med)))
-    limit = max(med + MAD_K * 1.4826 * mad, MIN_RATIO * med)
-    rule = (f"slow: duration > max(median + {MAD_K:g} x 1.4826 x MAD, {MIN_RATIO:g} x median) = {limit / 1e6:.1f} ms "
-            f"(median {med / 1e6:.1f} ms, MAD {mad / 1e6:.1f} ms)")
-    return durations > limit, med, rule
-
-
-def shape_of(slow_idx: list[int], n: int) -> str:
-    """"first", "every k" (k >= 2), "irregular" or "none"."""
-    if not slow_idx:
-        return "none"
-    if slow_idx == [0]:
-        return "first"
-    if len(slow_idx) >= 2:
-        k = slow_idx[1] - slow_idx[0]
-        if k >= 2 and all(b - a == k for a, b in zip(slow_idx, slow_idx[1:])):
-            expected = list(range(slow_idx[0] % k, n, k))
-            if slow_idx == expected or slow_idx == [i for i in expected if i >= slow_idx[0]]:
-                return f"every {k}"
-    return "irregular"
+    """``(slow mask, median, rule)`` for repeat durations (ns), by ``analysis.slow.call_slow``."""
+    v = call_slow(durations)
+    return v.mask, v.median, v.rule
 
 
 def _parse_indices(spec: str, n: int, what: str) -> list[int]:
@@ -205,28 +187,32 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     """
     index = index or ProfileIndex(data.profile)
     unit = unit or default_unit(data)
-    reps = repeats_of(data, unit)
+    reps = repeats_of(data, unit, index)
     if unit != "step" or not _has_steps(data.spans):
         unit = next((s.name for s in data.spans if s.name == unit or s.name.endswith(unit)), unit)
     if len(reps) < 2:
         raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")
     dur = np.array([r.duration_ns for r in reps], dtype=np.float64)
-    mask, med, rule = classify(dur)
+    verdict = call_slow(dur)
+    mask, med, rule = verdict.mask, verdict.median, verdict.rule
     if slow is not None:
         chosen = _parse_indices(slow, len(reps), "slow")
         mask = np.zeros(len(reps), bool)
         mask[chosen] = True
         rule = f"slow: repeats {', '.join(map(str, chosen))} (as asked)"
+    warm = np.zeros(len(reps), bool)
+    if slow is None and verdict.warmup:
+        warm[0] = True  # the first repeat, slow too: a warm-up, in neither group
     if fast == "all":
-        fmask = ~mask
+        fmask = ~mask & ~warm
     elif fast == "median":
-        fmask = ~mask & (dur <= 1.1 * med)
+        fmask = ~mask & ~warm & (dur <= 1.1 * med)
     else:
         fmask = np.zeros(len(reps), bool)
         fmask[_parse_indices(fast, len(reps), "fast")] = True
         fmask &= ~mask
-    for r, s, f in zip(reps, mask, fmask):
-        r.group = "slow" if s else "fast" if f else "other"
+    for r, s, f, w in zip(reps, mask, fmask, warm):
+        r.group = "slow" if s else "fast" if f else "warm-up" if w else "other"
     sel = {r.index: index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps}
     for r in reps:
         r.samples = len(sel[r.index])
@@ -241,7 +227,9 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                 fast_mean_ns=fast_mean, gap_ns=gap, samples_per_slow_repeat=per_slow)
     if not slow_r or not fast_r:
         return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=bool(slow_r), tree=None,
-                           advice="no slow repeats: every repeat is within the rule" if not slow_r
+                           advice=("too noisy to call: the fast repeats vary too much to tell slow ones apart "
+                                   "(pass --slow to compare chosen repeats)" if verdict.noisy and slow is None else
+                                   "no slow repeats: every repeat is within the rule") if not slow_r
                            else "every repeat is slow: nothing fast to compare with (pass --fast)")
     if per_slow < MIN_SAMPLES:
         hz_now = data.profile.hz or 101
@@ -281,7 +269,27 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     entry = _entry(index, s_idx, d_total, COVER * denom)
     tree = diff_tree(index.tree(s_idx), index.tree(f_idx), ns, nf)
     return Explanation(**base, causes=causes, covered=float(acc / denom), entry=cause(entry, True) if entry is not None else None,
-                       enough_samples=True, tree=tree, advice="")
+                       enough_samples=True, tree=tree, advice="", path=extra_path(tree, gap))
+
+
+def extra_path(tree: DiffNode, gap: float, share: float = 0.5) -> list[str]:
+    """The path of the extra time through the differential tree: from the root, follow the child with the
+    largest extra time while it holds at least ``share`` of the gap; keep the part from the first node
+    that is mostly new work (its fast-group time under a quarter of its slow-group time; else the last
+    four nodes), e.g. ``on_step_end ->
+    render_preview -> encode_png -> Image.save -> PngImagePlugin._save``. Empty when nothing qualifies."""
+    if gap <= 0:
+        return []
+    chain: list[DiffNode] = []
+    node = tree
+    while node.children:
+        best = max(node.children, key=lambda c: c.delta_ns)
+        if best.delta_ns < share * gap:
+            break
+        chain.append(best)
+        node = best
+    start = next((k for k, n in enumerate(chain) if n.fast_ns < 0.25 * n.slow_ns), max(0, len(chain) - 4))
+    return [n.name for n in chain[start:]]
 
 
 def _entry(index: ProfileIndex, s_idx: np.ndarray, d_total: np.ndarray, need: float) -> int | None:

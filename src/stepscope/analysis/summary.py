@@ -8,6 +8,8 @@ import numpy as np
 
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from .phases import phases as run_phases
+from .phases import startup_samples, work_samples
 from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
 
 
@@ -26,8 +28,25 @@ class FunctionTime:
 
 
 @dataclass(slots=True)
+class PhaseSummary:
+    """Start-up / work / shutdown (``analysis.phases``): wall times (ns), whether the run was split,
+    start-up's sampled time and its top functions by total time (what the start-up block holds)."""
+
+    split: bool
+    startup_ns: int
+    work_ns: int
+    shutdown_ns: int
+    startup_sampled_ns: float
+    shutdown_sampled_ns: float
+    work_start_ns: int
+    work_end_ns: int
+    startup_top: list[FunctionTime]
+
+
+@dataclass(slots=True)
 class Summary:
-    """Everything the summary shows. Times in ns."""
+    """Everything the summary shows. Times in ns. ``top_self``/``top_total`` cover the traced work
+    (start-up and shutdown apart, see ``phases``) when the run could be split."""
 
     run_id: str
     status: str
@@ -43,6 +62,7 @@ class Summary:
     top_self: list[FunctionTime]
     top_total: list[FunctionTime]
     unresolved: dict[str, str]
+    phases: PhaseSummary | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -65,6 +85,8 @@ def top_functions(index: ProfileIndex, idx: np.ndarray | None = None, n: int = 1
         idx = index.busy()
     self_ns, total_ns = index.function_times(idx)
     all_ns = float(index.weight[idx].sum()) or 1.0
+    if not len(idx):
+        return [], []
 
     def item(fid: int) -> FunctionTime:
         f = index.functions[fid]
@@ -80,11 +102,16 @@ def top_functions(index: ProfileIndex, idx: np.ndarray | None = None, n: int = 1
 
 
 def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -> Summary:
-    """The summary of a recorded run."""
+    """The summary of a recorded run: the top functions of the traced work (``analysis.phases``), start-up
+    and shutdown as their own totals."""
     run = data.run
     index = index or ProfileIndex(data.profile)
-    steps = step_table(data.spans) or repeat_table(data.spans)
-    by_self, by_total = top_functions(index, n=top)
+    steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index)
+    ph = run_phases(data, index)
+    by_self, by_total = top_functions(index, work_samples(index, ph) if ph.split else None, n=top)
+    startup_top = top_functions(index, startup_samples(index, ph), n=5)[1] if ph.split else []
+    phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
+                       ph.work_start_ns, ph.work_end_ns, startup_top)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
                    float(index.weight.sum()), int(index.idle.sum()), span_stats(data.spans, run.wall_time_ns), steps, by_self, by_total,
-                   dict(run.unresolved))
+                   dict(run.unresolved), phs)

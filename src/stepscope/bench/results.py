@@ -34,6 +34,56 @@ class Verdict:
     status: str
     rows: list[Row]
     warnings: list[str]
+    measured: str = ""
+
+
+MiB = 2**20
+
+
+def mem_text(n_bytes: int | None) -> str:
+    """Memory in the one unit every benchmark view uses: MiB (2**20 bytes)."""
+    return "-" if not n_bytes else f"{n_bytes / MiB:,.0f} MiB"
+
+
+def measured(b: dict) -> str:
+    """What was measured, in one line: the parameters shared by every configuration (model, size,
+    steps, dtype, batch...; the varying ones are in the labels), the device and torch version, e.g.
+    ``model tiny · 64 px · 10 steps · float32 · batch 1 · cpu · torch 2.13.0``."""
+    spec = b.get("spec") or {}
+    configs = spec.get("configs") or []
+    env = b.get("env") or {}
+    parts: list[str] = []
+    if spec.get("kind") == "command" or spec.get("command"):
+        cmd = spec.get("command")
+        parts.append("command " + (" ".join(cmd) if isinstance(cmd, list) else str(cmd or "")))
+    elif configs:
+        first = configs[0]
+        same = {k: v for k, v in first.items() if all(str(c.get(k)) == str(v) for c in configs)}
+        if "model" in same:
+            parts.append(f"model {same['model']}")
+        if "size" in same:
+            size = same["size"]
+            if size is None and same.get("model") in ("tiny", "sd15"):
+                from ..pipelines.sd import default_size
+
+                size = default_size(same["model"])
+            parts.append(f"{size} px" if size else "model's size")
+        if "steps" in same:
+            parts.append(f"{same['steps']} steps")
+        for k in ("dtype", "attention", "compile", "target"):
+            if k in same:
+                parts.append(str(same[k]) if k == "dtype" else f"{k} {same[k]}")
+        if "batch" in same:
+            parts.append(f"batch {same['batch']}")
+        varying = [k for k in first if k not in same]
+        if varying:
+            parts.append("varying: " + ", ".join(varying))
+    dev = env.get("device_name") or env.get("device")
+    if dev:
+        parts.append(str(dev))
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    return " · ".join(parts)
 
 
 def verdict(b: dict) -> Verdict:
@@ -72,4 +122,4 @@ def verdict(b: dict) -> Verdict:
                             f"more repeats or a quieter machine give a narrower CI")
         if errors.get(i) and timed[i]:
             warnings.append(f"{b['labels'][i]}: some runs failed: {errors[i]}")
-    return Verdict(b["id"], b["status"], rows, warnings)
+    return Verdict(b["id"], b["status"], rows, warnings, measured(b))

@@ -1,4 +1,5 @@
-"""``stepscope device``: analyse a run's device trace, or any Kineto trace file."""
+"""``stepscope device``: analyse a run's device trace (Kineto or PyTorch/XLA), or any Kineto trace file or
+XLA profiler capture (``plugins/profile/<time>/`` or its ``<host>.trace.json.gz``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import typer
 from .. import limits
 from ..device.analysis import summarize_device
 from ..device.kineto import load
+from ..device.kineto import TraceError
 from ..device.runview import AlignError, run_device
-from ..render.device import print_device, print_run_device
+from ..render.device import print_device, print_run_device, print_xla
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 TRACE_NAME = "device_trace.json.gz"
@@ -35,21 +37,42 @@ def trace_file(target: Optional[str]) -> Optional[Path]:
     p = Path(target).expanduser()
     if p.is_file():
         return p
+    if p.is_dir() and not target.lower().rstrip("/").endswith((".json", ".gz")) and (
+            looks_like_file(target) or (p / "plugins").is_dir() or any(p.glob("*.trace.json*"))):
+        return p  # an XLA capture folder
     if looks_like_file(target):
         raise UserError(f"file not found: {target}" if not p.exists() else f"{target}: not a file (give a Kineto trace "
-                        ".json/.json.gz, or a run id)")
+                        ".json/.json.gz, an XLA capture folder, or a run id)")
     return None
 
 
+def _xla_view(path: Path, top: int):
+    from ..device.xla import analyze, load_xla
+
+    return analyze(load_xla(path), top=max(top, 20))
+
+
 @handles_errors
-def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, or a Kineto trace (.json/.json.gz)."),
+def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a Kineto trace (.json/.json.gz), or an "
+                                                  "XLA capture (plugins/profile/<time>/ or <host>.trace.json.gz)."),
            top: int = typer.Option(10, "--top", "-n", help="Rows per table."),
            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Device idle gaps (host wait / kernel wait / other), host-device syncs with their Python line and
-    span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites."""
+    span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites.
+    PyTorch/XLA: graph compilations, graph executions and transfers (with their Python line) per step and
+    per span, device idle gaps, torch_xla metrics per step."""
     limits.in_range("--top", top, 1, 1000, integer=True)
     path = trace_file(target)
     if path is not None:
+        from ..device.xla import looks_xla
+
+        if path.is_dir() or looks_xla(path):
+            x = _xla_view(path, top)
+            if as_json:
+                print_json({"xla": dataclasses.asdict(x)})
+            else:
+                print_xla(x, out, top)
+            return
         summary = summarize_device(load(path), top=max(top, 15))
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
@@ -69,14 +92,27 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, or 
                 extras[key] = json.loads(f.read_text())
             except ValueError as e:
                 raise UserError(f"{f}: not JSON ({e})") from None
+    xla = None
+    if (folder / "xla_trace").is_dir():
+        from ..device.xla import run_xla
+
+        try:
+            xla = run_xla(data, folder, top=max(top, 20))
+        except (AlignError, TraceError) as e:
+            raise UserError(str(e)) from None
     try:
         view = run_device(data, trace, **extras)
     except AlignError as e:
         raise UserError(str(e)) from None
-    if view.summary is None and not view.sync_sites and view.compile is None:
+    if xla is None and view.summary is None and not view.sync_sites and view.compile is None:
         raise UserError(f"run {data.run.id} has no device trace, sync sites or compile report "
                         "(record with `stepscope run --device-trace`, `--syncs` or `--compile-report`)")
     if as_json:
-        print_json({"run_id": data.run.id, "device": dataclasses.asdict(view)})
+        doc = {"run_id": data.run.id, "device": dataclasses.asdict(view)}
+        if xla is not None:
+            doc["xla"] = dataclasses.asdict(xla)
+        print_json(doc)
     else:
-        print_run_device(view, out, top)
+        if xla is not None:
+            print_xla(xla, out, top)
+        print_run_device(view, out, top, xla=xla is not None)

@@ -43,4 +43,4 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     if as_json:
         print_json({"run_id": data.run.id, "format": fmt, "path": str(path), "bytes": len(blob)})
     else:
-        out.print(f"{fmt}: {path} ({len(blob) / 1e6:.1f} MB)")
+        out.print(f"{fmt}: {path} ({len(blob) / 2**20:.1f} MiB)")

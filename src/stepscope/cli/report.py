@@ -40,4 +40,4 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     if as_json:
         print_json({"run_id": data.run.id, "report": str(path), "bytes": path.stat().st_size})
     else:
-        out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        out.print(f"report: {path} ({path.stat().st_size / 2**20:.1f} MiB)")

@@ -129,6 +129,8 @@ def run(
     syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
     compile_report: bool = typer.Option(False, "--compile-report", help="Record torch.compile graph breaks and recompilations."),
     server: bool = typer.Option(False, "--server", help="Also start the control server (stepscope capture --pid)."),
+    sampler: str = typer.Option("auto", "--sampler", help="How the main thread is sampled: auto (a timer signal "
+                                "read inside it, Linux; else a sampler thread) or thread (a sampler thread only)."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -139,6 +141,8 @@ def run(
     if hz is not None:
         limits.hz("--hz", hz)
     limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
+    if sampler not in ("auto", "thread"):
+        raise UserError(f"--sampler: must be auto or thread, got {sampler!r}")
     if device_steps is not None:
         limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
     args = list(command or []) + list(ctx.args)
@@ -151,13 +155,13 @@ def run(
         names += more
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
-                  device_steps=device_steps, syncs=syncs, compile_report=compile_report)
+                  device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler)
     if server:
         if names or auto_trace or device["device_trace"] or compile_report or syncs:
             raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
         st = open_store(store, create=True)
         try:
-            outcome = run_program(args, Settings(profiles_hz=rate), st, server_only=True)
+            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler), st, server_only=True)
         except CommandError as e:
             raise UserError(str(e)) from None
         die_like(outcome.returncode)

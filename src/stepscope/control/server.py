@@ -224,12 +224,19 @@ class ControlServer:
         run_id = new_run_id()
         cap = None
         if device:  # before patching: every traced call of the window lies inside the device trace
-            from ..device.capture import DeviceCapture
+            if "torch_xla" in sys.modules:  # a PyTorch/XLA program: the XLA profiler (device.xla_capture)
+                from ..device.xla_capture import XlaCapture
 
-            cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
+                cap = XlaCapture(Path(self.store) / "runs" / run_id)
+            else:
+                from ..device.capture import DeviceCapture
+
+                cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
             cap.start()
         session = Session(settings, run_id=run_id, command=list(sys.argv)).start()
         if cap is not None:
+            if hasattr(cap, "note"):
+                cap.note = session.patcher.note
             session.on_finish(cap.stop)
         if span:
             unresolved = session.patcher.unresolved

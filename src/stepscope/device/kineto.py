@@ -11,14 +11,27 @@ phases (metadata, flows, instants) are skipped. Traces with no rank or distribut
 Times here are int64 **ns**. With ``baseTimeNanoseconds``, event times are offsets from it; without,
 they are Unix-epoch microseconds. ``epoch_ns(i)`` gives wall time either way, so a trace is rebased
 onto a run's clock with its anchor (``clock.Anchor.to_mono_ns``).
+
+Reading a file (``load``) decodes straight into the columns: msgspec splits the document into raw event slices
+(no copy), decodes them in chunks of ``CHUNK`` events into typed structs that keep only the fields used (every
+other field and ``args`` key is skipped without being built), and turns each chunk into column pieces before
+the next. No dict per event is ever made: memory is the file's bytes, one chunk of structs and the columns.
+Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs`` are kept for the ops whose
+FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
+import zlib
+from collections import defaultdict
 from dataclasses import dataclass, field
+import operator
+from operator import attrgetter
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -40,7 +53,8 @@ class KinetoTrace:
     ``cat`` (int8 codes of ``CATEGORIES``), ``name`` (int32 index into ``names``), ``ts``/``dur``/``end``
     (int64 ns), ``pid``/``tid`` (int64; string ids are hashed to negative numbers), ``correlation``,
     ``external_id``, ``stream``, ``device`` (int64, -1 when absent), ``nbytes`` (int64 bytes of a memcpy,
-    -1 otherwise). ``args`` keeps each event's ``args`` dict for the few analyses that need more.
+    -1 otherwise). ``args[i]``: event ``i``'s ``args`` as a dict (all of it for ``from_events``; for ``load``, the
+    ids above and the input shapes of FLOP-counted ops, rebuilt on demand).
     """
 
     path: str
@@ -56,7 +70,7 @@ class KinetoTrace:
     stream: np.ndarray
     device: np.ndarray
     nbytes: np.ndarray
-    args: list[dict]
+    args: "list[dict] | LazyArgs"
     base_ns: int = 0
     device_properties: list[dict] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
@@ -95,19 +109,28 @@ def _id(v) -> int:
 
 
 def load(path: str | Path) -> KinetoTrace:
-    """Parse a Kineto trace file. Raises TraceError (one line naming the file) for unreadable input."""
+    """Parse a Kineto trace file (``.json`` or gzipped) into columns (see the module doc). Raises TraceError
+    (one line naming the file) for unreadable input."""
     p = Path(path)
     try:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = orjson.loads(raw)
+            raw = gunzip(raw)
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceError(f"{p}: cannot read ({e})") from None
+    try:
+        return _load_typed(raw, str(p))
+    except (msgspec.ValidationError, _Untyped):
+        pass  # a document of another shape: the general reader below says what is wrong, or reads it
+    except msgspec.DecodeError as e:
+        raise TraceError(f"{p}: not JSON ({e})") from None
+    try:
+        doc = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise TraceError(f"{p}: not JSON ({e})") from None
+    del raw
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -115,12 +138,194 @@ def load(path: str | Path) -> KinetoTrace:
     return from_events(doc["traceEvents"], str(p), doc)
 
 
+def gunzip(data: bytes) -> bytes:
+    """The gzip file ``data`` decompressed into one buffer of its final size (its trailer's ISIZE, RFC 1952), not
+    grown and copied: the peak is the output once. Several members, or a size past 4 GiB: ``gzip.decompress``."""
+    size = int.from_bytes(data[-4:], "little")
+    try:
+        out = zlib.decompress(data, 31, max(size, 1))
+    except zlib.error:
+        return gzip.decompress(data)  # raises the usual errors
+    if len(out) % (1 << 32) != size:
+        return gzip.decompress(data)
+    return out
+
+
+#: Events decoded into structs at a time by ``load``.
+CHUNK = 65_536
+
+_Num = int | float | None
+_Id = int | float | str | None
+
+
+class _Args(msgspec.Struct):
+    correlation: _Id = -1
+    external_id: _Id = msgspec.field(default=-1, name="External id")
+    stream: _Id = -1
+    device: _Id = -1
+    nbytes: _Id = msgspec.field(default=-1, name="bytes")
+    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
+    concrete: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+
+
+class _Event(msgspec.Struct):
+    ph: str | None = None
+    name: str | int | float | None = ""
+    cat: str | None = ""
+    ts: _Num = None
+    dur: int | float = 0
+    pid: _Id = -1
+    tid: _Id = -1
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+_PH, _NAME, _CATF, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid",
+                                                                         "args"))
+_CORR, _EXT, _STREAM, _DEV, _BYTES = (attrgetter(f) for f in ("correlation", "external_id", "stream", "device", "nbytes"))
+
+
+class _Untyped(Exception):
+    """The fast path does not apply (events that are not objects of the usual shape)."""
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[_Event])
+
+
+class LazyArgs:
+    """``args[i]`` of a loaded trace as a dict, rebuilt from the id columns and the kept input shapes."""
+
+    __slots__ = ("_trace", "_extra")
+
+    def __init__(self, trace: "KinetoTrace", extra: dict[int, dict]) -> None:
+        self._trace = trace
+        self._extra = extra
+
+    def __len__(self) -> int:
+        return len(self._trace)
+
+    def __getitem__(self, i: int) -> dict:
+        tr = self._trace
+        d = {}
+        for key, col in (("correlation", tr.correlation), ("External id", tr.external_id), ("stream", tr.stream),
+                         ("device", tr.device), ("bytes", tr.nbytes)):
+            v = int(col[i])
+            if v != -1:
+                d[key] = v
+        extra = self._extra.get(int(i))
+        if extra:
+            d.update(extra)
+        return d
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _load_typed(raw: bytes, path: str) -> KinetoTrace:
+    """The fast reader of ``load``. Raises msgspec errors or _Untyped where the general reader must decide."""
+    from .flops import FLOP_OPS
+
+    top = _RAWS.decode(raw) if raw.lstrip()[:1] == b"[" else None
+    doc: dict = {}
+    if top is None:
+        parts = _TOP.decode(raw)
+        if "traceEvents" not in parts:
+            raise _Untyped
+        top = _RAWS.decode(parts.pop("traceEvents"))
+        for k, v in parts.items():  # small: metadata, deviceProperties
+            doc[k] = msgspec.json.decode(v)
+    flop_names = set(FLOP_OPS)
+    names: defaultdict = defaultdict(itertools.count().__next__)  # name -> index, made in C as names come
+    cap = len(top)  # an upper bound of the complete events: columns are filled in place, never concatenated
+    col = {k: np.empty(cap, dtype=np.int8 if k == "cat" else np.int32 if k == "name" else np.int64)
+           for k in ("cat", "name", "ts", "dur", "pid", "tid", "corr", "ext", "stream", "dev", "bytes")}
+    extra: dict[int, dict] = {}
+    n = 0
+    is_x = "X".__eq__
+    for lo in range(0, len(top), CHUNK):
+        k = min(CHUNK, len(top) - lo)
+        part = list(map(bytes, top[lo:lo + k]))
+        top[lo:lo + k] = itertools.repeat(None, k)  # the slices taken are let go as the columns grow
+        # events whose "ph" is plainly another phase (flows, metadata: a third of a Kineto trace) are not decoded;
+        # one with any other spelling is decoded and judged by its parsed "ph"
+        part = list(itertools.compress(part, _maybe_x(part)))
+        try:
+            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
+        except msgspec.ValidationError:
+            raise _Untyped from None
+        del part
+        xs = list(itertools.compress(events, map(is_x, map(_PH, events))))  # every step in C: no bytecode per event
+        del events
+        m = len(xs)
+        if not m:
+            continue
+        sl = slice(n, n + m)
+        try:
+            col["ts"][sl] = np.rint(np.fromiter(map(_TS, xs), np.float64, m) * 1000)
+        except TypeError:
+            raise _Untyped from None  # a complete event without ts: the general reader names it
+        nm = list(map(str, map(_NAME, xs)))
+        col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
+        col["name"][sl] = np.fromiter(map(names.__getitem__, nm), np.int32, m)
+        col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
+        col["pid"][sl] = _ints(map(_PID, xs), m)
+        col["tid"][sl] = _ints(map(_TID, xs), m)
+        args = list(map(_ARGS, xs))
+        col["corr"][sl] = _ints(map(_CORR, args), m)
+        col["ext"][sl] = _ints(map(_EXT, args), m)
+        col["stream"][sl] = _ints(map(_STREAM, args), m)
+        col["dev"][sl] = _ints(map(_DEV, args), m)
+        col["bytes"][sl] = _ints(map(_BYTES, args), m)
+        if flop_names.intersection(nm):
+            for j, (x, a) in enumerate(zip(nm, args)):
+                if x in flop_names and (a.input_dims is not None or a.concrete is not None):
+                    e = {}
+                    if a.input_dims is not None:
+                        e["Input Dims"] = msgspec.json.decode(a.input_dims)
+                    if a.concrete is not None:
+                        e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
+                    extra[n + j] = e
+        n += m
+    del top
+    col = {k: v[:n].copy() if n < cap else v for k, v in col.items()}
+    base = doc.get("baseTimeNanoseconds")
+    base_ns = int(base) if isinstance(base, (int, float)) else 0
+    meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties") and not isinstance(v, (list, dict))}
+    props = doc.get("deviceProperties")
+    trace = KinetoTrace(
+        path=path, names=list(names), cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
+        pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
+        device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
+        device_properties=list(props) if isinstance(props, list) else [], metadata=meta)
+    trace.args = LazyArgs(trace, extra)
+    return trace
+
+
+def _maybe_x(events: list[bytes]) -> list[bool]:
+    """Per raw event: False only where ``"ph"`` is plainly written and is not ``"X"`` (tested in C)."""
+    def has(pat: bytes) -> np.ndarray:
+        return np.fromiter(map(operator.contains, events, itertools.repeat(pat)), bool, len(events))
+
+    plain = has(b'"ph": "') | has(b'"ph":"')
+    return (has(b'"ph": "X"') | has(b'"ph":"X"') | ~plain).tolist()
+
+
+def _ints(values, m: int) -> np.ndarray:
+    """``m`` ids as int64, converted in C where they are numbers; strings and None as ``_int_col`` maps them."""
+    values = list(values)
+    try:
+        return np.fromiter(values, np.int64, m)
+    except (TypeError, ValueError, OverflowError):
+        return _int_col(values)
+
+
 def _int_col(values: list) -> np.ndarray:
     """int64 column; non-integer ids (strings, None) are mapped by ``_id``."""
     try:
         return np.asarray(values, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        return np.asarray([_id(v) for v in values], dtype=np.int64)
+        return np.fromiter((v if type(v) is int else _id(v) for v in values), dtype=np.int64, count=len(values))
 
 
 def from_events(events: list, path: str = "<events>", doc: dict | None = None) -> KinetoTrace:

@@ -60,7 +60,12 @@ def clock_map(trace: KinetoTrace) -> ClockMap:
             pts.append((mono, int(trace.ts[i]) - mono))
     if not pts:
         raise AlignError(f"{trace.path}: no {MARKER} markers; record with `stepscope run --device-trace`")
-    pts.sort()
+    return clock_map_from(pts)
+
+
+def clock_map_from(pts: list[tuple[int, int]]) -> ClockMap:
+    """The map from ``(clock reading, trace time - clock reading)`` pairs (ns), one per marker (non-empty)."""
+    pts = sorted(pts)
     at = np.array([p[0] for p in pts], np.int64)
     off = np.array([p[1] for p in pts], np.int64)
     # a marker's offset is the true offset plus the delay between reading the clock and the range's start,
@@ -265,5 +270,5 @@ def _top_level_ns(trace: KinetoTrace, idx: np.ndarray) -> int:
     return total
 
 
-__all__ = ["AlignError", "ClockMap", "RunDevice", "SpanDevice", "SyncPoint", "SyncSiteStat", "clock_map", "run_device",
+__all__ = ["AlignError", "ClockMap", "RunDevice", "SpanDevice", "SyncPoint", "SyncSiteStat", "clock_map", "clock_map_from", "run_device",
            "sync_sites"]

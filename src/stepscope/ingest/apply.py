@@ -129,7 +129,7 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
     rows = [(run_id, t - anchor_ns, tid, stack(k)) for t, tid, k in samples]
     conn.executemany("INSERT INTO frames VALUES (?,?,?,?,?,?)", new_frames)
     conn.executemany("INSERT INTO stacks VALUES (?,?,?)", new_stacks)
-    conn.executemany("INSERT INTO samples VALUES (?,?,?,?)", rows)
+    conn.executemany("INSERT INTO samples (run_id, t_ns, thread_id, stack) VALUES (?,?,?,?)", rows)
     if p.thread_names:
         conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
                          ((run_id, tid, nm, None) for tid, nm in p.thread_names.items()))

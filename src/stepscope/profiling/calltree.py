@@ -1,11 +1,15 @@
 """Call trees from samples: for a whole run, a thread, or any time window (one span, one step).
 
 Samples are weighted by time: a sample stands for the interval since the previous sample of the same
-thread, so a sampler delayed a little by a busy GIL does not under-count the code that delayed it. The
-interval is capped at ``MAX_PERIODS`` nominal periods (and ``MAX_INTERVAL_NS``): a long gap is the
-recorder's own pause (a store write, the process descheduled) and would otherwise be charged whole to
-whatever runs at the next sample; a thread's first sample gets the nominal period. Frames are merged by *function*
-(qualified name + file), the way flame graphs are read; the frame table keeps the lines.
+thread. Samples recorded by stepscope carry that interval (``wall_ns``) and the CPU time the thread used in it
+(``cpu_ns``), as the sampler computed them (``stepscope.profiling.sampler``: uncapped for the main thread's
+timer-signal samples, capped at a few periods for the sampler thread's). Samples without them (runs of
+stepscope before schema 3, ingested Sentry profiles) are weighted by the gap to the thread's previous sample,
+capped at ``MAX_PERIODS`` nominal periods (and ``MAX_INTERVAL_NS``): a long gap is the recorder's own pause
+and would otherwise be charged whole to whatever runs at the next sample; a thread's first sample gets the
+nominal period. ``weight`` is wall time, ``cpu`` CPU time (NaN: unknown); the flame graph shows either.
+Frames are merged by *function* (qualified name + file), the way flame graphs are read; the frame table keeps
+the lines.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ class CallNode:
 class ProfileIndex:
     """Columnar, time-sorted view of a Profile for fast window queries.
 
-    ``t``: int64 ns; ``thread``: int64; ``stack``: int64 stack indices; ``weight``: float64 ns per sample;
+    ``t``: int64 ns; ``thread``: int64; ``stack``: int64 stack indices; ``weight``: float64 wall ns per sample;
+    ``cpu``: float64 CPU ns per sample (NaN where unknown; ``has_cpu`` tells whether any is known);
     ``stack_funcs[i]``: the stack as a tuple of function ids, root first.
     """
 
@@ -89,6 +94,16 @@ class ProfileIndex:
             if len(idx) > 1:
                 d = np.diff(self.t[idx]).astype(np.float64)
                 self.weight[idx[1:]] = np.minimum(d, cap)
+        n = len(self.t)
+        self.cpu = np.full(n, np.nan)
+        if len(profile.sample_wall_ns) == n and n:
+            stored = np.array(profile.sample_wall_ns, dtype=np.float64)[order]  # None -> NaN
+            known = ~np.isnan(stored)
+            self.weight[known] = stored[known]
+        if len(profile.sample_cpu_ns) == n and n:
+            self.cpu = np.array(profile.sample_cpu_ns, dtype=np.float64)[order]
+        #: True when CPU time is known for some samples (the flame graph can show CPU time)
+        self.has_cpu = bool(n) and not np.isnan(self.cpu).all()
         self.functions: list[Function] = []
         fid_of: dict[tuple, int] = {}
         self.frame_func = np.empty(len(profile.frames), dtype=np.int64)
@@ -122,34 +137,46 @@ class ProfileIndex:
             idx = idx[self.thread[lo:hi] == thread]
         return idx
 
-    def stack_weights(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(stack ids, summed weight ns, sample counts)`` over the samples ``idx``."""
+    def weights(self, mode: str = "wall") -> np.ndarray:
+        """Per-sample ns: ``"wall"`` (wall time) or ``"cpu"`` (CPU time; unknown counts 0). Raises ValueError."""
+        if mode == "wall":
+            return self.weight
+        if mode == "cpu":
+            cpu = getattr(self, "_cpu0", None)
+            if cpu is None:
+                cpu = self._cpu0 = np.nan_to_num(self.cpu, nan=0.0)
+            return cpu
+        raise ValueError(f"mode: must be wall or cpu, got {mode!r}")
+
+    def stack_weights(self, idx: np.ndarray, mode: str = "wall") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(stack ids, summed weight ns, sample counts)`` over the samples ``idx`` (``mode``: see ``weights``)."""
         if len(idx) == 0:
             e = np.empty(0)
             return e.astype(np.int64), e, e.astype(np.int64)
         stacks = self.stack[idx]
         uniq, inv, counts = np.unique(stacks, return_inverse=True, return_counts=True)
-        w = np.bincount(inv, weights=self.weight[idx], minlength=len(uniq))
+        w = np.bincount(inv, weights=self.weights(mode)[idx], minlength=len(uniq))
         return uniq, w, counts
 
-    def tree(self, idx: np.ndarray, thread_roots: bool = False, root_name: str = "all") -> CallNode:
-        """The call tree of the samples ``idx`` (root first); with ``thread_roots`` one child per thread."""
+    def tree(self, idx: np.ndarray, thread_roots: bool = False, root_name: str = "all", mode: str = "wall") -> CallNode:
+        """The call tree of the samples ``idx`` (root first); with ``thread_roots`` one child per thread;
+        ``mode``: wall or CPU time (``weights``)."""
         root = CallNode(-1, root_name)
         if thread_roots:
             names = self.profile.thread_names
             for tid in np.unique(self.thread[idx]):
                 sub = idx[self.thread[idx] == tid]
                 node = root.child(-2 - int(tid), f"thread {names.get(int(tid), tid)}")
-                self._fill(node, sub)
+                self._fill(node, sub, mode)
                 root.total_ns += node.total_ns
                 root.samples += node.samples
             return root
-        self._fill(root, idx)
+        self._fill(root, idx, mode)
         return root
 
-    def _fill(self, root: CallNode, idx: np.ndarray) -> None:
+    def _fill(self, root: CallNode, idx: np.ndarray, mode: str = "wall") -> None:
         funcs = self.functions
-        uniq, w, counts = self.stack_weights(idx)
+        uniq, w, counts = self.stack_weights(idx, mode)
         for sid, weight, n in zip(uniq.tolist(), w.tolist(), counts.tolist()):
             node = root
             node.total_ns += weight
@@ -160,12 +187,12 @@ class ProfileIndex:
                 node.samples += n
             node.self_ns += weight
 
-    def function_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def function_times(self, idx: np.ndarray, mode: str = "wall") -> tuple[np.ndarray, np.ndarray]:
         """Per function id: ``(self_ns, total_ns)`` over samples ``idx`` (a function counts once per sample)."""
         nf = len(self.functions)
         self_ns = np.zeros(nf)
         total_ns = np.zeros(nf)
-        uniq, w, _ = self.stack_weights(idx)
+        uniq, w, _ = self.stack_weights(idx, mode)
         for sid, weight in zip(uniq.tolist(), w.tolist()):
             fs = self.stack_funcs[sid]
             if not fs:

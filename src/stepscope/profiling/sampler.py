@@ -3,15 +3,26 @@
 Shape of the data (Sentry's sampled profile v1 and speedscope's shared frame table):
 
 - a frame table, one entry per distinct ``(code object, current line)``: ``(function, module, file, line)``
-  (looked up by ``(code, f_lasti)``, a plain read, so the line number is computed once per instruction);
+  (looked up by ``(id(code), f_lasti)``, plain reads, so the line number is computed once per instruction);
 - a stack table, one entry per distinct stack: a tuple of frame indices, **root first**;
-- samples: ``(t_ns, thread_id, stack_index)``, ``t_ns`` a ``perf_counter_ns`` reading.
+- samples: ``(t_ns, thread_id, stack_index, wall_ns, cpu_ns)``: ``t_ns`` the ``perf_counter_ns`` reading when
+  the stack was read; ``wall_ns`` the wall time and ``cpu_ns`` the CPU time the sample stands for (-1: unknown).
 
-The caller drives it: ``sample()`` takes one sample of every thread but the caller's own (the recorder
-thread calls it at the profiling rate, see ``stepscope.session``). No frame object outlives ``sample()``:
-only code objects are kept, as cache keys, so tensors held in locals are freed as usual. Stacks deeper
-than ``max_depth`` keep the ``max_depth`` frames nearest the leaf and drop the rest toward the root.
-Frames of stepscope's own launcher, wrappers and import hook are left out (``HIDDEN_FILES``).
+Two drivers fill the same tables (``lock`` serialises them):
+
+- ``sample()``: every thread's stack at once from another thread (``sys._current_frames``), called by the
+  recorder thread at the profiling rate. It runs only when it holds the GIL, so a thread running pure
+  Python is read at GIL switch points. Each sample is charged the interval since that thread's previous one
+  (capped at ``MAX_PERIODS`` periods: a longer gap is the recorder's own pause, a store write) and the CPU
+  time the thread used in it (its CPU clock, ``thread_cpu_ns``);
+- ``sample_frame()``: one thread's stack from inside it, with the weights its caller computed: the main
+  thread's timer signal handlers (``stepscope.profiling.signals``) charge each wall-clock timer expiration
+  one period and each CPU-clock timer sample the CPU time since the previous one.
+
+No frame object outlives a call: only code objects are kept, as cache keys, so tensors held in locals are
+freed as usual. Stacks deeper than ``max_depth`` keep the ``max_depth`` frames nearest the leaf. Frames of
+stepscope's own launcher, probes, wrappers, import hook and signal handler are left out (``HIDDEN_FILES``).
+Pending samples are kept in ``array('q')`` columns: 40 bytes a sample.
 """
 
 from __future__ import annotations
@@ -20,78 +31,167 @@ import os
 import runpy
 import sys
 import threading
+import time
+from array import array
 from time import perf_counter_ns
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers and import hook
-#: (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
+#: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers, import hook and
+#: signal handler (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
 HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"), runpy.__file__,
                           "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
-                              "wrappers.py", "patch.py", "probes.py", "monitoring.py", "codeswap.py", "mechanism.py")})
+                              "wrappers.py", "patch.py", "probes.py", "monitoring.py", "codeswap.py", "mechanism.py")}
+                         | {os.path.join(_HERE, "profiling", "signals.py")})
 
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.
 OWN_THREADS: set[int] = set()
 
+#: A sample read from another thread is charged at most this many periods (see the module docstring).
+MAX_PERIODS = 3
+
+_LINUX = sys.platform.startswith("linux")
+
+
+def thread_cpu_ns(native_id: int) -> int:
+    """CPU time (ns) used so far by the thread with OS id ``native_id`` of this process; -1 when unknown.
+
+    Linux: the thread's ``CLOCK_THREAD_CPUTIME_ID``-style clock, ``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``
+    (include/linux/posix-timers.h), read with ``clock_gettime``; a thread that is gone gives -1, never an error.
+    """
+    if not _LINUX or not native_id:
+        return -1
+    try:
+        return time.clock_gettime_ns(((~native_id) << 3) | 6)
+    except OSError:
+        return -1
+
 
 class Sampler:
-    """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call."""
+    """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call.
 
-    def __init__(self, max_depth: int = 256) -> None:
+    ``period_ns``: the nominal sampling period (ns), charged to a thread's first sample and the unit of the cap.
+    """
+
+    def __init__(self, max_depth: int = 256, period_ns: int = 9_900_990) -> None:
         self.max_depth = max_depth
-        self._frame_index: dict[tuple, int] = {}  # (code, last instruction) -> frame index, -1 if hidden
+        self.period_ns = int(period_ns)
+        #: serialises the two drivers (recorder thread, main thread's signal handler) and ``drain``
+        self.lock = threading.Lock()
+        self._frame_index: dict[tuple, int] = {}  # (id(code), last instruction) -> frame index, -1 if hidden
+        self._alive: dict[int, object] = {}  # id(code) -> code: keeps the ids in _frame_index unique
         self._line_index: dict[tuple, int] = {}  # (code, line) -> frame index
         self._next_frame = 0
         self._code_info: dict = {}
         self._stack_index: dict[tuple, int] = {}
         self._new_frames: list[tuple] = []  # (function, module, file, line)
         self._new_stacks: list[tuple] = []  # root-first tuples of frame indices
-        self._samples: list[tuple] = []  # (t_ns, thread_id, stack_index)
+        self._cols = self._new_cols()  # t_ns, thread_id, stack, wall_ns, cpu_ns
+        self._last: dict[int, tuple[int, int]] = {}  # thread id -> (t_ns, cpu_ns) of its previous sample
+        self._native: dict[int, int] = {}  # thread id -> OS thread id
         self.sample_count = 0
         self.truncated = 0
-        #: the thread ids of the last sample (the recorder notices an id reused by a new thread)
+        #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
 
-    def sample(self, exclude_thread: int | None = None) -> int:
-        """Sample every thread's stack once; returns the number of threads sampled."""
-        frames = sys._current_frames()
-        t = perf_counter_ns()
-        me = threading.get_ident() if exclude_thread is None else exclude_thread
+    @staticmethod
+    def _new_cols() -> tuple[array, ...]:
+        return array("q"), array("q"), array("q"), array("q"), array("q")
+
+    def restart(self, thread_id: int | None = None) -> None:
+        """Forget the previous sample of ``thread_id`` (None: of every thread): its next sample is charged one
+        period, not the time since (sampling was paused)."""
+        with self.lock:
+            if thread_id is None:
+                self._last.clear()
+            else:
+                self._last.pop(thread_id, None)
+
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
+        """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
+        own; returns the number of threads sampled. Each sample is charged the time since that thread's
+        previous one (at most ``MAX_PERIODS`` periods) and the CPU time the thread used in it."""
+        if not self.lock.acquire(timeout=1.0):
+            return 0
+        try:
+            frames = sys._current_frames()
+            t = perf_counter_ns()
+            me = threading.get_ident() if exclude_thread is None else exclude_thread
+            cap = MAX_PERIODS * self.period_ns
+            last = self._last
+            n = 0
+            for tid, f in frames.items():
+                if tid == me or tid in OWN_THREADS or tid in skip:
+                    continue
+                native = self._native.get(tid)
+                if native is None:
+                    th = threading._active.get(tid)
+                    native = self._native[tid] = getattr(th, "native_id", None) or 0
+                cpu = thread_cpu_ns(native)
+                prev = last.get(tid)
+                if prev is None:
+                    wall, used = self.period_ns, -1
+                else:
+                    wall = min(t - prev[0], cap)
+                    used = min(cpu - prev[1], wall) if cpu >= 0 and prev[1] >= 0 else -1
+                last[tid] = (t, cpu)
+                self._record(f, tid, t, wall, used)
+                n += 1
+            self.last_threads = list(frames)
+            del frames, f
+            self.sample_count += n
+            return n
+        finally:
+            self.lock.release()
+
+    def sample_frame(self, frame, thread_id: int, t_ns: int, wall_ns: int, cpu_ns: int) -> bool:
+        """Record ``frame``'s stack (leaf first through ``f_back``) as a sample of ``thread_id`` read at
+        ``t_ns``, standing for ``wall_ns`` of wall time and ``cpu_ns`` of CPU time (the caller's accounting, see
+        ``profiling.signals``). Called from inside that thread; False (nothing recorded) when the tables are busy
+        (``sample``/``drain`` in the thread it interrupted)."""
+        if not self.lock.acquire(False):
+            return False
+        try:
+            self._record(frame, thread_id, t_ns, wall_ns, cpu_ns)
+            self.sample_count += 1
+            return True
+        finally:
+            self.lock.release()
+
+    def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> None:
         frame_index = self._frame_index
-        stack_index = self._stack_index
+        leaf_first = []
+        depth = 0
         max_depth = self.max_depth
-        n = 0
-        for tid, f in frames.items():
-            if tid == me or tid in OWN_THREADS:
-                continue
-            leaf_first = []
-            depth = 0
-            while f is not None and depth < max_depth:
-                key = (f.f_code, f.f_lasti)  # f_lasti is a plain read; f_lineno is computed
-                idx = frame_index.get(key)
-                if idx is None:
-                    idx = self._add_frame(key, f)
-                if idx >= 0:
-                    leaf_first.append(idx)
-                    depth += 1
-                f = f.f_back
-            if f is not None:
-                self.truncated += 1
-            key = tuple(leaf_first)
-            sidx = stack_index.get(key)
-            if sidx is None:
-                sidx = len(stack_index)
-                stack_index[key] = sidx
-                self._new_stacks.append(key[::-1])
-            self._samples.append((t, tid, sidx))
-            n += 1
-        self.last_threads = list(frames)
-        del frames, f
-        self.sample_count += n
-        return n
+        while f is not None and depth < max_depth:
+            # id(code): a code object's own hash is computed anew on every call (~0.5 us for a large one);
+            # _add_frame keeps the code alive, so its id is not reused. f_lasti is a plain read, f_lineno computed
+            key = (id(f.f_code), f.f_lasti)
+            idx = frame_index.get(key)
+            if idx is None:
+                idx = self._add_frame(key, f)
+            if idx >= 0:
+                leaf_first.append(idx)
+                depth += 1
+            f = f.f_back
+        if f is not None:
+            self.truncated += 1
+        key = tuple(leaf_first)
+        sidx = self._stack_index.get(key)
+        if sidx is None:
+            sidx = len(self._stack_index)
+            self._stack_index[key] = sidx
+            self._new_stacks.append(key[::-1])
+        c = self._cols
+        c[0].append(t)
+        c[1].append(tid)
+        c[2].append(sidx)
+        c[3].append(wall)
+        c[4].append(cpu)
 
     def _add_frame(self, key: tuple, f) -> int:
-        code = key[0]
+        code = f.f_code
+        self._alive[key[0]] = code
         line = f.f_lineno
         if code.co_filename in HIDDEN_FILES:
             self._frame_index[key] = -1
@@ -113,11 +213,13 @@ class Sampler:
         return idx
 
     def drain(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain.
+        """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain; samples as
+        ``(t_ns, thread_id, stack, wall_ns, cpu_ns)`` tuples.
 
         Frame and stack indices continue across drains (the tables are append-only).
         """
-        frames, self._new_frames = self._new_frames, []
-        stacks, self._new_stacks = self._new_stacks, []
-        samples, self._samples = self._samples, []
-        return frames, stacks, samples
+        with self.lock:
+            frames, self._new_frames = self._new_frames, []
+            stacks, self._new_stacks = self._new_stacks, []
+            cols, self._cols = self._cols, self._new_cols()
+        return frames, stacks, list(zip(*cols))

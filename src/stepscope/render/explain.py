@@ -10,7 +10,7 @@ from rich.tree import Tree
 
 from ..analysis.explain import DiffNode, Explanation
 from ..analysis.suggest import Suggestion
-from .terminal import fmt_ns, short_name
+from .terminal import _num_col, _room, fmt_ns, left_short, shape_words, short_name
 
 
 def _signed(ns: float) -> str:
@@ -25,23 +25,26 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
     if not slow:
         console.print(e.advice)
         return
-    shape = {"first": "the first repeat is slower than the rest", "irregular": "irregular"}.get(
-        e.shape, f"every {e.shape.split()[-1]}-th repeat is slower" if e.shape.startswith("every") else e.shape)
+    shape = shape_words(e.shape)
     console.print(f"[bold red]{len(slow)} slow[/bold red] ({shape}): "
                   + ", ".join(f"{r.label} {fmt_ns(r.duration_ns)} ({r.duration_ns / e.median_ns:.1f}x)" for r in slow[:12]))
     console.print(f"slow mean {fmt_ns(e.slow_mean_ns)} vs fast mean {fmt_ns(e.fast_mean_ns)}: gap {fmt_ns(e.gap_ns)} per repeat")
     if not e.enough_samples or e.advice:
         console.print(f"[yellow]{e.advice}[/yellow]")
         return
+    vals = [(fmt_ns(c.slow_ns), fmt_ns(c.fast_ns), _signed(c.delta_ns), f"{100 * c.share_of_gap:.0f}%") for c in e.causes]
     t = Table(title="What makes the difference (self time per repeat)", title_justify="left", show_edge=False)
-    for col, j in (("function", "left"), ("where", "left"), ("slow", "right"), ("fast", "right"), ("extra", "right"),
-                   ("of gap", "right")):
-        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
-    for c in e.causes:
-        t.add_row(c.function, f"{os.path.basename(c.file)}:{c.line}", fmt_ns(c.slow_ns), fmt_ns(c.fast_ns),
-                  _signed(c.delta_ns), f"{100 * c.share_of_gap:.0f}%")
+    t.add_column("function", overflow="fold", ratio=2)
+    for k, col in enumerate(("slow", "fast", "extra", "of gap")):
+        _num_col(t, col, [v[k] for v in vals])
+    room = _room(console, t, 40)
+    t.add_column("where", overflow="fold", ratio=1)
+    for c, v in zip(e.causes, vals):
+        t.add_row(left_short(c.function, room * 2 // 3), *v, f"{os.path.basename(c.file)}:{c.line}")
     console.print(t)
     console.print(f"these cover {100 * e.covered:.0f}% of the gap")
+    if e.path:
+        console.print("the extra time runs in: [bold]" + " > ".join(short_name(n, 3) for n in e.path) + "[/bold]")
     if e.entry is not None:
         console.print(f"the extra time enters at [bold]{e.entry.function}[/bold] ({os.path.basename(e.entry.file)}:{e.entry.line}), "
                       f"{_signed(e.entry.delta_ns)} per repeat")
@@ -72,8 +75,11 @@ def print_suggestions(items: list[Suggestion], console: Console) -> None:
         console.print("Nothing to suggest: no samples inside traced spans below the traced functions.")
         return
     t = Table(title="Trace next (time inside traced spans, not yet traced)", title_justify="left", show_edge=False)
-    for col, j in (("function", "left"), ("where", "left"), ("total", "right"), ("share", "right"), ("in spans", "right")):
-        t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
+    t.add_column("function", overflow="fold", ratio=2)
+    t.add_column("where", overflow="fold", ratio=1)
+    _num_col(t, "total", [fmt_ns(s.total_ns) for s in items])
+    _num_col(t, "share", [f"{100 * s.share:.0f}%" for s in items])
+    _num_col(t, "in spans", [str(s.repeats) for s in items])
     for s in items:
         t.add_row(s.qualified_name, f"{os.path.basename(s.file)}:{s.line}", fmt_ns(s.total_ns), f"{100 * s.share:.0f}%",
                   str(s.repeats))

@@ -33,6 +33,35 @@ def short_name(name: str, parts: int = 2) -> str:
     return ".".join(segs[-parts:]) if len(segs) > parts else name
 
 
+def left_short(name: str, width: int = 48) -> str:
+    """``name`` in at most ``width`` characters, shortened from the left by whole dotted parts (``…`` in
+    front) so that the function name at the end (with its class) is kept whole; a last part longer than ``width`` is kept
+    whole too (the table folds it)."""
+    if len(name) <= width:
+        return name
+    segs = name.split(".")
+    keep = 2 if len(segs) > 2 and segs[-2][:1].isupper() else 1  # Class.method stays whole
+    out = ".".join(segs[-keep:])
+    for seg in reversed(segs[:-keep]):
+        if len(seg) + 1 + len(out) + 1 > width:
+            break
+        out = seg + "." + out
+    return "…" + out
+
+
+def _num_col(t: Table, title: str, values: list[str], **kw) -> None:
+    """A right-aligned column that is never cut: as wide as its widest value."""
+    t.add_column(title, justify="right", no_wrap=True, overflow="fold",
+                 min_width=max([len(title)] + [len(v) for v in values]), **kw)
+
+
+def _room(console: Console, t: Table, least: int = 24) -> int:
+    """Characters left for the name column(s) of ``t`` once its number columns (already added, with
+    ``min_width``) and the separators are laid out: names are shortened to this, numbers never."""
+    used = sum((c.min_width or 0) + 3 for c in t.columns if c.justify == "right") + 3
+    return max(least, console.width - used)
+
+
 def _column_label(name: str) -> str:
     """A step-table header: the class for a method (``UNet2DConditionModel``), else the function."""
     segs = name.split(".")
@@ -48,59 +77,56 @@ def _where(file: str, line: int) -> str:
 
 
 def print_summary(s: Summary, console: Console, top: int = 10) -> None:
-    """The summary of one run, as ``stepscope run`` prints it."""
+    """The summary of one run, as ``stepscope run`` prints it. Numbers are never cut: names give way
+    (shortened from the left, then folded)."""
     status = s.status if s.exit_code in (None, 0) else f"{s.status} (exit {s.exit_code})"
     traced = sum(st.count for st in s.spans)  # the run's own transaction span is not counted
     spans = f"{traced} spans" if s.spans else "no function traced"
     console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
                   f"{spans}  {s.sample_count} samples")
+    ph = s.phases
+    if ph is not None and ph.split:
+        console.print(f"[dim]start-up {fmt_ns(ph.startup_ns)} (imports, model building: before the first traced call), "
+                      f"traced work {fmt_ns(ph.work_ns)}, shutdown {fmt_ns(ph.shutdown_ns)}; the tables below cover the "
+                      f"traced work[/dim]")
     if s.spans:
+        rows = s.spans[: max(top, 12)]
+        cells = [[fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns), fmt_ns(st.p95_ns), fmt_ns(st.max_ns),
+                  f"{100 * st.share:.1f}%"] for st in rows]
         t = Table(title="Spans", title_justify="left", show_edge=False)
-        for col, just in (("name", "left"), ("count", "right"), ("total", "right"), ("mean", "right"),
-                          ("p50", "right"), ("p95", "right"), ("max", "right"), ("share", "right")):
-            t.add_column(col, justify=just, no_wrap=True, overflow="ellipsis")
-        for st in s.spans[: max(top, 12)]:
-            name = short_name(st.name) + (f" [red]({st.errors} errors)[/red]" if st.errors else "")
-            t.add_row(name, str(st.count), fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns),
-                      fmt_ns(st.p95_ns), fmt_ns(st.max_ns), f"{100 * st.share:.1f}%")
+        t.add_column("name", overflow="fold", ratio=1, min_width=20)
+        _num_col(t, "count", [str(st.count) for st in rows])
+        for k, col in enumerate(("total", "mean", "p50", "p95", "max", "share")):
+            _num_col(t, col, [c[k] for c in cells])
+        room = _room(console, t)
+        for st, c in zip(rows, cells):
+            name = Text(left_short(st.name, room))
+            if st.errors:
+                name.append(f" ({st.errors} errors)", style="red")
+            t.add_row(name, str(st.count), *c)
         console.print(t)
     elif not s.unresolved:
         console.print("Name functions to trace with --trace (or `stepscope suggest` after this run).")
     if s.steps is not None and s.steps.rows:
-        st = s.steps
-        title = "Steps (diffusion.step)" if st.kind == "diffusion.step" else f"Repeats of {short_name(st.span_name)}"
-        t = Table(title=title, title_justify="left", caption=st.rule, caption_justify="left", show_edge=False)
-        t.add_column("call" if st.kind == "diffusion.step" else "", justify="right", no_wrap=True, min_width=4)
-        t.add_column("step" if st.kind == "diffusion.step" else "repeat", justify="right", no_wrap=True, min_width=6)
-        t.add_column("wall", justify="right", no_wrap=True, min_width=8)
-        t.add_column("x median", justify="right", no_wrap=True, min_width=10)
-        for c in st.columns[:5]:
-            t.add_column(_column_label(c), justify="right", no_wrap=True, min_width=8, max_width=22, overflow="ellipsis")
-        rows = st.rows
-        if len(rows) > 40:  # keep the table readable: slow rows and the first/last few
-            keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in rows if r.slow}
-            rows = [r for r in rows if id(r) in keep]
-        for r in rows:
-            style = "bold red" if r.slow else None
-            t.add_row(str(r.call) if st.kind == "diffusion.step" else "", str(r.step), fmt_ns(r.wall_ns),
-                      f"{r.ratio:.2f}" + (" slow" if r.slow else ""),
-                      *[fmt_ns(r.by_name.get(c)) for c in st.columns[:5]], style=style)
-        console.print(t)
-        slow = st.slow_rows
-        if slow:
-            console.print(f"[bold red]{len(slow)} slow[/bold red] of {len(st.rows)}: "
-                          + ", ".join(f"{r.step} ({r.ratio:.1f}x)" for r in slow[:12]))
+        print_steps(s.steps, console)
     if s.top_self:
-        for title, items, key in (("Top functions by self time (sampled)", s.top_self, "self"),
-                                  ("Top functions by total time (sampled)", s.top_total, "total")):
+        for title, items, key in (("Top functions by self time (sampled, traced work)", s.top_self, "self"),
+                                  ("Top functions by total time (sampled, traced work)", s.top_total, "total")):
+            if ph is None or not ph.split:
+                title = title.replace(", traced work", "")
+            items = items[:top]
+            vals = [fmt_ns(f.self_ns if key == "self" else f.total_ns) for f in items]
+            shares = [f"{100 * (f.self_share if key == 'self' else f.total_share):.1f}%" for f in items]
+            wheres = [_where(f.file, f.line) for f in items]
             t = Table(title=title, title_justify="left", show_edge=False)
-            t.add_column("function", no_wrap=True, overflow="ellipsis")
-            t.add_column("where", style="dim", no_wrap=True, overflow="ellipsis")
-            t.add_column(key, justify="right", no_wrap=True)
-            t.add_column("share", justify="right")
-            for f in items[:top]:
-                ns, share = (f.self_ns, f.self_share) if key == "self" else (f.total_ns, f.total_share)
-                t.add_row(Text(short_name(f.name, 3)), _where(f.file, f.line), fmt_ns(ns), f"{100 * share:.1f}%")
+            t.add_column("function", overflow="fold", ratio=2, min_width=20)
+            _num_col(t, key, vals)
+            _num_col(t, "share", shares)
+            room = _room(console, t, 40)
+            wide = min(max((len(w) for w in wheres), default=5), max(room // 2 - 3, 12))
+            t.add_column("where", style="dim", overflow="fold", min_width=wide, max_width=wide)
+            for f, v, sh, w in zip(items, vals, shares, wheres):
+                t.add_row(Text(left_short(f.name, room - wide - 3)), v, sh, w)
             console.print(t)
     elif s.sample_count == 0:
         console.print("No samples (sampling off, or the program ended within one sampling period).")
@@ -108,10 +134,83 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         console.print(unresolved_line(name, why))
 
 
+def shape_words(shape: str) -> str:
+    """A shape of ``analysis.slow.shape_of`` in words."""
+    if shape.startswith("every "):
+        return f"every {shape.split()[-1]}th repeat is slower"
+    return {"first": "the first repeat is slower than the rest", "irregular": "irregular", "none": "none"}.get(shape, shape)
+
+
+def print_steps(st, console: Console, max_columns: int = 5) -> None:
+    """The step (or repeat) table: wall, x median, untraced, one column per traced name; only the slow
+    cells of a slow row are marked; the rule once under it; the untraced time of slow steps named."""
+    from ..analysis.spans import UNTRACED
+
+    is_step = st.kind == "diffusion.step"
+    title = "Steps (diffusion.step)" if is_step else f"Repeats of {left_short(st.span_name)}"
+    rows = st.rows
+    if len(rows) > 40:  # keep the table readable: slow rows and the first/last few
+        keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in rows if r.slow or r.fill}
+        rows = [r for r in rows if id(r) in keep]
+    base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
+             f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
+             fmt_ns(r.untraced_ns)] for r in rows]
+    used = sum(max([len(h)] + [len(b[k]) for b in base]) + 3 for k, h in enumerate(("call", "repeat", "wall", "x median", "untraced")))
+    cols = []
+    for c in st.columns[:max_columns]:  # as many traced columns as fit: numbers are never cut
+        w = max([len(_column_label(c))] + [len(fmt_ns(r.by_name.get(c))) for r in rows]) + 3
+        if used + w > console.width:
+            break
+        used += w
+        cols.append(c)
+    left = len(st.columns) - len(cols)
+    body = [b[:3] + [b[3].removesuffix(" slow")] + b[4:] + [fmt_ns(r.by_name.get(c)) for c in cols] for b, r in zip(base, rows)]
+    # (the " slow" mark is added with its style below; " warm-up" stays in the text)
+    keys = ["call", "step", "wall", "ratio", UNTRACED, *cols]
+    heads = ["call" if is_step else "", "step" if is_step else "repeat", "wall", "x median", "untraced",
+             *[_column_label(c) for c in cols]]
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for k, h in enumerate(heads):
+        _num_col(t, h, [b[k] + (" slow" if k == 3 and r.slow else "") for b, r in zip(body, rows)])
+    for r, b in zip(rows, body):
+        marked = set(r.slow_cells) | ({"ratio"} if r.slow else set())
+        if r.slow and "wall" in r.slow_cells:
+            marked.add("wall")
+        cells = [Text(v, style="bold red" if key in marked or (key == "wall" and r.slow) else "")
+                 for key, v in zip(keys, b)]
+        if r.slow:
+            cells[3].append(" slow", style="bold red")
+        t.add_row(*cells)
+    console.print(t)
+    if left:
+        console.print(f"[dim](+{left} traced column{'s' if left > 1 else ''} that {'do' if left > 1 else 'does'} not fit "
+                      f"this terminal: `--json` or the report {'has them' if left > 1 else 'has it'})[/dim]")
+    console.print(f"[dim]{st.rule}[/dim]")
+    slow = st.slow_rows
+    if slow:
+        console.print(f"[bold red]{len(slow)} slow[/bold red] of {len(st.rows)} ({shape_words(st.shape)}): "
+                      + ", ".join(f"{r.step} ({r.ratio:.1f}x)" for r in slow[:12]))
+    named = [r for r in st.rows if r.fill][:12]
+    if named:
+        u = Table(title=f"Untraced time of {'slow ' if any(r.slow for r in named) else ''}{'steps' if is_step else 'repeats'}: "
+                        "the sampled functions in it", title_justify="left", show_edge=False)
+        _num_col(u, "step" if is_step else "repeat", [str(r.step) for r in named])
+        _num_col(u, "untraced", [fmt_ns(r.untraced_ns) for r in named])
+        room = _room(console, u)
+        u.add_column("sampled in (self time)", overflow="fold", ratio=1)
+        for r in named:
+            u.add_row(str(r.step), fmt_ns(r.untraced_ns),
+                      "\n".join(f"{left_short(f.function, room // 2)} {fmt_ns(f.self_ns)}" + (f"  via {left_short(f.via, room // 3)}" if f.via else "")
+                                 for f in r.fill))
+        console.print(u)
+
+
 def unresolved_line(name: str, why: str) -> str:
     """One line for a name that was not traced, or that ran inside a torch.compile region."""
     if why.startswith("inside a compiled region"):
         return f"[cyan]compiled:[/cyan] {name}: {why}"
+    if why.startswith("not mirrored"):
+        return f"[cyan]unmirrored:[/cyan] {name}: {why}"
     return f"[yellow]not traced:[/yellow] {name}: {why}"
 
 

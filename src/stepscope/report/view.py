@@ -17,10 +17,43 @@ import numpy as np
 
 from ..analysis.spans import depths
 from ..analysis.summary import Summary, summarize
+from ..analysis.phases import phases as run_phases
+from ..analysis.phases import sample_phase
+from ..analysis.slow import RULE_TEXT
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 
 MAX_SAMPLES = 100_000
+
+#: Flame-graph colour groups (``kind_of``), in legend order; the page holds the colours.
+KINDS = ("your code", "diffusers / transformers", "torch", "other libraries", "stdlib", "start-up (imports)", "thread")
+_HF = ("diffusers", "transformers", "accelerate", "peft", "huggingface_hub", "safetensors", "tokenizers")
+_TORCH = ("torch", "torchvision", "functorch", "torchgen", "triton")
+
+
+def kind_of(module: str, file: str, name: str) -> int:
+    """The colour group of a sampled function (index into ``KINDS``): import machinery is start-up,
+    then by top-level package; the program's own code is ``__main__`` or a file outside site-packages and
+    the standard library."""
+    import sys
+    import sysconfig
+
+    top = (module or name).split(".", 1)[0]
+    if top in ("importlib", "_frozen_importlib", "_frozen_importlib_external", "zipimport", "pkgutil") or \
+            "importlib._bootstrap" in (file or ""):
+        return 5
+    if top in _HF:
+        return 1
+    if top in _TORCH:
+        return 2
+    if top == "__main__":
+        return 0
+    f = file or ""
+    if "site-packages" in f or "dist-packages" in f:
+        return 3
+    if top in sys.stdlib_module_names or f.startswith("<frozen") or f.startswith(sysconfig.get_paths()["stdlib"]):
+        return 4
+    return 0 if f and not f.startswith("<") else 4
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -56,6 +89,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
     run = data.run
     index = index or ProfileIndex(data.profile)
     summary = summary or summarize(data, index)
+    ph = run_phases(data, index)
     t0 = run.start_ns
     spans = sorted(data.spans, key=lambda s: (s.start_ns, s.span_id))
     names: list[str] = []
@@ -92,12 +126,15 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
     n = len(index)
     keep = np.arange(n)
     weight = index.weight
+    cpu = index.weights("cpu") if index.has_cpu else None
     k = 1
     if n > max_samples:
         k = math.ceil(n / max_samples)
         keep = np.arange(0, n, k)
         weight = np.add.reduceat(index.weight, keep)
-    funcs = [[f.name, f.file, f.line] for f in index.functions]
+        if cpu is not None:
+            cpu = np.add.reduceat(cpu, keep)
+    funcs = [[f.name, f.file, f.line, kind_of(f.module, f.file, f.name)] for f in index.functions]
     thread_func: dict[int, int] = {}
     node_of: dict[tuple[int, int], int] = {}
     parent: list[int] = []
@@ -120,7 +157,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             tf = thread_func.get(tid)
             if tf is None:
                 tf = thread_func[tid] = len(funcs)
-                funcs.append([f"thread {data.profile.thread_names.get(tid, tid)}", "", 0])
+                funcs.append([f"thread {data.profile.thread_names.get(tid, tid)}", "", 0, KINDS.index("thread")])
             cur = node(-1, tf)
             for fid in index.stack_funcs[sid]:
                 cur = node(cur, fid)
@@ -143,9 +180,16 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             "thread": [thread_idx[t] for t in index.thread[keep].tolist()],
             "node": sample_node,
             "w": [_r(w / 1e3) for w in weight.tolist()],
+            # CPU time per sample (us; the flame graph's CPU-time mode), None when the run has none
+            "cw": [_r(c / 1e3) for c in cpu.tolist()] if cpu is not None else None,
             "idle": index.idle[keep].astype(np.int8).tolist(),
+            # 0 start-up (before the traced work, or importing), 1 work, 2 shutdown (analysis.phases)
+            "phase": sample_phase(index, ph)[keep].tolist(),
             "downsampled": k, "total_samples": n,
         },
+        "kinds": list(KINDS),
+        "rule": RULE_TEXT,
+        "phases": _phases_view(summary, t0),
         "summary": _summary_view(summary, t0),
         "explain": _explain_view(data, index, t0, thread_idx),
         "device": _device_view(device, t0) if device is not None else None,
@@ -229,8 +273,20 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
     return d
 
 
+def _phases_view(s: Summary, t0: int) -> dict | None:
+    """Start-up / work / shutdown on the page's time axis (us from the run's start)."""
+    ph = s.phases
+    if ph is None:
+        return None
+    return {"split": ph.split, "work_t0": _r((ph.work_start_ns - t0) / 1e3), "work_t1": _r((ph.work_end_ns - t0) / 1e3),
+            "startup_us": _r(ph.startup_ns / 1e3), "work_us": _r(ph.work_ns / 1e3), "shutdown_us": _r(ph.shutdown_ns / 1e3),
+            "startup_sampled_us": _r(ph.startup_sampled_ns / 1e3), "shutdown_sampled_us": _r(ph.shutdown_sampled_ns / 1e3),
+            "startup_top": [{"name": f.name, "total_us": _r(f.total_ns / 1e3)} for f in ph.startup_top]}
+
+
 def _summary_view(s: Summary, t0: int) -> dict:
     d = plain(s)
+    d.pop("phases", None)
     if s.steps is not None:
         for row in d["steps"]["rows"]:
             row["start_us"] = _r((row.pop("start_ns") - t0) / 1e3)

@@ -116,7 +116,8 @@ class Store:
         """Append recorded data in one transaction.
 
         ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
-        entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack)``;
+        entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack,
+        wall_ns, cpu_ns)`` (``wall_ns``/``cpu_ns`` may be left off or None: unknown; ``cpu_ns`` < 0 is stored NULL);
         ``threads``: thread id -> (name, OS thread id); ``os_threads``: ``(thread id, OS thread id, since_ns)``
         each time a thread id is seen on a new OS thread (Python reuses ids).
         """
@@ -134,7 +135,9 @@ class Store:
             if stacks:
                 c.executemany("INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
                               ((run_id, stack_base + i, ",".join(map(str, s))) for i, s in enumerate(stacks)))
-            c.executemany("INSERT INTO samples VALUES (?,?,?,?)", ((run_id, *s) for s in samples))
+            c.executemany("INSERT INTO samples (run_id, t_ns, thread_id, stack, wall_ns, cpu_ns) VALUES (?,?,?,?,?,?)",
+                          ((run_id, s[0], s[1], s[2], s[3] if len(s) > 3 else None,
+                            s[4] if len(s) > 4 and s[4] is not None and s[4] >= 0 else None) for s in samples))
             if os_threads:
                 c.executemany("INSERT INTO os_threads VALUES (?,?,?,?)", ((run_id, *x) for x in os_threads))
             if threads:
@@ -220,10 +223,12 @@ class Store:
             "SELECT function, module, file, line FROM frames WHERE run_id = ? ORDER BY idx", (run_id,))]
         stacks = [tuple(int(x) for x in r[0].split(",")) if r[0] else ()
                   for r in c.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
-        rows = c.execute("SELECT t_ns, thread_id, stack FROM samples WHERE run_id = ? ORDER BY t_ns", (run_id,)).fetchall()
+        rows = c.execute("SELECT t_ns, thread_id, stack, wall_ns, cpu_ns FROM samples WHERE run_id = ? ORDER BY t_ns",
+                         (run_id,)).fetchall()
         profile = Profile(
             frames=frames, stacks=stacks,
             sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],
+            sample_wall_ns=[r[3] for r in rows], sample_cpu_ns=[r[4] for r in rows],
             hz=float(run.settings.get("profiles_hz") or 0.0),
             thread_names={r[0]: r[1] for r in c.execute("SELECT thread_id, name FROM threads WHERE run_id = ?", (run_id,))},
             native_ids={r[0]: r[1] for r in c.execute("SELECT thread_id, native_id FROM threads WHERE run_id = ?", (run_id,))

@@ -5,7 +5,10 @@
 
 - **1**: stepscope before versioned opening. Stores of that time lack, depending on their age,
   ``threads.native_id``, the ``os_threads`` table and ``ingest_chunks.received_wall_ns``.
-- **2**: every table below with every column (``SCHEMA_VERSION``).
+- **2**: samples without ``wall_ns``/``cpu_ns`` (their weight was the gap to the thread's previous sample).
+- **3**: every table below with every column (``SCHEMA_VERSION``): each sample carries the wall time it stands
+  for and the CPU time its thread used in it (``stepscope.profiling.sampler``); NULL in samples of older
+  runs and of ingested profiles, which are weighted as before.
 
 Opening a store: an empty file (or none) gets the core tables and the version; an older version is
 migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
@@ -21,7 +24,7 @@ import functools
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 CORE = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -44,7 +47,8 @@ CREATE TABLE IF NOT EXISTS stacks (
   run_id TEXT NOT NULL, idx INTEGER NOT NULL, frames TEXT NOT NULL,
   PRIMARY KEY (run_id, idx)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER);
+CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER,
+  wall_ns INTEGER, cpu_ns INTEGER);
 CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
 CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
   PRIMARY KEY (run_id, thread_id));

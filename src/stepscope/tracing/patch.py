@@ -169,6 +169,12 @@ class Patcher:
                 self._hook = _ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
+    def note(self, name: str, why: str) -> None:
+        """Keep a note about a traced name (reported with ``unresolved``), e.g. a span that a device
+        profiler could not mirror."""
+        with self._lock:
+            self._unresolved.setdefault(name, why)
+
     def remove(self) -> None:
         """Undo every patch and drop the import hook."""
         with self._lock:
@@ -397,7 +403,8 @@ class Patcher:
                     if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern)):
                         if qual not in defs:
                             generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
-                            defs[qual] = Probe(f"__main__.{qual}", generator=generator)
+                            hooks = mirror.Mirror(f"__main__.{qual}") if self.mirror else None
+                            defs[qual] = Probe(f"__main__.{qual}", hooks=hooks, generator=generator)
                         hit.setdefault(name, []).append(f"__main__.{qual}")
             code = self.mechanism.compile_main(source, filename, defs)
             for name, concrete in hit.items():

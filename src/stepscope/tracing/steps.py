@@ -13,6 +13,12 @@ Rules, decided once per patched target from the class's MRO names (diffusers is 
   ``for i, t in enumerate(timesteps)`` hands each step a new one; CFG's two calls share it). The
   argument is compared by identity only, never read, so no device sync is added.
 
+A denoiser module called *inside* the denoiser (the ``Transformer2DModel`` blocks of a UNet, a ControlNet
+called from a step) is part of that step, never a step of its own: the hooks look down the stack for the
+outermost denoiser ``forward`` frame (traced or not) and count that frame's ``timestep`` argument, so
+every nested call shares the outer call's step index; a nested span also gets ``diffusion.nested`` =
+True so that tables count the outer call only.
+
 Without a traced pipeline call around them, one scope per thread/task runs for the whole program, so
 the index keeps counting across pipeline calls. The scope holds the last timestep object until the
 scope ends (a 0-d tensor).
@@ -25,11 +31,16 @@ from contextvars import ContextVar
 from . import workfacts
 
 STEP_ATTR = "diffusion.step"
+#: Set (True) on a denoiser span that runs inside another denoiser call: same step, not a step of its own.
+NESTED_ATTR = "diffusion.nested"
+_DENOISER_MODULES = ("diffusers.models.unets", "diffusers.models.transformers", "diffusers.models.controlnets",
+                     "diffusers.models.controlnet")
 
 class _Scope:
-    __slots__ = ("counter", "outer", "marked", "last_t", "seen")
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun")
 
     def __init__(self, outer: "_Scope | None") -> None:
+        self.begun = -1  # the last step whose start listeners were called
         self.counter = 0  # scheduler steps completed
         self.outer = outer
         self.marked = False  # a scheduler step ran in this scope
@@ -83,6 +94,34 @@ def remove_listener(fn) -> None:
         pass
 
 
+#: Called with the step index when the denoiser's first call of a new step starts (metrics snapshots).
+_start_listeners: list = []
+
+
+def add_start_listener(fn) -> None:
+    """Call ``fn(step)`` when the first denoiser call of each step starts."""
+    _start_listeners.append(fn)
+
+
+def remove_start_listener(fn) -> None:
+    try:
+        _start_listeners.remove(fn)
+    except ValueError:
+        pass
+
+
+def _began(s: "_Scope", attrs: dict) -> dict:
+    step = attrs[STEP_ATTR]
+    if step != s.begun:
+        s.begun = step
+        for fn in tuple(_start_listeners):
+            try:
+                fn(step)
+            except Exception:  # a listener must never break the program
+                pass
+    return attrs
+
+
 class StepMarker:
     """Hooks for a scheduler's ``step``: tags the span, then advances the counter."""
 
@@ -105,34 +144,67 @@ class StepMarker:
                 pass
 
 
+def _outer_denoiser(frame):
+    """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``."""
+    outer = None
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "forward" and (f.f_globals.get("__name__") or "").startswith(_DENOISER_MODULES):
+            outer = f
+        f = f.f_back
+    return outer
+
+
+def _timestep_of(frame):
+    """A denoiser forward frame's ``timestep`` argument (by name, else its third parameter)."""
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if "timestep" in names:
+        return frame.f_locals.get("timestep")
+    return frame.f_locals.get(names[2]) if len(names) > 2 else None
+
+
 class StepScoped:
-    """Hooks for the denoiser's ``forward``: tags the span with the current step index."""
+    """Hooks for the denoiser's ``forward``: tags the span with the current step index (see the module
+    doc for a denoiser nested in another)."""
 
     __slots__ = ()
 
     def enter(self, args: tuple, kwargs: dict) -> dict:
+        import sys
+
+        caller = sys._getframe(1)
+        outer = _outer_denoiser(caller)
         s = _current()
-        if s.marked:
-            return {STEP_ATTR: s.counter}
-        t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
-        return self._count(s, t)
+        if outer is not None:  # a wrapped denoiser called from inside a denoiser forward
+            attrs = self._tag(s, _timestep_of(outer), True)
+        else:
+            t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
+            attrs = self._tag(s, t, False)
+        return _began(s, attrs) if _start_listeners else attrs
 
     def enter_frame(self, frame) -> dict:
-        """The same from the forward's own frame (probes): its third parameter, or ``timestep``."""
+        """The same from the forward's own frame (probes)."""
         workfacts.note_denoiser(frame)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
-        if s.marked:
-            return {STEP_ATTR: s.counter}
-        code = frame.f_code
-        name = code.co_varnames[2] if code.co_argcount > 2 else "timestep"
-        return self._count(s, frame.f_locals.get(name))
+        outer = _outer_denoiser(frame)
+        if outer is None or outer is frame:
+            attrs = self._tag(s, _timestep_of(frame), False)
+        else:
+            attrs = self._tag(s, _timestep_of(outer), True)
+        return _began(s, attrs) if _start_listeners else attrs
 
     @staticmethod
-    def _count(s: "_Scope", t) -> dict:
-        if t is not s.last_t or s.seen == 0:
-            s.last_t = t
-            s.seen += 1
-        return {STEP_ATTR: s.seen - 1}
+    def _tag(s: "_Scope", t, nested: bool) -> dict:
+        if s.marked:
+            step = s.counter
+        else:
+            if t is not s.last_t or s.seen == 0:
+                s.last_t = t
+                s.seen += 1
+            step = s.seen - 1
+        return {STEP_ATTR: step, NESTED_ATTR: True} if nested else {STEP_ATTR: step}
 
     def exit(self) -> None:
         return None
@@ -150,9 +222,7 @@ def hooks_for(owner: object, attr: str):
         return StepScope()
     if attr == "step" and "SchedulerMixin" in names:
         return StepMarker()
-    if attr == "forward" and any(
-        (c.__module__ or "").startswith(("diffusers.models.unets", "diffusers.models.transformers")) for c in mro
-    ):
+    if attr == "forward" and any((c.__module__ or "").startswith(_DENOISER_MODULES) for c in mro):
         return StepScoped()
     return None
 
@@ -165,7 +235,7 @@ def kind_of_name(name: str) -> str | None:
         return "scope"
     if name.startswith("diffusers.schedulers.") and name.endswith(".step"):
         return "marker"
-    if name.startswith(("diffusers.models.unets.", "diffusers.models.transformers.")) and name.endswith(".forward"):
+    if name.startswith(tuple(m + "." for m in _DENOISER_MODULES)) and name.endswith(".forward"):
         return "scoped"
     return None
 

@@ -253,3 +253,29 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
                 hooks.exit()
 
     return wrapper
+
+
+def call_around(fn: Callable, before: Callable[[], None], after: Callable[[], None] | None = None) -> Callable:
+    """A stand-in for the C function ``fn`` that calls ``before()``, then ``fn`` with the caller's arguments
+    (its result or exception unchanged), then ``after()``; the hooks' own errors are swallowed. Used where
+    stepscope must act right before a C call (``tracing.mirror``'s XLA step-marker guard). Marked
+    ``__stepscope_guard__``; like every wrapper here, its frame is left out of samples."""
+
+    def guarded(*args, **kwargs):
+        try:
+            before()
+        except Exception:
+            pass
+        result = fn(*args, **kwargs)
+        if after is not None:
+            try:
+                after()
+            except Exception:
+                pass
+        return result
+
+    guarded.__stepscope_guard__ = True
+    guarded.__wrapped__ = fn
+    guarded.__doc__ = getattr(fn, "__doc__", None)
+    guarded.__name__ = guarded.__qualname__ = getattr(fn, "__name__", "guarded")
+    return guarded

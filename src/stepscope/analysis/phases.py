@@ -1,0 +1,139 @@
+"""A run's phases: start-up, the traced work, shutdown.
+
+Start-up is everything before the first traced call (imports of diffusers/transformers, building the
+model): in a short run it is half the samples and hides the work. The *work* runs from the first span
+that is not the run's root transaction (``stepscope run`` opens one around the whole program) to the end
+of the last one; a traced ``__main__`` function around all the others (the script's ``main()``) is the
+work's frame, not its start: the work starts at the first call inside it. An ingested run's transaction
+is the program's own unit of work, so it is the work. With no span but the root transaction nothing is
+split: the whole run is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
+
+A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls:
+a lazy import inside the work is start-up work, not the work's.
+
+Views (summary, flame graph, explain) show the work by default, start-up as one labelled block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import RunData
+
+STARTUP, WORK, SHUTDOWN = 0, 1, 2
+NAMES = ("start-up", "work", "shutdown")
+
+
+@dataclass(slots=True)
+class Phases:
+    """The phase windows on the run's clock (ns). ``split``: False when no work window could be told
+    apart (then ``work`` is the whole run). Durations: ``startup_ns``, ``work_ns``, ``shutdown_ns``;
+    ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time (busy samples) in them (start-up's
+    includes the imports inside the work window)."""
+
+    run_start_ns: int
+    work_start_ns: int
+    work_end_ns: int
+    run_end_ns: int
+    split: bool
+    startup_sampled_ns: float = 0.0
+    shutdown_sampled_ns: float = 0.0
+
+    @property
+    def startup_ns(self) -> int:
+        return self.work_start_ns - self.run_start_ns
+
+    @property
+    def work_ns(self) -> int:
+        return self.work_end_ns - self.work_start_ns
+
+    @property
+    def shutdown_ns(self) -> int:
+        return self.run_end_ns - self.work_end_ns
+
+
+def _root_transaction(spans) -> int | None:
+    """The id of a transaction that encloses every other span and starts first (the run's root)."""
+    if not spans:
+        return None
+    first = min(spans, key=lambda s: (s.start_ns, -s.end_ns))
+    if first.op != "transaction" or first.parent_id is not None:
+        return None
+    end = max(s.end_ns for s in spans)
+    return first.span_id if first.end_ns >= end else None
+
+
+def phases(data: RunData, index=None) -> Phases:
+    """The phases of a run (module doc); with ``index`` (a ProfileIndex) the sampled time of start-up
+    and shutdown is filled in."""
+    run = data.run
+    spans = data.spans
+    t_first = [s.start_ns for s in spans]
+    t_last = [s.end_ns for s in spans]
+    if index is not None and len(index):
+        t_first.append(int(index.t[0]))
+        t_last.append(int(index.t[-1]))
+    r0 = run.start_ns if run.start_ns else min(t_first, default=0)
+    r1 = max([run.end_ns or 0] + t_last)
+    # an ingested run's transaction is the program's own unit of work, not stepscope's frame around it
+    root = None if run.env.get("source") == "sentry" else _root_transaction(spans)
+    work = [s for s in spans if s.span_id != root]
+    if not work:
+        return Phases(r0, r0, r1, r1, False)
+    w0 = min(s.start_ns for s in work)
+    w1 = max(s.end_ns for s in work)
+    outer = min(work, key=lambda s: (s.start_ns, -s.end_ns))
+    inner = [s for s in work if s is not outer]
+    if outer.name.startswith("__main__.") and inner and outer.end_ns >= w1:
+        w0 = min(s.start_ns for s in inner)  # the script's main(): its work starts at the first call it makes
+    ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
+    if index is not None and len(index):
+        busy = ~index.idle
+        phase = sample_phase(index, ph)
+        ph.startup_sampled_ns = float(index.weight[(phase == STARTUP) & busy].sum())
+        ph.shutdown_sampled_ns = float(index.weight[(phase == SHUTDOWN) & busy].sum())
+    return ph
+
+
+#: A stack holding one of these functions is importing a module: start-up work wherever it happens
+#: (a lazy import inside the traced work, the first use of a PIL plugin) and never the work itself.
+IMPORT_FUNCS = ("importlib._bootstrap._find_and_load", "importlib._bootstrap._load", "importlib.import_module",
+                "importlib._bootstrap._gcd_import", "_frozen_importlib._find_and_load")
+
+
+def importing(index) -> np.ndarray:
+    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``)."""
+    fids = {i for i, f in enumerate(index.functions) if f.name in IMPORT_FUNCS}
+    if not fids or not len(index):
+        return np.zeros(len(index), bool)
+    per_stack = np.array([any(f in fids for f in st) for st in index.stack_funcs] or [False])
+    return per_stack[index.stack]
+
+
+def sample_phase(index, ph: Phases) -> np.ndarray:
+    """Per sample of ``index`` (a ProfileIndex): STARTUP (before the work, or importing), WORK or
+    SHUTDOWN (int8)."""
+    out = np.full(len(index), WORK, dtype=np.int8)
+    if ph.split:
+        out[index.t >= ph.work_end_ns] = SHUTDOWN
+        out[importing(index)] = STARTUP
+        out[index.t < ph.work_start_ns] = STARTUP
+    return out
+
+
+def work_samples(index, ph: Phases) -> np.ndarray:
+    """Indices of the busy samples (``ProfileIndex.busy``) of the work: inside its window, not importing."""
+    busy = index.busy()
+    if not ph.split:
+        return busy
+    return busy[sample_phase(index, ph)[busy] == WORK]
+
+
+def startup_samples(index, ph: Phases) -> np.ndarray:
+    """Indices of the busy samples of start-up: before the work window, or importing (empty when not split)."""
+    busy = index.busy()
+    if not ph.split:
+        return busy[:0]
+    return busy[sample_phase(index, ph)[busy] == STARTUP]

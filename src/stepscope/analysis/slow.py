@@ -1,0 +1,104 @@
+"""The one rule for "slow", used by every table and by ``explain``.
+
+A repeat (a denoising step, a call of a span) is slow when its duration exceeds both
+``median + 3 * 1.4826 * MAD`` (3 robust standard deviations: 1.4826 x the median absolute deviation
+estimates sigma for normal data, Rousseeuw & Croux 1993) **and** ``1.2 x median`` (so that tiny
+deviations of a very regular loop are not flagged).
+
+The first repeat, when it is slow *and* later repeats are slow too, is a *warm-up* (the first call of a
+pipeline allocates, caches, compiles): it is set apart (``SlowCall.warmup``), neither slow nor fast, so
+that the shape and the cause of the later slow repeats are not blurred by it. Alone it stays slow (the
+shape "first").
+
+When the repeats that are not slow vary too much among themselves (their coefficient of variation,
+standard deviation / mean, above ``NOISY_CV``), no repeat is marked: a difference could be noise, and
+the rule says "too noisy to call" instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MAD_K = 3.0
+MAD_SIGMA = 1.4826
+MIN_RATIO = 1.2
+#: Coefficient of variation of the fast repeats above which no repeat is called slow.
+NOISY_CV = 0.4
+#: The rule in words, stated once wherever slow repeats are marked.
+RULE_TEXT = f"slow = longer than both median + {MAD_K:g} x 1.4826 x MAD and {MIN_RATIO:g} x median"
+
+
+@dataclass(slots=True)
+class SlowCall:
+    """The rule applied to durations (ns). ``mask``: True for slow repeats (all False when ``noisy``;
+    the first repeat False when ``warmup``: it is a warm-up, set apart);
+    ``median``/``mad``/``limit`` in ns; ``cv``: coefficient of variation of the repeats under the limit;
+    ``rule``: one line saying the rule with its numbers (or that it is too noisy to call)."""
+
+    mask: np.ndarray
+    median: float
+    mad: float
+    limit: float
+    cv: float
+    noisy: bool
+    rule: str
+    warmup: bool = False
+
+
+def limit_of(values: np.ndarray) -> tuple[float, float, float]:
+    """``(median, MAD, limit)`` of ``values`` (any unit) by the rule."""
+    med = float(np.median(values))
+    mad = float(np.median(np.abs(values - med)))
+    return med, mad, max(med + MAD_K * MAD_SIGMA * mad, MIN_RATIO * med)
+
+
+def call_slow(durations) -> SlowCall:
+    """Apply the rule to repeat durations (ns, any array-like of >= 1 values)."""
+    d = np.asarray(durations, dtype=np.float64)
+    if not len(d):
+        return SlowCall(np.zeros(0, bool), 0.0, 0.0, 0.0, 0.0, False, RULE_TEXT)
+    med, mad, limit = limit_of(d)
+    mask = d > limit
+    warmup = bool(len(d) > 2 and mask[0] and mask[1:].any())
+    if warmup:
+        mask[0] = False
+    fast = d[~mask][1:] if warmup else d[~mask]
+    cv = float(fast.std() / fast.mean()) if len(fast) >= 3 and fast.mean() > 0 else 0.0
+    nums = f"limit {limit / 1e6:.1f} ms (median {med / 1e6:.1f} ms, MAD {mad / 1e6:.1f} ms)"
+    if warmup:
+        nums += f"; the first repeat ({d[0] / med:.1f} x median) is a warm-up, set apart"
+    if cv > NOISY_CV:
+        return SlowCall(np.zeros(len(d), bool), med, mad, limit, cv, True,
+                        f"too noisy to call: the fast repeats vary by {100 * cv:.0f}% (coefficient of variation over "
+                        f"{100 * NOISY_CV:.0f}%), so no repeat is marked slow; {nums}", warmup)
+    return SlowCall(mask, med, mad, limit, cv, False, f"{RULE_TEXT}: {nums}", warmup)
+
+
+def slow_cells(values: np.ndarray) -> np.ndarray:
+    """Per value, whether it is slow by the rule among its column (no noise check: cells are only
+    highlighted in rows already called slow). ``values``: ns, NaN for a missing cell (never slow)."""
+    v = np.asarray(values, dtype=np.float64)
+    ok = ~np.isnan(v)
+    out = np.zeros(len(v), bool)
+    if ok.sum() < 3:
+        return out
+    med, mad, limit = limit_of(v[ok])
+    out[ok] = (v[ok] > limit) & (v[ok] > 0)
+    return out
+
+
+def shape_of(slow_idx: list[int], n: int) -> str:
+    """"first", "every k" (k >= 2), "irregular" or "none"."""
+    if not slow_idx:
+        return "none"
+    if slow_idx == [0]:
+        return "first"
+    if len(slow_idx) >= 2:
+        k = slow_idx[1] - slow_idx[0]
+        if k >= 2 and all(b - a == k for a, b in zip(slow_idx, slow_idx[1:])):
+            expected = list(range(slow_idx[0] % k, n, k))
+            if slow_idx == expected or slow_idx == [i for i in expected if i >= slow_idx[0]]:
+                return f"every {k}"
+    return "irregular"

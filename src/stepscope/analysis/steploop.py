@@ -1,0 +1,117 @@
+"""Where the last denoising step of a call ends: its loop iteration, read from the samples.
+
+A step's window runs to the next step's first traced span, so the work after a step's traced calls
+(``callback_on_step_end``, a preview, scheduler glue) counts in it. The last step has no next step; its
+traced spans end with its scheduler step (or denoiser call), before the callback runs. The samples tell
+how long its loop iteration really lasted:
+
+1. the *loop frame* is the deepest frame shared by every sample of the steps' windows, cut above the
+   traced step spans' own functions and above frames whose line never changes (call plumbing): the
+   function that runs the denoising loop (``StableDiffusionPipeline.__call__``);
+2. the loop's body is the innermost ``for``/``while`` statement of that function's source (``ast``) that
+   holds every line the loop frame was sampled at inside the windows (without the source: the range of
+   those lines);
+3. after the last step's spans end, the window extends over the thread's samples while they are still
+   in the loop frame at a line of the body; it ends at the last such sample (before ``limit``).
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from functools import lru_cache
+
+import numpy as np
+
+#: Extend by at most this much past the last traced span (a runaway callback is still one iteration).
+MAX_EXTEND_NS = 600 * 1_000_000_000
+
+
+def _common_prefix(index, idx: np.ndarray) -> tuple[int, ...]:
+    uniq, _, _ = index.stack_weights(idx)
+    prefix: tuple[int, ...] | None = None
+    for sid in uniq.tolist():
+        st = index.stack_funcs[sid]
+        if prefix is None:
+            prefix = st
+            continue
+        n = 0
+        for a, b in zip(prefix, st):
+            if a != b:
+                break
+            n += 1
+        prefix = prefix[:n]
+    return prefix or ()
+
+
+def _lines_at(index, idx: np.ndarray, depth: int) -> set[int]:
+    uniq, _, _ = index.stack_weights(idx)
+    frames = index.profile.frames
+    out = set()
+    for sid in uniq.tolist():
+        st = index.profile.stacks[sid]
+        if len(st) > depth:
+            out.add(frames[st[depth]].line)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _loops(file: str) -> tuple[tuple[int, int], ...]:
+    """``(first line, last line)`` of every for/while statement in ``file`` (empty when unreadable)."""
+    src = "".join(linecache.getlines(file))
+    if not src:
+        return ()
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError):
+        return ()
+    return tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                 if isinstance(n, (ast.For, ast.AsyncFor, ast.While)))
+
+
+def loop_body(file: str, lines: set[int]) -> tuple[int, int]:
+    """The innermost loop of ``file`` holding all ``lines``, as ``(first, last)``; else their range."""
+    lo, hi = min(lines), max(lines)
+    best = None
+    for a, b in _loops(file):
+        if a <= lo and hi <= b and (best is None or b - a < best[1] - best[0]):
+            best = (a, b)
+    return best or (lo, hi)
+
+
+def last_step_end(index, windows: list[tuple[int, int]], start: int, end: int, thread: int, limit: int | None,
+                  step_names: frozenset[str] = frozenset()) -> int:
+    """The end (ns) of the last step whose traced spans run ``[start, end)``; ``windows``: the call's
+    earlier steps' windows. Returns ``end`` when the samples cannot tell (module doc)."""
+    parts = [index.select(a, b, thread) for a, b in windows + [(start, end)]]
+    idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if len(idx) < 3:
+        return end
+    prefix = _common_prefix(index, idx)
+    funcs = index.functions
+    cut = next((d for d, fid in enumerate(prefix) if funcs[fid].name in step_names), len(prefix))
+    prefix = prefix[:cut]
+    depth = len(prefix) - 1
+    while depth >= 0:
+        lines = _lines_at(index, idx, depth)
+        if len(lines) >= 2:
+            break
+        depth -= 1
+    if depth < 0:
+        return end
+    prefix = prefix[: depth + 1]
+    body = loop_body(funcs[prefix[-1]].file, lines)
+    stop = min(limit if limit is not None else end + MAX_EXTEND_NS, end + MAX_EXTEND_NS)
+    after = index.select(end, stop, thread)
+    frames = index.profile.frames
+    new_end = end
+    for j in after.tolist():
+        sid = int(index.stack[j])
+        st = index.stack_funcs[sid]
+        if len(st) <= depth or st[: depth + 1] != prefix:
+            break
+        line = frames[index.profile.stacks[sid][depth]].line
+        if not body[0] <= line <= body[1]:
+            break
+        new_end = int(index.t[j])
+    return new_end

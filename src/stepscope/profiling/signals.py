@@ -1,0 +1,317 @@
+"""The main thread's sampler: a wall-clock timer signal read inside the thread (Linux, CPython).
+
+Why: a sampler *thread* reads the main thread's stack only when it gets the GIL, that is when the main thread
+releases it (a sleep, I/O, a GIL-releasing C call) or after the 5 ms switch interval, so the Python time before
+a release is charged to whatever releases the GIL next (a 2.5 ms Python burst before a sleep read as 0 %).
+
+How: a POSIX timer (``profiling.timer``) sends a real-time signal to the main thread every period of wall
+time. CPython's C handler only flags it; the Python handler below runs at the thread's next safe point, which
+is within microseconds in Python code, at once in ``time.sleep``/lock waits/``select`` (they wake on the
+signal, run handlers, and go on waiting: PEP 475), and right after a C call that held the thread. In each
+case the stack it reads is the one the thread had at the expiration (a C call shows as the Python line that
+called it). The expirations follow a schedule drawn ahead and independent of the program: each wait is
+uniform in 0.5 to 1.5 periods (a private ``random.Random``; the program's random state is untouched), so
+samples never run in lockstep with periodic work (a 3.3 ms loop read every 9.9 ms always lands on the same
+phase); the timer is armed for each expiration at its absolute time. Each sample is charged the waits of
+every scheduled expiration up to it: more than one when the thread was held in one place (a C call, or
+descheduled), and they are that place's. Because the schedule never depends on the program, each expiration
+is an unbiased look at where the thread was, and the charges add up to the wall time. (Charging the *time
+since the previous sample*, or re-arming from the handler, is biased: the sample that ends a C call would
+also take the Python time before the call.)
+
+CPU time: a second timer on the main thread's CPU clock expires only while the thread runs (the kernel
+checks it at its scheduler tick, so at most about CONFIG_HZ samples a second); each of its samples is
+charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
+CPU-timer samples CPU time and no wall time, so the flame graph shows either, unbiased.
+
+The handlers are installed with ``SA_RESTART`` (``signal.siginterrupt(sig, False)``) and only the main
+thread is signalled: other threads never see EINTR.
+
+Limits (README): Linux only; the signal handler can only be installed from the main thread (a session started
+elsewhere, as a ``capture`` window of a program started without ``--server``, samples with the thread
+sampler); a program that installs its own handler for the signal, or starts its own tracer or profiler
+(``sys.settrace``/``setprofile``, cProfile, a debugger, coverage: they would see the handler's calls), makes
+stepscope pause: at the next tick the timers are disarmed; on 3.12+ nothing is sampled until the program's
+profiler is gone (then sampling resumes), on 3.11 the main thread goes back to the thread sampler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from .sampler import Sampler
+from . import timer
+from .timer import ThreadTimer
+
+#: The real-time signals used, counted down from SIGRTMAX (the first two free ones are taken: wall, CPU).
+CANDIDATES = (3, 4, 5, 6, 7, 8)
+
+_installed: list[int] = []  # [wall signal, CPU signal] with the handler installed (process-wide)
+_active: "MainThreadSampler | None" = None
+_busy = False
+
+
+def other_tools() -> bool:
+    """True when another ``sys.monitoring`` tool than stepscope's is registered (3.12+: cProfile, coverage, a
+    debugger, ``sys.settrace``'s own; they see every thread's calls). Always False before 3.12."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        get = mon.get_tool
+        for i in range(6):
+            name = get(i)
+            if name is not None and name != "stepscope":
+                return True
+    return False
+
+
+def _others_profiling() -> bool:
+    """True when the program runs its own tracer or profiler in this thread (settrace/setprofile, or on 3.12+ a
+    ``sys.monitoring`` tool other than stepscope's, e.g. cProfile, coverage, a debugger)."""
+    return sys.gettrace() is not None or sys.getprofile() is not None or other_tools()
+
+
+_gettrace, _getprofile = sys.gettrace, sys.getprofile
+_get_tool = sys.monitoring.get_tool if hasattr(sys, "monitoring") else None
+
+
+def _handler(signum, frame) -> None:
+    # Kept flat: a program's own profiler that starts meanwhile sees this call (and the C functions it calls)
+    # once, and nothing else: the pause is finished by the recorder thread (``MainThreadSampler.check``).
+    global _busy
+    s = _active
+    if s is None or not s.active or s.pid != os.getpid():
+        return
+    if _busy or frame is None:  # the wall timer is one-shot: a tick that cannot sample must still re-arm it
+        if signum == s.signum:
+            s.missed = True
+        return
+    _busy = True  # a signal that comes while this runs is not handled inside it
+    try:
+        other = _gettrace() is not None or _getprofile() is not None
+        if not other and _get_tool is not None:
+            for i in _TOOL_IDS:
+                name = _get_tool(i)
+                if name is not None and name != "stepscope":
+                    other = True
+                    break
+        if other:
+            s.active = False
+            s.paused = True
+            for t in s._timers:
+                fn, args = t.disarm_call
+                fn(*args)
+            return
+        if signum == s.signum:
+            s.tick(frame)
+        else:
+            t = time.perf_counter_ns()
+            cpu = time.thread_time_ns()
+            used = cpu - s.cpu_last
+            s.cpu_last = cpu
+            if used > 0:
+                s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
+        while s.missed and s.active:  # a wall tick came while this ran: it is this stack's too
+            s.missed = False
+            s.tick(frame)
+    finally:
+        _busy = False
+
+
+_TOOL_IDS = range(6)
+
+
+class MainThreadSampler:
+    """Samples the main thread by timer signals into ``sampler``. ``start(period_ns)`` from the main thread
+    (installs the handlers) or, once installed, from any thread; ``stop()`` from any thread.
+
+    ``active``: sampling now. ``note``: why it is not (or stopped), for the run's record. ``signum``: the wall
+    timer's signal (None: never started); ``period_ns``: the mean period; ``due``/``waited``: the wall timer's
+    pending expiration and the wait it ends (ns); ``cpu_last``: the main thread's CPU time at the last
+    CPU-timer sample.
+    """
+
+    def tick(self, frame) -> None:
+        """A wall-timer expiration: charge ``frame``'s stack the waits of every scheduled expiration up to now
+        (more than one when the thread was held in one place: a C call, or descheduled), then arm the timer for
+        the next one."""
+        t = time.perf_counter_ns()
+        wall = self.carry
+        due = self.due
+        while due <= t:  # the schedule never depends on the program: each wait is drawn ahead
+            wall += self.waited
+            self.waited = self.draw()
+            due += self.waited
+        self.due = due
+        self.wall_timer.arm_at(due)
+        if wall:
+            self.carry = 0 if self.sampler.sample_frame(frame, self.thread_id, t, wall, 0) else wall
+
+    def draw(self) -> int:
+        """The next wait (ns): uniform in [0.5, 1.5) periods."""
+        return int(self.period_ns * (0.5 + self._rng.random()))
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self.active = False
+        self.note: str | None = None
+        self.signum: int | None = None
+        self.pid = os.getpid()
+        self.thread_id = threading.main_thread().ident
+        self.period_ns = 1
+        self.due = 0  # when the wall timer's pending expiration is due (perf_counter_ns)
+        self.waited = 0  # the length of the wait that ends then (ns)
+        self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
+        self.missed = False  # a wall tick came while the handler ran
+        self.cpu_last = 0
+        self.wall_timer: ThreadTimer | None = None
+        import random
+
+        self._rng = random.Random()
+        self.paused = False
+        self.resumable = False
+        self.pauses = 0  # how often the program's own profiler paused it
+        self._signums: list[int] = []
+        self._timers: list[ThreadTimer] = []
+
+    def start(self, period_ns: int) -> bool:
+        """Arm the timers; False (and ``note`` says why) where this cannot sample the main thread."""
+        global _active
+        if os.environ.get("STEPSCOPE_SAMPLER", "").strip().lower() == "thread":
+            self.note = "STEPSCOPE_SAMPLER=thread"
+            return False
+        if not sys.platform.startswith("linux") or sys.implementation.name != "cpython":
+            self.note = "the timer-signal sampler needs CPython on Linux"
+            return False
+        if _active is not None and _active is not self:
+            self.note = "another stepscope session samples the main thread"
+            return False
+        signums = install()
+        if signums is None:
+            self.note = ("the signal handler can only be installed from the main thread" if
+                         threading.current_thread() is not threading.main_thread() else
+                         "no two free real-time signals (SIGRTMAX-3..-8 handled by the program)")
+            return False
+        self.signum = signums[0]
+        self._signums = signums
+        return self._arm(period_ns, signums)
+
+    def _arm(self, period_ns: int, signums: list[int]) -> bool:
+        global _active
+        main = threading.main_thread()
+        try:
+            wall = ThreadTimer(signums[0], main.native_id)
+            self._timers.append(wall)
+            cpu = ThreadTimer(signums[1], main.native_id, timer.thread_cpu_clock(main.native_id))
+            self._timers.append(cpu)
+            self.period_ns = int(period_ns)
+            self.cpu_last = sampler_cpu(main.native_id)
+            self.wall_timer = wall
+            self.carry = 0
+            _active = self
+            delay = self.draw()
+            self.waited, self.due = delay, time.perf_counter_ns() + delay
+            wall.arm_at(self.due)
+            cpu.arm(period_ns)
+        except OSError as e:
+            _active = None
+            self.note = f"no per-thread timer ({e})"
+            self._close_timers()
+            return False
+        self.active = True
+        return True
+
+    def check(self) -> None:
+        """From the recorder thread: stop when the program took a signal over (its own handler); finish a
+        pause the handler began (``pause``), and resume once the program's own profiler is gone (3.12+, where
+        that can be seen from another thread)."""
+        if self.active and any(signal.getsignal(s) is not _handler for s in _installed):
+            self.stop("the program installed its own handler for a sampling signal")
+        elif self.paused and self._timers:
+            self.pause()
+        elif self.paused and self.resumable and not other_tools():
+            self.resume()
+
+    def pause(self) -> None:
+        """The program runs its own tracer or profiler, which would see the handler's calls: disarm until it is
+        gone (``check``). On 3.12+ nothing samples meanwhile (``sampling_hidden``); on 3.11 the program's
+        ``settrace``/``setprofile`` cannot be seen from another thread, so the main thread goes back to the thread
+        sampler for the rest of the run."""
+        self.paused = True
+        self.active = False
+        self.resumable = hasattr(sys, "monitoring")
+        self.pauses += 1
+        if not self.resumable and self.note is None:
+            self.note = "the program started its own tracer or profiler"
+        self._close_timers()
+        self.sampler.restart(self.thread_id)
+
+    def resume(self) -> None:
+        """Re-arm after a pause (any thread; the handlers stay installed)."""
+        global _active
+        if not self.paused or _active not in (None, self):
+            return
+        self.paused = False
+        if not self._arm(self.period_ns, self._signums):
+            self.note = self.note or "could not re-arm the sampling timers"
+
+    def stop(self, note: str | None = None) -> None:
+        """Disarm; with ``note``, the reason is kept (the main thread goes back to the thread sampler)."""
+        global _active
+        if note and self.note is None:
+            self.note = note
+        self.active = False
+        self.paused = False
+        if _active is self:
+            _active = None
+        self._close_timers()
+        self.sampler.restart(self.thread_id)
+
+    def _close_timers(self) -> None:
+        timers, self._timers = self._timers, []
+        for t in timers:
+            try:
+                t.close()
+            except OSError:
+                pass
+
+
+def sampler_cpu(native_id: int) -> int:
+    """The main thread's CPU time (ns) now, read from any thread."""
+    from .sampler import thread_cpu_ns
+
+    if threading.get_native_id() == native_id:
+        return time.thread_time_ns()
+    return max(0, thread_cpu_ns(native_id))
+
+
+def install() -> list[int] | None:
+    """Install the handler for the first two free signals of ``CANDIDATES`` (main thread only): ``[wall signal,
+    CPU signal]``, or None. Installed once per process and left in place (it does nothing while no sampler is
+    active, so a signal still pending after ``stop`` is harmless)."""
+    if len(_installed) == 2 and all(signal.getsignal(s) is _handler for s in _installed):
+        return list(_installed)
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGRTMAX"):
+        return None
+    got = [s for s in _installed if signal.getsignal(s) is _handler]
+    for k in CANDIDATES:
+        if len(got) == 2:
+            break
+        signum = signal.SIGRTMAX - k
+        if signum in got:
+            continue
+        try:
+            if signal.getsignal(signum) not in (signal.SIG_DFL, None):
+                continue
+            signal.signal(signum, _handler)
+            signal.siginterrupt(signum, False)  # SA_RESTART: restartable system calls are not cut short
+        except (OSError, ValueError, RuntimeError):
+            continue
+        got.append(signum)
+    if len(got) < 2:
+        return None
+    _installed[:] = got
+    return list(got)

@@ -1,0 +1,222 @@
+"""The step model, the one slow rule, the phases and the terminal tables, on recorded shapes (no program run)."""
+
+import re
+
+import numpy as np
+from rich.console import Console
+
+from stepscope.analysis.phases import importing, phases, sample_phase
+from stepscope.analysis.slow import NOISY_CV, call_slow, slow_cells
+from stepscope.analysis.spans import repeat_table, step_table
+from stepscope.analysis.summary import summarize
+from stepscope.model import Frame, Profile, Run, RunData, Span
+from stepscope.profiling.calltree import ProfileIndex
+from stepscope.render.terminal import left_short, print_summary
+from stepscope.tracing.steps import NESTED_ATTR, STEP_ATTR, steps_from_names
+
+MS = 1_000_000
+PIPE = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
+UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
+XFMR = "diffusers.models.transformers.transformer_2d.Transformer2DModel.forward"
+SCHED = "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step"
+CB = "__main__.on_step_end"
+
+
+def _pipeline_spans(n=8, slow=(3, 7), nested=2, callback=True, tag_nested=True, cb_ms=40, unet_ms=10):
+    """A pipeline call with n steps: UNet (with nested transformer spans), scheduler step, a traced
+    callback (slow on ``slow`` steps)."""
+    spans, sid, t = [], iter(range(1, 10_000)), 100 * MS
+    root = Span(next(sid), None, "prog.py", "transaction", 0, 0, 1)
+    pipe = Span(next(sid), root.span_id, PIPE, "function", t, 0, 1)
+    spans += [root, pipe]
+    t += MS
+    for k in range(n):
+        u = Span(next(sid), pipe.span_id, UNET, "function", t, t + unet_ms * MS, 1, attrs={STEP_ATTR: k})
+        spans.append(u)
+        for j in range(nested):
+            a = t + MS + j * 3 * MS
+            attrs = {STEP_ATTR: k, NESTED_ATTR: True} if tag_nested else {STEP_ATTR: k}
+            spans.append(Span(next(sid), u.span_id, XFMR, "function", a, a + 2 * MS, 1, attrs=attrs))
+        t += unet_ms * MS
+        spans.append(Span(next(sid), pipe.span_id, SCHED, "function", t, t + MS, 1, attrs={STEP_ATTR: k}))
+        t += MS
+        d = cb_ms * MS if k in slow else MS // 2
+        if callback:
+            spans.append(Span(next(sid), pipe.span_id, CB, "function", t, t + d, 1))
+        t += d + MS // 10
+    pipe.end_ns = t + 5 * MS
+    root.end_ns = t + 10 * MS
+    return spans
+
+
+def test_nested_denoiser_is_part_of_its_step_and_callbacks_get_columns():
+    for tag_nested in (True, False):  # live runs tag nested spans; ingested ones only nest
+        t = step_table(_pipeline_spans(tag_nested=tag_nested))
+        assert [(r.call, r.step) for r in t.rows] == [(0, k) for k in range(8)]
+        assert UNET in t.columns and XFMR in t.columns and CB in t.columns and SCHED in t.columns
+        assert [k for k, r in enumerate(t.rows) if r.slow] == [3, 7] and t.shape == "every 4"
+        r3, r2 = t.rows[3], t.rows[2]
+        assert r3.by_name[CB] == 40 * MS and r3.by_name[XFMR] == 4 * MS
+        assert r3.slow_cells and "wall" in r3.slow_cells and CB in r3.slow_cells and UNET not in r3.slow_cells
+        assert r2.untraced_ns < MS  # the glue between traced calls only
+    # the callback untraced: its time is the steps' untraced time
+    t = step_table(_pipeline_spans(callback=False))
+    assert [k for k, r in enumerate(t.rows) if r.slow] == [3]  # (step 7's callback runs after the last span)
+    assert t.rows[3].untraced_ns >= 40 * MS and "untraced" in t.rows[3].slow_cells
+    assert all(r.untraced_ns < 2 * MS for k, r in enumerate(t.rows) if k not in (3, 7))
+
+
+def test_steps_from_names_keeps_nested_denoisers_in_their_step():
+    spans = _pipeline_spans(tag_nested=False)
+    got = steps_from_names([(s.span_id, s.parent_id, s.name, s.start_ns, s.thread_id) for s in spans])
+    for s in spans:
+        if s.name in (UNET, XFMR, SCHED):
+            assert got[s.span_id] == s.attrs[STEP_ATTR], s.name
+
+
+def test_a_step_index_going_back_is_another_pipeline_call():
+    a = [s for s in _pipeline_spans(n=4, slow=()) if s.op != "transaction" and s.name != PIPE]
+    b = [Span(s.span_id + 1000, None, s.name, s.op, s.start_ns + 10**9, s.end_ns + 10**9, 1, attrs=dict(s.attrs))
+         for s in a]
+    for s in a:
+        s.parent_id = None
+    t = step_table(a + b)
+    assert [(r.call, r.step) for r in t.rows] == [(0, k) for k in range(4)] + [(1, k) for k in range(4)]
+
+
+def test_one_rule_and_too_noisy_to_call():
+    d = np.array([20, 21, 20, 80, 20, 19, 21, 80, 20, 20, 21, 79], float) * MS
+    v = call_slow(d)
+    assert np.nonzero(v.mask)[0].tolist() == [3, 7, 11] and not v.noisy and "MAD" in v.rule
+    noisy = np.array([20, 45, 12, 80, 33, 9, 51, 26, 70, 15, 40, 22], float) * MS
+    v = call_slow(noisy)
+    assert v.noisy and not v.mask.any() and v.cv > NOISY_CV and v.rule.startswith("too noisy to call")
+    # the step table and repeat table use it too
+    spans = [Span(i + 1, None, "f", "function", i * 100 * MS, i * 100 * MS + int(x), 1) for i, x in enumerate(d)]
+    rt = repeat_table(spans, "f")
+    assert [r.step for r in rt.slow_rows] == [3, 7, 11] and rt.rule == call_slow(d).rule
+    spans = [Span(i + 1, None, "f", "function", i * 100 * MS, i * 100 * MS + int(x), 1) for i, x in enumerate(noisy)]
+    rt = repeat_table(spans, "f")
+    assert rt.noisy and not rt.slow_rows
+    assert slow_cells(np.array([1, 1, 1, 9, np.nan], float)).tolist() == [False, False, False, True, False]
+
+
+def _profile_run(spans, samples):
+    """RunData whose samples are ``(t_ns, stack of (module, function))`` on thread 1."""
+    frames, stacks, fidx, sidx = [], [], {}, {}
+    st = []
+    for t, stack in samples:
+        ids = []
+        for mod, fn in stack:
+            key = (mod, fn)
+            if key not in fidx:
+                fidx[key] = len(frames)
+                frames.append(Frame(fn, mod, f"/x/{mod.replace('.', '/')}.py" if mod != "__main__" else "/w/prog.py", 1))
+            ids.append(fidx[key])
+        ids = tuple(ids)
+        if ids not in sidx:
+            sidx[ids] = len(stacks)
+            stacks.append(ids)
+        st.append(sidx[ids])
+    prof = Profile(frames=frames, stacks=stacks, sample_t_ns=[t for t, _ in samples], sample_thread=[1] * len(samples),
+                   sample_stack=st, hz=100.0, thread_names={1: "MainThread"})
+    end = max([s.end_ns for s in spans] + [samples[-1][0]])
+    run = Run("r1", ["python", "prog.py"], status="ok", start_ns=0, end_ns=end)
+    return RunData(run, spans, prof)
+
+
+def test_phases_keep_start_up_and_imports_apart():
+    spans = [Span(1, None, "prog.py", "transaction", 0, 1000 * MS, 1),
+             Span(2, 1, "__main__.work", "function", 600 * MS, 900 * MS, 1)]
+    imp = [("__main__", "<module>"), ("importlib._bootstrap", "_find_and_load"), ("diffusers", "<module>")]
+    samples = [(t * 10 * MS, imp) for t in range(1, 55)]  # imports up to 550 ms
+    samples += [(t * 10 * MS, [("__main__", "<module>"), ("__main__", "work"), ("numpy", "dot")]) for t in range(61, 90)]
+    samples += [(700 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "_find_and_load")])]
+    samples.sort()
+    data = _profile_run(spans, samples)
+    ix = ProfileIndex(data.profile)
+    ph = phases(data, ix)
+    assert ph.split and ph.startup_ns == 600 * MS and ph.work_ns == 300 * MS and ph.shutdown_ns == 100 * MS
+    phase = sample_phase(ix, ph)
+    assert phase[importing(ix)].tolist() == [0] * int(importing(ix).sum())  # every import is start-up
+    s = summarize(data, ix)
+    assert s.phases.split and not [f for f in s.top_self + s.top_total if "importlib" in f.name or f.name == "diffusers.<module>"]
+    assert any(f.name == "numpy.dot" for f in s.top_self)
+    assert any("_find_and_load" in f.name for f in s.phases.startup_top)
+    # nothing traced: nothing to split
+    data2 = _profile_run([Span(1, None, "prog.py", "transaction", 0, 1000 * MS, 1)], samples)
+    assert not phases(data2, ProfileIndex(data2.profile)).split
+
+
+def test_last_step_callback_is_in_the_last_step(tmp_path):
+    """The last step's window runs on while its loop iteration does (the samples' line in the loop's
+    function, against the source's for statement)."""
+    src = tmp_path / "pipe.py"
+    body = ["def call(self):", "    x = 0"] + ["    pass"] * 6 + ["    for t in self.timesteps:"] + ["        x += 1"] * 11 \
+        + ["    y = 1"] * 12
+    src.write_text("\n".join(body) + "\n")  # the loop holds lines 9-20; line 30 is after it
+    spans = [s for s in _pipeline_spans(n=4, slow=(3,), callback=False)]
+    pipe = next(s for s in spans if s.name == PIPE)
+    loop = [("__main__", "<module>"), ("diffusers.pipelines.sd", "Pipe.__call__")]
+    samples = []
+    for s in spans:
+        if s.name == UNET:
+            samples += [(t, loop + [("diffusers.models.unets", "UNet.forward")]) for t in range(s.start_ns + MS, s.end_ns, 2 * MS)]
+        if s.name == SCHED:
+            samples.append((s.start_ns + MS // 2, loop + [("diffusers.schedulers", "DDIM.step")]))
+    last_sched = max((s for s in spans if s.name == SCHED), key=lambda s: s.start_ns)
+    t = last_sched.end_ns + MS
+    while t < last_sched.end_ns + 40 * MS:  # the callback after the last step
+        samples.append((t, loop + [("__main__", "on_step_end"), ("PIL.ImageFile", "_save")]))
+        t += 2 * MS
+    samples.append((t + 2 * MS, loop + [("diffusers.models.autoencoders", "VAE.decode")]))  # after the loop
+    samples.sort()
+    # every sample of the loop frame at one line in the loop, the decode at a later line
+    data = _profile_run(spans, samples)
+    prof = data.profile
+    lines = {"UNet.forward": 10, "DDIM.step": 12, "on_step_end": 14, "VAE.decode": 30}
+    new_frames = list(prof.frames)
+    new_stacks = []
+    for st in prof.stacks:
+        leaf = prof.frames[st[2]].function
+        fr = prof.frames[st[1]]
+        f2 = Frame(fr.function, fr.module, str(src), lines.get(leaf, 10))
+        new_frames.append(f2)
+        new_stacks.append((st[0], len(new_frames) - 1) + tuple(st[2:]))
+    prof.frames, prof.stacks = new_frames, new_stacks
+    ix = ProfileIndex(prof)
+    t = step_table(spans, index=ix)
+    last = t.rows[-1]
+    assert last.end_ns >= last_sched.end_ns + 35 * MS and last.end_ns < pipe.end_ns
+    assert last.untraced_ns > 30 * MS and last.slow and last.fill and last.fill[0].function == "PIL.ImageFile._save"
+    assert last.fill[0].via == "__main__.on_step_end"
+
+
+def test_terminal_tables_never_cut_a_number_and_keep_function_names():
+    assert left_short("a.very.long.module.path.Klass.method", 20) == "…path.Klass.method"
+    assert left_short("a.very.long.module.path.Klass.method", 10) == "…Klass.method"  # never less than Class.method
+    assert left_short("short.name", 20) == "short.name"
+    spans = _pipeline_spans()
+    data = _profile_run(spans, [(200 * MS, [("__main__", "<module>")])])
+    s = summarize(data, ProfileIndex(data.profile))
+    for width in (80, 120, 250):
+        con = Console(width=width, record=True, color_system=None)
+        print_summary(s, con)
+        out = con.export_text()
+        assert not re.search(r"\d…|…\d|\.\.\.\d", out), out
+        for r in s.steps.rows:
+            assert re.search(rf"(?<![\d.]){re.escape(f'{r.wall_ns / 1e6:.1f} ms')}", out), (width, r.wall_ns)
+        assert "UNet2DConditionModel.forward" in out.replace("\n", "") or width < 100
+
+
+def test_a_slow_first_step_beside_later_slow_ones_is_a_warm_up():
+    d = np.array([160, 66, 67, 210, 66, 65, 66, 205, 67, 66, 65, 200], float) * MS
+    v = call_slow(d)
+    assert v.warmup and np.nonzero(v.mask)[0].tolist() == [3, 7, 11] and "warm-up" in v.rule
+    alone = np.array([160, 66, 67, 66, 66, 65, 66, 67, 67, 66, 65, 66], float) * MS
+    v = call_slow(alone)
+    assert not v.warmup and np.nonzero(v.mask)[0].tolist() == [0]  # the shape "first"
+    spans = [Span(i + 1, None, "f", "function", i * 300 * MS, i * 300 * MS + int(x), 1) for i, x in enumerate(d)]
+    rt = repeat_table(spans, "f")
+    assert rt.rows[0].warmup and not rt.rows[0].slow and [r.step for r in rt.slow_rows] == [3, 7, 11]
+    assert rt.shape == "every 4"
