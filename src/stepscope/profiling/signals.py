@@ -20,7 +20,7 @@ since the previous sample*, or re-arming from the handler, is biased: the sample
 also take the Python time before the call.)
 
 CPU time: a second timer on the main thread's CPU clock expires only while the thread runs (the kernel
-checks it at its scheduler tick, so at most about CONFIG_HZ samples a second); each of its samples is
+checks it at its scheduler tick; its period is never under 10 ms: at most 100 samples a second); each of its samples is
 charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
 CPU-timer samples CPU time and no wall time, so the flame graph shows either, unbiased.
 
@@ -49,6 +49,10 @@ from .timer import ThreadTimer
 
 #: The real-time signals used, counted down from SIGRTMAX (the first two free ones are taken: wall, CPU).
 CANDIDATES = (3, 4, 5, 6, 7, 8)
+
+#: The CPU-clock timer's shortest period (ns): the kernel checks CPU timers at its tick anyway, and 100 CPU
+#: samples a second resolve the CPU view; faster --hz only adds handler calls to it.
+CPU_PERIOD_MIN_NS = 10_000_000
 
 _installed: list[int] = []  # [wall signal, CPU signal] with the handler installed (process-wide)
 _active: "MainThreadSampler | None" = None
@@ -215,7 +219,7 @@ class MainThreadSampler:
             delay = self.draw()
             self.waited, self.due = delay, time.perf_counter_ns() + delay
             wall.arm_at(self.due)
-            cpu.arm(period_ns)
+            cpu.arm(max(int(period_ns), CPU_PERIOD_MIN_NS))
         except OSError as e:
             _active = None
             self.note = f"no per-thread timer ({e})"
