@@ -80,7 +80,7 @@ class Sampler:
         self.lock = threading.Lock()
         self._frame_index: dict[tuple, int] = {}  # (id(code), last instruction) -> frame index, -1 if hidden
         self._alive: dict[int, object] = {}  # id(code) -> code: keeps the ids in _frame_index unique
-        self._line_index: dict[tuple, int] = {}  # (code, line) -> frame index
+        self._line_index: dict[tuple, int] = {}  # (id(code), line) -> frame index
         self._next_frame = 0
         self._code_info: dict = {}
         self._stack_index: dict[tuple, int] = {}
@@ -191,23 +191,27 @@ class Sampler:
 
     def _add_frame(self, key: tuple, f) -> int:
         code = f.f_code
-        self._alive[key[0]] = code
-        line = f.f_lineno
-        if code.co_filename in HIDDEN_FILES:
+        cid = key[0]
+        self._alive[cid] = code
+        info = self._code_info.get(cid)  # by id: hashing a large code object (a module's) costs microseconds
+        if info is None:
+            if code.co_filename in HIDDEN_FILES:
+                info = None
+                self._code_info[cid] = False
+            else:
+                module = f.f_globals.get("__name__", "") if f.f_globals is not None else ""
+                function = getattr(code, "co_qualname", code.co_name)
+                info = self._code_info[cid] = (function, module if isinstance(module, str) else "", code.co_filename)
+        if not info:
             self._frame_index[key] = -1
             return -1
-        info = self._code_info.get(code)
-        if info is None:
-            module = f.f_globals.get("__name__", "") if f.f_globals is not None else ""
-            function = getattr(code, "co_qualname", code.co_name)
-            info = (function, module if isinstance(module, str) else "", code.co_filename)
-            self._code_info[code] = info
+        line = f.f_lineno
         # several instructions share a line: one frame per (code, line)
-        idx = self._line_index.get((code, line))
+        idx = self._line_index.get((cid, line))
         if idx is None:
             idx = self._next_frame
             self._next_frame += 1
-            self._line_index[(code, line)] = idx
+            self._line_index[(cid, line)] = idx
             self._new_frames.append((info[0], info[1], info[2], line or 0))
         self._frame_index[key] = idx
         return idx
