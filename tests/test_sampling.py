@@ -96,3 +96,21 @@ def test_depth_cap_keeps_the_leaf():
     assert len(stack) == 5 and s.truncated >= 1
     assert frames[stack[-1]][0] == "Sampler.sample"  # the leaf is kept ...
     assert [frames[i][0].rsplit(".", 1)[-1] for i in stack[:-1]] == ["deep"] * 4  # ... and the root side dropped
+
+
+def test_drain_inside_an_interrupted_sample_does_not_deadlock():
+    """A signal handler of the program's (SIGTERM -> the final flush) can run inside the timer handler's sample of
+    the same thread, which holds the tables' lock: drain and restart still return (no deadlock)."""
+    import sys
+    import time
+
+    from stepscope.profiling.sampler import Sampler
+
+    s = Sampler()
+    s.sample_frame(sys._getframe(), 1, time.perf_counter_ns(), 10, 5)
+    with s.lock:  # as if interrupted inside _record
+        t0 = time.monotonic()
+        s.restart()
+        frames, stacks, samples = s.drain()
+        assert time.monotonic() - t0 < 5
+    assert len(samples) == 1 and samples[0][3:] == (10, 5) and frames and stacks

@@ -100,12 +100,12 @@ class Sampler:
 
     def restart(self, thread_id: int | None = None) -> None:
         """Forget the previous sample of ``thread_id`` (None: of every thread): its next sample is charged one
-        period, not the time since (sampling was paused)."""
-        with self.lock:
-            if thread_id is None:
-                self._last.clear()
-            else:
-                self._last.pop(thread_id, None)
+        period, not the time since (sampling was paused). Takes no lock (single dict operations): it is called
+        on the way out, maybe from a signal handler that interrupted a sample in this very thread."""
+        if thread_id is None:
+            self._last.clear()
+        else:
+            self._last.pop(thread_id, None)
 
     def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
@@ -220,10 +220,17 @@ class Sampler:
         """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain; samples as
         ``(t_ns, thread_id, stack, wall_ns, cpu_ns)`` tuples.
 
-        Frame and stack indices continue across drains (the tables are append-only).
+        Frame and stack indices continue across drains (the tables are append-only). When the lock cannot be had
+        within a second, the tables are taken without it: that is a signal handler (the program's SIGTERM, say)
+        running inside a sample of this same thread, whose half-written row is then dropped (columns are zipped
+        to the shortest), instead of a deadlock.
         """
-        with self.lock:
+        locked = self.lock.acquire(timeout=1.0)
+        try:
             frames, self._new_frames = self._new_frames, []
             stacks, self._new_stacks = self._new_stacks, []
             cols, self._cols = self._cols, self._new_cols()
+        finally:
+            if locked:
+                self.lock.release()
         return frames, stacks, list(zip(*cols))
