@@ -214,6 +214,7 @@ class Session:
             self.main_sampler.start(self.sampler.period_ns)
         elif self.settings.sampler == "thread":
             self.main_sampler.note = "--sampler thread"
+        self.recorder_error: str | None = None
         self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
         self._thread.start()
         atexit.register(self._atexit)
@@ -301,6 +302,8 @@ class Session:
         if ms.signum is None:
             return {"main": "thread", "note": ms.note}
         info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+        if self.recorder_error:
+            info["recorder_error"] = self.recorder_error
         if ms.pauses:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
         return info
@@ -316,6 +319,18 @@ class Session:
 
     # -- recorder thread -------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._record_loop()
+        except Exception as e:  # a bug of stepscope's: never printed into the program, and spans still flushed
+            self.recorder_error = f"{type(e).__name__}: {e}"  # other threads go unsampled from here on
+            while not self.finished and os.getpid() == self._pid:
+                self._stop.wait(self.settings.flush_interval_s)
+                try:
+                    self._flush()
+                except Exception:
+                    return
+
+    def _record_loop(self) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
@@ -328,6 +343,7 @@ class Session:
         next_t = now()
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
+        interval = period
         while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
@@ -347,11 +363,14 @@ class Session:
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
                 if others:
-                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else (), interval_ns=interval)
                     self._track_os_threads(self.sampler.last_threads, t)
-                next_t += period if others else max(period, idle_poll)
+                # the main thread sampled by signal and every other thread blocked (a progress bar's monitor, a
+                # queue's consumer): look again at 10 Hz; a blocked thread's samples are charged their whole wait
+                interval = period if others and (not by_signal or self.sampler.busy) else max(period, idle_poll)
+                next_t += interval
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
-                    next_t = t + period
+                    next_t = t + interval
             if t - last_flush >= flush_every:
                 main_sampler.check()
                 if by_signal:
