@@ -64,16 +64,19 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     limits.in_range("--top", top, 1, 1000, integer=True)
     path = trace_file(target)
     if path is not None:
+        from ..device.kineto import read
         from ..device.xla import looks_xla
 
-        if path.is_dir() or looks_xla(path):
+        raw = None if path.is_dir() else read(path)  # read and gunzipped once
+        if raw is None or looks_xla(path, raw):
+            del raw
             x = _xla_view(path, top)
             if as_json:
                 print_json({"xla": dataclasses.asdict(x)})
             else:
                 print_xla(x, out, top)
             return
-        summary = summarize_device(load(path), top=max(top, 15))
+        summary = summarize_device(load(path, raw), top=max(top, 15))
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
         else:
