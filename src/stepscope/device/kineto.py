@@ -170,14 +170,19 @@ _Num = int | float | None
 _Id = int | float | str | None
 
 
+_NO_RAW = msgspec.Raw()
+
+
 class _Args(msgspec.Struct, gc=False):  # no cycles: never tracked by the GC (a 2x faster decode)
     correlation: _Id = -1
     external_id: _Id = msgspec.field(default=-1, name="External id")
     stream: _Id = -1
     device: _Id = -1
     nbytes: _Id = msgspec.field(default=-1, name="bytes")
-    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
-    concrete: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+    # raw JSON, empty when absent (``Raw | None`` would accept only null: every trace with shapes fell back to the
+    # slow general reader)
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -262,6 +267,8 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     flop_names = set(FLOP_OPS)
     names: defaultdict = defaultdict(itertools.count().__next__)  # name -> index, made in C as names come
     col = None
+    flop_ids: list[int] = []  # name indices of ops whose FLOPs are counted
+    looked = 0  # how many names were checked for it
     extra: dict[int, dict] = {}
     n = 0
     is_x = "X".__eq__
@@ -283,9 +290,8 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
             col["ts"][sl] = np.rint(np.fromiter(map(_TS, xs), np.float64, m) * 1000)
         except TypeError:
             raise _Untyped from None  # a complete event without ts: the general reader names it
-        nm = list(map(str, map(_NAME, xs)))
         col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
-        col["name"][sl] = np.fromiter(map(names.__getitem__, nm), np.int32, m)
+        col["name"][sl] = np.fromiter(map(names.__getitem__, map(_NAME, xs)), np.int32, m)
         col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
         col["pid"][sl] = _ints(map(_PID, xs), m)
         col["tid"][sl] = _ints(map(_TID, xs), m)
@@ -295,15 +301,19 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         col["stream"][sl] = _ints(map(_STREAM, args), m)
         col["dev"][sl] = _ints(map(_DEV, args), m)
         col["bytes"][sl] = _ints(map(_BYTES, args), m)
-        if flop_names.intersection(nm):
-            for j, (x, a) in enumerate(zip(nm, args)):
-                if x in flop_names and (a.input_dims is not None or a.concrete is not None):
-                    e = {}
-                    if a.input_dims is not None:
-                        e["Input Dims"] = msgspec.json.decode(a.input_dims)
-                    if a.concrete is not None:
-                        e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
-                    extra[n + j] = e
+        if len(names) > looked:  # names first seen in this chunk: do they count FLOPs?
+            flop_ids += [i for i, x in enumerate(itertools.islice(names, looked, None), looked) if str(x) in flop_names]
+            looked = len(names)
+        hits = np.nonzero(np.isin(col["name"][sl], flop_ids))[0] if flop_ids else np.empty(0, np.int64)
+        for j in hits.tolist():
+            a = args[j]
+            if a.input_dims or a.concrete:
+                e = {}
+                if a.input_dims:
+                    e["Input Dims"] = msgspec.json.decode(a.input_dims)
+                if a.concrete:
+                    e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
+                extra[n + j] = e
         n += m
     if col is None:
         col = {k: np.empty(0, dtype=np.int8 if k == "cat" else np.int32 if k == "name" else np.int64)
@@ -315,8 +325,14 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     base_ns = int(base) if isinstance(base, (int, float)) else 0
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties") and not isinstance(v, (list, dict))}
     props = doc.get("deviceProperties")
+    names = list(names)
+    if any(type(x) is not str for x in names):  # a number or null as a name: the same text is one name
+        text = {}
+        remap = np.fromiter((text.setdefault(str(x), len(text)) for x in names), np.int32, len(names))
+        col["name"] = remap[col["name"]]
+        names = list(text)
     trace = KinetoTrace(
-        path=path, names=list(names), cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
+        path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
         pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
         device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
         device_properties=list(props) if isinstance(props, list) else [], metadata=meta)
