@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import typing
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -185,8 +186,9 @@ class _Args(msgspec.Struct, gc=False):  # no cycles: never tracked by the GC (a 
     concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str | None = None
+class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event: the only phase whose fields are decoded."""
+
     name: str | int | float | None = ""
     cat: str | None = ""
     ts: _Num = None
@@ -196,8 +198,15 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = msgspec.field(default_factory=_Args)
 
 
-_PH, _NAME, _CATF, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid",
-                                                                         "args"))
+#: Every other phase of the Trace Event Format (Chrome's "Trace Event Format" document: duration, instant, counter,
+#: async, flow, sample, object, metadata, memory dump, mark, clock sync, context events): decoded as an empty
+#: struct, all its fields skipped. A phase not listed here sends the file to the general reader.
+_OTHER = tuple(msgspec.defstruct(f"_Ph{i}", [], gc=False, tag_field="ph", tag=t)
+               for i, t in enumerate(("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P",
+                                      "O", "N", "D", "M", "V", "v", "R", "c", "(", ")")))
+
+
+_NAME, _CATF, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("name", "cat", "ts", "dur", "pid", "tid", "args"))
 _CORR, _EXT, _STREAM, _DEV, _BYTES = (attrgetter(f) for f in ("correlation", "external_id", "stream", "device", "nbytes"))
 
 
@@ -207,7 +216,7 @@ class _Untyped(Exception):
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENTS = msgspec.json.Decoder(list[typing.Union[(_Event, *_OTHER)]])
 
 
 class LazyArgs:
@@ -271,9 +280,9 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     looked = 0  # how many names were checked for it
     extra: dict[int, dict] = {}
     n = 0
-    is_x = "X".__eq__
+    is_x = _Event.__instancecheck__
     for events in chunks:
-        xs = list(itertools.compress(events, map(is_x, map(_PH, events))))  # every step in C: no bytecode per event
+        xs = list(itertools.compress(events, map(is_x, events)))  # every step in C: no bytecode per event
         del events
         m = len(xs)
         if not m:
