@@ -16,8 +16,8 @@ Reading a file (``load``) decodes straight into the columns: msgspec splits the 
 (no copy), decodes them in chunks of ``CHUNK`` events into typed structs that keep only the fields used (every
 other field and ``args`` key is skipped without being built), and turns each chunk into column pieces before
 the next. No dict per event is ever made: memory is the file's bytes, one chunk of structs and the columns.
-Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs`` are kept for the ops whose
-FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
+Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs``/``Input type`` are kept for the ops
+whose FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
 """
 
 from __future__ import annotations
@@ -166,6 +166,7 @@ class _Args(msgspec.Struct):
     nbytes: _Id = msgspec.field(default=-1, name="bytes")
     input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
     concrete: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+    input_type: msgspec.Raw | None = msgspec.field(default=None, name="Input type")
 
 
 class _Event(msgspec.Struct):
@@ -285,6 +286,8 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
                         e["Input Dims"] = msgspec.json.decode(a.input_dims)
                     if a.concrete is not None:
                         e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
+                    if a.input_type is not None:
+                        e["Input type"] = msgspec.json.decode(a.input_type)
                     extra[n + j] = e
         n += m
     del top
