@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-xla xla-venv bench clean
+.PHONY: install demo test test-xla xla-venv bench clean gpu-wheels gpu-check
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,17 @@ xla-venv:
 test-xla:
 	scripts/test_xla.sh
 
+# The GPU check (issue 16; README: GPU check). gpu-wheels runs here, with the package registry: the wheels that
+# gpu-check installs with no index on a GPU machine (never torch: it uses the machine's). gpu-check: one line and
+# exit 2 without CUDA; otherwise .gpu-venv (system site-packages) and the checks' one table ($OUT: JSON + markdown).
+GPU_WHEELS_SKIP ?=
+GPU_CHECK_ARGS ?=
+gpu-wheels: $(STAMP)
+	$(BIN)/python scripts/gpu_wheels.py --skip "$(GPU_WHEELS_SKIP)"
+
+gpu-check:
+	@$(PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tracer_overhead.py
 	$(BIN)/python benchmarks/compile_transparency.py
@@ -37,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
-	rm -rf $(VENV) .stepscope stepscope-*.html
+	rm -rf $(VENV) .gpu-venv .stepscope stepscope-*.html

@@ -83,6 +83,19 @@ def test_flops_per_span_against_measured_peak(euler_run):
     unet = {s["name"]: s for s in dev["spans"]}[UNET]
     assert unet["flops"] > 1e8  # convolutions and matmuls of 4 tiny-UNet forwards
     assert 0 < unet["of_peak"] < 1.5
+    # the share is of the peak of the ops' own dtype (a float16 UNet on a GPU: the float16 peak)
+    assert dev["peak"]["peaks"]["float32"] == dev["peak"]["peak_flops"]
+    assert unet["peak_dtype"] == "float32" and unet["flops_by_dtype"] == {"float32": unet["flops"]}
+    assert abs(unet["of_peak"] - unet["achieved_flops_s"] / dev["peak"]["peaks"]["float32"]) < 1e-9
+
+
+def test_share_of_peak_is_per_dtype():
+    from stepscope.device.flops import op_dtype
+
+    assert op_dtype({"Input type": ["c10::Half", "c10::Half", "Scalar"]}) == "float16"
+    assert op_dtype({"Input type": ["", "c10::BFloat16"]}) == "bfloat16"
+    assert op_dtype({"Input type": ["float"]}) == "float32"
+    assert op_dtype({"Input type": ["Scalar"]}) is None and op_dtype({}) is None
 
 
 def test_compile_report_lists_graph_breaks_and_recompiles(tmp_path):

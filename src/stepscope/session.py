@@ -273,6 +273,7 @@ class Session:
         for name, outer in compiled_notes().items():  # ran as part of a torch.compile graph
             where = ", ".join(o for o in outer if o) or "the span around the compiled call"
             self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
+        mechanism = getattr(self.patcher._mechanism, "name", None)  # (None when nothing was traced)
         self.patcher.remove()
         self._flush()
         end = clock.now_ns()
@@ -282,6 +283,7 @@ class Session:
         try:
             env = environment()
             env["sampler"] = self.sampler_info()
+            env["tracing"] = mechanism  # monitoring (3.12+) or code (3.11): how the spans were recorded
             self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
                                   end_ns=end, env=env, unresolved=self.unresolved)
         except Exception as e:  # `stepscope run` tells the user; never into the program's exit

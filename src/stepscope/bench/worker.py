@@ -39,7 +39,7 @@ class Target:
         self.cfg = cfg
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.dtype = getattr(torch, cfg["dtype"])
-        pipe = build_pipeline(cfg["model"], "ddim")
+        pipe = build_pipeline(cfg["model"], "ddim", device=self.device)
         pipe.to(self.device) if cfg["dtype"] == "float32" else pipe.to(self.device, self.dtype)
         self.size = cfg["size"] or default_size(cfg["model"])
         self.backend = self._attention(pipe, cfg["attention"])

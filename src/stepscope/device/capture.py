@@ -121,15 +121,17 @@ class DeviceCapture:
         self._probe()
 
     def _probe(self) -> None:
-        """Measure this device's matmul peak (FLOP/s) next to the trace (``device_probe.json``)."""
+        """Measure this device's matmul peak (FLOP/s) next to the trace (``device_probe.json``): ``peak_flops``
+        (float32) and ``peaks`` per dtype (``flops.probe_peaks``: float16 and bfloat16 too on a GPU)."""
         import json
 
-        from .flops import probe_peak
+        from .flops import probe_peaks
 
         torch = self._torch
         dev = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
         name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
-        info = {"device": dev, "name": name, "dtype": "float32", "peak_flops": probe_peak(dev),
+        peaks = probe_peaks(dev)
+        info = {"device": dev, "name": name, "dtype": "float32", "peak_flops": peaks["float32"], "peaks": peaks,
                 "threads": torch.get_num_threads()}
         (self.out_path.parent / "device_probe.json").write_text(json.dumps(info))
 

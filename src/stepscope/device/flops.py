@@ -76,6 +76,24 @@ def op_flops(name: str, args: dict) -> float:
     return 0.0
 
 
+#: Kineto's ``Input type`` names -> torch dtype names
+_TYPES = {"c10::Half": "float16", "c10::BFloat16": "bfloat16", "float": "float32", "double": "float64",
+          "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
+
+
+def op_dtype(args: dict) -> str | None:
+    """The dtype (torch name: float16, bfloat16, float32...) of an op's first floating-point tensor input, from
+    its recorded ``Input type`` (None when not recorded or not floating point)."""
+    types = args.get("Input type") or []
+    if not isinstance(types, list):
+        return None
+    for t in types:
+        d = _TYPES.get(t) if isinstance(t, str) else None
+        if d is not None:
+            return d
+    return None
+
+
 def trace_flops(trace) -> np.ndarray:
     """FLOPs per event of a ``KinetoTrace`` (float64, 0 for events not counted; see the module doc)."""
     out = np.zeros(len(trace))
@@ -93,6 +111,18 @@ def trace_flops(trace) -> np.ndarray:
             out[i] = op_flops(trace.names[trace.name[i]], trace.args[i])
             counted_end = int(trace.ts[i] + trace.dur[i])
     return out
+
+
+#: dtypes whose peak is measured on a GPU (the CPU: float32 only)
+GPU_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def probe_peaks(device: str = "cpu") -> dict[str, float]:
+    """Measured dense matmul peak (FLOP/s) per dtype name: float32 on the CPU (2048^3); float32, float16 and
+    bfloat16 on a GPU (8192^3, large enough that launch overhead is <1% of a matmul), each by ``probe_peak``."""
+    if not device.startswith("cuda"):
+        return {"float32": probe_peak(device)}
+    return {d: probe_peak(device, n=8192, repeats=10, dtype=d) for d in GPU_DTYPES}
 
 
 def probe_peak(device: str = "cpu", n: int = 2048, repeats: int = 5, dtype: str = "float32") -> float:

@@ -18,8 +18,8 @@ never tracked by the garbage collector, which halves the decode) and the complet
 ``SINGLE_PASS_BYTES`` of events this is one pass; beyond it msgspec first splits the document into raw event
 slices (no copy) and decodes ``CHUNK`` events at a time, each chunk turned into column pieces before the next.
 No dict per event is ever made: memory is the file's bytes, the structs of one pass or chunk, and the columns.
-Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs`` are kept for the ops whose
-FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
+Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs``/``Input type`` are kept for the ops
+whose FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
 """
 
 from __future__ import annotations
@@ -184,6 +184,7 @@ class _Args(msgspec.Struct, gc=False):  # no cycles: never tracked by the GC (a 
     # slow general reader)
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
 class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -316,12 +317,14 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         hits = np.nonzero(np.isin(col["name"][sl], flop_ids))[0] if flop_ids else np.empty(0, np.int64)
         for j in hits.tolist():
             a = args[j]
-            if a.input_dims or a.concrete:
+            if a.input_dims or a.concrete or a.input_type:
                 e = {}
                 if a.input_dims:
                     e["Input Dims"] = msgspec.json.decode(a.input_dims)
                 if a.concrete:
                     e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
+                if a.input_type:
+                    e["Input type"] = msgspec.json.decode(a.input_type)
                 extra[n + j] = e
         n += m
     if col is None:

@@ -20,7 +20,7 @@ import numpy as np
 from ..model import RunData, Span
 from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
 from .capture import MARKER
-from .flops import trace_flops
+from .flops import op_dtype, trace_flops
 from .kineto import CAT, KinetoTrace
 
 
@@ -81,7 +81,10 @@ def clock_map_from(pts: list[tuple[int, int]]) -> ClockMap:
 class SpanDevice:
     """Per span name: calls, host (span) time, time in host ops (top-level cpu_op, ns), device time
     (kernels/copies launched inside the span windows, ns), the top host ops by self time, FLOPs of the
-    ops inside (from recorded shapes), achieved FLOP/s and its share of the peak. Device figures cover the
+    ops inside (from recorded shapes), achieved FLOP/s and its share of the peak. The share is against the peak
+    measured in each op's own dtype (``flops_by_dtype``; ``device_probe.json``'s ``peaks``, falling back to its
+    float32 ``peak_flops``): sum over dtypes of FLOPs / peak, over the time; ``peak_dtype``: the dtype with most
+    FLOPs (a float16 UNet's share is of the float16 matmul peak). Device figures cover the
     ``recorded`` calls that lie within the trace (``--device-steps`` records a few steps only), and
     achieved FLOP/s is FLOPs over those calls' time (``recorded_ns``). ``top_kernels``: device time per
     kernel/copy launched inside the span (ns)."""
@@ -98,6 +101,8 @@ class SpanDevice:
     recorded: int = 0
     recorded_ns: int = 0
     top_kernels: list[tuple[str, int]] = field(default_factory=list)
+    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    peak_dtype: str | None = None
 
 
 @dataclass(slots=True)
@@ -217,6 +222,7 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     dev_launch_tid = np.array([launch.get(int(c), (-1, -1))[1] for c in trace.correlation[dev]], dtype=np.int64)
     self_ns = dict(zip(cpu.tolist(), self_times(trace, cpu).tolist()))
     flops = trace_flops(trace)[cpu]
+    dtypes = [op_dtype(trace.args[int(i)]) if f else None for i, f in zip(cpu.tolist(), flops.tolist())]
     per: dict[str, SpanDevice] = {}
     t_lo = int(trace.ts.min()) if len(trace) else 0  # calls outside the recorded window are not counted
     t_hi = int(trace.end.max()) if len(trace) else 0
@@ -238,17 +244,28 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
         sd.op_ns += int(_top_level_ns(trace, inside))
         for i in inside.tolist():
             op_acc[s.name][trace.name_of(i)] += int(self_ns.get(i, 0))
-        sd.flops += float(flops[np.searchsorted(cpu, inside)].sum()) if len(inside) else 0.0
+        if len(inside):
+            pos = np.searchsorted(cpu, inside)
+            sd.flops += float(flops[pos].sum())
+            for p in pos[flops[pos] > 0].tolist():
+                d = dtypes[p] or "float32"
+                sd.flops_by_dtype[d] = sd.flops_by_dtype.get(d, 0.0) + float(flops[p])
         m = (dev_launch_tid == ktid) & (dev_launch_ts >= a) & (dev_launch_ts < b)
         sd.device_ns += int(trace.dur[dev[m]].sum())
         for i in dev[m].tolist():
             kern_acc[s.name][trace.name_of(i)] += int(trace.dur[i])
     peak_flops = (peak or {}).get("peak_flops")
+    peaks = (peak or {}).get("peaks") or {}
     for name, sd in per.items():
         sd.top_ops = sorted(op_acc[name].items(), key=lambda kv: -kv[1])[:5]
         sd.top_kernels = sorted(kern_acc[name].items(), key=lambda kv: -kv[1])[:5]
         sd.achieved_flops_s = sd.flops / (sd.recorded_ns / 1e9) if sd.recorded_ns else 0.0
-        sd.of_peak = sd.achieved_flops_s / peak_flops if peak_flops else None
+        sd.peak_dtype = max(sd.flops_by_dtype, key=sd.flops_by_dtype.get) if sd.flops_by_dtype else None
+        need = [(f, peaks.get(d) or peak_flops) for d, f in sd.flops_by_dtype.items()]
+        if sd.recorded_ns and need and all(p for _, p in need):  # seconds the ops would take at their peaks
+            sd.of_peak = sum(f / p for f, p in need) / (sd.recorded_ns / 1e9)
+        else:
+            sd.of_peak = sd.achieved_flops_s / peak_flops if peak_flops else None
     return RunDevice(summary, int(np.median(cmap.offset)), sorted(per.values(), key=lambda x: -x.host_ns), sites, peak,
                      compile)
 

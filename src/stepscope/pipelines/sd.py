@@ -136,8 +136,11 @@ def _filter(klass, cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k in params}
 
 
-def build_pipeline(model: str = "tiny", scheduler: str = "ddim", seed: int = 0):
-    """A StableDiffusionPipeline on the CPU, float32. ``model``: tiny, sd15 or a local folder.
+def build_pipeline(model: str = "tiny", scheduler: str = "ddim", seed: int = 0, device: str | None = None):
+    """A StableDiffusionPipeline, float32, on the CPU or on ``device`` (``"cuda"``...). ``model``: tiny, sd15 or
+    a local folder. With a device, random weights are made on it (``torch.device`` as the default device while
+    the models are built: sd15's 1.07G parameters in a fraction of a second on a GPU instead of seconds on the CPU);
+    a folder's weights are loaded, then moved there.
 
     Raises ValueError for an unknown model/scheduler, FileNotFoundError for a missing folder.
     """
@@ -152,9 +155,13 @@ def build_pipeline(model: str = "tiny", scheduler: str = "ddim", seed: int = 0):
                                                        requires_safety_checker=False)
         pipe.scheduler = make_scheduler(scheduler, pipe.scheduler.config)
         pipe.set_progress_bar_config(disable=True)
-        return pipe
+        return pipe.to(device) if device else pipe
     torch.manual_seed(seed)
-    unet, text, vae, tokenizer = _components(model)
+    if device and torch.device(device).type != "cpu":
+        with torch.device(device):
+            unet, text, vae, tokenizer = _components(model)
+    else:
+        unet, text, vae, tokenizer = _components(model)
     pipe = StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=tokenizer, unet=unet,
                                    scheduler=make_scheduler(scheduler), safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)

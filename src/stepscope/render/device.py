@@ -85,7 +85,10 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
             t = Table(title="Per span: host time vs host ops vs device", title_justify="left", show_edge=False)
             peak = (v.peak or {}).get("peak_flops")
             if peak:
-                console.print(f"measured peak ({v.peak.get('name')}, {v.peak.get('dtype')} matmul): {peak / 1e9:.1f} GFLOP/s")
+                peaks = v.peak.get("peaks") or {v.peak.get("dtype"): peak}
+                console.print(f"measured matmul peak ({v.peak.get('name')}): "
+                              + ", ".join(f"{d} {p / 1e9:.1f} GFLOP/s" for d, p in peaks.items())
+                              + " (each span's share: of the peak of its ops' dtype)")
             for col in ("span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s",
                         "of peak", "top kernels / ops"):
                 num = col not in ("span", "top kernels / ops")
