@@ -25,7 +25,9 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     if fmt not in FORMATS:
         raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     st = open_store(store)
-    data = st.load(run_id)
+    from ..analysis.table import load_run
+
+    data = load_run(st, run_id)
     device = None
     trace_file = st.path / "runs" / data.run.id / "device_trace.json.gz"
     if fmt == "chrome" and trace_file.exists():
