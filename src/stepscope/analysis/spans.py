@@ -136,7 +136,7 @@ class StepRow:
 
 
 #: A step or repeat table with more rows than this keeps, as StepRow objects, its first ``HEAD_ROWS`` rows and
-#: then its slow rows (the first ones) up to ``MAX_ROWS`` rows in all; the rule, the shape, the columns and the
+#: then its slow rows (the slowest ones) up to ``MAX_ROWS`` rows in all; the rule, the shape, the columns and the
 #: slow cells still cover every row (``StepTable.total_rows``, ``slow_count``).
 MAX_ROWS = 1000
 HEAD_ROWS = 200
@@ -149,7 +149,7 @@ class StepTable:
     its numbers (``analysis.slow``); ``noisy``: the repeats are too noisy to call (then no row is slow);
     ``shape``: of the slow rows (``analysis.slow.shape_of``: "first", "every k", "irregular", "none").
     ``total_rows``: how many steps/repeats the rule ran over; ``slow_count``: how many of them are slow.
-    ``rows`` holds them all up to ``MAX_ROWS``; past it, the first ``HEAD_ROWS`` and then slow ones (a row's
+    ``rows`` holds them all up to ``MAX_ROWS``; past it, the first ``HEAD_ROWS`` and the slowest slow ones (a row's
     ``step`` keeps its index among all)."""
 
     kind: str
@@ -257,13 +257,15 @@ def _verdict(wall: np.ndarray, untraced: np.ndarray, columns: dict[str, np.ndarr
     return verdict, cells
 
 
-def _shown(n: int, mask: np.ndarray, max_rows: int | None = MAX_ROWS) -> np.ndarray:
-    """The rows kept as StepRow objects (``MAX_ROWS``; None: all)."""
+def _shown(n: int, mask: np.ndarray, wall: np.ndarray, max_rows: int | None = MAX_ROWS) -> np.ndarray:
+    """The rows kept as StepRow objects (``MAX_ROWS``; None: all): the first ``HEAD_ROWS``, then the slow rows,
+    the slowest first when they do not all fit; in row order."""
     if max_rows is None or n <= max_rows:
         return np.arange(n)
     keep = np.zeros(n, bool)
     keep[:HEAD_ROWS] = True
-    keep[np.flatnonzero(mask & ~keep)[:max_rows - HEAD_ROWS]] = True
+    cand = np.flatnonzero(mask & ~keep)
+    keep[cand[np.argsort(-wall[cand], kind="stable")[:max_rows - HEAD_ROWS]]] = True
     return np.flatnonzero(keep)
 
 
@@ -396,7 +398,7 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
     cols = sorted(totals, key=lambda k: -totals[k])[:max_columns]
     verdict, cells = _verdict(np.array([r.wall_ns for r in rows], float), np.array([r.untraced_ns for r in rows], float),
                               {c: np.array([r.by_name.get(c, np.nan) for r in rows], float) for c in cols})
-    shown = _shown(len(rows), verdict.mask, max_rows)
+    shown = _shown(len(rows), verdict.mask, np.array([r.wall_ns for r in rows]), max_rows)
     kept = [rows[k] for k in shown.tolist()]
     _mark(kept, shown, verdict, cells, index, lambda k: intervals[k])
     slow_idx = np.flatnonzero(verdict.mask).tolist()
@@ -495,7 +497,7 @@ def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=Non
             v[krow[sel]] = val[sel]
             colv[t.names[c_]] = v
     verdict, cells = _verdict(wall.astype(float), untraced.astype(float), colv)
-    shown = _shown(n, verdict.mask)
+    shown = _shown(n, verdict.mask, wall)
     # the kept rows' traced names: their (row, name) entries, in row order
     korder = np.argsort(krow, kind="stable")
     kr_sorted = krow[korder]

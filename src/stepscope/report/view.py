@@ -406,8 +406,11 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
     # a run of many repeats: the first ones, then the slow and warm-up ones (the page's table), up to MAX_ROWS
     from ..analysis.spans import HEAD_ROWS, MAX_ROWS
 
-    shown = reps if len(reps) <= MAX_ROWS else (
-        reps[:HEAD_ROWS] + [r for r in reps[HEAD_ROWS:] if r.group in ("slow", "warm-up")][:MAX_ROWS - HEAD_ROWS])
+    if len(reps) <= MAX_ROWS:
+        shown = reps
+    else:  # the first ones, then the slowest slow (or warm-up) ones, in order
+        more = sorted((r for r in reps[HEAD_ROWS:] if r.group in ("slow", "warm-up")), key=lambda r: -r.duration_ns)
+        shown = reps[:HEAD_ROWS] + sorted(more[:MAX_ROWS - HEAD_ROWS], key=lambda r: r.index)
     d["repeats"] = [plain(r) for r in shown]
     d["repeats_total"] = len(reps)
     d["slow_total"] = sum(1 for r in reps if r.group == "slow")

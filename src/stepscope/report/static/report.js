@@ -618,7 +618,7 @@
     cols.forEach((c, k) => { ths[(calls > 1 ? 1 : 0) + 4 + k].title = c; });
     ths[(calls > 1 ? 1 : 0) + 3].title = "wall minus the outermost traced spans inside the step: callbacks, previews, glue that nothing traced names";
     $("steps").insertAdjacentHTML("beforeend", `<div class="note">${ST.noisy ? esc(ST.rule) : `${ST.slow_count != null ? ST.slow_count : ST.rows.filter((r) => r.slow).length} slow of ${ST.total_rows || ST.rows.length} by the rule above; slow cells in red (each cell is slow among its column).` +
-      (ST.total_rows > ST.rows.length ? ` Shown: ${ST.rows.length} rows, the first ones and then the slow ones.` : "")}</div>`);
+      (ST.total_rows > ST.rows.length ? ` Shown: ${ST.rows.length} rows, the first ${Math.min(200, ST.rows.length)} and then the slowest slow ones.` : "")}</div>`);
     document.querySelectorAll("#steps tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
       const r = ST.rows[+tr.dataset.k];
       setHash("step=" + tr.dataset.k);
