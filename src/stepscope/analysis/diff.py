@@ -458,7 +458,7 @@ def span_changes(a: RunData, b: RunData) -> list[TimeChange]:
 
 
 def _steps(d: RunData) -> dict[int, list[float]]:
-    t = step_table(d.spans)
+    t = step_table(d.spans, max_rows=None)  # every step, however many
     out: dict[int, list[float]] = defaultdict(list)
     for r in (t.rows if t is not None else []):
         out[r.step].append(float(r.wall_ns))

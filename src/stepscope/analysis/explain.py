@@ -30,6 +30,7 @@ from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats, step_table
+from .table import SpanTable, as_table
 
 COVER = 0.8
 MIN_SAMPLES = 8
@@ -117,16 +118,28 @@ class Explanation:
 
 def _has_steps(spans) -> bool:
     """Whether any span carries ``diffusion.step`` (what makes ``step_table`` not None), without building it."""
+    if isinstance(spans, SpanTable):
+        return any(STEP_ATTR in a for a in spans.attrs.values())
     return any(STEP_ATTR in s.attrs for s in spans)
+
+
+def _span_name(t: SpanTable, unit: str) -> str:
+    """The name of the first span (in time) named ``unit`` or ending with it; ``unit`` when none is."""
+    codes = [k for k, n in enumerate(t.names) if n == unit or n.endswith(unit)]
+    if not codes:
+        return unit
+    rows = np.flatnonzero(np.isin(t.name, codes))
+    return t.names[int(t.name[rows[0]])] if len(rows) else unit
 
 
 def default_unit(data: RunData) -> str:
     """``"step"`` when spans carry ``diffusion.step``; else the span name with >= 3 calls and the most time
     (sync sites excluded)."""
-    if _has_steps(data.spans):
+    t = as_table(data.spans)
+    if _has_steps(t):
         return "step"
-    sync_names = {s.name for s in data.spans if s.op == "sync"}
-    stats = [s for s in span_stats(data.spans, None) if s.count >= 3 and s.name not in sync_names]
+    sync_names = {t.names[c] for c in np.unique(t.name[t.op_mask("sync")]).tolist()}
+    stats = [s for s in span_stats(t, None) if s.count >= 3 and s.name not in sync_names]
     if not stats:
         raise ExplainError("no span name has 3 or more calls: trace a function that repeats (--trace), e.g. the loop body")
     return stats[0].name
@@ -135,29 +148,62 @@ def default_unit(data: RunData) -> str:
 def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> list[Repeat]:
     """The repeats of ``unit``: "step" (denoising steps, windows as ``step_table`` draws them with
     ``index``) or a span name (exact, or a unique suffix)."""
-    table = step_table(data.spans, index=index) if unit == "step" else None
-    if unit == "step" and table is None and not any(s.name.endswith("step") for s in data.spans):
+    t = as_table(data.spans)
+    table = step_table(t, index=index, max_rows=None) if unit == "step" else None
+    if unit == "step" and table is None and not any(n.endswith("step") for n in t.names):
         raise ExplainError("no span carries diffusion.step: trace the UNet forward and the scheduler step, or pass --span NAME")
     if table is not None:
         return [Repeat(i, f"step {r.step}" + (f" (call {r.call})" if r.call else ""), r.wall_ns, r.start_ns, r.end_ns,
                        r.thread_id) for i, r in enumerate(table.rows)]
-    names = {s.name for s in data.spans}
+    names = set(t.names)
     if unit not in names:
         matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))
         if len(matches) > 1:
             raise ExplainError(f"--span {unit}: no single span name matches (matches: {', '.join(matches[:4])})")
         if not matches:
-            counts: dict[str, int] = {}
-            for s in data.spans:
-                counts[s.name] = counts.get(s.name, 0) + 1
+            counts = dict(zip(t.names, np.bincount(t.name, minlength=len(t.names)).tolist()))
             listed = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
             raise ExplainError(f"--span {unit}: no span of that name in run {data.run.id}"
                                + ("; its span names:" if listed else " (it has no spans: name functions with --trace)"),
                                listed)
         unit = matches[0]
-    spans: list[Span] = sorted((s for s in data.spans if s.name == unit), key=lambda s: s.start_ns)
-    return [Repeat(i, f"#{i}" + (f" step {s.attrs['diffusion.step']}" if "diffusion.step" in s.attrs else ""),
-                   s.duration_ns, s.start_ns, s.end_ns, s.thread_id) for i, s in enumerate(spans)]
+    rows = np.flatnonzero(t.name == t.code(unit))  # in time order
+    attrs = t.attrs
+    return [Repeat(i, f"#{i}" + (f" step {attrs[r]['diffusion.step']}" if r in attrs and "diffusion.step" in attrs[r] else ""),
+                   e - s, s, e, th)
+            for i, (r, s, e, th) in enumerate(zip(rows.tolist(), t.start[rows].tolist(), t.end[rows].tolist(),
+                                                  t.thread[rows].tolist()))]
+
+
+def _window_samples(index: ProfileIndex, reps: list[Repeat]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each repeat, its samples (``ProfileIndex.select`` of its window and thread) as a range of ``pos``:
+    ``(pos, lo, hi)``: repeat ``k``'s sample indices are ``pos[lo[k]:hi[k]]`` (one searchsorted per thread)."""
+    th = np.fromiter((r.thread_id for r in reps), np.int64, len(reps))
+    st = np.fromiter((r.start_ns for r in reps), np.int64, len(reps))
+    en = np.fromiter((r.end_ns for r in reps), np.int64, len(reps))
+    order = np.lexsort((np.arange(len(index)), index.thread))
+    pos = order  # samples grouped by thread, in time order within a thread
+    lo = np.zeros(len(reps), np.int64)
+    hi = np.zeros(len(reps), np.int64)
+    tids, first = np.unique(index.thread[order], return_index=True)
+    last = np.append(first[1:], len(order))
+    for tid, a, b in zip(tids.tolist(), first.tolist(), last.tolist()):
+        sel = np.flatnonzero(th == tid)
+        if len(sel):
+            ts = index.t[order[a:b]]
+            lo[sel] = a + np.searchsorted(ts, st[sel], "left")
+            hi[sel] = a + np.searchsorted(ts, en[sel], "left")
+    return pos, lo, hi
+
+
+def _gather(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, which: list[int]) -> np.ndarray:
+    """The sample indices of the repeats ``which``, concatenated in that order."""
+    w = np.asarray(which, np.int64)
+    c = hi[w] - lo[w]
+    total = int(c.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return pos[np.arange(total) - np.repeat(np.cumsum(c) - c, c) + np.repeat(lo[w], c)]
 
 
 def classify(durations: np.ndarray) -> tuple[np.ndarray, float, str]:
@@ -188,8 +234,9 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     index = index or ProfileIndex(data.profile)
     unit = unit or default_unit(data)
     reps = repeats_of(data, unit, index)
-    if unit != "step" or not _has_steps(data.spans):
-        unit = next((s.name for s in data.spans if s.name == unit or s.name.endswith(unit)), unit)
+    t = as_table(data.spans)
+    if unit != "step" or not _has_steps(t):
+        unit = _span_name(t, unit)
     if len(reps) < 2:
         raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")
     dur = np.array([r.duration_ns for r in reps], dtype=np.float64)
@@ -213,9 +260,9 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         fmask &= ~mask
     for r, s, f, w in zip(reps, mask, fmask, warm):
         r.group = "slow" if s else "fast" if f else "warm-up" if w else "other"
-    sel = {r.index: index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps}
-    for r in reps:
-        r.samples = len(sel[r.index])
+    pos, lo, hi = _window_samples(index, reps)
+    for r, n in zip(reps, (hi - lo).tolist()):
+        r.samples = n
     slow_r = [r for r in reps if r.group == "slow"]
     fast_r = [r for r in reps if r.group == "fast"]
     shape = shape_of([r.index for r in slow_r], len(reps))
@@ -242,8 +289,8 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                                        if data.run.env.get("source") == "sentry" else
                                        f"record again with --hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}")
                                    + (" (or more repeats)" if need > HZ_MAX else "")))
-    s_idx = np.concatenate([sel[r.index] for r in slow_r])
-    f_idx = np.concatenate([sel[r.index] for r in fast_r])
+    s_idx = _gather(pos, lo, hi, [r.index for r in slow_r])
+    f_idx = _gather(pos, lo, hi, [r.index for r in fast_r])
     s_self, s_total = index.function_times(s_idx)
     f_self, f_total = index.function_times(f_idx)
     ns, nf = len(slow_r), len(fast_r)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import RunData
+from .table import NO_PARENT, as_table
 
 STARTUP, WORK, SHUTDOWN = 0, 1, 2
 NAMES = ("start-up", "work", "shutdown")
@@ -54,40 +55,44 @@ class Phases:
         return self.run_end_ns - self.work_end_ns
 
 
+def _first(t, rows: np.ndarray) -> int:
+    """Of ``rows`` of a SpanTable, the one that starts first (the longest among those, then table order)."""
+    return int(rows[np.lexsort((rows, -t.end[rows], t.start[rows]))[0]])
+
+
 def _root_transaction(spans) -> int | None:
     """The id of a transaction that encloses every other span and starts first (the run's root)."""
-    if not spans:
+    t = as_table(spans)
+    if not len(t):
         return None
-    first = min(spans, key=lambda s: (s.start_ns, -s.end_ns))
-    if first.op != "transaction" or first.parent_id is not None:
+    first = _first(t, np.arange(len(t)))
+    if t.ops[t.op[first]] != "transaction" or t.parent[first] != NO_PARENT:
         return None
-    end = max(s.end_ns for s in spans)
-    return first.span_id if first.end_ns >= end else None
+    return int(t.id[first]) if t.end[first] >= t.end.max() else None
 
 
 def phases(data: RunData, index=None) -> Phases:
     """The phases of a run (module doc); with ``index`` (a ProfileIndex) the sampled time of start-up
-    and shutdown is filled in."""
+    and shutdown is filled in. Computed on the span columns (``analysis.table``)."""
     run = data.run
-    spans = data.spans
-    t_first = [s.start_ns for s in spans]
-    t_last = [s.end_ns for s in spans]
+    t = as_table(data.spans)
+    t_first = [int(t.start.min())] if len(t) else []
+    t_last = [int(t.end.max())] if len(t) else []
     if index is not None and len(index):
         t_first.append(int(index.t[0]))
         t_last.append(int(index.t[-1]))
     r0 = run.start_ns if run.start_ns else min(t_first, default=0)
     r1 = max([run.end_ns or 0] + t_last)
     # an ingested run's transaction is the program's own unit of work, not stepscope's frame around it
-    root = None if run.env.get("source") == "sentry" else _root_transaction(spans)
-    work = [s for s in spans if s.span_id != root]
-    if not work:
+    root = None if run.env.get("source") == "sentry" else _root_transaction(t)
+    work = np.flatnonzero(t.id != root) if root is not None else np.arange(len(t))
+    if not len(work):
         return Phases(r0, r0, r1, r1, False)
-    w0 = min(s.start_ns for s in work)
-    w1 = max(s.end_ns for s in work)
-    outer = min(work, key=lambda s: (s.start_ns, -s.end_ns))
-    inner = [s for s in work if s is not outer]
-    if outer.name.startswith("__main__.") and inner and outer.end_ns >= w1:
-        w0 = min(s.start_ns for s in inner)  # the script's main(): its work starts at the first call it makes
+    w0 = int(t.start[work].min())
+    w1 = int(t.end[work].max())
+    outer = _first(t, work)
+    if t.names[t.name[outer]].startswith("__main__.") and len(work) > 1 and t.end[outer] >= w1:
+        w0 = int(t.start[work[work != outer]].min())  # the script's main(): its work starts at the first call it makes
     ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
     if index is not None and len(index):
         busy = ~index.idle

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import Span
+from .table import NO_PARENT, SpanTable, as_table
 from ..tracing.steps import NESTED_ATTR, STEP_ATTR, kind_of_name
 from .slow import call_slow, shape_of, slow_cells
 
@@ -26,23 +27,32 @@ class SpanStat:
     errors: int
 
 
-def span_stats(spans: list[Span], wall_ns: int | None) -> list[SpanStat]:
-    """One SpanStat per span name (transactions excluded), by total time, largest first."""
-    by_name: dict[str, list[int]] = defaultdict(list)
-    errors: dict[str, int] = defaultdict(int)
-    for s in spans:
-        if s.op == "transaction":
-            continue
-        by_name[s.name].append(s.duration_ns)
-        if s.status == "error":
-            errors[s.name] += 1
+def span_stats(spans, wall_ns: int | None) -> list[SpanStat]:
+    """One SpanStat per span name (transactions excluded), by total time, largest first (ties: the name seen
+    first). ``spans``: Span objects or a ``SpanTable`` (columns: no object per span)."""
+    t = as_table(spans)
+    keep = ~t.op_mask("transaction")
+    codes = t.name[keep]
+    if not len(codes):
+        return []
+    dur = t.dur[keep]
+    err = t.error[keep] >= 0
+    order = np.lexsort((dur, codes))
+    sc, sd = codes[order], dur[order]
+    bounds = np.flatnonzero(np.diff(sc)) + 1
+    lo = np.concatenate(([0], bounds))
+    hi = np.concatenate((bounds, [len(sc)]))
+    first = np.full(len(t.names), len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    nerr = np.bincount(codes[err], minlength=len(t.names))
     out = []
-    for name, durs in by_name.items():
-        a = np.asarray(durs, dtype=np.int64)
-        total = int(a.sum())
-        out.append(SpanStat(name, len(a), total, float(a.mean()), float(np.percentile(a, 50)),
-                            float(np.percentile(a, 95)), int(a.max()), total / wall_ns if wall_ns else 0.0,
-                            errors.get(name, 0)))
+    for a, b in sorted(zip(lo.tolist(), hi.tolist()), key=lambda ab: first[sc[ab[0]]]):
+        a_ = sd[a:b]
+        total = int(a_.sum())
+        code = int(sc[a])
+        out.append(SpanStat(t.names[code], b - a, total, float(a_.mean()), float(np.percentile(a_, 50)),
+                            float(np.percentile(a_, 95)), int(a_[-1]), total / wall_ns if wall_ns else 0.0,
+                            int(nerr[code])))
     out.sort(key=lambda s: -s.total_ns)
     return out
 
@@ -125,12 +135,22 @@ class StepRow:
     warmup: bool = False
 
 
+#: A step or repeat table with more rows than this keeps, as StepRow objects, its first ``HEAD_ROWS`` rows and
+#: then its slow rows (the slowest ones) up to ``MAX_ROWS`` rows in all; the rule, the shape, the columns and the
+#: slow cells still cover every row (``StepTable.total_rows``, ``slow_count``).
+MAX_ROWS = 1000
+HEAD_ROWS = 200
+
+
 @dataclass(slots=True)
 class StepTable:
     """Per-step times. ``kind``: "diffusion.step" (steps from the attribute) or "repeat" (repeats of
     ``span_name``). ``columns``: traced names shown, by total time; ``rule``: how slow is decided, with
     its numbers (``analysis.slow``); ``noisy``: the repeats are too noisy to call (then no row is slow);
-    ``shape``: of the slow rows (``analysis.slow.shape_of``: "first", "every k", "irregular", "none")."""
+    ``shape``: of the slow rows (``analysis.slow.shape_of``: "first", "every k", "irregular", "none").
+    ``total_rows``: how many steps/repeats the rule ran over; ``slow_count``: how many of them are slow.
+    ``rows`` holds them all up to ``MAX_ROWS``; past it, the first ``HEAD_ROWS`` and the slowest slow ones (a row's
+    ``step`` keeps its index among all)."""
 
     kind: str
     span_name: str | None
@@ -140,6 +160,8 @@ class StepTable:
     rule: str
     noisy: bool = False
     shape: str = "none"
+    total_rows: int = 0
+    slow_count: int = 0
 
     @property
     def slow_rows(self) -> list[StepRow]:
@@ -150,34 +172,62 @@ def _is_pipeline_call(name: str) -> bool:
     return kind_of_name(name) == "scope" or (name.endswith(".__call__") and "Pipeline" in name)
 
 
-class _ThreadSpans:
-    """Spans of one thread by start time, for window queries."""
+class _ThreadRows:
+    """A table's rows grouped by thread, each thread's by ``(start, -end)`` (then table order), for window
+    queries. ``rows``: the rows in that order; ``pos[row]``: a row's position in it."""
 
-    __slots__ = ("spans", "starts")
+    __slots__ = ("rows", "starts", "pos", "blocks")
 
-    def __init__(self, spans: list[Span]) -> None:
-        self.spans = sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
-        self.starts = np.array([s.start_ns for s in self.spans], dtype=np.int64)
+    def __init__(self, t: SpanTable) -> None:
+        n = len(t)
+        self.rows = np.lexsort((np.arange(n), -t.end, t.start, t.thread))
+        self.starts = t.start[self.rows]
+        self.pos = np.empty(n, np.int64)
+        self.pos[self.rows] = np.arange(n)
+        th = t.thread[self.rows]
+        uniq, first = np.unique(th, return_index=True)
+        last = np.append(first[1:], n)
+        self.blocks = {int(u): (int(a), int(b)) for u, a, b in zip(uniq, first, last)}
 
-    def within(self, start: int, end: int) -> list[Span]:
-        lo = int(np.searchsorted(self.starts, start, "left"))
-        hi = int(np.searchsorted(self.starts, end, "left"))
-        return self.spans[lo:hi]
+    def within(self, thread: int, start: int, end: int) -> tuple[int, int]:
+        """Positions ``[lo, hi)`` of the thread's spans that start in ``[start, end)``."""
+        a, b = self.blocks.get(int(thread), (0, 0))
+        seg = self.starts[a:b]
+        return a + int(np.searchsorted(seg, start, "left")), a + int(np.searchsorted(seg, end, "left"))
+
+    def within_many(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``within`` for many windows at once (arrays of the same length)."""
+        lo = np.zeros(len(thread), np.int64)
+        hi = np.zeros(len(thread), np.int64)
+        for tid, (a, b) in self.blocks.items():
+            sel = np.flatnonzero(thread == tid)
+            if len(sel):
+                seg = self.starts[a:b]
+                lo[sel] = a + np.searchsorted(seg, start[sel], "left")
+                hi[sel] = a + np.searchsorted(seg, end[sel], "left")
+        return lo, hi
 
 
-def _content(inside: list[Span], start: int, end: int, skip: int | None = None) -> tuple[dict[str, int], list[tuple[int, int]]]:
-    """``(ns per name, outermost traced intervals clipped to the window)`` of the spans ``inside`` a
-    window (transactions and the span ``skip`` left out)."""
-    ids = {s.span_id for s in inside}
+def _content(t: SpanTable, tr: _ThreadRows, prow: np.ndarray, lo: int, hi: int, end: int,
+             skip: int = -1) -> tuple[dict[str, int], list[tuple[int, int]]]:
+    """``(ns per name, outermost traced intervals clipped to the window, merged)`` of the spans at positions
+    ``[lo, hi)`` of ``tr`` (a window's spans; transactions and the row ``skip`` left out). ``prow``: each
+    row's parent row (``SpanTable.parent_rows``)."""
+    rows = tr.rows[lo:hi]
+    ok = (t.op[rows] != _op_code(t, "transaction")) & (rows != skip)
+    pr = prow[rows]
+    pin = (pr >= 0) & (tr.pos[np.maximum(pr, 0)] >= lo) & (tr.pos[np.maximum(pr, 0)] < hi)
+    top = ok & (~pin | (pr == skip))
     by_name: dict[str, int] = {}
-    tops: list[tuple[int, int]] = []
-    for s in inside:
-        if s.op == "transaction" or s.span_id == skip:
-            continue
-        by_name[s.name] = by_name.get(s.name, 0) + s.duration_ns
-        if s.parent_id not in ids or s.parent_id == skip:
-            tops.append((s.start_ns, min(s.end_ns, end)))
-    tops.sort()
+    okr = rows[ok]
+    if len(okr):
+        codes = t.name[okr]
+        uniq, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+        sums = np.zeros(len(uniq), np.int64)
+        np.add.at(sums, inv, t.dur[okr])
+        for k in np.argsort(first, kind="stable").tolist():
+            by_name[t.names[int(uniq[k])]] = int(sums[k])
+    tops = sorted(zip(t.start[rows[top]].tolist(), np.minimum(t.end[rows[top]], end).tolist()))
     merged: list[tuple[int, int]] = []
     for a, b in tops:
         if merged and a <= merged[-1][1]:
@@ -188,32 +238,54 @@ def _content(inside: list[Span], start: int, end: int, skip: int | None = None) 
     return by_name, merged
 
 
-def _finish(rows: list[StepRow], intervals: list[list[tuple[int, int]]], totals: dict[str, int], index,
-            max_columns: int) -> tuple[list[str], float, str, bool]:
-    """Slow rows and cells by the one rule, the untraced fill of slow steps; returns ``(columns, median,
-    rule, noisy)``."""
-    verdict = call_slow([r.wall_ns for r in rows])
-    med = verdict.median
-    cols = sorted(totals, key=lambda k: -totals[k])[:max_columns]
-    cells = {"wall": slow_cells(np.array([r.wall_ns for r in rows], float)),
-             UNTRACED: slow_cells(np.array([r.untraced_ns for r in rows], float))}
-    for c in cols:
-        cells[c] = slow_cells(np.array([r.by_name.get(c, np.nan) for r in rows], float))
+def _op_code(t: SpanTable, op: str) -> int:
+    try:
+        return t.ops.index(op)
+    except ValueError:
+        return -1
+
+
+def _verdict(wall: np.ndarray, untraced: np.ndarray, columns: dict[str, np.ndarray]):
+    """The rule over every row: ``(SlowCall, cells)``; ``cells``: column ("wall", "untraced", a traced name)
+    -> per row, whether that cell is slow among its column (``columns``: ns per row, NaN where missing)."""
+    verdict = call_slow(wall)
+    cells = {"wall": slow_cells(np.asarray(wall, float)), UNTRACED: slow_cells(np.asarray(untraced, float))}
+    for c, v in columns.items():
+        cells[c] = slow_cells(v)
     # an untraced cell is only worth naming when it is a real part of a step (not 1 ms against 0.5)
-    cells[UNTRACED] &= np.array([r.untraced_ns > MIN_UNTRACED_SHARE * med for r in rows], bool)
-    for k, r in enumerate(rows):
+    cells[UNTRACED] &= np.asarray(untraced, float) > MIN_UNTRACED_SHARE * verdict.median
+    return verdict, cells
+
+
+def _shown(n: int, mask: np.ndarray, wall: np.ndarray, max_rows: int | None = MAX_ROWS) -> np.ndarray:
+    """The rows kept as StepRow objects (``MAX_ROWS``; None: all): the first ``HEAD_ROWS``, then the slow rows,
+    the slowest first when they do not all fit; in row order."""
+    if max_rows is None or n <= max_rows:
+        return np.arange(n)
+    keep = np.zeros(n, bool)
+    keep[:HEAD_ROWS] = True
+    cand = np.flatnonzero(mask & ~keep)
+    keep[cand[np.argsort(-wall[cand], kind="stable")[:max_rows - HEAD_ROWS]]] = True
+    return np.flatnonzero(keep)
+
+
+def _mark(rows: list[StepRow], shown: np.ndarray, verdict, cells: dict, index, intervals) -> None:
+    """Slow flags, ratios, slow cells and the untraced fill of the kept rows; ``intervals(k)``: row ``k``'s
+    outermost traced intervals."""
+    med = verdict.median
+    for r, k in zip(rows, shown.tolist()):
         r.ratio = r.wall_ns / med if med else 1.0
         r.slow = bool(verdict.mask[k])
         r.warmup = bool(k == 0 and verdict.warmup)
         if r.slow:
             r.slow_cells = [c for c, m in cells.items() if m[k]]
         if index is not None and (r.slow or cells[UNTRACED][k]):
-            r.fill = untraced_fill(index, r.start_ns, r.end_ns, r.thread_id, intervals[k])
-    return cols, med, verdict.rule, verdict.noisy
+            r.fill = untraced_fill(index, r.start_ns, r.end_ns, r.thread_id, intervals(k))
 
 
-def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable | None:
-    """Steps from the ``diffusion.step`` attribute, or None when no span carries it.
+def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = MAX_ROWS) -> StepTable | None:
+    """Steps from the ``diffusion.step`` attribute, or None when no span carries it. ``spans``: Span objects
+    or a ``SpanTable`` (only the tagged spans and their ancestors become objects).
 
     A step is the outermost denoiser calls (and scheduler steps) with one index in one pipeline call: a
     denoiser span inside another denoiser span (``diffusion.nested``, or a tagged ancestor) belongs to
@@ -225,24 +297,35 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
     callback), up to the first other traced span, and ends where its loop iteration ends, read from the
     samples (``analysis.steploop``: the callback after the last step belongs to it). Every traced span that runs inside
     a window gets a column; ``untraced`` is the rest of the window. ``index``: the run's ProfileIndex
-    (for the last step's end and the untraced fill), or None.
+    (for the last step's end and the untraced fill), or None. ``max_rows``: rows kept (see ``StepTable``;
+    None: every row).
     """
-    tagged = [s for s in spans if STEP_ATTR in s.attrs]
-    if not tagged:
+    t = as_table(spans)
+    trows = t.rows_with_attr(STEP_ATTR)
+    if not len(trows):
         return None
-    by_id = {s.span_id: s for s in spans}
+    tagged = t.spans(trows)
+    known: dict[int, Span | None] = {s.span_id: s for s in tagged}
+
+    def get(span_id: int | None) -> Span | None:
+        if span_id is None:
+            return None
+        if span_id not in known:
+            known[span_id] = t.get(span_id)
+        return known[span_id]
+
     tagged_ids = {s.span_id for s in tagged}
 
     def outer_of(s: Span) -> tuple[bool, int | None]:
         """(has a tagged ancestor, nearest pipeline-call ancestor id)."""
         nested, call = False, None
-        p = by_id.get(s.parent_id) if s.parent_id is not None else None
+        p = get(s.parent_id)
         while p is not None:
             if p.span_id in tagged_ids:
                 nested = True
             if call is None and _is_pipeline_call(p.name):
                 call = p.span_id
-            p = by_id.get(p.parent_id) if p.parent_id is not None else None
+            p = get(p.parent_id)
         return nested, call
 
     members: dict = defaultdict(list)  # call key -> top-level tagged spans
@@ -264,14 +347,12 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
                 ncall, cur, last = ncall + 1, {}, -1
             cur.setdefault(k, []).append(s)
             last = max(last, k)
-        limit = by_id[key].end_ns if not isinstance(key, tuple) else None
+        limit = get(key).end_ns if not isinstance(key, tuple) else None
         groups.extend((ncall, kk, v, limit) for kk, v in cur.items())
         ncall += 1
     groups.sort(key=lambda g: (g[0], min(s.start_ns for s in g[2])))
-    per_thread: dict[int, _ThreadSpans] = {}
-    for s in spans:
-        per_thread.setdefault(s.thread_id, []).append(s)  # type: ignore[arg-type]
-    per_thread = {t: _ThreadSpans(v) for t, v in per_thread.items()}  # type: ignore[misc]
+    tr = _ThreadRows(t)
+    prow = t.parent_rows()
     rows = []
     for call, step, ms, _ in groups:
         start = min(s.start_ns for s in ms)
@@ -286,14 +367,17 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
         # follow its spans still belong to it, up to the first other traced span (the VAE decode)
         limit = groups[k][3]
         earlier = [r for r in rows[:k] if r.call == row.call]
-        seen: set[str] = set()
+        seen: set[int] = set()
         for r in earlier:
-            seen.update(s.name for s in per_thread[r.thread_id].within(r.start_ns, r.end_ns))
-        for s in per_thread[row.thread_id].within(row.end_ns, limit if limit is not None else 1 << 62):
-            if s.name not in seen:
-                limit = s.start_ns if limit is None else min(limit, s.start_ns)
+            lo, hi = tr.within(r.thread_id, r.start_ns, r.end_ns)
+            seen.update(np.unique(t.name[tr.rows[lo:hi]]).tolist())
+        lo, hi = tr.within(row.thread_id, row.end_ns, limit if limit is not None else 1 << 62)
+        for pos in range(lo, hi):
+            x = int(tr.rows[pos])
+            if int(t.name[x]) not in seen:
+                limit = int(t.start[x]) if limit is None else min(limit, int(t.start[x]))
                 break
-            row.end_ns = max(row.end_ns, s.end_ns)
+            row.end_ns = max(row.end_ns, int(t.end[x]))
         if index is not None:
             from .steploop import last_step_end
 
@@ -305,48 +389,135 @@ def step_table(spans: list[Span], max_columns: int = 8, index=None) -> StepTable
     totals: dict[str, int] = defaultdict(int)
     intervals = []
     for row in rows:
-        inside = per_thread[row.thread_id].within(row.start_ns, row.end_ns)
-        row.by_name, tops = _content(inside, row.start_ns, row.end_ns)
+        lo, hi = tr.within(row.thread_id, row.start_ns, row.end_ns)
+        row.by_name, tops = _content(t, tr, prow, lo, hi, row.end_ns)
         intervals.append(tops)
         row.untraced_ns = max(row.wall_ns - sum(b - a for a, b in tops), 0)
         for n, v in row.by_name.items():
             totals[n] += v
-    cols, med, rule, noisy = _finish(rows, intervals, totals, index, max_columns)
-    return StepTable("diffusion.step", None, cols, rows, med, rule, noisy, shape_of([k for k, r in enumerate(rows) if r.slow], len(rows)))
+    cols = sorted(totals, key=lambda k: -totals[k])[:max_columns]
+    verdict, cells = _verdict(np.array([r.wall_ns for r in rows], float), np.array([r.untraced_ns for r in rows], float),
+                              {c: np.array([r.by_name.get(c, np.nan) for r in rows], float) for c in cols})
+    shown = _shown(len(rows), verdict.mask, np.array([r.wall_ns for r in rows]), max_rows)
+    kept = [rows[k] for k in shown.tolist()]
+    _mark(kept, shown, verdict, cells, index, lambda k: intervals[k])
+    slow_idx = np.flatnonzero(verdict.mask).tolist()
+    return StepTable("diffusion.step", None, cols, kept, verdict.median, verdict.rule, verdict.noisy,
+                     shape_of(slow_idx, len(rows)), len(rows), len(slow_idx))
 
 
-def repeat_table(spans: list[Span], name: str | None = None, max_columns: int = 8, index=None) -> StepTable | None:
+#: pairs (repeat, span inside it) handled at once by ``repeat_table``
+_PAIRS_CHUNK = 2_000_000
+
+
+def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=None) -> StepTable | None:
     """Each call of span ``name`` as a row (default: the name with >= 3 calls and the most total time,
     sync sites excluded); the traced spans inside each call get columns, ``untraced`` is the call's own
-    time outside them. ``index``: the run's ProfileIndex for the untraced fill of slow calls, or None."""
+    time outside them. ``index``: the run's ProfileIndex for the untraced fill of slow calls, or None.
+    ``spans``: Span objects or a ``SpanTable``; computed on the columns (a million calls: no object per call,
+    rows past ``MAX_ROWS`` kept as the table says)."""
+    t = as_table(spans)
     if name is None:
-        sync_names = {s.name for s in spans if s.op == "sync"}
-        stats = [s for s in span_stats(spans, None) if s.count >= 3 and s.name not in sync_names]
+        sync_names = {t.names[c] for c in np.unique(t.name[t.op_mask("sync")]).tolist()}
+        stats = [s for s in span_stats(t, None) if s.count >= 3 and s.name not in sync_names]
         if not stats:
             return None
         name = stats[0].name
-    members = sorted((s for s in spans if s.name == name), key=lambda s: s.start_ns)
-    if not members:
+    code = t.code(name)
+    if code < 0:
         return None
-    per_thread = {}
-    for s in spans:
-        per_thread.setdefault(s.thread_id, []).append(s)
-    per_thread = {t: _ThreadSpans(v) for t, v in per_thread.items()}
+    members = np.flatnonzero(t.name == code)
+    n = len(members)
+    tr = _ThreadRows(t)
+    prow = t.parent_rows()
+    ms, me, mth = t.start[members], t.end[members], t.thread[members]
+    wall = me - ms
+    lo, hi = tr.within_many(mth, ms, me)
+    counts = hi - lo
+    tx = _op_code(t, "transaction")
+    union = np.zeros(n, np.float64)
+    keys: list[np.ndarray] = []  # row * len(names) + name code, and its ns
+    vals: list[np.ndarray] = []
+    nn = len(t.names)
+    j0 = 0
+    while j0 < n:
+        # members [j0, j1): at most _PAIRS_CHUNK pairs, and group offsets that fit in int64
+        csum = np.cumsum(counts[j0:])
+        j1 = j0 + max(1, int(np.searchsorted(csum, _PAIRS_CHUNK, "right")))
+        big = int((wall[j0:j1]).max()) + 1
+        j1 = min(j1, j0 + max(1, (1 << 62) // big))
+        J = np.arange(j0, j1)
+        c = counts[J]
+        total = int(c.sum())
+        if total:
+            pj = np.repeat(J, c)
+            pos = np.arange(total) - np.repeat(np.cumsum(c) - c, c) + np.repeat(lo[J], c)
+            r = tr.rows[pos]
+            mrow = members[pj]
+            ok = (t.op[r] != tx) & (r != mrow)
+            pr = prow[r]
+            prpos = tr.pos[np.maximum(pr, 0)]
+            pin = (pr >= 0) & (prpos >= lo[pj]) & (prpos < hi[pj])
+            top = ok & (~pin | (pr == mrow))
+            contrib = ok & (t.name[r] != code)
+            if contrib.any():
+                k = pj[contrib] * nn + t.name[r[contrib]]
+                uk, inv = np.unique(k, return_inverse=True)
+                keys.append(uk)
+                vals.append(np.rint(np.bincount(inv, weights=t.dur[r[contrib]])).astype(np.int64))
+            g = pj[top]
+            if len(g):
+                s0 = ms[g]
+                a = t.start[r[top]] - s0
+                b = np.minimum(t.end[r[top]], me[g]) - s0
+                gl = (g - j0).astype(np.int64) * big
+                cm = np.maximum.accumulate(gl + b)
+                prev = np.concatenate(([-1], cm[:-1])) - gl
+                union += np.bincount(g, weights=np.maximum(b - np.maximum(a, prev), 0), minlength=n)
+        j0 = j1
+    untraced = np.maximum(wall - np.rint(union).astype(np.int64), 0)
+    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    val = np.concatenate(vals) if vals else np.zeros(0, np.int64)
+    krow, kname = key // nn, key % nn
+    totals = np.bincount(kname, weights=val, minlength=nn)
+    totals[code] += float(wall.sum())
+    first_seen = np.full(nn, n, np.int64)
+    np.minimum.at(first_seen, kname, krow)
+    first_seen[code] = -1
+    present = np.flatnonzero((first_seen < n))
+    order = sorted(present.tolist(), key=lambda c_: (-totals[c_], first_seen[c_], c_))
+    cols_codes = order[:max_columns]
+    colv: dict[str, np.ndarray] = {}
+    for c_ in cols_codes:
+        if c_ == code:
+            colv[t.names[c_]] = wall.astype(float)
+        else:
+            v = np.full(n, np.nan)
+            sel = kname == c_
+            v[krow[sel]] = val[sel]
+            colv[t.names[c_]] = v
+    verdict, cells = _verdict(wall.astype(float), untraced.astype(float), colv)
+    shown = _shown(n, verdict.mask, wall)
+    # the kept rows' traced names: their (row, name) entries, in row order
+    korder = np.argsort(krow, kind="stable")
+    kr_sorted = krow[korder]
     rows = []
-    intervals = []
-    totals: dict[str, int] = defaultdict(int)
-    for i, s in enumerate(members):
-        inside = per_thread[s.thread_id].within(s.start_ns, s.end_ns)
-        by_name, tops = _content(inside, s.start_ns, s.end_ns, skip=s.span_id)
-        by_name = {s.name: s.duration_ns, **{k: v for k, v in by_name.items() if k != s.name}}
-        row = StepRow(0, i, s.duration_ns, s.start_ns, s.end_ns, s.thread_id, by_name)
-        row.untraced_ns = max(s.duration_ns - sum(b - a for a, b in tops), 0)
+    for k in shown.tolist():
+        a_, b_ = np.searchsorted(kr_sorted, k, "left"), np.searchsorted(kr_sorted, k, "right")
+        by_name = {name: int(wall[k])}
+        for e in korder[a_:b_].tolist():
+            by_name[t.names[int(kname[e])]] = int(val[e])
+        row = StepRow(0, k, int(wall[k]), int(ms[k]), int(me[k]), int(mth[k]), by_name)
+        row.untraced_ns = int(untraced[k])
         rows.append(row)
-        intervals.append(tops)
-        for k, v in by_name.items():
-            totals[k] += v
-    cols, med, rule, noisy = _finish(rows, intervals, totals, index, max_columns)
-    return StepTable("repeat", name, cols, rows, med, rule, noisy, shape_of([k for k, r in enumerate(rows) if r.slow], len(rows)))
+
+    def intervals(k: int) -> list[tuple[int, int]]:
+        return _content(t, tr, prow, int(lo[k]), int(hi[k]), int(me[k]), skip=int(members[k]))[1]
+
+    _mark(rows, shown, verdict, cells, index, intervals)
+    slow_idx = np.flatnonzero(verdict.mask).tolist()
+    return StepTable("repeat", name, [t.names[c_] for c_ in cols_codes], rows, verdict.median, verdict.rule,
+                     verdict.noisy, shape_of(slow_idx, n), n, len(slow_idx))
 
 
 def untraced_fill(index, start: int, end: int, thread: int, traced: list[tuple[int, int]], top: int = 3) -> list[Fill]:

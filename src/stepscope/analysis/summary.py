@@ -10,6 +10,7 @@ from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from .phases import phases as run_phases
 from .phases import startup_samples, work_samples
+from .table import as_table
 from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
 
 
@@ -106,6 +107,7 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     and shutdown as their own totals."""
     run = data.run
     index = index or ProfileIndex(data.profile)
+    data = RunData(run, as_table(data.spans), data.profile)  # the columns once (a list of spans is converted here)
     steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index)
     ph = run_phases(data, index)
     by_self, by_total = top_functions(index, work_samples(index, ph) if ph.split else None, n=top)

@@ -10,6 +10,7 @@ import typer
 
 from .. import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
+from ..analysis.table import load_run
 from ..report.html import write_report
 from ..runner import die_like
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
@@ -50,7 +51,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
     run_image = st.run_dir(outcome.run_id) / "image.png"
     if image.exists():
         image.replace(run_image)
-    path = write_report(st.load(outcome.run_id), report or Path(f"stepscope-{outcome.run_id}.html"))
+    path = write_report(load_run(st, outcome.run_id), report or Path(f"stepscope-{outcome.run_id}.html"))
     if as_json:
         print_json({"run_id": outcome.run_id, "report": str(path), "image": str(run_image)})
     else:

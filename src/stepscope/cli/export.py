@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import orjson
 import typer
 
-from ..export import FORMATS
+from ..export import FORMATS, WRITERS
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 _SUFFIX = {"speedscope": ".speedscope.json", "chrome": ".trace.json"}
@@ -25,7 +24,9 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     if fmt not in FORMATS:
         raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     st = open_store(store)
-    data = st.load(run_id)
+    from ..analysis.table import load_run
+
+    data = load_run(st, run_id)
     device = None
     trace_file = st.path / "runs" / data.run.id / "device_trace.json.gz"
     if fmt == "chrome" and trace_file.exists():
@@ -34,13 +35,20 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
 
         trace = load(trace_file)
         device = (trace, clock_map(trace))
-    blob = orjson.dumps(FORMATS[fmt](data, device=device) if device else FORMATS[fmt](data))
+    write = WRITERS[fmt]
+
+    def stream(fh) -> int:  # written as it is made: a million spans never sit in memory as one document
+        return write(data, fh, device=device) if device else write(data, fh)
+
     if output is not None and str(output) == "-":
-        sys.stdout.buffer.write(blob + b"\n")
+        stream(sys.stdout.buffer)
+        sys.stdout.buffer.write(b"\n")
+        sys.stdout.buffer.flush()
         return
     path = output or Path(f"stepscope-{data.run.id}{_SUFFIX[fmt]}")
-    path.write_bytes(blob)
+    with open(path, "wb") as fh:
+        size = stream(fh)
     if as_json:
-        print_json({"run_id": data.run.id, "format": fmt, "path": str(path), "bytes": len(blob)})
+        print_json({"run_id": data.run.id, "format": fmt, "path": str(path), "bytes": size})
     else:
-        out.print(f"{fmt}: {path} ({len(blob) / 2**20:.1f} MiB)")
+        out.print(f"{fmt}: {path} ({size / 2**20:.1f} MiB)")

@@ -73,7 +73,9 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
                 err.print(unresolved_line(name, why))
         store.close()
         return outcome
-    data = store.load(outcome.run_id)
+    from ..analysis.table import load_run
+
+    data = load_run(store, outcome.run_id)  # spans as columns: no object per span
     summary = summarize(data, ProfileIndex(data.profile))
     _emit({"run": summary.to_dict()}, as_json, json_file)
     if not as_json and not quiet:

@@ -9,11 +9,14 @@ Spec: "Trace Event Format", Google, docs.google.com/document/d/1CvAClvFfyA5R-PhY
 
 from __future__ import annotations
 
-from typing import Any
+import io
+from typing import Any, BinaryIO
 
 import numpy as np
+import orjson
 
 from .. import __version__
+from ..analysis.table import NO_PARENT, as_table
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 
@@ -21,66 +24,109 @@ SAMPLE_TID_OFFSET = 100_000
 
 
 def to_chrome_trace(data: RunData, index: ProfileIndex | None = None, device=None) -> dict[str, Any]:
-    """The run as a Chrome trace document (a dict ready for JSON).
+    """The run as a Chrome trace document (a dict ready for JSON; ``write_chrome_trace`` streams the same
+    document to a file without holding it).
 
     ``device``: the run's ``(KinetoTrace, ClockMap)``; its events are added on the run's clock, as
     processes of their own ("torch profiler: host", "torch profiler: GPU n").
     """
+    buf = io.BytesIO()
+    write_chrome_trace(data, buf, index, device)
+    return orjson.loads(buf.getvalue())
+
+
+_CHUNK = 8192
+
+
+def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None = None, device=None) -> int:
+    """Write the run's Chrome trace document (``to_chrome_trace``) to the binary file ``out`` as it is made:
+    spans are read from the columns a chunk at a time, so memory stays bounded whatever the run. Returns the
+    bytes written."""
     index = index or ProfileIndex(data.profile)
     run = data.run
     t0 = run.start_ns
     pid = run.pid or 1
     names = data.profile.thread_names
     tids: dict[int, int] = {}
+    written = 0
 
     def tid_of(t: int) -> int:
         if t not in tids:
             tids[t] = len(tids) + 1
         return tids[t]
 
-    ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": f"stepscope run {run.id}: {' '.join(run.command)[:80]}"}}]
-    for s in data.spans:
-        args: dict[str, Any] = {"name": s.name, "span_id": s.span_id}
-        if s.parent_id is not None:
-            args["parent_id"] = s.parent_id
-        if s.attrs:
-            args.update(s.attrs)
-        if s.error_type:
-            args["error"] = s.error_type
-        ev.append({"ph": "X", "name": s.name.rsplit(".", 2)[-2] + "." + s.name.rsplit(".", 1)[-1] if s.name.count(".") >= 2 else s.name,
-                   "cat": s.op, "pid": pid, "tid": tid_of(s.thread_id), "ts": (s.start_ns - t0) / 1e3,
-                   "dur": s.duration_ns / 1e3, "args": args})
+    def emit(events: list[dict], first: bool = False) -> None:
+        nonlocal written
+        if not events:
+            return
+        blob = (b"" if first else b",") + orjson.dumps(events)[1:-1]
+        out.write(blob)
+        written += len(blob)
+
+    head = b'{"traceEvents":['
+    out.write(head)
+    written += len(head)
+    emit([{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+           "args": {"name": f"stepscope run {run.id}: {' '.join(run.command)[:80]}"}}], first=True)
+    t = as_table(data.spans)
+    short = [n.rsplit(".", 2)[-2] + "." + n.rsplit(".", 1)[-1] if n.count(".") >= 2 else n for n in t.names]
+    for lo in range(0, len(t), _CHUNK):
+        rows = np.arange(lo, min(len(t), lo + _CHUNK))
+        ev = []
+        for r, sid, par, nm, op, st, du, th, er in zip(
+                rows.tolist(), t.id[rows].tolist(), t.parent[rows].tolist(), t.name[rows].tolist(), t.op[rows].tolist(),
+                ((t.start[rows] - t0) / 1e3).tolist(), (t.dur[rows] / 1e3).tolist(), t.thread[rows].tolist(),
+                t.error[rows].tolist()):
+            args: dict[str, Any] = {"name": t.names[nm], "span_id": sid}
+            if par != NO_PARENT:
+                args["parent_id"] = par
+            a = t.attrs.get(r) if t.attrs else None
+            if a:
+                args.update(a)
+            if er >= 0:
+                args["error"] = t.errors[er]
+            ev.append({"ph": "X", "name": short[nm], "cat": t.ops[op], "pid": pid, "tid": tid_of(th), "ts": st,
+                       "dur": du, "args": args})
+        emit(ev)
     funcs = index.functions
     for thread in np.unique(index.thread).tolist():
         tid = SAMPLE_TID_OFFSET + tid_of(thread)
         idx = np.nonzero(index.thread == thread)[0]
         prev: tuple = ()
         last_t = 0.0
+        ev = []
         for i in idx.tolist():
-            t = (int(index.t[i]) - t0) / 1e3
+            ts = (int(index.t[i]) - t0) / 1e3
             stack = index.stack_funcs[int(index.stack[i])]
             k = 0
             while k < len(prev) and k < len(stack) and prev[k] == stack[k]:
                 k += 1
             for fid in reversed(prev[k:]):
-                ev.append({"ph": "E", "pid": pid, "tid": tid, "ts": t})
+                ev.append({"ph": "E", "pid": pid, "tid": tid, "ts": ts})
             for fid in stack[k:]:
                 f = funcs[fid]
-                ev.append({"ph": "B", "name": f.name, "cat": "sample", "pid": pid, "tid": tid, "ts": t,
+                ev.append({"ph": "B", "name": f.name, "cat": "sample", "pid": pid, "tid": tid, "ts": ts,
                            "args": {"file": f.file, "line": f.line}})
-            prev, last_t = stack, t
+            prev, last_t = stack, ts
+            if len(ev) >= _CHUNK:
+                emit(ev)
+                ev = []
         end = last_t + (1e6 / data.profile.hz if data.profile.hz else 0)
         for _ in prev:
             ev.append({"ph": "E", "pid": pid, "tid": tid, "ts": end})
+        emit(ev)
+    ev = []
     for thread, tid in list(tids.items()):
         nm = names.get(thread, str(thread))
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": nm}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": SAMPLE_TID_OFFSET + tid, "args": {"name": f"{nm} (samples)"}})
+    emit(ev)
     if device is not None:
-        ev.extend(_device_events(*device, t0))
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"exporter": f"stepscope {__version__}", "run_id": run.id, "start_wall_ns": run.anchor_wall_ns}}
+        emit(_device_events(*device, t0))
+    tail = b'],"displayTimeUnit":"ms","otherData":' + orjson.dumps(
+        {"exporter": f"stepscope {__version__}", "run_id": run.id, "start_wall_ns": run.anchor_wall_ns}) + b"}"
+    out.write(tail)
+    return written + len(tail)
 
 
 DEVICE_PID_BASE = 1_000_000

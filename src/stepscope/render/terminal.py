@@ -188,8 +188,11 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     console.print(f"[dim]{st.rule}[/dim]")
     slow = st.slow_rows
     if slow:
-        console.print(f"[bold red]{len(slow)} slow[/bold red] of {len(st.rows)} ({shape_words(st.shape)}): "
-                      + ", ".join(f"{r.step} ({r.ratio:.1f}x)" for r in slow[:12]))
+        total = max(st.total_rows, len(st.rows))
+        console.print(f"[bold red]{max(st.slow_count, len(slow))} slow[/bold red] of {total} ({shape_words(st.shape)}): "
+                      + ", ".join(f"{r.step} ({r.ratio:.1f}x)" for r in slow[:12])
+                      + (f" [dim](the table holds {len(st.rows)} of the {total} rows: the first and the slowest)[/dim]"
+                         if total > len(st.rows) else ""))
     named = [r for r in st.rows if r.fill][:12]
     if named:
         u = Table(title=f"Untraced time of {'slow ' if any(r.slow for r in named) else ''}{'steps' if is_step else 'repeats'}: "

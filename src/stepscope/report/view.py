@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.spans import depths
+from ..analysis.slow import limit_of
+from ..analysis.table import NO_PARENT, SpanTable, as_table
 from ..analysis.summary import Summary, summarize
 from ..analysis.phases import phases as run_phases
 from ..analysis.phases import sample_phase
@@ -24,6 +25,13 @@ from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 
 MAX_SAMPLES = 100_000
+#: A run with more spans than this gets an aggregated view (``aggregate``)
+MAX_SPANS = 20_000
+#: spans kept of each name in an aggregated view (the first ones), and slow ones at most in all
+FIRST_PER_NAME = 200
+MAX_SLOW = 10_000
+#: time bins of the density rows of an aggregated view
+DENSITY_BINS = 1000
 
 #: Flame-graph colour groups (``kind_of``), in legend order; the page holds the colours.
 KINDS = ("your code", "diffusers / transformers", "torch", "other libraries", "stdlib", "start-up (imports)", "thread")
@@ -78,22 +86,146 @@ def plain(x: Any) -> Any:
     return x
 
 
+def table_depths(t: SpanTable) -> np.ndarray:
+    """Per row, the span's nesting depth (0 for a span whose parent is unknown or None), by pointer jumping
+    (O(n log depth))."""
+    anc = t.parent_rows()
+    d = (anc >= 0).astype(np.int64)
+    for _ in range(64):
+        act = anc >= 0
+        if not act.any():
+            break
+        nxt = anc[act]
+        d_new = d.copy()
+        d_new[act] = d[act] + d[nxt]
+        anc_new = anc.copy()
+        anc_new[act] = anc[nxt]
+        d, anc = d_new, anc_new
+    return d
+
+
+def aggregate(t: SpanTable, max_spans: int | None = None) -> tuple[np.ndarray, dict | None]:
+    """Which spans a view shows one by one: ``(rows, None)`` with every row for a run of at most
+    ``max_spans`` spans (default ``MAX_SPANS``); past it the first ``FIRST_PER_NAME`` spans of each name, every
+    slow one (longer than its name's limit by the rule of ``analysis.slow``: the longest ``MAX_SLOW`` when
+    more), the run's root transaction and the ancestors of those kept; then ``(rows, info)`` with ``info``:
+    ``total``, ``shown``, ``first_per_name``, ``slow`` (slow spans kept), ``slow_total``, ``note`` (the
+    sentence the page shows) and ``rest`` (the rows drawn as density, removed by ``build_view``)."""
+    n = len(t)
+    limit = MAX_SPANS if max_spans is None else max_spans
+    if n <= limit:
+        return np.arange(n), None
+    keep = np.zeros(n, bool)
+    order = np.lexsort((np.arange(n), t.name))  # by name, then time
+    codes = t.name[order]
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    lo = np.concatenate(([0], bounds))
+    hi = np.concatenate((bounds, [n]))
+    dur = t.dur
+    slow = np.zeros(n, bool)
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        rows = order[a:b]
+        keep[rows[:FIRST_PER_NAME]] = True
+        if b - a >= 3:
+            d = dur[rows].astype(np.float64)
+            med, _, lim = limit_of(d)
+            slow[rows[d > lim]] = True
+    slow_rows = np.flatnonzero(slow)
+    slow_total = len(slow_rows)
+    if slow_total > MAX_SLOW:
+        slow_rows = slow_rows[np.argsort(-dur[slow_rows], kind="stable")[:MAX_SLOW]]
+    keep[slow_rows] = True
+    keep[t.op_mask("transaction") & (t.parent == NO_PARENT)] = True
+    prow = t.parent_rows()
+    cur = np.flatnonzero(keep)
+    for _ in range(256):  # the ancestors of the kept spans, so that the tree and the depths hold
+        p = prow[cur]
+        p = np.unique(p[p >= 0])
+        p = p[~keep[p]]
+        if not len(p):
+            break
+        keep[p] = True
+        cur = p
+    rows = np.flatnonzero(keep)
+    kept_slow = len(slow_rows)
+    slow_txt = ("every slow one" if kept_slow == slow_total else
+                f"the {kept_slow:,} slowest of {slow_total:,} slow ones")
+    note = (f"showing {len(rows):,} of {n:,} spans: the first {FIRST_PER_NAME} of each name and {slow_txt} "
+            f"(longer than their name's median + 3 x 1.4826 x MAD and 1.2 x median); the rest as density")
+    return rows, {"total": n, "shown": int(len(rows)), "first_per_name": FIRST_PER_NAME, "slow": kept_slow,
+                  "slow_total": slow_total, "note": note, "rest": np.flatnonzero(~keep)}
+
+
+#: most spans ``window_spans`` returns for one window
+WINDOW_LIMIT = 20_000
+
+
+def window_spans(t: SpanTable, depths: np.ndarray, run_start_ns: int, t0_us: float, t1_us: float,
+                 thread_names: dict[int, str] | None = None, limit: int = WINDOW_LIMIT) -> dict:
+    """The spans of a run that overlap the window ``[t0_us, t1_us]`` (us from ``run_start_ns``), for the page's
+    waterfall when zoomed (level of detail): ``{"t0", "t1", "count", "complete", "names", "threads", "spans"}``;
+    ``spans``: columns ``id``, ``name`` (into ``names``), ``start``/``dur`` (us), ``depth``, ``thread`` (thread
+    id), ``error``; empty with ``complete`` False when more than ``limit`` spans overlap (zoom in further).
+    ``depths``: ``table_depths(t)``."""
+    a = run_start_ns + int(t0_us * 1e3)
+    b = run_start_ns + int(t1_us * 1e3)
+    hi = int(np.searchsorted(t.start, b, "right"))
+    rows = np.flatnonzero(t.end[:hi] >= a)
+    out = {"t0": t0_us, "t1": t1_us, "count": int(len(rows)), "complete": len(rows) <= limit, "names": [],
+           "spans": {k: [] for k in ("id", "name", "start", "dur", "depth", "thread", "error")}}
+    if len(rows) > limit:
+        return out
+    codes, inv = np.unique(t.name[rows], return_inverse=True)
+    err = t.error[rows].tolist()
+    out["names"] = [t.names[c] for c in codes.tolist()]
+    out["spans"] = {"id": t.id[rows].tolist(), "name": inv.tolist(),
+                    "start": np.round((t.start[rows] - run_start_ns) / 1e3, 1).tolist(),
+                    "dur": np.round(t.dur[rows] / 1e3, 1).tolist(), "depth": depths[rows].tolist(),
+                    "thread": t.thread[rows].tolist(), "error": [None if e < 0 else t.errors[e] for e in err]}
+    return out
+
+
+def _density(t: SpanTable, rest: np.ndarray, dep: np.ndarray, t0: int, run, tid_index) -> dict:
+    """The spans not shown one by one, per (name, thread): how many start in each of ``DENSITY_BINS`` time bins
+    and their time there (us), at the depth most of them have. Sparse: only bins with spans."""
+    end = max(int(t.end.max()) if len(t) else t0, run.end_ns or t0, t0 + 1)
+    width = (end - t0) / DENSITY_BINS
+    out = {"bins": DENSITY_BINS, "bin_us": _r(width / 1e3), "rows": []}
+    if not len(rest):
+        return out
+    b = np.clip(((t.start[rest] - t0) / width).astype(np.int64), 0, DENSITY_BINS - 1)
+    key_th = t.thread[rest]
+    uth, th_inv = np.unique(key_th, return_inverse=True)
+    group = t.name[rest].astype(np.int64) * len(uth) + th_inv
+    for g in np.unique(group).tolist():
+        sel = group == g
+        bins, inv = np.unique(b[sel], return_inverse=True)
+        count = np.bincount(inv)
+        busy = np.bincount(inv, weights=t.dur[rest][sel]) / 1e3
+        depths = dep[rest][sel]
+        out["rows"].append({"name": g // len(uth), "thread": tid_index(int(uth[g % len(uth)])),
+                            "depth": int(np.bincount(depths).argmax()), "n": int(sel.sum()),
+                            "bin": bins.tolist(), "count": count.tolist(), "busy": np.round(busy, 1).tolist()})
+    return out
+
+
 def _r(x: float) -> float:
     return round(float(x), 1)
 
 
 def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summary | None = None,
-               max_samples: int = MAX_SAMPLES, device=None) -> dict[str, Any]:
+               max_samples: int = MAX_SAMPLES, device=None, max_spans: int | None = None) -> dict[str, Any]:
     """The report's data for one run (JSON-serialisable). ``device``: the run's ``RunDevice`` and
-    ``(KinetoTrace, ClockMap)`` for the device lanes, or None."""
+    ``(KinetoTrace, ClockMap)`` for the device lanes, or None. ``max_spans``: past this many spans (default
+    ``MAX_SPANS``) the spans are aggregated (``aggregate``): the page stays a few MB whatever the run."""
     run = data.run
     index = index or ProfileIndex(data.profile)
     summary = summary or summarize(data, index)
     ph = run_phases(data, index)
     t0 = run.start_ns
-    spans = sorted(data.spans, key=lambda s: (s.start_ns, s.span_id))
-    names: list[str] = []
-    name_idx: dict[str, int] = {}
+    t = as_table(data.spans)
+    keep, agg = aggregate(t, max_spans)
+    names: list[str] = list(t.names)
     thread_ids: list[int] = []
     thread_idx: dict[int, int] = {}
 
@@ -104,23 +236,24 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
             thread_ids.append(tid)
         return i
 
-    dep = depths(spans)
-    sv: dict[str, list] = {k: [] for k in ("id", "parent", "name", "start", "dur", "depth", "thread", "error", "attrs", "op")}
-    for s in spans:
-        ni = name_idx.get(s.name)
-        if ni is None:
-            ni = name_idx[s.name] = len(names)
-            names.append(s.name)
-        sv["id"].append(s.span_id)
-        sv["parent"].append(s.parent_id)
-        sv["name"].append(ni)
-        sv["start"].append(_r((s.start_ns - t0) / 1e3))
-        sv["dur"].append(_r(s.duration_ns / 1e3))
-        sv["depth"].append(dep.get(s.span_id, 0))
-        sv["thread"].append(tid_index(s.thread_id))
-        sv["error"].append(s.error_type)
-        sv["attrs"].append(s.attrs or None)
-        sv["op"].append(s.op)
+    dep = table_depths(t)
+    par = t.parent[keep]
+    err = t.error[keep].tolist()
+    sv: dict[str, list] = {
+        "id": t.id[keep].tolist(),
+        "parent": [None if p == NO_PARENT else p for p in par.tolist()],
+        "name": t.name[keep].tolist(),
+        "start": np.round((t.start[keep] - t0) / 1e3, 1).tolist(),
+        "dur": np.round(t.dur[keep] / 1e3, 1).tolist(),
+        "depth": dep[keep].tolist(),
+        "thread": [tid_index(x) for x in t.thread[keep].tolist()],
+        "error": [None if e < 0 else t.errors[e] for e in err],
+        "attrs": [t.attrs.get(r) or None for r in keep.tolist()] if t.attrs else [None] * len(keep),
+        "op": [t.ops[o] for o in t.op[keep].tolist()],
+    }
+    density = None
+    if agg is not None:
+        density = _density(t, agg.pop("rest"), dep, t0, run, tid_index)
 
     # profile as a prefix tree, first level = thread
     n = len(index)
@@ -174,6 +307,9 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         "names": names,
         "threads": [{"id": t, "name": nm} for t, nm in zip(thread_ids, thread_names)],
         "spans": sv,
+        # None, or what the page shows of a large run's spans (``aggregate``) and the rest as density per name
+        "aggregated": agg,
+        "density": density,
         "profile": {
             "funcs": funcs, "parent": parent, "func": func,
             "t": [_r((t - t0) / 1e3) for t in index.t[keep].tolist()],
@@ -263,7 +399,21 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
         return {"name": n.name, "slow": _r(n.slow_ns / 1e3), "fast": _r(n.fast_ns / 1e3),
                 "children": [node(c, depth + 1) for c in n.children] if depth < 60 else []}
 
+    reps = e.repeats
+    e.repeats = []
     d = plain(e)
+    e.repeats = reps
+    # a run of many repeats: the first ones, then the slow and warm-up ones (the page's table), up to MAX_ROWS
+    from ..analysis.spans import HEAD_ROWS, MAX_ROWS
+
+    if len(reps) <= MAX_ROWS:
+        shown = reps
+    else:  # the first ones, then the slowest slow (or warm-up) ones, in order
+        more = sorted((r for r in reps[HEAD_ROWS:] if r.group in ("slow", "warm-up")), key=lambda r: -r.duration_ns)
+        shown = reps[:HEAD_ROWS] + sorted(more[:MAX_ROWS - HEAD_ROWS], key=lambda r: r.index)
+    d["repeats"] = [plain(r) for r in shown]
+    d["repeats_total"] = len(reps)
+    d["slow_total"] = sum(1 for r in reps if r.group == "slow")
     d.pop("tree")
     d["tree"] = node(e.tree) if e.tree is not None else None
     for r in d["repeats"]:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from ..analysis.table import load_run
 from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
 from ..store.db import StoreError
 from .templating import bench_page, env, ui_css
@@ -86,7 +87,7 @@ def routes(state) -> list[Route]:
     def _load(run_id: str):
         st = state.store()
         try:
-            data = st.load(st.resolve_id(run_id))
+            data = load_run(st, st.resolve_id(run_id))
         except StoreError as e:
             raise HTTPException(404, str(e)) from None
         return st, data
@@ -111,7 +112,7 @@ def routes(state) -> list[Route]:
             if key in views:
                 views.move_to_end(key)
                 return rid, views[key]
-        data = st.load(rid)
+        data = load_run(st, rid)
         text = view_json(data, device=device_for(st, data))
         with views_lock:
             views[key] = text
@@ -148,6 +149,43 @@ def routes(state) -> list[Route]:
             doc = to_chrome_trace(data, device=dev[1] if dev else None)
         return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json", headers={
             "Content-Disposition": f'attachment; filename="{data.run.id}.{fmt}.json"'})
+
+    tables: OrderedDict = OrderedDict()  # (run id, spans) -> (SpanTable, depths, run start ns)
+    tables_lock = threading.Lock()
+
+    def api_spans(request: Request) -> Response:
+        """``GET /api/runs/{id}/spans?t0=&t1=``: the spans of a window (us from the run's start), for the
+        waterfall of a large run when zoomed (``report.view.window_spans``)."""
+        from ..analysis.table import read_spans
+        from ..report.view import table_depths, window_spans
+
+        st = state.store()
+        try:
+            rid = st.resolve_id(request.path_params["run_id"])
+            t0 = float(request.query_params.get("t0", "0"))
+            t1 = float(request.query_params.get("t1", "inf"))
+        except StoreError as e:
+            raise HTTPException(404, str(e)) from None
+        except ValueError:
+            raise HTTPException(400, "t0, t1: numbers (us from the run's start)") from None
+        if not t1 >= t0:
+            raise HTTPException(400, "t1 must not be before t0")
+        n = st.conn.execute("SELECT count(*) FROM spans WHERE run_id = ?", (rid,)).fetchone()[0]
+        key = (rid, n)
+        with tables_lock:
+            hit = tables.get(key)
+            if hit is not None:
+                tables.move_to_end(key)
+        if hit is None:
+            t = read_spans(st.conn, rid)
+            hit = (t, table_depths(t), st.get_run(rid).start_ns)
+            with tables_lock:
+                tables[key] = hit
+                while len(tables) > 2:
+                    tables.popitem(last=False)
+        t, dep, start = hit
+        doc = window_spans(t, dep, start, t0, min(t1, 1e15))
+        return Response(orjson.dumps(doc), media_type="application/json")
 
     def api_view(request: Request) -> Response:
         _, text = cached_view(request.path_params["run_id"])
@@ -213,6 +251,7 @@ def routes(state) -> list[Route]:
         Route("/runs/{run_id}/report.html", report_file),
         Route("/runs/{run_id}/export/{fmt}", export),
         Route("/api/runs/{run_id}/view", api_view),
+        Route("/api/runs/{run_id}/spans", api_spans),
         Route("/compare", compare),
         Route("/bench", bench_list),
         Route("/bench/{bench_id}", bench_view),

@@ -5,6 +5,8 @@
   const D = JSON.parse(document.getElementById("stepscope-data").textContent);
   const S = D.spans, P = D.profile, NAMES = D.names;
   const NS = S.id.length, NP = P.t.length, NN = P.parent.length;
+  // a large run: the spans shown one by one are some of them (D.aggregated says which), the rest is density
+  const AGG = D.aggregated, DEN = D.density;
   const ROW = 16, DPR = window.devicePixelRatio || 1, LABEL_W = 190;
   const tip = document.getElementById("tooltip");
   const PAGE = document.body.dataset.page;
@@ -45,7 +47,7 @@
   $("runinfo").textContent =
     `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}` +
     (R.status === "incomplete" || R.status === "lost" ? ` (${R.error})` : "") + `  ·  ` +
-    `${NS} spans  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
+    `${AGG ? AGG.total.toLocaleString("en") + " spans (" + NS.toLocaleString("en") + " shown one by one)" : NS + " spans"}  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
     (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "") +
     (R.env && R.env.source === "sentry" ? `  ·  from ${R.env.sdk || "a Sentry SDK"}` : "");
@@ -74,7 +76,7 @@
     const slow = E ? E.repeats.filter((r) => r.group === "slow") : [];
     if (!slow.length) { v.innerHTML = `No slow ${esc(unitWord)}: every one is within the rule.`; v.classList.add("calm"); return; }
     const labels = slow.map((r) => r.label.replace(/^step /, "")).slice(0, 12).join(", ");
-    let html = `<b>${slow.length} of ${E.repeats.length} ${esc(unitWord)} are slow</b>` +
+    let html = `<b>${E.slow_total != null ? E.slow_total : slow.length} of ${E.repeats_total || E.repeats.length} ${esc(unitWord)} are slow</b>` +
       (E.shape && E.shape !== "irregular" ? ` (${esc(shapeWords(E.shape))}): ` : ": ") +
       `${E.unit === "step" ? "steps " : ""}${esc(labels)}; ${fmtNs(E.slow_mean_ns)} against ${fmtNs(E.fast_mean_ns)}, +${fmtNs(E.gap_ns)} each.`;
     if (E.path && E.path.length) html += ` The extra time runs in <span class="path">${E.path.map((n) => esc(short(n, 3))).join(arrow)}</span>.`;
@@ -98,6 +100,7 @@
   // ---- waterfall layout: a label gutter, per thread a header row, then one row per depth
   const threadDepth = new Array(D.threads.length).fill(-1);
   for (let i = 0; i < NS; i++) threadDepth[S.thread[i]] = Math.max(threadDepth[S.thread[i]], S.depth[i]);
+  if (DEN) for (const q of DEN.rows) threadDepth[q.thread] = Math.max(threadDepth[q.thread], q.depth);
   const laneTop = []; let y = 18;
   for (let t = 0; t < D.threads.length; t++) { laneTop.push(y); if (threadDepth[t] >= 0) y += ROW * (threadDepth[t] + 2); }
   // device lanes (torch ops, streams, syncs) under the span lanes, on the same time axis
@@ -112,6 +115,11 @@
     const k = S.thread[i] * 1000 + S.depth[i];
     let m = rowNames.get(k); if (!m) rowNames.set(k, m = new Map());
     m.set(S.name[i], (m.get(S.name[i]) || 0) + S.dur[i]);
+  }
+  if (DEN) for (const q of DEN.rows) {
+    const k = q.thread * 1000 + q.depth;
+    let m = rowNames.get(k); if (!m) rowNames.set(k, m = new Map());
+    m.set(q.name, (m.get(q.name) || 0) + q.busy.reduce((a, b) => a + b, 0));
   }
   const rowLabel = new Map();
   for (const [k, m] of rowNames) {
@@ -165,6 +173,7 @@
       g.fillStyle = "rgba(255,193,7,0.18)"; g.fillRect(X(selWindow.t0), 12, Math.max((selWindow.t1 - selWindow.t0) * scale, 2), wfHeight);
     }
     g.font = "11px system-ui";
+    drawDensity(g, W, X, scale);
     let lastX = new Map();
     for (let i = 0; i < NS; i++) {
       const s = S.start[i], e = s + S.dur[i];
@@ -183,6 +192,7 @@
         g.fillText(short(name) + st + " " + fmt(S.dur[i]), x0 + 3, yy + 11); g.restore();
       }
     }
+    drawDetail(g, X, scale);
     for (const l of devLanes) {
       if (l.syncs) {
         for (const q of DV.syncs) {
@@ -224,6 +234,72 @@
     }
     for (const l of devLanes) { g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText(l.label, 4, l.top + 11, LABEL_W - 6); }
     viewCaption();
+    aggNote();
+    fetchDetail();
+  }
+  // ---- a large run: density rows for the spans not shown one by one, and (served pages) the spans of the
+  // zoomed window fetched from the server: level of detail, as Perfetto does for large traces
+  let detail = null, detailTimer = null, detailSeq = 0;
+  const LOD_URL = PAGE !== "report" && AGG ? "/api/runs/" + encodeURIComponent(R.id) + "/spans" : null;
+  const threadOf = new Map(D.threads.map((t, i) => [t.id, i]));
+  function detailCovers() { return detail && detail.complete && detail.t0 <= view.t0 && detail.t1 >= view.t1; }
+  function drawDensity(g, W, X, scale) {
+    if (!DEN) return;
+    const covered = detailCovers();
+    for (const q of DEN.rows) {
+      const yy = laneTop[q.thread] + ROW * (q.depth + 1), base = color(NAMES[q.name], false);
+      for (let k = 0; k < q.bin.length; k++) {
+        const b0 = q.bin[k] * DEN.bin_us, b1 = b0 + DEN.bin_us;
+        if (b1 < view.t0 || b0 > view.t1) continue;
+        if (covered && b0 >= detail.t0 && b1 <= detail.t1) continue;
+        const x0 = Math.max(X(b0), LABEL_W), w = Math.max(X(b1) - x0, 1);
+        g.globalAlpha = Math.min(1, 0.25 + 0.75 * q.busy[k] / DEN.bin_us);
+        g.fillStyle = base; g.fillRect(x0, yy + 3, w, ROW - 8);
+      }
+    }
+    g.globalAlpha = 1;
+  }
+  function drawDetail(g, X, scale) {
+    if (!detailCovers()) return;
+    const Q = detail.spans;
+    for (let i = 0; i < Q.id.length; i++) {
+      const s = Q.start[i], e = s + Q.dur[i];
+      if (e < view.t0 || s > view.t1) continue;
+      let x0 = X(s), w = Math.max(Q.dur[i] * scale, 1);
+      if (x0 < LABEL_W) { w -= LABEL_W - x0; x0 = LABEL_W; if (w <= 0) continue; }
+      const yy = laneTop[Q.thread[i]] + ROW * (Q.depth[i] + 1);
+      const name = NAMES[Q.name[i]];
+      g.fillStyle = Q.error[i] ? "#e57373" : color(name, false);
+      g.fillRect(x0, yy, w, ROW - 2);
+      if (w > 40) { g.save(); g.beginPath(); g.rect(x0, yy, w, ROW); g.clip(); g.fillStyle = "#111"; g.fillText(short(name) + " " + fmt(Q.dur[i]), x0 + 3, yy + 11); g.restore(); }
+    }
+  }
+  function aggNote() {
+    const el = $("agg-note"); if (!el) return;
+    if (!AGG) { el.hidden = true; return; }
+    el.hidden = false;
+    let txt = AGG.note[0].toUpperCase() + AGG.note.slice(1) + ".";
+    if (detailCovers()) txt += ` This window (${fmt(detail.t0)} – ${fmt(detail.t1)}): all ${detail.count.toLocaleString("en")} spans, fetched from the server.`;
+    else if (detail && !detail.complete && detail.t0 <= view.t0 && detail.t1 >= view.t1) txt += ` This window holds ${detail.count.toLocaleString("en")} spans: zoom in further to see each one.`;
+    else if (LOD_URL) txt += " Zoom in: the spans of the window are fetched from the server.";
+    else txt += " `stepscope serve` shows every span of a zoomed window; `stepscope export` writes them all.";
+    el.textContent = txt;
+  }
+  function fetchDetail() {
+    if (!AGG || !LOD_URL) return;
+    const whole = view.t1 - view.t0 >= (spanEnd || 1) * 0.999;
+    if (whole || detailCovers()) { aggNote(); return; }
+    clearTimeout(detailTimer);
+    detailTimer = setTimeout(() => {
+      const seq = ++detailSeq, w = view.t1 - view.t0, t0 = Math.max(0, view.t0 - w * 0.25), t1 = view.t1 + w * 0.25;
+      fetch(`${LOD_URL}?t0=${t0.toFixed(1)}&t1=${t1.toFixed(1)}`).then((r) => r.ok ? r.json() : null).then((q) => {
+        if (!q || seq !== detailSeq) return;
+        const map = q.names.map((nm) => { let k = NAMES.indexOf(nm); if (k < 0) { NAMES.push(nm); k = NAMES.length - 1; } return k; });
+        q.spans.name = q.spans.name.map((c) => map[c]);
+        q.spans.thread = q.spans.thread.map((tid) => threadOf.has(tid) ? threadOf.get(tid) : 0);
+        detail = q; drawWaterfall();
+      }).catch(() => {});
+    }, 120);
   }
   function tAt(ev) { const r = wf.getBoundingClientRect(); return view.t0 + (ev.clientX - r.left - LABEL_W) / (r.width - LABEL_W) * (view.t1 - view.t0); }
   function spanAt(ev) {
@@ -237,6 +313,17 @@
       for (let j = list.length - 1; j >= 0; j--) { const i = list[j]; if (S.start[i] - tol <= t && t <= S.start[i] + S.dur[i] + tol) return i; }
     }
     return -1;
+  }
+  function detailAt(ev) {
+    if (!detailCovers()) return null;
+    const r = wf.getBoundingClientRect(), yy = ev.clientY - r.top, t = tAt(ev), Q = detail.spans;
+    const tol = 2 / (r.width - LABEL_W) * (view.t1 - view.t0);
+    for (let i = Q.id.length - 1; i >= 0; i--) {
+      const top = laneTop[Q.thread[i]] + ROW * (Q.depth[i] + 1);
+      if (yy >= top && yy < top + ROW && Q.start[i] - tol <= t && t <= Q.start[i] + Q.dur[i] + tol)
+        return `${NAMES[Q.name[i]]}\n${fmt(Q.dur[i])}  (starts at ${fmt(Q.start[i])})`;
+    }
+    return null;
   }
   function deviceAt(ev) {
     if (!devLanes.length) return null;
@@ -273,7 +360,11 @@
     const dq = deviceAt(ev);
     if (dq) { wf.style.cursor = "default"; showTip(ev, dq); return; }
     const i = spanAt(ev);
-    if (i < 0) { hideTip(); wf.style.cursor = "default"; return; }
+    if (i < 0) {
+      const q = detailAt(ev);
+      if (q) { wf.style.cursor = "default"; showTip(ev, q); return; }
+      hideTip(); wf.style.cursor = "default"; return;
+    }
     wf.style.cursor = "pointer";
     let txt = `${NAMES[S.name[i]]}\n${fmt(S.dur[i])}  (starts at ${fmt(S.start[i])})`;
     if (S.error[i]) txt += `\nerror: ${S.error[i]}`;
@@ -526,7 +617,8 @@
     const ths = $("steps").querySelectorAll("th");
     cols.forEach((c, k) => { ths[(calls > 1 ? 1 : 0) + 4 + k].title = c; });
     ths[(calls > 1 ? 1 : 0) + 3].title = "wall minus the outermost traced spans inside the step: callbacks, previews, glue that nothing traced names";
-    $("steps").insertAdjacentHTML("beforeend", `<div class="note">${ST.noisy ? esc(ST.rule) : `${ST.rows.filter((r) => r.slow).length} slow of ${ST.rows.length} by the rule above; slow cells in red (each cell is slow among its column).`}</div>`);
+    $("steps").insertAdjacentHTML("beforeend", `<div class="note">${ST.noisy ? esc(ST.rule) : `${ST.slow_count != null ? ST.slow_count : ST.rows.filter((r) => r.slow).length} slow of ${ST.total_rows || ST.rows.length} by the rule above; slow cells in red (each cell is slow among its column).` +
+      (ST.total_rows > ST.rows.length ? ` Shown: ${ST.rows.length} rows, the first ${Math.min(200, ST.rows.length)} and then the slowest slow ones.` : "")}</div>`);
     document.querySelectorAll("#steps tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
       const r = ST.rows[+tr.dataset.k];
       setHash("step=" + tr.dataset.k);
@@ -580,9 +672,9 @@
     $("explain-section").hidden = false;
     $("diff-wrap").hidden = !E.tree;  // no tree: too few samples (the advice says so)
     $("explain-unit").textContent = E.unit === "step" ? "denoising steps" : short(E.unit);
-    const slowN = E.repeats.filter((r) => r.group === "slow").length;
+    const slowN = E.slow_total != null ? E.slow_total : E.repeats.filter((r) => r.group === "slow").length;
     $("explain-summary").textContent =
-      `${slowN} of ${E.repeats.length} slow (${E.shape}); slow mean ${fmtNs(E.slow_mean_ns)} vs fast mean ${fmtNs(E.fast_mean_ns)}: gap ${fmtNs(E.gap_ns)} per repeat.` +
+      `${slowN} of ${E.repeats_total || E.repeats.length} slow (${E.shape}); slow mean ${fmtNs(E.slow_mean_ns)} vs fast mean ${fmtNs(E.fast_mean_ns)}: gap ${fmtNs(E.gap_ns)} per repeat.` +
       (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + E.advice : "");
     const reps = E.repeats.filter((r) => r.group !== "other");
     table($("explain-repeats"), ["repeat", "duration", "× median", "group"],
@@ -664,5 +756,6 @@
                              syncRect: (k) => { const l = devLanes.find((l) => l.syncs), r = wf.getBoundingClientRect();
                                return { x: r.left + LABEL_W + (DV.syncs[k].t - view.t0) * (r.width - LABEL_W) / (view.t1 - view.t0), y: r.top + l.top + ROW / 2 }; },
                              tooltip: () => (tip.hidden ? "" : tip.textContent),
+                             aggregated: () => AGG ? AGG.note : "", detail: () => detail ? { t0: detail.t0, t1: detail.t1, count: detail.count, complete: detail.complete, shown: detailCovers() } : null,
                              readyMs: performance.now() };  // page start -> first waterfall and flame graph drawn
 })();

@@ -1,0 +1,205 @@
+"""Scale of the span side: runs of N traced calls through ``stepscope run``, then ``report``, ``explain`` and
+``export`` on them; wall time and peak RSS of each command (a subprocess), the report's size and, with
+Playwright and ``/usr/bin/chromium``, the time the report takes to draw.
+
+The traced program (written here) calls ``__main__.batch`` N/10 times, each calling ``__main__.item`` 9 times
+(N spans in all); every 50,000th item sleeps 2 ms (slow repeats to find). The long run spreads its calls over
+``--long`` seconds (sampled all along: its profile is large). "end of run" is the time from the program's
+last line (it writes ``time.time()`` to a file) to ``stepscope run``'s exit: the child's last flush, the
+parent's load, summary and print.
+
+    python benchmarks/scale_spans.py                         # 10k, 100k, 1M and a 60 s long run
+    python benchmarks/scale_spans.py --sizes 10000 100000 --long 0
+    python benchmarks/scale_spans.py --baseline /tmp/base/src  # the same, also with the stepscope under that src/
+
+``--baseline SRC`` runs every command a second time with ``PYTHONPATH=SRC`` (another checkout's ``src/``, e.g.
+``git archive main src | tar -x -C /tmp/base``) and prints both columns and their ratio.
+Targets (issue 15): end of a 1M-span run <= 3 s and <= 300 MB; report, explain, export at 1M <= 5 s and
+<= 500 MB each, the report file <= 10 MB and drawn in <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROGRAM = r'''
+import sys, time
+
+def item(i):
+    if i % 50_000 == 49_999:
+        time.sleep(0.002)
+    return i * 2
+
+def batch(k):
+    t = 0
+    for j in range(9):
+        t += item(k * 9 + j)
+    return t
+
+def main():
+    n, seconds = int(sys.argv[1]), float(sys.argv[2])
+    batches = n // 10
+    if seconds > 0:
+        t0 = time.perf_counter()
+        per = max(batches // 1000, 1)
+        for k in range(batches):
+            batch(k)
+            if k % per == 0:  # spread the calls over the run
+                target = t0 + seconds * k / batches
+                while time.perf_counter() < target:
+                    sum(range(2000))
+        while time.perf_counter() < t0 + seconds:
+            sum(range(2000))
+    else:
+        for k in range(batches):
+            batch(k)
+    with open(sys.argv[3], "w") as f:
+        f.write(repr(time.time()))
+
+main()
+'''
+
+# runs a command, prints "<wall s> <peak RSS KiB of its largest process> <stdout bytes>"
+WRAPPER = r'''
+import resource, subprocess, sys, time
+t0 = time.time()
+p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+t1 = time.time()
+if p.returncode:
+    sys.stderr.write(p.stderr.decode(errors="replace")[-2000:])
+    sys.exit(p.returncode)
+open(sys.argv[1], "wb").write(p.stdout)
+print(t0, t1, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, len(p.stdout))
+'''
+
+
+def measure(cmd: list[str], env: dict, out: Path) -> tuple[float, float, float, int]:
+    """``(start, end, peak MiB, stdout bytes)`` of ``cmd`` run in a fresh process (its own RUSAGE_CHILDREN)."""
+    p = subprocess.run([sys.executable, "-c", WRAPPER, str(out), *cmd], env=env, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{p.stderr}")
+    t0, t1, kib, nbytes = p.stdout.split()
+    return float(t0), float(t1), int(kib) / 1024, int(nbytes)
+
+
+def draw_ms(html: Path) -> float | None:
+    """Milliseconds from navigation to the report's first full drawing in headless Chromium (None without
+    Playwright/Chromium, or when it did not draw within 120 s)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if not Path("/usr/bin/chromium").exists():
+        return None
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path="/usr/bin/chromium")
+        try:
+            page = b.new_page(viewport={"width": 1400, "height": 900})
+            t0 = time.perf_counter()
+            page.goto(html.as_uri(), timeout=120_000)
+            page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() >= 0",
+                                   timeout=120_000, polling=20)
+            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            return 1e3 * (time.perf_counter() - t0)
+        except Exception:
+            return None
+        finally:
+            b.close()
+
+
+def bench(label: str, stepscope: list[str], env: dict, work: Path, n: int, seconds: float, hz: float,
+          browser: bool) -> dict:
+    store = work / f"store-{label}-{n}-{int(seconds)}"
+    shutil.rmtree(store, ignore_errors=True)
+    prog = work / "calls.py"
+    prog.write_text(PROGRAM)
+    done = work / "done.txt"
+    res: dict = {}
+    base = [*stepscope]
+    run = [*base, "run", "--store", str(store), "--hz", str(hz), "-t", "__main__.batch", "-t", "__main__.item", "--",
+           sys.executable, str(prog), str(n), str(seconds), str(done)]
+    t0, t1, mib, _ = measure(run, env, work / "stdout")
+    prog_end = float(done.read_text())
+    res["end of run"] = (t1 - prog_end, mib, None)
+    k = len(base) + 1
+    _, t1j, mibj, nj = measure(run[:k] + ["--json"] + run[k:], env, work / "stdout")
+    res["run --json"] = (t1j - float(done.read_text()), mibj, nj)
+    html = work / f"r-{label}-{n}.html"
+    t0, t1, mib, _ = measure([*base, "report", "--store", str(store), "-o", str(html)], env, work / "stdout")
+    res["report"] = (t1 - t0, mib, html.stat().st_size)
+    t0, t1, mib, nb = measure([*base, "explain", "--store", str(store)], env, work / "stdout")
+    res["explain"] = (t1 - t0, mib, None)
+    for fmt in ("chrome", "speedscope"):
+        out = work / f"x-{label}-{n}.{fmt}.json"
+        t0, t1, mib, _ = measure([*base, "export", "--store", str(store), "--format", fmt, "-o", str(out)], env,
+                                 work / "stdout")
+        res[f"export {fmt}"] = (t1 - t0, mib, out.stat().st_size)
+        out.unlink()
+    if browser:
+        ms = draw_ms(html)
+        res["report drawn"] = (None if ms is None else ms / 1e3, None, None)
+    html.unlink()
+    shutil.rmtree(store, ignore_errors=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--long", type=float, default=60.0, help="seconds of the long run (0: none)")
+    ap.add_argument("--long-calls", type=int, default=300_000)
+    ap.add_argument("--hz", type=float, default=101.0)
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout's src/ to compare with")
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="stepscope-scale-"))
+    here = Path(__file__).resolve().parents[1] / "src"
+    setups = [("this", here)] + ([("base", args.baseline.resolve())] if args.baseline else [])
+    cases = [(n, 0.0) for n in args.sizes] + ([(args.long_calls, args.long)] if args.long > 0 else [])
+    results: dict = {}
+    for n, seconds in cases:
+        for label, src in setups:  # one after the other per size: the same machine state for both
+            env = {**os.environ, "PYTHONPATH": str(src)}
+            results[(label, n, seconds)] = bench(label, [sys.executable, "-m", "stepscope"], env, work, n, seconds,
+                                                 args.hz, not args.no_browser)
+            print(f"... {label} {n} calls {seconds:g} s done", file=sys.stderr, flush=True)
+
+    def cell(v):
+        if v is None:
+            return "-"
+        s, mib, size = v
+        txt = "-" if s is None else f"{s:6.2f} s"
+        if mib is not None:
+            txt += f" {mib:6.0f} MB"
+        if size is not None:
+            txt += f" {size / 1e6:7.2f} MB out"
+        return txt
+
+    hdr = "| case | work | " + " | ".join(lbl for lbl, _ in setups) + (" | ratio (time, peak) |" if args.baseline else " |")
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for n, seconds in cases:
+        case = f"{n:,} spans" + (f", {seconds:g} s run" if seconds else "")
+        this = results[("this", n, seconds)]
+        for work_name, v in this.items():
+            row = f"| {case} | {work_name} | {cell(v)}"
+            if args.baseline:
+                b = results[("base", n, seconds)].get(work_name)
+                row += f" | {cell(b)}"
+                if b and v[0] and b[0]:
+                    row += f" | {v[0] / b[0]:.2f}x" + (f", {v[1] / b[1]:.2f}x" if v[1] and b[1] else "")
+                else:
+                    row += " | -"
+            print(row + " |")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
