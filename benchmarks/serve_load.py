@@ -1,16 +1,28 @@
-"""Ingest throughput of `stepscope serve`: concurrent clients posting Sentry envelopes (a transaction of
-50 spans and its sampled v1 profile of 200 samples, gzip, as the Python SDK sends them) to a real server
-process; every envelope must be stored (0 lost). Ratio: each concurrency against one client.
+"""Ingest throughput of `stepscope serve` against Spotlight's sidecar (Sentry's local ingest, npm
+``@spotlightjs/spotlight``) on the same envelopes: concurrent clients post Sentry envelopes (a transaction of 50
+spans and its sampled v1 profile of 200 samples, gzip, as the Python SDK sends them) to each server in turn,
+interleaved; stepscope must store every one (0 lost: runs, spans and samples counted in the store). Spotlight
+keeps envelopes in memory only; its figure is the rate at which it answered 200.
 
-    python benchmarks/serve_load.py [--clients 1,4,16] [--envelopes 400]
+    python benchmarks/serve_load.py [--clients 1,4,16] [--envelopes 400] [--repeats 3] [--spotlight auto|none|PATH]
+
+``--spotlight auto`` installs the sidecar once with npm into ``~/.cache/stepscope/spotlight`` (with ``hono``
+pinned to 4.12.25: with hono 4.13 its POSTs fail). Ratio: stepscope's envelopes/s over Spotlight's, per
+concurrency (medians of the repeats); the issue's target is >= 1.2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import http.client
 import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -21,12 +33,15 @@ from _serve import serving
 
 from stepscope.store.db import Store
 
+SPOTLIGHT_DIR = Path.home() / ".cache" / "stepscope" / "spotlight"
+SPANS, SAMPLES = 50, 200
+
 
 def make_envelope(eid: str, start: float) -> bytes:
     spans = [{"span_id": f"{i + 2:016x}", "parent_span_id": f"{1:016x}", "op": "function",
               "description": "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
               "start_timestamp": start + i * 0.01, "timestamp": start + i * 0.01 + 0.009,
-              "data": {"thread.id": "140000", "thread.name": "MainThread"}} for i in range(50)]
+              "data": {"thread.id": "140000", "thread.name": "MainThread"}} for i in range(SPANS)]
     tx = {"type": "transaction", "event_id": eid, "transaction": "txt2img", "start_timestamp": start,
           "timestamp": start + 0.5, "platform": "python", "spans": spans,
           "contexts": {"trace": {"trace_id": uuid.uuid4().hex, "span_id": f"{1:016x}", "op": "task",
@@ -36,7 +51,7 @@ def make_envelope(eid: str, start: float) -> bytes:
     prof = {"version": "1", "platform": "python", "timestamp": start, "transactions": [{"id": eid, "name": "txt2img"}],
             "profile": {"frames": frames, "stacks": stacks,
                         "samples": [{"elapsed_since_start_ns": str(k * 2_500_000), "thread_id": "140000", "stack_id": k % 40}
-                                    for k in range(200)],
+                                    for k in range(SAMPLES)],
                         "thread_metadata": {"140000": {"name": "MainThread"}}}}
     items = [b'{"event_id":"%s"}' % eid.encode()]
     for t, doc in (("transaction", tx), ("profile", prof)):
@@ -45,44 +60,122 @@ def make_envelope(eid: str, start: float) -> bytes:
     return gzip.compress(b"\n".join(items) + b"\n")
 
 
+def post_all(port: int, path: str, headers: dict, bodies: list[bytes], clients: int) -> tuple[float, list[int]]:
+    """Post ``bodies`` over ``clients`` keep-alive connections; (seconds, non-200 statuses)."""
+    bad: list[int] = []
+
+    def worker(part):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for b in part:
+            c.request("POST", path, body=b, headers=headers)
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                bad.append(r.status)
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(bodies[i::clients],)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, bad
+
+
+def spotlight_bin(arg: str) -> Path | None:
+    if arg == "none":
+        return None
+    if arg != "auto":
+        return Path(arg)
+    exe = SPOTLIGHT_DIR / "node_modules" / ".bin" / "spotlight"
+    if not exe.exists():
+        if shutil.which("npm") is None:
+            print("npm not found: Spotlight is left out")
+            return None
+        SPOTLIGHT_DIR.mkdir(parents=True, exist_ok=True)
+        (SPOTLIGHT_DIR / "package.json").write_text('{"name": "spotlight-bench", "private": true}\n')
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "@spotlightjs/spotlight", "hono@4.12.25"],
+                           cwd=SPOTLIGHT_DIR, capture_output=True, text=True)
+        if r.returncode or not exe.exists():
+            print(f"npm install of Spotlight failed: Spotlight is left out\n{r.stderr[-800:]}")
+            return None
+    return exe
+
+
+@contextlib.contextmanager
+def spotlight(exe: Path):
+    """Yields the port of a running Spotlight sidecar."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(exe), "server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield port
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(20)
+
+
+def counts(store: Path) -> tuple[int, int, int]:
+    st = Store(store)
+    try:
+        return tuple(st.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "spans", "samples"))
+    finally:
+        st.close()
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,4,16")
-    ap.add_argument("--envelopes", type=int, default=400, help="envelopes per concurrency level")
+    ap.add_argument("--envelopes", type=int, default=400, help="envelopes per concurrency level and repeat")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each server")
+    ap.add_argument("--spotlight", default="auto", help="auto (npm install once), none, or the spotlight executable")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d, serving(Path(d) / "store") as (port, key):
+    exe = spotlight_bin(args.spotlight)
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/x-sentry-envelope"}
+    with tempfile.TemporaryDirectory() as d, serving(Path(d) / "store") as (port, key), \
+            (spotlight(exe) if exe else contextlib.nullcontext()) as sport:
         store = Path(d) / "store"
-        headers = {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7", "Content-Encoding": "gzip",
-                   "Content-Type": "application/x-sentry-envelope"}
-        base = None
-        print(f"{'clients':>8} {'envelopes':>10} {'seconds':>8} {'env/s':>8} {'vs 1':>6} {'lost':>5}")
+        mine_headers = {**headers, "X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7"}
+        warm = [make_envelope(uuid.uuid4().hex, 1_790_000_000.0 + k) for k in range(20)]
+        post_all(port, "/api/1/envelope/", mine_headers, warm, 1)
+        if sport:
+            post_all(sport, "/stream", headers, warm, 1)
+        print(f"{'clients':>8} {'envelopes':>10} {'stepscope env/s':>16} {'Spotlight env/s':>16} {'ratio':>6} "
+              f"{'lost':>5}  (medians of {args.repeats} interleaved repeats)")
         for n in [int(x) for x in args.clients.split(",")]:
-            bodies = [make_envelope(uuid.uuid4().hex, 1_795_000_000.0 + k) for k in range(args.envelopes)]
-            before = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0]
-            bad = []
-
-            def worker(part):
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                for b in part:
-                    c.request("POST", "/api/1/envelope/", body=b, headers=headers)
-                    r = c.getresponse()
-                    r.read()
-                    if r.status != 200:
-                        bad.append(r.status)
-                c.close()
-
-            threads = [threading.Thread(target=worker, args=(bodies[i::n],)) for i in range(n)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            dt = time.perf_counter() - t0
-            stored = Store(store).conn.execute("SELECT count(*) FROM runs").fetchone()[0] - before
-            rate = args.envelopes / dt
-            base = base or rate
-            print(f"{n:>8} {args.envelopes:>10} {dt:>8.2f} {rate:>8.0f} {rate / base:>6.2f} {args.envelopes - stored:>5}"
-                  + (f"  non-200: {len(bad)}" if bad else ""))
+            mine, theirs, lost, bad = [], [], 0, 0
+            for r in range(args.repeats):
+                bodies = [make_envelope(uuid.uuid4().hex, 1_795_000_000.0 + k) for k in range(args.envelopes)]
+                before = counts(store)
+                dt, b = post_all(port, "/api/1/envelope/", mine_headers, bodies, n)
+                bad += len(b)
+                deadline = time.time() + 30  # stored by the writer thread: wait for the last commit
+                while True:
+                    after = counts(store)
+                    got = [a - c for a, c in zip(after, before)]
+                    if got[0] >= args.envelopes or time.time() > deadline:
+                        break
+                    time.sleep(0.05)
+                lost += max(0, args.envelopes - got[0]) + max(0, args.envelopes * SPANS - got[1]) \
+                    + max(0, args.envelopes * SAMPLES - got[2])
+                mine.append(args.envelopes / dt)
+                if sport:
+                    dt, b = post_all(sport, "/stream", headers, bodies, n)
+                    theirs.append(args.envelopes / dt if not b else float("nan"))
+            m = statistics.median(mine)
+            t = statistics.median(theirs) if theirs else float("nan")
+            print(f"{n:>8} {args.envelopes:>10} {m:>16.0f} {t:>16.0f} {m / t:>6.2f} {lost:>5}"
+                  + (f"  non-200: {bad}" if bad else ""))
+        print(f"(load average {os.getloadavg()[0]:.1f}; lost: runs, spans and samples missing from stepscope's store)")
 
 
 if __name__ == "__main__":

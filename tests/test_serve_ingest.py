@@ -1,6 +1,8 @@
 """The ingest endpoint in-process (Starlette's TestClient): auth, limits, malformed input, linking of
 profiles, duplicates, headers. The real Sentry SDK against a real server is in test_serve_sdk.py."""
 
+import os
+import signal
 import gzip
 import json
 import zlib
@@ -224,23 +226,91 @@ def test_no_cors_grant_and_only_loopback_hosts(client):
     assert client.get("/static/view.py").status_code == 404
 
 
-def test_a_failed_write_answers_503_and_leaves_nothing_half_written(client, monkeypatch):
+def test_a_failed_write_answers_503_and_leaves_nothing_half_written_in_the_thread_writer(app_key, monkeypatch):
     import stepscope.ingest.writer as writer
 
+    store, key = app_key
+    monkeypatch.setenv("STEPSCOPE_INGEST_WRITER", "thread")
     real = writer.apply
 
     def apply_then_fail(conn, b, project):
         real(conn, b, project)  # the run, its spans and samples are written ... then the disk fills up
         raise OSError("database or disk is full")
 
-    monkeypatch.setattr(writer, "apply", apply_then_fail)
-    r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
-    assert r.status_code == 503 and "could not be written" in r.json()["detail"]
-    st = Store(client.store)
-    assert runs(client.store) == [] and st.conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
-    monkeypatch.setattr(writer, "apply", real)
-    assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
-    assert len(runs(client.store)) == 1
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        client.key, client.store = key, store
+        monkeypatch.setattr(writer, "apply", apply_then_fail)
+        r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
+        assert r.status_code == 503 and "could not be written" in r.json()["detail"]
+        st = Store(store)
+        assert runs(store) == [] and st.conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+        monkeypatch.setattr(writer, "apply", real)
+        assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
+        assert len(runs(store)) == 1
+
+
+def _writer_pids() -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == os.getpid() and b"stepscope.ingest.writer_process" in cmd:
+                out.append(int(d))
+    return out
+
+
+def test_a_failed_write_in_the_writer_process_answers_503_and_leaves_nothing_half_written(app_key, tmp_path,
+                                                                                          monkeypatch):
+    """The writer runs in a process of its own: a write that fails there (the disk fills up after the envelope's
+    rows went in) is answered 503, nothing of it stays; a server whose writer works stores the retry."""
+    store, key = app_key
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import stepscope.ingest.writer as w\n"
+        "real = w.apply\n"
+        "def apply_then_fail(conn, b, project):\n"
+        "    real(conn, b, project)\n"
+        "    raise OSError('database or disk is full')\n"
+        "w.apply = apply_then_fail\n")
+    monkeypatch.delenv("STEPSCOPE_INGEST_WRITER", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        client.key, client.store = key, store
+        assert _writer_pids()  # a process of its own
+        r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
+        assert r.status_code == 503 and "could not be written" in r.json()["detail"], r.text
+        assert "disk is full" in r.json()["detail"]
+        assert runs(store) == [] and Store(store).conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+    monkeypatch.undo()
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        client.key, client.store = key, store
+        assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
+        assert len(runs(store)) == 1
+    assert not _writer_pids()  # stopped with the server
+
+
+def test_a_killed_writer_process_is_started_again(client):
+    """The writer process killed between two envelopes: at most one request is answered 503 (its envelope not
+    stored: the SDK retries), and the next is stored by a new writer."""
+    assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200
+    (pid,) = _writer_pids()
+    os.kill(pid, signal.SIGKILL)
+    codes = []
+    for k in range(3):
+        r = post(client, envelope([({"type": "transaction"}, transaction(f"{k + 1}" * 32))]))
+        codes.append(r.status_code)
+        if r.status_code == 200:
+            break
+    assert codes[-1] == 200 and codes.count(503) <= 1, codes
+    assert len(runs(client.store)) == 2
+    assert len(_writer_pids()) == 1 and _writer_pids()[0] != pid
 
 
 def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client):

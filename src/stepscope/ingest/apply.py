@@ -52,6 +52,15 @@ def _record_from_blob(b: bytes) -> ProfileRecord:
                          {int(k): v for k, v in d["thread_names"].items()}, d["transaction_ids"])
 
 
+def _dumps(obj) -> str:
+    """JSON text of ``obj`` (orjson: ~10x the standard library's speed on the ingest path); the standard library
+    for what orjson refuses (integers past 64 bits); anything else unserialisable as its ``str``."""
+    try:
+        return orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(obj, default=str)
+
+
 def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None) -> str:
     rid = _run_id(conn, tx)
     t0 = tx.start_ns
@@ -61,8 +70,8 @@ def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str
     conn.execute(
         "INSERT INTO runs (id, command, cwd, host, pid, status, exit_code, error, start_ns, end_ns, anchor_mono_ns,"
         " anchor_wall_ns, env, settings, unresolved, created_wall_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (rid, json.dumps([tx.name]), "", str(tx.meta.get("server_name") or ""), 0, status, None,
-         tx.status if status == "error" else None, 0, tx.end_ns - t0, 0, t0, json.dumps(env), json.dumps(settings),
+        (rid, _dumps([tx.name]), "", str(tx.meta.get("server_name") or ""), 0, status, None,
+         tx.status if status == "error" else None, 0, tx.end_ns - t0, 0, t0, _dumps(env), _dumps(settings),
          "{}", t0))
     # span ids: 1 for the transaction, then in start order; Sentry's hex ids kept in attrs
     ids = {tx.span_id: 1}
@@ -72,13 +81,13 @@ def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str
     steps = steps_from_names([(s[0], s[1], s[2], s[4], s[6]) for s in order])
     rows = [(rid, 1, None, tx.name, "transaction", 0, tx.end_ns - t0, tx.thread_id,
              tx.status if status == "error" else None,
-             json.dumps({"sentry.span_id": tx.span_id, "sentry.op": tx.op} if tx.op else {"sentry.span_id": tx.span_id}))]
+             _dumps({"sentry.span_id": tx.span_id, "sentry.op": tx.op} if tx.op else {"sentry.span_id": tx.span_id}))]
     for s in order:
         sid, parent, name, op, s0, s1, tid, err, attrs = s
         if sid in steps:
             attrs = {**attrs, STEP_ATTR: steps[sid]}
         rows.append((rid, ids[sid], ids.get(parent, 1) if parent else 1, name, op, s0 - t0, s1 - t0, tid, err,
-                     json.dumps(attrs, default=str)))
+                     _dumps(attrs)))
     conn.executemany("INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
     if tx.thread_names:
         conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
@@ -101,24 +110,21 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
         "SELECT idx, function, module, file, line FROM frames WHERE run_id = ?", (run_id,))}
     stack_idx = {r[1]: r[0] for r in conn.execute("SELECT idx, frames FROM stacks WHERE run_id = ?", (run_id,))}
     new_frames, new_stacks = [], []
-    fmap: dict[int, int] = {}
-    smap: dict[int, int] = {}
-
-    def frame(i: int) -> int:
-        j = fmap.get(i)
+    used = {i for k in {s[2] for s in samples} for i in p.stacks[k]}
+    fstr: list[str] = [""] * len(p.frames)  # profile frame -> the run's frame index, as text for stack keys
+    for i in sorted(used):
+        f = tuple(p.frames[i])
+        j = frame_idx.get(f)
         if j is None:
-            f = tuple(p.frames[i])
-            j = frame_idx.get(f)
-            if j is None:
-                j = frame_idx[f] = len(frame_idx)
-                new_frames.append((run_id, j, *f))
-            fmap[i] = j
-        return j
+            j = frame_idx[f] = len(frame_idx)
+            new_frames.append((run_id, j, *f))
+        fstr[i] = str(j)
+    smap: dict[int, int] = {}
 
     def stack(k: int) -> int:
         j = smap.get(k)
         if j is None:
-            key = ",".join(str(frame(i)) for i in p.stacks[k])
+            key = ",".join(map(fstr.__getitem__, p.stacks[k]))  # in C
             j = stack_idx.get(key)
             if j is None:
                 j = stack_idx[key] = len(stack_idx)
@@ -138,7 +144,7 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
     settings = json.loads(row[0] or "{}")
     if not settings.get("profiles_hz"):
         settings["profiles_hz"] = hz
-        conn.execute("UPDATE runs SET settings = ? WHERE id = ?", (json.dumps(settings), run_id))
+        conn.execute("UPDATE runs SET settings = ? WHERE id = ?", (_dumps(settings), run_id))
     return len(rows)
 
 

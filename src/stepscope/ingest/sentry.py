@@ -131,6 +131,32 @@ def timestamp_ns(v, what: str) -> int:
     return ns
 
 
+#: float seconds whose ns fit ``[_MIN_NS, _MAX_NS)`` (a margin for the rounding)
+_MIN_S, _MAX_S = 0.0, _MAX_NS / 1e9 - 1.0
+
+
+def _ts(v, what, *parts) -> int:
+    """``timestamp_ns`` with its message made only on error (``what`` and ``parts`` joined): the hot path of
+    the ingest does no string formatting per span or sample."""
+    if type(v) is float and _MIN_S <= v < _MAX_S:
+        return round(v * 1e9)
+    return timestamp_ns(v, "".join((what, *parts)))
+
+
+class _Tids(dict):
+    """Thread ids (strings, as the SDK sends them) already converted in one item: the same few values repeat in
+    every sample."""
+
+    def get_id(self, v, what, *parts) -> int:
+        if type(v) is not str:  # (only strings are kept: 1, 1.0 and True are equal keys, and the last two wrong)
+            return thread_id(v, "".join((what, *parts)))
+        try:
+            return self[v]
+        except KeyError:
+            t = self[v] = thread_id(v, "".join((what, *parts)))
+            return t
+
+
 def thread_id(v, what: str) -> int:
     """A Sentry thread id (string or number; Python's ``threading.get_ident()``) as an int64. Ids that
     are not integers (other platforms name threads) map to a stable 62-bit hash."""
@@ -225,26 +251,44 @@ def transaction(doc: dict, what: str) -> TransactionRecord:
     if tdata.get("thread.name") is not None:
         names[root_tid] = str(tdata["thread.name"])
     spans = []
+    tids = _Tids()
     for i, s in enumerate(_list(doc.get("spans") or [], f"{what}: spans")):
-        w = f"{what}: spans[{i}]"
-        s = _obj(s, w)
-        sid = _hexid(s.get("span_id"), f"{w}.span_id")
-        parent = _hexid(s["parent_span_id"], f"{w}.parent_span_id") if s.get("parent_span_id") else None
-        s0 = timestamp_ns(s.get("start_timestamp"), f"{w}.start_timestamp")
-        s1 = max(s0, timestamp_ns(s.get("timestamp"), f"{w}.timestamp"))
-        data = _obj(s.get("data") or {}, f"{w}.data")
-        tid = thread_id(data["thread.id"], f"{w}.data.thread.id") if data.get("thread.id") is not None else root_tid
+        # messages are made only when a value is wrong (the validators below raise then): no formatting per span
+        if type(s) is not dict:
+            _obj(s, f"{what}: spans[{i}]")
+        sid = s.get("span_id")
+        sid = sid.replace("-", "").lower() if type(sid) is str and 0 < len(sid) <= 64 else \
+            _hexid(sid, f"{what}: spans[{i}].span_id")
+        parent = s.get("parent_span_id")
+        if parent:
+            parent = parent.replace("-", "").lower() if type(parent) is str and len(parent) <= 64 else \
+                _hexid(parent, f"{what}: spans[{i}].parent_span_id")
+        else:
+            parent = None
+        s0 = _ts(s.get("start_timestamp"), what, ": spans[", str(i), "].start_timestamp")
+        s1 = max(s0, _ts(s.get("timestamp"), what, ": spans[", str(i), "].timestamp"))
+        data = s.get("data") or {}
+        if type(data) is not dict:
+            _obj(data, f"{what}: spans[{i}].data")
+        raw_tid = data.get("thread.id")
+        tid = tids.get_id(raw_tid, what, ": spans[", str(i), "].data.thread.id") if raw_tid is not None else root_tid
         if data.get("thread.name") is not None:
             names.setdefault(tid, str(data["thread.name"]))
-        op = _str(s.get("op"), f"{w}.op", "") or ""
-        name = _str(s.get("description"), f"{w}.description") or op or "span"
-        status = _str(s.get("status"), f"{w}.status")
+        op = s.get("op")
+        if type(op) is not str:
+            op = _str(op, f"{what}: spans[{i}].op", "") or ""
+        name = s.get("description")
+        if type(name) is not str:
+            name = _str(name, f"{what}: spans[{i}].description")
+        name = name or op or "span"
+        status = s.get("status")
+        if status is not None and type(status) is not str:
+            _str(status, f"{what}: spans[{i}].status")
         attrs = {"sentry.span_id": sid}
         if s.get("tags"):
-            attrs["tags"] = _obj(s["tags"], f"{w}.tags")
-        extra = {k: v for k, v in data.items() if k not in ("thread.id", "thread.name", "profiler_id")}
-        if extra:
-            attrs["data"] = extra
+            attrs["tags"] = _obj(s["tags"], f"{what}: spans[{i}].tags")
+        if len(data) > ("thread.id" in data) + ("thread.name" in data) + ("profiler_id" in data):
+            attrs["data"] = {k: v for k, v in data.items() if k not in ("thread.id", "thread.name", "profiler_id")}
         spans.append((sid, parent, name[:1000], op[:200] or "function", s0, s1, tid,
                       status if status not in (None, "ok") else None, attrs))
     prof = _obj(contexts.get("profile") or {}, f"{what}: contexts.profile")
@@ -278,21 +322,25 @@ def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list,
     sdk_frames = {i for i, f in enumerate(frames) if f[1] == "sentry_sdk" or f[1].startswith("sentry_sdk.")}
     stacks = []
     for i, st in enumerate(stacks_in):
-        st = _list(st, f"{what}: profile.stacks[{i}]")
-        for j in st:
-            if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
-                raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
-        kept = [j for j in st if j not in sdk_frames] or st  # the SDK's span wrappers, hidden as stepscope's are
-        stacks.append(tuple(reversed(kept)))  # Sentry: leaf first; stepscope: root first
+        if type(st) is not list:
+            st = _list(st, f"{what}: profile.stacks[{i}]")
+        if st and not (set(map(type, st)) == {int} and min(st) >= 0 and max(st) < nf):  # checked in C
+            for j in st:
+                if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
+                    raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
+        kept = ([j for j in st if j not in sdk_frames] or st) if sdk_frames else st  # the SDK's span wrappers,
+        stacks.append(tuple(reversed(kept)))  # hidden as stepscope's are. Sentry: leaf first; stepscope: root first
     ns = len(stacks)
     samples = []
+    tids = _Tids()
     for i, s in enumerate(samples_in):
-        w = f"{what}: profile.samples[{i}]"
-        s = _obj(s, w)
+        if type(s) is not dict:
+            _obj(s, f"{what}: profile.samples[{i}]")
         k = s.get("stack_id")
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < ns:
-            raise EnvelopeError(f"{w}.stack_id: {k!r} is not in profile.stacks")
-        samples.append((sample_time(s, w), thread_id(s.get("thread_id"), f"{w}.thread_id"), k))
+        if type(k) is not int or not 0 <= k < ns:
+            raise EnvelopeError(f"{what}: profile.samples[{i}].stack_id: {k!r} is not in profile.stacks")
+        samples.append((sample_time(s, what, i), tids.get_id(s.get("thread_id"), what, ": profile.samples[", str(i),
+                                                             "].thread_id"), k))
     samples.sort(key=lambda x: x[0])
     meta = _obj(prof.get("thread_metadata") or {}, f"{what}: profile.thread_metadata")
     names = {}
@@ -321,12 +369,12 @@ def profile_v1(doc: dict, what: str) -> ProfileRecord:
     if not tx_ids:
         raise EnvelopeError(f"{what}: no transaction to link the profile to (transactions is empty)")
 
-    def when(s: dict, w: str) -> int:
+    def when(s: dict, what: str, i: int) -> int:
         v = s.get("elapsed_since_start_ns")
-        if isinstance(v, str) and v.isdigit():
+        if type(v) is str and v.isdigit():
             v = int(v)
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**50:
-            raise EnvelopeError(f"{w}.elapsed_since_start_ns: not a non-negative integer")
+        if type(v) is not int or not 0 <= v < 2**50:
+            raise EnvelopeError(f"{what}: profile.samples[{i}].elapsed_since_start_ns: not a non-negative integer")
         return t0 + v
 
     frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
@@ -341,8 +389,8 @@ def profile_chunk(doc: dict, what: str) -> ProfileRecord:
     profiler_id = _hexid(doc.get("profiler_id"), f"{what}: profiler_id")
     chunk_id = _hexid(doc.get("chunk_id"), f"{what}: chunk_id")
 
-    def when(s: dict, w: str) -> int:
-        return timestamp_ns(s.get("timestamp"), f"{w}.timestamp")
+    def when(s: dict, what: str, i: int) -> int:
+        return _ts(s.get("timestamp"), what, ": profile.samples[", str(i), "].timestamp")
 
     frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
     return ProfileRecord("profile_chunk", chunk_id, profiler_id, frames, stacks, samples, names)

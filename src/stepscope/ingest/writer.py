@@ -1,18 +1,32 @@
-"""The one writer: a thread that owns the store's write connection and applies envelopes in order.
+"""The one writer: it owns the store's write connection and applies envelopes in order.
 
-Requests hand their validated ``Batch`` to ``Writer.submit`` and wait on the returned future; the
-thread takes whatever is queued (up to ``max_batch``), applies each under its own SAVEPOINT inside one
-SQLite transaction (one fsync for many envelopes), commits, then answers every waiting request. An
-envelope that fails to apply is rolled back alone; a failed commit fails them all (nothing half-written).
+Requests hand their validated ``Batch`` to ``Writer.submit`` and wait on the returned future. The writer takes
+whatever is queued (up to ``max_batch``), applies each under its own SAVEPOINT inside one SQLite transaction (one
+commit for many envelopes), commits, then answers every waiting request. An envelope that fails to apply is rolled
+back alone; a failed commit fails them all (nothing half-written).
+
+Where: by default in a **process of its own** (``python -m stepscope.ingest.writer_process``, two pipes carrying pickled
+batches and answers, ``multiprocessing.connection`` framing). Applying an envelope is ~1 ms of Python and SQLite
+work; in the server's process it competed for the GIL with the requests (the HTTP side alone answers ~900
+envelopes/s, with the writer beside it ~350/s). A writer process that dies fails the requests waiting on it
+(503: the client retries) and is started again for the next one. ``in_process=True`` keeps it a thread (tests that
+patch ``apply``; platforms without ``fork``/pipes).
 """
 
 from __future__ import annotations
 
+import fcntl
+import itertools
+import os
+import pickle
 import queue
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..store.db import Store
@@ -27,19 +41,114 @@ class WriterClosed(Exception):
     """The writer has stopped; nothing was written."""
 
 
-class Writer:
-    """Apply batches to the store at ``path`` from one thread. ``submit`` is thread-safe."""
+class WriteError(Exception):
+    """The writer process could not store an envelope (its message says why: a full disk, say)."""
 
-    def __init__(self, path: str | Path, max_batch: int = 256) -> None:
+
+def apply_jobs(conn: sqlite3.Connection, jobs: list[tuple[Batch, str | None]]) -> list:
+    """Apply ``jobs`` in one transaction, each under its own SAVEPOINT; per job ``apply``'s dict or the exception.
+    A failed commit fails them all."""
+    results: list = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for b, project in jobs:
+            conn.execute("SAVEPOINT envelope")
+            try:
+                results.append(apply(conn, b, project))
+                conn.execute("RELEASE envelope")
+            except Exception as e:  # this envelope only
+                conn.execute("ROLLBACK TO envelope")
+                conn.execute("RELEASE envelope")
+                results.append(e)
+        conn.execute("COMMIT")
+    except sqlite3.Error as e:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        results = [e] * len(jobs)
+    return results
+
+
+class Writer:
+    """Apply batches to the store at ``path``, in a process of its own (default) or a thread (``in_process``).
+    ``submit`` is thread-safe."""
+
+    def __init__(self, path: str | Path, max_batch: int = 256, in_process: bool | None = None) -> None:
         self.path = Path(path)
         self.max_batch = max_batch
-        self._q: queue.Queue = queue.Queue()
         self._closed = False
-        st = Store(self.path)  # creates the schema; the thread opens its own connection
+        st = Store(self.path)  # creates the schema before the first request
         ensure_schema(st.conn)
         st.close()
-        self._thread = threading.Thread(target=self._loop, name="stepscope-ingest-writer", daemon=True)
-        self._thread.start()
+        if in_process is None:
+            in_process = os.environ.get("STEPSCOPE_INGEST_WRITER", "").strip().lower() == "thread" or os.name != "posix"
+        self.in_process = in_process
+        self._lock = threading.Lock()
+        if in_process:
+            self._q: queue.Queue = queue.Queue()
+            self._thread = threading.Thread(target=self._loop, name="stepscope-ingest-writer", daemon=True)
+            self._thread.start()
+        else:
+            self._ids = itertools.count()
+            self._waiting: dict[int, tuple[Future, subprocess.Popen]] = {}
+            self._proc: subprocess.Popen | None = None
+            self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+            self._sending = threading.Thread(target=self._sender, name="stepscope-ingest-sender", daemon=True)
+            self._sending.start()
+            self._start()
+
+    # -- a process of its own ------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "stepscope.ingest.writer_process", str(self.path), str(to_child_r), str(from_child_w),
+                 str(self.max_batch)], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                    str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        for fd in (to_child_w, from_child_r):  # room for many envelopes while the writer commits (Linux)
+            try:
+                fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ: 1 MiB (the default is 64 KiB)
+            except OSError:
+                pass
+        self._send = Connection(to_child_w, readable=False)
+        recv = Connection(from_child_r, writable=False)
+        self._reader = threading.Thread(target=self._answers, args=(recv, self._proc), name="stepscope-ingest-answers",
+                                        daemon=True)
+        self._reader.start()
+
+    def _answers(self, recv: Connection, proc: subprocess.Popen) -> None:
+        """Resolve the futures as the writer process answers; when it is gone, fail what still waits on it."""
+        try:
+            while True:
+                for jid, ok, payload in recv.recv():
+                    with self._lock:
+                        fut = self._waiting.pop(jid, (None, None))[0]
+                    if fut is not None:
+                        fut.set_result(payload) if ok else fut.set_exception(WriteError(payload))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
+        finally:
+            recv.close()
+            with self._lock:
+                if self._proc is proc:  # the next submit starts another
+                    self._proc = None
+                    try:
+                        self._send.close()
+                    except OSError:
+                        pass
+                lost = [j for j, (_, p) in self._waiting.items() if p is proc]
+                lost = [self._waiting.pop(j)[0] for j in lost]
+            for f in lost:
+                f.set_exception(WriteError("the store writer stopped (its process ended): this envelope was not "
+                                           "stored"))
+            proc.wait()
 
     def submit(self, b: Batch, project_id: str | None) -> Future:
         """Queue one envelope; the future's result is ``apply``'s dict, or it raises the write error."""
@@ -47,15 +156,61 @@ class Writer:
         if self._closed:
             fut.set_exception(WriterClosed("the server is shutting down"))
             return fut
-        self._q.put((b, project_id, fut))
+        if self.in_process:
+            self._q.put((b, project_id, fut))
+            return fut
+        with self._lock:
+            if self._proc is None:
+                self._start()
+            jid = next(self._ids)
+            self._waiting[jid] = (fut, self._proc)  # and which process holds it, if that one dies
+            self._outbox.put((jid, b, project_id, self._send))
         return fut
 
+    def _sender(self) -> None:
+        """Pickle and write the queued jobs to the writer process (never in the event loop: a full pipe blocks
+        here, not the requests)."""
+        while True:
+            job = self._outbox.get()
+            if job is None:
+                return
+            jid, b, project, conn = job
+            try:
+                conn.send_bytes(pickle.dumps((jid, (b, project)), protocol=pickle.HIGHEST_PROTOCOL))
+            except (OSError, ValueError) as e:  # the process is gone (its answers thread fails the rest)
+                with self._lock:
+                    fut = self._waiting.pop(jid, (None, None))[0]
+                if fut is not None:
+                    fut.set_exception(WriteError(f"the store writer is not reachable ({e})"))
+
     def close(self, timeout: float = 30.0) -> None:
-        """Finish what is queued, then stop the thread."""
-        if not self._closed:
-            self._closed = True
+        """Finish what is queued, then stop the writer."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.in_process:
             self._q.put(None)
             self._thread.join(timeout)
+            return
+        with self._lock:
+            proc = self._proc
+        self._outbox.put(None)
+        self._sending.join(timeout)  # every queued job written
+        if proc is not None:
+            try:
+                self._send.send_bytes(b"")  # the end
+                self._send.close()
+            except (OSError, ValueError):
+                pass
+        if proc is not None:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self._reader.join(timeout)
+
+    # -- a thread ------------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         st = Store(self.path)
@@ -74,25 +229,7 @@ class Writer:
                 jobs = [j for j in jobs if j is not None]
             if not jobs:
                 continue
-            results: list = []
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for b, project, fut in jobs:
-                    conn.execute("SAVEPOINT envelope")
-                    try:
-                        results.append(apply(conn, b, project))
-                        conn.execute("RELEASE envelope")
-                    except Exception as e:  # this envelope only
-                        conn.execute("ROLLBACK TO envelope")
-                        conn.execute("RELEASE envelope")
-                        results.append(e)
-                conn.execute("COMMIT")
-            except sqlite3.Error as e:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                results = [e] * len(jobs)
+            results = apply_jobs(conn, [(b, p) for b, p, _ in jobs])
             if time.monotonic() - last_prune > PRUNE_EVERY_S:
                 last_prune = time.monotonic()
                 try:
@@ -105,3 +242,45 @@ class Writer:
                 else:
                     fut.set_result(r)
         st.close()
+
+
+def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
+    """The writer process: read jobs, apply them in batches, answer ``[(job id, ok, result or message)]``."""
+    recv = Connection(fd_in, writable=False)
+    send = Connection(fd_out, readable=False)
+    st = Store(path)
+    conn = st.conn
+    last_prune = 0.0
+    stop = False
+    while not stop:
+        try:
+            first = recv.recv_bytes()
+        except (EOFError, OSError):
+            break
+        raw = [first]
+        while len(raw) < max_batch and raw[-1] and recv.poll(0):
+            try:
+                raw.append(recv.recv_bytes())
+            except (EOFError, OSError):
+                break
+        if not raw[-1]:  # the end: what came before it is still written
+            stop = True
+            raw.pop()
+        jobs, ids = [], []
+        for r in raw:
+            jid, (b, project) = pickle.loads(r)
+            ids.append(jid)
+            jobs.append((b, project))
+        if jobs:
+            results = apply_jobs(conn, jobs)
+            send.send([(jid, not isinstance(r, BaseException), r if not isinstance(r, BaseException) else str(r))
+                       for jid, r in zip(ids, results)])
+        if time.monotonic() - last_prune > PRUNE_EVERY_S:
+            last_prune = time.monotonic()
+            try:
+                prune(conn, time.time_ns())
+            except sqlite3.Error:
+                pass
+    st.close()
+    send.close()
+
