@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+def _dur(ns: float) -> str:
+    """A duration in the unit that shows it (ms from 1 ms, us below: a 0.0 ms limit said nothing)."""
+    return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us"
+
+
 MAD_K = 3.0
 MAD_SIGMA = 1.4826
 MIN_RATIO = 1.2
@@ -66,7 +71,7 @@ def call_slow(durations) -> SlowCall:
         mask[0] = False
     fast = d[~mask][1:] if warmup else d[~mask]
     cv = float(fast.std() / fast.mean()) if len(fast) >= 3 and fast.mean() > 0 else 0.0
-    nums = f"limit {limit / 1e6:.1f} ms (median {med / 1e6:.1f} ms, MAD {mad / 1e6:.1f} ms)"
+    nums = f"limit {_dur(limit)} (median {_dur(med)}, MAD {_dur(mad)})"
     if warmup:
         nums += f"; the first repeat ({d[0] / med:.1f} x median) is a warm-up, set apart"
     if cv > NOISY_CV:

@@ -141,6 +141,10 @@ def shape_words(shape: str) -> str:
     return {"first": "the first repeat is slower than the rest", "irregular": "irregular", "none": "none"}.get(shape, shape)
 
 
+#: Slow rows a step/repeat table shows in the terminal, at most (the slowest; the rest are counted).
+MAX_SLOW_ROWS = 25
+
+
 def print_steps(st, console: Console, max_columns: int = 5) -> None:
     """The step (or repeat) table: wall, x median, untraced, one column per traced name; only the slow
     cells of a slow row are marked; the rule once under it; the untraced time of slow steps named."""
@@ -149,8 +153,12 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     is_step = st.kind == "diffusion.step"
     title = "Steps (diffusion.step)" if is_step else f"Repeats of {left_short(st.span_name)}"
     rows = st.rows
-    if len(rows) > 40:  # keep the table readable: slow rows and the first/last few
-        keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in rows if r.slow or r.fill}
+    hidden_slow = 0
+    if len(rows) > 40:  # keep the table readable: the first/last few and the slowest of the slow rows
+        marked = [r for r in rows if r.slow or r.fill]
+        top = sorted(marked, key=lambda r: -r.ratio)[:MAX_SLOW_ROWS]
+        hidden_slow = max(st.slow_count, len([r for r in rows if r.slow])) - len([r for r in top if r.slow])
+        keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in top}
         rows = [r for r in rows if id(r) in keep]
     base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
              f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
@@ -185,6 +193,9 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     if left:
         console.print(f"[dim](+{left} traced column{'s' if left > 1 else ''} that {'do' if left > 1 else 'does'} not fit "
                       f"this terminal: `--json` or the report {'has them' if left > 1 else 'has it'})[/dim]")
+    if hidden_slow > 0:
+        console.print(f"[dim](the {MAX_SLOW_ROWS} slowest slow rows are shown; {hidden_slow} more are in `--json`, "
+                      "`stepscope explain` and the report)[/dim]")
     console.print(f"[dim]{st.rule}[/dim]")
     slow = st.slow_rows
     if slow:
