@@ -150,10 +150,10 @@ def test_a_failing_recorder_thread_never_reaches_the_program_and_spans_are_kept(
     assert len(data.profile) > 20  # the main thread, by its timer signal
 
 
-def test_a_blocked_thread_is_read_at_10_hz_and_charged_its_whole_wait(tmp_path):
+def test_a_blocked_thread_keeps_one_stack_at_the_full_rate_and_its_wall_time(tmp_path):
     """While the main thread is sampled by its timer signal, a thread blocked in a wait (a progress bar's
-    monitor) uses no CPU: the recorder repeats its stack without walking it, at 10 Hz, each sample charged the
-    whole time since the previous one, so its wall time still adds up."""
+    monitor) uses no CPU: the recorder repeats its stack without walking it (its CPU clock has not moved), still
+    at the sampling rate so that every sample sits at its own time, and its wall time adds up."""
     prog = tmp_path / "prog.py"
     prog.write_text(
         "import threading, time\n"
@@ -171,7 +171,7 @@ def test_a_blocked_thread_is_read_at_10_hz_and_charged_its_whole_wait(tmp_path):
     p = data.profile
     tid = next(t for t, n in p.thread_names.items() if n == "monitor")
     rows = [i for i in range(len(p)) if p.sample_thread[i] == tid]
-    assert 10 <= len(rows) <= 40, len(rows)  # 10 Hz for 2 s, not 101 Hz
+    assert len(rows) >= 60, len(rows)  # ~101 Hz for 2 s (less when the recorder waits for the GIL), not 10 Hz
     assert len({p.sample_stack[i] for i in rows}) == 1
     charged = sum(p.sample_wall_ns[i] for i in rows) / 1e9
     assert 1.7 <= charged <= 2.3, charged

@@ -345,7 +345,7 @@ class Session:
         next_t = now()
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
-        interval = period
+        last_full = 0  # when other threads' stacks were last read
         while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
@@ -364,15 +364,17 @@ class Session:
             by_signal = main_sampler.active
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
-                if others:
-                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else (), interval_ns=interval)
+                # the main thread sampled by signal and every other thread blocked since it was read (a progress
+                # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
+                # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
+                if others and (not by_signal or t - last_full >= idle_poll
+                               or not self.sampler.sample_blocked((main,))):
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
                     self._track_os_threads(self.sampler.last_threads, t)
-                # the main thread sampled by signal and every other thread blocked (a progress bar's monitor, a
-                # queue's consumer): look again at 10 Hz; a blocked thread's samples are charged their whole wait
-                interval = period if others and (not by_signal or self.sampler.busy) else max(period, idle_poll)
-                next_t += interval
+                    last_full = t
+                next_t += period if others else max(period, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
-                    next_t = t + interval
+                    next_t = t + period
             if t - last_flush >= flush_every:
                 main_sampler.check()
                 if by_signal:

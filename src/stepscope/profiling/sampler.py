@@ -97,6 +97,7 @@ class Sampler:
         self.last_threads: list[int] = []
         #: how many threads of the last ``sample()`` ran since their previous sample
         self.busy = 0
+        self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
@@ -156,13 +157,52 @@ class Sampler:
                     wall = min(t - prev[0], cap)
                     used = min(cpu - prev[1], wall) if cpu >= 0 and prev[1] >= 0 else -1
                 last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
+            for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
+                del last[gone]                                        # for a new thread: its OS id is read anew)
+                self._native.pop(gone, None)
             self.last_threads = list(frames)
+            self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
             self.busy = busy
             return n
         finally:
             self.lock.release()
+
+    def sample_blocked(self, skip: frozenset | set | tuple = frozenset()) -> bool:
+        """When no thread that ``sample()`` read before has run since (their CPU clocks, one system call each) and
+        no thread came or went: record each one's previous stack again, unwalked, charged the time since, and
+        return True. Otherwise record nothing and return False (``sample()`` is due). Lets the recorder look at
+        every period at little cost while the other threads wait (a progress bar's monitor, idle request
+        handlers), with every sample still at its own time."""
+        if len(threading._active) != self._n_active:
+            return False
+        native = self._native
+        last = self._last
+        now = []
+        for tid, prev in list(last.items()):
+            if tid in skip:
+                continue
+            cpu = thread_cpu_ns(native.get(tid, 0))
+            if cpu < 0 or cpu != prev[1]:
+                return False
+            now.append((tid, prev))
+        if not self.lock.acquire(timeout=1.0):
+            return True
+        try:
+            t = perf_counter_ns()
+            c = self._cols
+            for tid, prev in now:
+                last[tid] = (t, prev[1], prev[2])
+                c[0].append(t)
+                c[1].append(tid)
+                c[2].append(prev[2])
+                c[3].append(t - prev[0])
+                c[4].append(0)
+            self.sample_count += len(now)
+        finally:
+            self.lock.release()
+        return True
 
     def sample_frame(self, frame, thread_id: int, t_ns: int, wall_ns: int, cpu_ns: int) -> bool:
         """Record ``frame``'s stack (leaf first through ``f_back``) as a sample of ``thread_id`` read at
