@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 
+from ..tracing.buffer import current_span as _current_span
 from .sampler import Sampler
 from . import timer
 from .timer import ThreadTimer
@@ -110,6 +111,7 @@ def _handler(signum, frame) -> None:
                 fn(*args)
             return
         if signum == s.signum:
+            s.current = _span_now()  # the open span now (the recorder writes it: the span a killed run died in)
             s.tick(frame)
         else:
             t = time.perf_counter_ns()
@@ -126,6 +128,7 @@ def _handler(signum, frame) -> None:
 
 
 _TOOL_IDS = range(6)
+_span_now = _current_span.get
 
 
 class MainThreadSampler:
@@ -171,6 +174,8 @@ class MainThreadSampler:
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
+        #: the main thread's innermost open-span record at the last wall tick (``tracing.buffer.current_span``)
+        self.current = None
         self.wall_timer: ThreadTimer | None = None
         import random
 

@@ -46,6 +46,11 @@ _lock = threading.Lock()
 #: traced name -> enclosing span names (or "") seen while torch.compile traced it into a graph
 _compiled: dict[str, set] = {}
 
+#: ``profiling.memory.SpanMemory`` of the recording session (None: no memory figures at span entry/exit).
+#: Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it: a few
+#: microseconds a span, too much for every traced call.
+span_memory = None
+
 
 def error_name(exc_type: type) -> str:
     """``module.Qualname`` of an exception type (``Qualname`` for builtins)."""
@@ -99,6 +104,8 @@ class Probe:
                 _set([None, 0, None, self, None, None, None, prev])
                 return
         attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
+        if span_memory is not None and hooks is not None:
+            attrs = _memory_in(attrs)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def enter_as(self, first) -> None:
@@ -109,6 +116,8 @@ class Probe:
             _set([None, 0, None, self, None, None, None, prev])
             return
         attrs = _hook_attrs(self.hooks, _getframe(1)) if self.hooks is not None else None
+        if span_memory is not None and self.hooks is not None:
+            attrs = _memory_in(attrs)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
@@ -133,6 +142,8 @@ class Probe:
             if rec is None or rec.__class__ is not list or rec[3] is not self:
                 return
         if rec[0] is not None:
+            if rec[4] is not None and span_memory is not None and self.hooks is not None:
+                _memory_out(rec[4])
             _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
         _set(rec[7])
         if self.hooks is not None and rec[0] is not None:
@@ -199,6 +210,23 @@ def _hook_attrs(hooks, frame):
         return hooks.enter_frame(frame)
     except Exception:  # a hook must never break the program
         return None
+
+
+def _memory_in(attrs):
+    m = span_memory
+    try:
+        return m.enter(attrs) if m is not None else attrs
+    except Exception:  # never into the program
+        return attrs
+
+
+def _memory_out(attrs) -> None:
+    m = span_memory
+    try:
+        if m is not None:
+            m.exit(attrs)
+    except Exception:
+        pass
 
 
 def probe(probe_id: int) -> Probe | None:
