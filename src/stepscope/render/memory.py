@@ -4,6 +4,7 @@ stage and by span name, and the out-of-memory record."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -58,9 +59,9 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
         return
     if m.oom is not None:
         lines = oom_lines(m.oom)
-        console.print(f"[bold red]{lines[0]}[/bold red]")
+        console.print(f"[bold red]{escape(lines[0])}[/bold red]")
         for ln in lines[1:]:
-            console.print(f"  {ln}")
+            console.print(f"  {escape(ln)}")
     if not m.samples:
         return
     parts = []
@@ -75,7 +76,7 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
     if m.largest is not None:
         g = m.largest
         w = g.measure()
-        console.print(f"largest stage of memory: [bold]{g.label}[/bold] peak {_fig(w, 'peak')}, "
+        console.print(f"largest stage of memory: [bold]{escape(g.label)}[/bold] peak {_fig(w, 'peak')}, "
                       f"{_fig(w, 'growth')} on top of {_fig(w, 'entry')} at its start")
     stages = m.stages
     if stages:
@@ -93,7 +94,7 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
             _num_col(t, k, v)
         t.add_column("note", style="dim", overflow="fold")
         for g, w, *cells in zip(stages, ws, *cols.values()):
-            t.add_row(Text(g.label, style="bold" if g is m.largest else ""), *cells, w.note or "")
+            t.add_row(Text(g.label, style="bold" if g is m.largest else ""), *cells, Text(w.note or ""))
         console.print(t)
     if m.spans:
         rows = m.spans[:10]
@@ -105,5 +106,5 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
             _num_col(t, h, [v[k] for v in vals])
         room = _room(console, t)
         for r, v in zip(rows, vals):
-            t.add_row(left_short(r.name, room), *v)
+            t.add_row(Text(left_short(r.name, room)), *v)
         console.print(t)
