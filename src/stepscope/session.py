@@ -334,6 +334,8 @@ class Session:
         if self.history is not None:
             if self.history.written:
                 out["history"] = os.path.basename(self.history.written)
+            if self.history.summary:
+                out["history_summary"] = self.history.summary
             if self.history.note:
                 out["history_note"] = self.history.note
         return out

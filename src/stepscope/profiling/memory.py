@@ -305,6 +305,7 @@ class History:
         self.on = False
         self.note: str | None = None
         self.written = None
+        self.summary: dict | None = None  # ``device.memory_snapshot.summarize`` of the snapshot written
 
     def start(self, torch) -> None:
         """Turn the history on (called when the program imports torch); a CPU-only torch: a note, nothing on."""
@@ -343,6 +344,9 @@ class History:
             with open(path, "wb") as f:
                 pickle.dump(snap, f)
             self.written = path
+            from ..device.memory_snapshot import summarize
+
+            self.summary = summarize(snap)
         except Exception as e:
             self.note = f"--memory-history: snapshot failed ({type(e).__name__}: {e})"
         return self.written
