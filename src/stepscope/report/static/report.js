@@ -246,8 +246,12 @@
     if (memTop >= 0) {
       g.fillStyle = "#f6f8fa"; g.fillRect(LABEL_W, memTop, W - LABEL_W, MEM_H);
       g.fillStyle = "#d6dbe3"; g.fillRect(LABEL_W, memTop + MEM_H, W - LABEL_W, 1);
-      const Y = (v) => memTop + MEM_H - 2 - ((v - memMin) / (memMax - memMin)) * (MEM_H - 6);
       const lo = Math.max(lowerBound(ML.t, view.t0) - 1, 0), hi = Math.min(lowerBound(ML.t, view.t1) + 1, ML.t.length);
+      // the scale follows the samples in view (zoom in: the lane shows what moved there)
+      let vMin = Infinity, vMax = -Infinity;
+      for (const [key] of MEM_SERIES) { const vals = ML[key]; if (vals) for (let j = lo; j < hi; j++) { const v = vals[j]; if (v != null) { if (v < vMin) vMin = v; if (v > vMax) vMax = v; } } }
+      if (vMax > -Infinity) { memMin = vMin; memMax = vMax > vMin ? vMax : vMin + 1; }
+      const Y = (v) => memTop + MEM_H - 2 - ((v - memMin) / (memMax - memMin)) * (MEM_H - 6);
       for (const [key, col] of MEM_SERIES) {
         const vals = ML[key]; if (!vals) continue;
         g.strokeStyle = col; g.lineWidth = key === "rss" || key === "cuda" ? 1.5 : 1; g.beginPath();
@@ -638,7 +642,13 @@
       (mem ? `<br>Memory at the time: ${esc(mem)}${m.sampled_at_us != null ? " (the last memory sample, at " + esc(fmt(m.sampled_at_us)) + ")" : ""}.` : "") +
       (o.snapshot ? "" : o.how === "error" ? " <small>(on CUDA, <code>--memory-history</code> keeps the allocator's snapshot: the largest live blocks and the Python stacks that allocated them)</small>" : "");
     box.hidden = false;
-    if (o.span_id != null) { const i = S.id.indexOf(o.span_id); if (i >= 0) box.insertAdjacentHTML("beforeend", ` <a href="#span=${o.span_id}" id="oom-span">show the span</a>`); }
+    if (o.span_id != null) {
+      const i = S.id.indexOf(o.span_id);
+      if (i >= 0) {
+        box.insertAdjacentHTML("beforeend", ` <a href="#span=${o.span_id}" id="oom-span">show the span</a>`);
+        $("oom-span").addEventListener("click", (ev) => { ev.preventDefault(); selectSpan(i); const w = $("waterfall-section"); if (visible(w)) w.scrollIntoView({ block: "start" }); });
+      }
+    }
     const sn = o.snapshot;
     if (sn && sn.largest && sn.largest.length) {
       $("oom-blocks").innerHTML = `<h3>Largest live blocks at the out-of-memory error <small>(${sn.active_blocks} live blocks, ${esc(fmtB(sn.active_bytes))}; reserved ${esc(fmtB(sn.reserved_bytes))})</small></h3>`;
@@ -668,7 +678,7 @@
       }));
     }
     if (MS.spans.length) table($("memory-spans"), ["span (the call that grew most)", "calls", "growth", "peak", "too short"],
-      MS.spans.map((r) => `<tr><td title="${esc(r.name)}">${esc(short(r.name))}</td><td>${r.calls}</td><td>${r.growth != null ? "+" + fmtB(r.growth) : "-"}</td><td>${fmtB(r.peak)}</td><td>${r.unsampled || ""}</td></tr>`));
+      MS.spans.map((r) => `<tr><td title="${esc(r.name)}">${esc(short(r.name))}</td><td>${r.calls}</td><td>${r.growth != null ? "+" + fmtB(r.growth) + (r.exact ? "" : "~") : "-"}</td><td>${fmtB(r.peak)}${r.peak != null && !r.exact ? "~" : ""}</td><td>${r.unsampled || ""}</td></tr>`));
   }
 
   // ---- explain: slow repeats, causes, differential flame graph
