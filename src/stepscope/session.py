@@ -239,7 +239,7 @@ class Session:
     def _open_root(self, name: str) -> None:
         sid = buffer.next_span_id()
         self._root_span = (sid, name, clock.now_ns(), threading.get_ident())
-        self._root_token = buffer.current_span.set(buffer.open_record(sid, name))
+        self._root_token = buffer.current_span.set(buffer.open_record(sid, name, self._root_span[2]))
 
     def _close_root(self) -> None:
         if self._root_span is None:
@@ -445,7 +445,7 @@ class Session:
         while rec is not None and rec.__class__ is list and seen < 256:
             seen += 1
             sid = rec[0]
-            if sid is not None and rec[5] is not None:
+            if sid is not None and rec[5] is not None and rec[1]:  # (a C-function wrapper's record has no start)
                 probe = rec[3]
                 op = "transaction" if self._root_span is not None and sid == self._root_span[0] else (
                     probe.op if probe is not None else "function")

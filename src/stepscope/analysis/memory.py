@@ -24,6 +24,8 @@ import numpy as np
 
 from ..model import MemoryTrack, RunData, Span
 
+#: At most this many stages (steps, top-level spans) are listed: those with the highest peaks.
+MAX_STAGES = 64
 #: A sampled entry/exit figure is taken only from a sample this many sampling periods from the boundary.
 NEAR_PERIODS = 2.5
 #: explain: slow repeats "coincide with memory growth" when they grew this much more than the fast ones
@@ -88,6 +90,35 @@ class Lane:
 
     def column(self, kind: str) -> np.ndarray:
         return self.rss if kind == "rss" else self.cuda
+
+    def windows(self, starts: np.ndarray, ends: np.ndarray, kind: str = "rss") -> tuple[np.ndarray, ...]:
+        """Sampled figures of many windows at once (clock ns; no exact readings): ``(entry, exit, peak, samples)``,
+        -1 where unknown. Vectorised: any number of windows in a few numpy passes."""
+        col = self.column(kind)
+        n = len(starts)
+        if not len(col):
+            z = np.full(n, -1, np.int64)
+            return z, z.copy(), z.copy(), np.zeros(n, np.int64)
+        near = NEAR_PERIODS * self.period_ns
+        lo = np.searchsorted(self.t, starts, "left")
+        hi = np.searchsorted(self.t, ends, "right")
+        valid = (col >= 0).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(valid)])
+        count = cum[hi] - cum[lo]
+        peaks = np.full(n, -1, np.int64)
+        has = hi > lo
+        if has.any():
+            padded = np.append(col, -1)
+            idx = np.empty(2 * int(has.sum()), np.int64)
+            idx[0::2], idx[1::2] = lo[has], hi[has]
+            peaks[has] = np.maximum.reduceat(padded, idx)[0::2]
+        prev = np.searchsorted(self.t, starts, "right") - 1
+        ok = (prev >= 0) & (starts - self.t[np.maximum(prev, 0)] <= near)
+        entry = np.where(ok, col[np.maximum(prev, 0)], -1)
+        nxt = np.searchsorted(self.t, ends, "left")
+        ok = (nxt < len(col)) & (self.t[np.minimum(nxt, len(col) - 1)] - ends <= near)
+        exit_ = np.where(ok, col[np.minimum(nxt, len(col) - 1)], -1)
+        return entry, exit_, peaks, count
 
     def window(self, start: int, end: int, attrs: dict | None = None, kind: str = "rss") -> WindowMemory:
         """Memory of ``kind`` over ``[start, end]`` (clock ns), with a span's exact readings from ``attrs``."""
@@ -209,6 +240,7 @@ def _pipeline_call(name: str) -> bool:
     return _is_pipeline_call(name)
 
 
+
 def per_name(spans: list[Span], lane: Lane, top: int = 15) -> list[NameMemory]:
     """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth
     (vectorised over the lane: one pass, any number of spans)."""
@@ -223,21 +255,10 @@ def per_name(spans: list[Span], lane: Lane, top: int = 15) -> list[NameMemory]:
     if not len(col):
         return []
     out = []
-    padded = np.append(col, -1)
     for name, ss in by.items():
         st = np.fromiter((s.start_ns for s in ss), np.int64, len(ss))
         en = np.fromiter((s.end_ns for s in ss), np.int64, len(ss))
-        lo = np.searchsorted(lane.t, st, "left")
-        hi = np.searchsorted(lane.t, en, "right")
-        has = hi > lo
-        peaks = np.full(len(ss), -1, np.int64)
-        if has.any():
-            idx = np.empty(2 * int(has.sum()), np.int64)
-            idx[0::2], idx[1::2] = lo[has], hi[has]
-            peaks[has] = np.maximum.reduceat(padded, idx)[0::2]
-        prev = np.searchsorted(lane.t, st, "right") - 1
-        near = (prev >= 0) & (st - lane.t[np.maximum(prev, 0)] <= NEAR_PERIODS * lane.period_ns)
-        entry = np.where(near, col[np.maximum(prev, 0)], -1)
+        entry, _, peaks, _ = lane.windows(st, en, kind)
         exact = np.zeros(len(ss), bool)
         key = "cuda" if kind == "cuda" else "rss"
         for k, s in enumerate(ss):  # exact readings of step-level spans (few)
@@ -264,32 +285,56 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
 
     spans = [s for s in data.spans if not s.attrs.get("stepscope.open")]
     by_id = {s.span_id: s for s in spans}
-    calls = {s.span_id for s in spans if _pipeline_call(s.name)}
+    is_call = {n: _pipeline_call(n) for n in {s.name for s in spans}}  # by name: once per name, not per span
+    calls = {s.span_id for s in spans if is_call[s.name]}
     out: list[Stage] = []
     windows = []
-    if steps is not None:
-        several = len({r.call for r in steps.rows}) > 1
-        for r in steps.rows:
+    if steps is not None and steps.rows:
+        rows = steps.rows
+        several = len({r.call for r in rows}) > 1
+        windows = [(r.start_ns, r.end_ns) for r in rows]
+        chosen = range(len(rows))
+        if len(rows) > MAX_STAGES:  # many repeats: the ones with the highest peaks (vectorised)
+            _, _, pk, _ = lane.windows(np.array([a for a, _ in windows], np.int64),
+                                       np.array([b for _, b in windows], np.int64), "cuda" if lane.has_cuda else "rss")
+            chosen = sorted(np.argsort(-pk, kind="stable")[:MAX_STAGES].tolist())
+        for k in chosen:
+            r = rows[k]
             label = (f"call {r.call} " if several else "") + (f"step {r.step}" if steps.kind == "diffusion.step"
                                                               else f"repeat {r.step}")
             out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns, lane.window(r.start_ns, r.end_ns),
                              lane.window(r.start_ns, r.end_ns, kind="cuda") if lane.has_cuda else None))
-            windows.append((r.start_ns, r.end_ns))
+
+    w_start = np.array([a for a, _ in windows], np.int64)
+    w_end = np.array([b for _, b in windows], np.int64)
+    order = np.argsort(w_start, kind="stable")
+    w_start, w_end = w_start[order], w_end[order]
 
     def in_step(s: Span) -> bool:
-        return any(a <= s.start_ns and s.end_ns <= b for a, b in windows) or STEP_ATTR in s.attrs
+        if STEP_ATTR in s.attrs:
+            return True
+        j = int(np.searchsorted(w_start, s.start_ns, "right")) - 1
+        return j >= 0 and s.end_ns <= w_end[j]
 
+    tops = []
     for s in spans:
         if s.op == "transaction" or s.span_id in calls:
             continue
         parent = by_id.get(s.parent_id) if s.parent_id is not None else None
-        top = (parent.span_id in calls) if calls else (parent is None or parent.op == "transaction")
-        if not top or in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
+        if (parent.span_id in calls) if calls else (parent is None or parent.op == "transaction"):
+            tops.append(s)
+    if len(tops) > MAX_STAGES:  # many calls at the top (a loop of traced calls): the longest ones
+        tops = sorted(tops, key=lambda s: -(s.end_ns - s.start_ns))[:MAX_STAGES]
+    for s in tops:
+        if in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
             continue
         out.append(Stage(s.name.rsplit(".", 2)[-2] + "." + s.name.rsplit(".", 1)[-1] if s.name.count(".") >= 2 else s.name,
                          "span", s.name, s.start_ns, s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs),
                          lane.window(s.start_ns, s.end_ns, s.attrs, "cuda") if lane.has_cuda else None))
     out.sort(key=lambda g: g.start_ns)
+    if len(out) > MAX_STAGES:  # a long run: the steps and spans with the highest peaks (the largest among them)
+        keep = sorted(out, key=lambda g: -(g.peak() if g.peak() is not None else -1))[:MAX_STAGES]
+        out = sorted(keep, key=lambda g: g.start_ns)
     return out
 
 
@@ -381,8 +426,20 @@ def attach_steps(table, data: RunData, lane: Lane | None = None) -> None:
         return
     lane = lane or Lane(data.memory, data.profile.hz)
     kind = "cuda" if lane.has_cuda else "rss"
-    for r in table.rows:
-        r.memory = lane.window(r.start_ns, r.end_ns, kind=kind)
+    rows = table.rows
+    st = np.fromiter((r.start_ns for r in rows), np.int64, len(rows))
+    en = np.fromiter((r.end_ns for r in rows), np.int64, len(rows))
+    entry, exit_, peak, count = lane.windows(st, en, kind)
+    period = lane.period_ns
+    for k, r in enumerate(rows):
+        e, x, p, n = int(entry[k]), int(exit_[k]), int(peak[k]), int(count[k])
+        w = WindowMemory(kind, e if e >= 0 else None, x if x >= 0 else None, p if p >= 0 else None, samples=n)
+        if w.peak is None:
+            w.note = (f"no memory sample inside: shorter than the {period / 1e6:.1f} ms sampling period"
+                      if r.end_ns - r.start_ns < period else "no memory sample inside")
+        elif w.entry is not None:
+            w.growth = max(w.peak - w.entry, 0)
+        r.memory = w
 
 
 def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str | None:
