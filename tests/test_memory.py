@@ -291,3 +291,21 @@ def test_max_batch_under_a_memory_limit_matches_a_brute_force_loop(tmp_path):
     assert doc["plot"] and os.path.exists(doc["plot"])
     text = run_cli(["bench", "sd", "--max-batch", "--memory-limit", "lots"], store)
     assert text.returncode != 0 and "--memory-limit: expected a size such as 8GiB" in text.stderr
+
+
+def test_explain_names_memory_growth_in_slow_repeats_of_a_real_run(store):
+    prog = ("import time\n"
+            "def step(i):\n"
+            "    if i % 4 == 3:\n"
+            "        b = b'x' * (150 << 20)\n"
+            "        time.sleep(0.1)\n"
+            "    time.sleep(0.08)\n"
+            "for i in range(12):\n"
+            "    step(i)\n")
+    r = run_cli(["run", "-q", "--trace", "__main__.step", "--", sys.executable, "-c", prog], store)
+    assert r.returncode == 0, r.stderr
+    e = json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]
+    assert [x["index"] for x in e["repeats"] if x["group"] == "slow"] == [3, 7, 11]
+    assert e["memory_note"].startswith("the slow repeats coincide with memory growth: RSS rose 1"), e["memory_note"]
+    text = run_cli(["explain"], store).stdout
+    assert "memory: the slow repeats coincide with memory growth" in text
