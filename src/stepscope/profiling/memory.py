@@ -4,9 +4,9 @@ What is read, and how cheaply (stdlib only; torch is never imported, only looked
 
 - **RSS**: ``/proc/self/statm`` (proc(5): sizes in pages; the second field is the resident set), read with one
   ``os.pread`` of a file descriptor opened once: about 2 us. Linux only; elsewhere the lane is empty.
-- **peak RSS**: ``VmHWM`` of ``/proc/self/status`` (the kernel's high-water mark of the resident set, never
-  reset by stepscope: resetting it through ``clear_refs`` would change what the program reads from
-  ``getrusage``), read at the entry and exit of step-level spans only (about 10 us).
+- **peak RSS**: the kernel's high-water mark of the resident set (``getrusage``'s ``ru_maxrss``: ``VmHWM``;
+  never reset by stepscope: resetting it through ``clear_refs`` would change what the program reads), read at
+  the entry and exit of step-level spans only (about 1 us).
 - **CUDA** (only once the program has imported torch *and* initialised CUDA: ``torch.cuda.is_initialized()``):
   allocated and reserved bytes of the current device and the allocator's peak, from one
   ``torch._C._cuda_memoryStats(device)`` call (the nested dict behind ``torch.cuda.memory_stats``; the public
@@ -49,6 +49,12 @@ except (ValueError, OSError, AttributeError):
     PAGE = 4096
 
 _pread = getattr(os, "pread", None)
+try:
+    import resource as _resource
+
+    _getrusage, _RUSAGE_SELF = _resource.getrusage, _resource.RUSAGE_SELF
+except ImportError:  # not POSIX
+    _getrusage = _RUSAGE_SELF = None
 
 
 class RssReader:
@@ -63,7 +69,6 @@ class RssReader:
             return
         try:
             self.fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            self.status_fd = os.open("/proc/self/status", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             self.close()
 
@@ -79,13 +84,13 @@ class RssReader:
             return -1
 
     def peak(self) -> int:
-        """The kernel's high-water mark of the RSS (``VmHWM``, bytes), or -1."""
-        if self.status_fd < 0:
+        """The kernel's high-water mark of the RSS (bytes), or -1: ``getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on
+        Linux; the larger of the process's ``VmHWM`` and that of the image it was exec'd from), one system
+        call (``/proc/self/status`` would cost ten times more: the kernel formats the whole file)."""
+        if self.fd < 0 or _getrusage is None:
             return -1
         try:
-            b = _pread(self.status_fd, 4096, 0)
-            i = b.index(b"VmHWM:")
-            return int(b[i + 6:b.index(b"kB", i)]) * 1024
+            return _getrusage(_RUSAGE_SELF).ru_maxrss * 1024
         except (OSError, ValueError):
             return -1
 
