@@ -309,3 +309,17 @@ def test_explain_names_memory_growth_in_slow_repeats_of_a_real_run(store):
     assert e["memory_note"].startswith("the slow repeats coincide with memory growth: RSS rose 1"), e["memory_note"]
     text = run_cli(["explain"], store).stdout
     assert "memory: the slow repeats coincide with memory growth" in text
+
+
+def test_max_batch_options_are_checked_before_any_worker_starts(store):
+    for args, msg in ((["--max-batch", "--max-size"], "one at a time"),
+                      (["--memory-limit", "8GiB"], "--memory-limit and --up-to go with --max-batch or --max-size"),
+                      (["--max-batch", "--memory-limit", "1k"], "--memory-limit: at least 16 MiB"),
+                      (["--max-batch", "--attention", "classic,sdpa"], "one configuration at a time (the options give 2)"),
+                      (["--max-batch", "--up-to", "0"], "--up-to: must be an integer between 1 and 1000000")):
+        r = run_cli(["bench", "sd", *args], store)
+        assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    from stepscope.bench.maxbatch import parse_bytes, size_step
+
+    assert parse_bytes("8GiB") == 8 << 30 and parse_bytes("512m") == 512 << 20 and parse_bytes("1.5GB") == 1_500_000_000
+    assert size_step("tiny") == 8 and size_step("sd15") == 64
