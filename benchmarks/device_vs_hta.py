@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -60,8 +62,9 @@ WHOLE_SCRIPT = r"""
 import json, resource, subprocess, sys, time
 t0 = time.perf_counter()
 r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall_s": time.perf_counter() - t0, "rc": r.returncode, "err": r.stderr[-500:],
-                  "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+                  "cpu_s": ru.ru_utime + ru.ru_stime, "peak_mb": ru.ru_maxrss / 1024}))
 """
 
 
@@ -79,6 +82,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=None,
                     help="replicate the V100 trace this many times (benchmarks/large_trace.py; 38: ~2.6M events)")
     ap.add_argument("--hta-python", default=sys.executable)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved whole-command runs of each side")
     args = ap.parse_args()
     if args.copies:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -88,26 +92,38 @@ def main() -> None:
     else:
         path = args.trace or str(Path(__file__).resolve().parents[2] / "shared/traces/v100_training_rank0.json.gz")
     mine = _json_run([sys.executable, "-c", MINE_SCRIPT, path])
-    whole = _json_run([sys.executable, "-c", WHOLE_SCRIPT, sys.executable, "-m", "stepscope", "device", path, "--json"])
     hta = None
+    wholes, hta_wholes = [], []
     with tempfile.TemporaryDirectory() as d:
         shutil.copy(path, Path(d) / Path(path).name)
         hta = _json_run([args.hta_python, "-c", HTA_SCRIPT, d])
-        if hta is not None:
-            hta_whole = _json_run([sys.executable, "-c", WHOLE_SCRIPT, args.hta_python, "-c", HTA_SCRIPT, d])
-            hta["whole_s"] = hta_whole["wall_s"] if hta_whole else float("nan")
+        for _ in range(args.repeats):  # interleaved: both sides see the same machine
+            w = _json_run([sys.executable, "-c", WHOLE_SCRIPT, sys.executable, "-m", "stepscope", "device", path, "--json"])
+            if w:
+                wholes.append(w)
+            if hta is not None:
+                w = _json_run([sys.executable, "-c", WHOLE_SCRIPT, args.hta_python, "-c", HTA_SCRIPT, d])
+                if w:
+                    hta_wholes.append(w)
+    med = lambda rows, k: statistics.median(r[k] for r in rows) if rows else float("nan")  # noqa: E731
+    whole = {"wall_s": med(wholes, "wall_s"), "cpu_s": med(wholes, "cpu_s"), "peak_mb": med(wholes, "peak_mb")} if wholes else None
+    if hta is not None:
+        hta["whole_s"], hta["whole_cpu_s"] = med(hta_wholes, "wall_s"), med(hta_wholes, "cpu_s")
     print(f"{Path(path).name}: {mine['events'] if mine else '?'} complete events")
     if mine:
         print(f"stepscope: load {mine['load_s']:.2f} s, idle breakdown {mine['idle_s']:.2f} s, peak {mine['peak_mb']:.0f} MB"
-              + (f"; whole `stepscope device` command {whole['wall_s']:.2f} s, peak {whole['peak_mb']:.0f} MB" if whole else ""))
+              + (f"; whole `stepscope device` command {whole['wall_s']:.2f} s (CPU {whole['cpu_s']:.2f} s), peak "
+                 f"{whole['peak_mb']:.0f} MB" if whole else ""))
     if hta:
         print(f"HTA:       load {hta['load_s']:.2f} s, idle breakdown {hta['idle_s']:.2f} s, peak {hta['peak_mb']:.0f} MB "
-              f"(import {hta['import_s']:.1f} s); whole script {hta['whole_s']:.2f} s")
+              f"(import {hta['import_s']:.1f} s); whole script {hta['whole_s']:.2f} s (CPU {hta['whole_cpu_s']:.2f} s)")
     if mine and hta:
         print(f"load + idle breakdown: HTA / stepscope = {(hta['load_s'] + hta['idle_s']) / (mine['load_s'] + mine['idle_s']):.1f}x "
               f"faster; peak memory stepscope / HTA = {mine['peak_mb'] / hta['peak_mb']:.2f}")
         if whole:
-            print(f"whole command: HTA script / `stepscope device` = {hta['whole_s'] / whole['wall_s']:.1f}x")
+            print(f"whole command (median of {args.repeats} interleaved): HTA script / `stepscope device` = "
+                  f"{hta['whole_s'] / whole['wall_s']:.1f}x wall, {hta['whole_cpu_s'] / whole['cpu_s']:.1f}x CPU "
+                  f"(load average {os.getloadavg()[0]:.1f}: on a loaded machine read CPU)")
     print("\nidle time per stream       stepscope (ns)             HTA (whole us)")
     hta_rows = {(r["stream"], r["idle_category"]): r["idle_time"] for r in (hta or {}).get("rows", [])}
     for s in (mine or {}).get("rows", []):

@@ -114,3 +114,64 @@ def test_drain_inside_an_interrupted_sample_does_not_deadlock():
         frames, stacks, samples = s.drain()
         assert time.monotonic() - t0 < 5
     assert len(samples) == 1 and samples[0][3:] == (10, 5) and frames and stacks
+
+
+def test_a_failing_recorder_thread_never_reaches_the_program_and_spans_are_kept(tmp_path):
+    """A bug in the recorder thread's sampling (here: ``Sampler.sample`` raising) is recorded with the run and
+    printed nowhere; the main thread's samples and the spans still reach the store."""
+    import subprocess
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import threading, time\n"
+        "import stepscope\n"
+        "from stepscope.profiling import sampler\n"
+        "def boom(*a, **k):\n"
+        "    raise ValueError('injected')\n"
+        "sampler.Sampler.sample = boom\n"
+        "def work():\n"
+        "    t = time.perf_counter()\n"
+        "    while time.perf_counter() - t < 0.02:\n"
+        "        pass\n"
+        f"stepscope.init(['__main__.work'], store={str(tmp_path / 'store')!r})\n"
+        "stop = threading.Event()\n"
+        "th = threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(lambda: stop.is_set(), True)])\n"
+        "th.start()\n"
+        "for _ in range(40):\n"
+        "    work()\n"
+        "stop.set(); th.join()\n"
+        "stepscope.shutdown()\n"
+        "print('done')\n")
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "done\n" and r.stderr == "", (r.stdout, r.stderr)
+    data = Store(tmp_path / "store").load()
+    assert len([s for s in data.spans if s.name == "__main__.work"]) == 40
+    assert "injected" in data.run.env["sampler"]["recorder_error"]
+    assert len(data.profile) > 20  # the main thread, by its timer signal
+
+
+def test_a_blocked_thread_is_read_at_10_hz_and_charged_its_whole_wait(tmp_path):
+    """While the main thread is sampled by its timer signal, a thread blocked in a wait (a progress bar's
+    monitor) uses no CPU: the recorder repeats its stack without walking it, at 10 Hz, each sample charged the
+    whole time since the previous one, so its wall time still adds up."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import threading, time\n"
+        "ev = threading.Event()\n"
+        "def monitor():\n"
+        "    ev.wait()\n"
+        "th = threading.Thread(target=monitor, name='monitor'); th.start()\n"
+        "t = time.perf_counter()\n"
+        "while time.perf_counter() - t < 2.0:\n"
+        "    sum(range(1000))\n"
+        "ev.set(); th.join()\n")
+    r = run_cli(["run", "-q", "--", sys.executable, str(prog)], tmp_path / "store")
+    assert r.returncode == 0, r.stderr
+    data = Store(tmp_path / "store").load()
+    p = data.profile
+    tid = next(t for t, n in p.thread_names.items() if n == "monitor")
+    rows = [i for i in range(len(p)) if p.sample_thread[i] == tid]
+    assert 10 <= len(rows) <= 40, len(rows)  # 10 Hz for 2 s, not 101 Hz
+    assert len({p.sample_stack[i] for i in rows}) == 1
+    charged = sum(p.sample_wall_ns[i] for i in rows) / 1e9
+    assert 1.7 <= charged <= 2.3, charged

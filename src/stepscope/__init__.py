@@ -16,8 +16,6 @@ Importing stepscope imports neither torch nor diffusers.
 
 import os as _os
 
-from .api import current_session, init, shutdown, span, trace, transaction
-
 __version__ = "0.1.0"
 __all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "start_server", "__version__"]
 
@@ -30,6 +28,24 @@ def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 
     from .control.server import start_server as _start
 
     return _start(store, host, port)
+
+
+_API = frozenset({"current_session", "init", "shutdown", "span", "trace", "transaction"})
+
+
+def __getattr__(name: str):
+    """The API is imported on first use (PEP 562): a CLI command such as ``stepscope device`` never loads the
+    recording side."""
+    if name in _API or name == "api":
+        import importlib
+
+        api = importlib.import_module(".api", __name__)
+        return api if name == "api" else getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _API)
 
 
 if _os.environ.get("STEPSCOPE_SERVER") == "1":

@@ -137,7 +137,8 @@ def _dynamo_loaded(patcher: Patcher):
             from .profiling import sampler as _sampler, signals as _signals
 
             for fn in (_signals._handler, _sampler.Sampler.sample_frame, _sampler.Sampler._record,
-                       _sampler.Sampler._add_frame):
+                       _sampler.Sampler._add_frame, _memory.MemoryLane.sample, _memory.RssReader.read,
+                       _memory.RssReader.peak, _memory.CudaReader.read, _memory.CudaReader._ready):
                 try:
                     skip(fn.__code__)
                 except Exception:
@@ -215,6 +216,7 @@ class Session:
         workfacts.reset()
         if self.settings.memory:
             self.memory = _memory.MemoryLane()
+            self.main_sampler.memory = self.memory
             probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
         if self.settings.memory_history:
             self.history = _memory.History(self.store.run_dir(self.run_id))
@@ -227,6 +229,7 @@ class Session:
             self.main_sampler.start(self.sampler.period_ns)
         elif self.settings.sampler == "thread":
             self.main_sampler.note = "--sampler thread"
+        self.recorder_error: str | None = None
         self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
         self._thread.start()
         atexit.register(self._atexit)
@@ -358,6 +361,8 @@ class Session:
         if ms.signum is None:
             return {"main": "thread", "note": ms.note}
         info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+        if self.recorder_error:
+            info["recorder_error"] = self.recorder_error
         if ms.pauses:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
         return info
@@ -375,6 +380,18 @@ class Session:
 
     # -- recorder thread -------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._record_loop()
+        except Exception as e:  # a bug of stepscope's: never printed into the program, and spans still flushed
+            self.recorder_error = f"{type(e).__name__}: {e}"  # other threads go unsampled from here on
+            while not self.finished and os.getpid() == self._pid:
+                self._stop.wait(self.settings.flush_interval_s)
+                try:
+                    self._flush()
+                except Exception:
+                    return
+
+    def _record_loop(self) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
@@ -387,9 +404,11 @@ class Session:
         next_t = now()
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
+        interval = period
+        # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
+        # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
-        mem_period = int(period) if period is not None else 9_900_990  # the memory lane: at the profiling rate
-        next_mem = now()
+        mem_period = int(period) if period is not None else 9_900_990
         while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
@@ -409,16 +428,16 @@ class Session:
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
                 if others:
-                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else (), interval_ns=interval)
                     self._track_os_threads(self.sampler.last_threads, t)
-                next_t += period if others else max(period, idle_poll)
+                # the main thread sampled by signal and every other thread blocked (a progress bar's monitor, a
+                # queue's consumer): look again at 10 Hz; a blocked thread's samples are charged their whole wait
+                interval = period if others and (not by_signal or self.sampler.busy) else max(period, idle_poll)
+                next_t += interval
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
-                    next_t = t + period
-            if mem is not None and t >= next_mem:
+                    next_t = t + interval
+            if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
                 mem.sample(t)
-                next_mem += mem_period
-                if next_mem < t:
-                    next_mem = t + mem_period
             if t - last_flush >= flush_every:
                 main_sampler.check()
                 if by_signal:
@@ -428,8 +447,8 @@ class Session:
             # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
             # delay the flush: a crash loses at most one flush interval)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
-            if mem is not None:
-                wake = min(wake, next_mem)
+            if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
+                wake = min(wake, mem.last_t + mem_period)
             stop.wait(max(0.0, (wake - now()) / 1e9))
 
     def _open_chain(self) -> list[tuple]:

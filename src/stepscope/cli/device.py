@@ -15,8 +15,6 @@ from .. import limits
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.kineto import TraceError
-from ..device.runview import AlignError, run_device
-from ..render.device import print_device, print_run_device, print_xla
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 TRACE_NAME = "device_trace.json.gz"
@@ -64,21 +62,31 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     limits.in_range("--top", top, 1, 1000, integer=True)
     path = trace_file(target)
     if path is not None:
+        from ..device.kineto import read
         from ..device.xla import looks_xla
 
-        if path.is_dir() or looks_xla(path):
+        raw = None if path.is_dir() else read(path)  # read and gunzipped once
+        if raw is None or looks_xla(path, raw):
+            del raw
             x = _xla_view(path, top)
             if as_json:
                 print_json({"xla": dataclasses.asdict(x)})
             else:
+                from ..render.device import print_xla
+
                 print_xla(x, out, top)
             return
-        summary = summarize_device(load(path), top=max(top, 15))
+        summary = summarize_device(load(path, raw), top=max(top, 15))
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
         else:
+            from ..render.device import print_device  # (rich and the terminal renderers: not for --json)
+
             print_device(summary, out, top)
         return
+    from ..device.runview import AlignError, run_device
+    from ..render.device import print_run_device, print_xla
+
     st = open_store(store)
     data = st.load(target)
     folder = st.path / "runs" / data.run.id

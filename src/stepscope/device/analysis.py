@@ -157,49 +157,61 @@ def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, att
     their host op and annotation."""
     dev_idx = np.nonzero(np.isin(trace.cat, DEVICE_CATS) & (trace.stream >= 0))[0]
     rt = np.nonzero(trace.mask("cuda_runtime", "cuda_driver") & (trace.correlation >= 0))[0]
-    launch_ts = dict(zip(trace.correlation[rt].tolist(), trace.ts[rt].tolist()))
-    launch_tid = dict(zip(trace.correlation[rt].tolist(), trace.tid[rt].tolist()))
+    # launches by correlation id, sorted: a gap's launch is found by binary search (the last launch of an id wins,
+    # as a dict built in trace order would have it)
+    rt_corr = trace.correlation[rt]
+    order = np.argsort(rt_corr, kind="stable")
+    rt_corr, rt_sorted = rt_corr[order], rt[order]
     streams: list[StreamIdle] = []
     gaps: list[Gap] = []
-    for dev, stream in sorted({(int(d), int(s)) for d, s in zip(trace.device[dev_idx], trace.stream[dev_idx])}):
-        sel = dev_idx[(trace.device[dev_idx] == dev) & (trace.stream[dev_idx] == stream)]
+    dev_of, stream_of = trace.device[dev_idx], trace.stream[dev_idx]
+    for dev, stream in sorted(set(zip(dev_of.tolist(), stream_of.tolist()))):
+        sel = dev_idx[(dev_of == dev) & (stream_of == stream)]
         sel = sel[np.argsort(trace.ts[sel], kind="stable")]
         ts, end = trace.ts[sel], trace.ts[sel] + trace.dur[sel]
         prev_end = np.maximum.accumulate(end)
         gap = np.maximum(ts[1:] - prev_end[:-1], 0)
         busy = _union_ns(ts, end)
-        cats = {"host_wait": 0, "kernel_wait": 0, "other": 0}
-        for k in np.nonzero(gap > 0)[0].tolist():
-            i = int(sel[k + 1])
-            corr = int(trace.correlation[i])
-            lt = launch_ts.get(corr)
-            start = int(prev_end[k])
-            if lt is not None and lt > start:
-                cat = "host_wait"
-            elif gap[k] < kernel_wait_ns:
-                cat = "kernel_wait"
-            else:
-                cat = "other"
-            cats[cat] += int(gap[k])
-            g = Gap(dev, stream, start, int(ts[k + 1]), cat, trace.name_of(i))
-            g.host_op = launch_tid.get(corr)  # tid for now; resolved below for the largest gaps
-            gaps.append(g)
+        k = np.nonzero(gap > 0)[0]
+        nxt = sel[k + 1]
+        corr = trace.correlation[nxt]
+        pos = np.searchsorted(rt_corr, corr, "right") - 1
+        found = (pos >= 0) & (rt_corr[np.maximum(pos, 0)] == corr) if len(rt_corr) else np.zeros(len(k), bool)
+        launch = rt_sorted[np.maximum(pos, 0)] if len(rt_corr) else np.zeros(len(k), np.int64)
+        start = prev_end[k]
+        host = found & (trace.ts[launch] > start) if len(rt_corr) else found
+        kernel = ~host & (gap[k] < kernel_wait_ns)
+        other = ~host & ~kernel
+        g = gap[k]
+        cats = {"host_wait": int(g[host].sum()), "kernel_wait": int(g[kernel].sum()), "other": int(g[other].sum())}
+        label = np.where(host, 0, np.where(kernel, 1, 2)).tolist()
+        names = trace.names
+        tids = np.where(found, trace.tid[launch] if len(rt_corr) else -1, -1).tolist()
+        for st, en, c, nm, tid in zip(start.tolist(), ts[k + 1].tolist(), label, trace.name[nxt].tolist(), tids):
+            gp = Gap(dev, stream, st, en, _GAP_CATS[c], names[nm])
+            gp.host_op = tid  # the launching thread (-1: unknown) for now; resolved below for the largest gaps
+            gaps.append(gp)
         span = int(end.max() - ts.min()) if len(sel) else 0
         streams.append(StreamIdle(dev, stream, len(sel), span, busy, span - busy, cats["host_wait"], cats["kernel_wait"],
                                   cats["other"]))
     gaps.sort(key=lambda g: -g.duration_ns)
     ops = _HostIndex(trace, ("cpu_op",))
     notes = _HostIndex(trace, ("user_annotation",))
-    for n, g in enumerate(gaps):
+    for n, g in enumerate(gaps[:attribute_top]):
         tid = g.host_op
         g.host_op = None
-        if n >= attribute_top or tid is None:
+        if tid == -1:
             continue
         o = ops.enclosing(tid, g.start_ns, outermost=True)
         a = notes.enclosing(tid, g.start_ns, outermost=False)
         g.host_op = trace.name_of(o) if o is not None else None
         g.annotation = trace.name_of(a) if a is not None else None
+    for g in gaps[attribute_top:]:
+        g.host_op = None
     return streams, gaps
+
+
+_GAP_CATS = ("host_wait", "kernel_wait", "other")
 
 
 def _union_ns(ts: np.ndarray, end: np.ndarray) -> int:
@@ -225,25 +237,32 @@ def host_syncs(trace: KinetoTrace) -> list[SyncPoint]:
     notes = _HostIndex(trace, ("user_annotation",))
     py = _HostIndex(trace, ("python_function",))
     names = trace.names
-    dtoh_corr = {int(c): int(b) for c, n, b, k in zip(trace.correlation, trace.name, trace.nbytes, trace.cat)
-                 if k == CAT["gpu_memcpy"] and "DtoH" in names[n]}
-    for i in range(len(trace)):
-        c = int(trace.cat[i])
+    # per name, then per event by its name index: only the candidates are looked at one by one
+    is_dtoh = np.array([("DtoH" in n) for n in names] + [False], bool)[trace.name]
+    m = (trace.cat == CAT["gpu_memcpy"]) & is_dtoh
+    dtoh_corr = dict(zip(trace.correlation[m].tolist(), trace.nbytes[m].tolist()))
+    rt_sync = np.array([n in SYNC_RUNTIME for n in names] + [False], bool)[trace.name]
+    rt_copy = np.array([n.startswith("cudaMemcpy") for n in names] + [False], bool)[trace.name]
+    op_sync = np.array([n in SYNC_OPS and n not in ("aten::_local_scalar_dense", "aten::is_nonzero") for n in names]
+                       + [False], bool)[trace.name]  # those two are reported through their caller (aten::item)
+    is_rt = trace.cat == CAT["cuda_runtime"]
+    copies = is_rt & rt_copy & ~rt_sync
+    if dtoh_corr and copies.any():
+        copies &= np.isin(trace.correlation, np.fromiter(dtoh_corr, np.int64, len(dtoh_corr)))
+    else:
+        copies[:] = False
+    cand = np.nonzero((is_rt & rt_sync) | copies | ((trace.cat == CAT["cpu_op"]) & op_sync))[0]
+    for i in cand.tolist():
         nm = names[trace.name[i]]
-        kind = None
         nbytes = -1
-        if c == CAT["cuda_runtime"]:
+        if trace.cat[i] == CAT["cuda_runtime"]:
             if nm in SYNC_RUNTIME:
                 kind = SYNC_RUNTIME[nm]
-            elif nm.startswith("cudaMemcpy") and int(trace.correlation[i]) in dtoh_corr:
+            else:
                 kind = "device-to-host copy"
                 nbytes = dtoh_corr[int(trace.correlation[i])]
-        elif c == CAT["cpu_op"] and nm in SYNC_OPS:
-            if nm == "aten::_local_scalar_dense" or nm == "aten::is_nonzero":
-                continue  # reported through its caller (aten::item)
+        else:
             kind = SYNC_OPS[nm]
-        if kind is None:
-            continue
         tid, t = int(trace.tid[i]), int(trace.ts[i])
         o = ops.enclosing(tid, t, outermost=True)
         a = notes.enclosing(tid, t, outermost=False)
@@ -258,19 +277,27 @@ def host_syncs(trace: KinetoTrace) -> list[SyncPoint]:
 def self_times(trace: KinetoTrace, idx: np.ndarray) -> np.ndarray:
     """Self time (ns) of each event in ``idx``: its duration minus its direct children's among ``idx``
     on the same thread (events nest by time). Returns an array aligned with ``idx``."""
-    pos = {int(i): k for k, i in enumerate(idx.tolist())}
     out = trace.dur[idx].astype(np.int64)
-    for tid in np.unique(trace.tid[idx]).tolist():
-        sel = idx[trace.tid[idx] == tid]
-        sel = sel[np.lexsort((-trace.dur[sel], trace.ts[sel]))]
-        stack: list[int] = []
-        for i in sel.tolist():
-            t = trace.ts[i]
-            while stack and trace.ts[stack[-1]] + trace.dur[stack[-1]] <= t:
+    tids = trace.tid[idx]
+    for tid in np.unique(tids).tolist():
+        where = np.nonzero(tids == tid)[0]  # positions in idx
+        sel = idx[where]
+        order = np.lexsort((-trace.dur[sel], trace.ts[sel]))
+        where, sel = where[order], sel[order]
+        ts, dur = trace.ts[sel].tolist(), trace.dur[sel].tolist()
+        sub = [0] * len(sel)
+        stack: list[int] = []  # positions in sel, and their ends
+        ends: list[int] = []
+        for k in range(len(ts)):
+            t = ts[k]
+            while ends and ends[-1] <= t:
                 stack.pop()
+                ends.pop()
             if stack:
-                out[pos[stack[-1]]] -= trace.dur[i]
-            stack.append(i)
+                sub[stack[-1]] += dur[k]
+            stack.append(k)
+            ends.append(t + dur[k])
+        out[where] -= np.asarray(sub, np.int64)
     return out
 
 
@@ -278,16 +305,18 @@ def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[O
     """Calls, total and self time per name for events of ``cats``, by self time, largest first."""
     idx = np.nonzero(trace.mask(*cats))[0]
     selfs_of = self_times(trace, idx)
-    count: dict[str, int] = defaultdict(int)
-    total: dict[str, int] = defaultdict(int)
-    selfs: dict[str, int] = defaultdict(int)
-    for k, i in enumerate(idx.tolist()):
-        n = trace.names[trace.name[i]]
-        count[n] += 1
-        total[n] += int(trace.dur[i])
-        selfs[n] += int(selfs_of[k])
-    ranked = sorted(count, key=lambda n: -selfs[n])[:top]
-    return [OpStat(n, count[n], total[n], selfs[n]) for n in ranked]
+    names = trace.name[idx]
+    n = len(trace.names)
+    count = np.bincount(names, minlength=n)
+    total = np.zeros(n, np.int64)
+    np.add.at(total, names, trace.dur[idx])
+    selfs = np.zeros(n, np.int64)
+    np.add.at(selfs, names, selfs_of)
+    used = np.nonzero(count)[0]
+    first = np.full(n, len(idx), np.int64)  # ties in self time keep the order names first appear in
+    np.minimum.at(first, names, np.arange(len(idx)))
+    ranked = used[np.lexsort((first[used], -selfs[used]))][:top]
+    return [OpStat(trace.names[j], int(count[j]), int(total[j]), int(selfs[j])) for j in ranked.tolist()]
 
 
 def summarize_device(trace: KinetoTrace, top: int = 15, kernel_wait_ns: int = KERNEL_WAIT_NS) -> DeviceSummary:

@@ -12,10 +12,12 @@ Times here are int64 **ns**. With ``baseTimeNanoseconds``, event times are offse
 they are Unix-epoch microseconds. ``epoch_ns(i)`` gives wall time either way, so a trace is rebased
 onto a run's clock with its anchor (``clock.Anchor.to_mono_ns``).
 
-Reading a file (``load``) decodes straight into the columns: msgspec splits the document into raw event slices
-(no copy), decodes them in chunks of ``CHUNK`` events into typed structs that keep only the fields used (every
-other field and ``args`` key is skipped without being built), and turns each chunk into column pieces before
-the next. No dict per event is ever made: memory is the file's bytes, one chunk of structs and the columns.
+Reading a file (``load``) decodes straight into the columns: msgspec decodes the events into typed structs that
+keep only the fields used (every other field and ``args`` key is skipped without being built; the structs are
+never tracked by the garbage collector, which halves the decode) and the complete ones become columns. Up to
+``SINGLE_PASS_BYTES`` of events this is one pass; beyond it msgspec first splits the document into raw event
+slices (no copy) and decodes ``CHUNK`` events at a time, each chunk turned into column pieces before the next.
+No dict per event is ever made: memory is the file's bytes, the structs of one pass or chunk, and the columns.
 Of ``args``, the ids above become columns and ``Input Dims``/``Concrete Inputs`` are kept for the ops whose
 FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of them on demand.
 """
@@ -24,10 +26,10 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import typing
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
-import operator
 from operator import attrgetter
 from pathlib import Path
 
@@ -108,9 +110,8 @@ def _id(v) -> int:
     return -(abs(hash(v)) % (1 << 40)) - 2
 
 
-def load(path: str | Path) -> KinetoTrace:
-    """Parse a Kineto trace file (``.json`` or gzipped) into columns (see the module doc). Raises TraceError
-    (one line naming the file) for unreadable input."""
+def read(path: str | Path) -> bytes:
+    """A trace file's JSON bytes (gunzipped when gzipped). Raises TraceError (one line naming the file)."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -120,6 +121,15 @@ def load(path: str | Path) -> KinetoTrace:
         raise TraceError(f"{p}: no such file") from None
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceError(f"{p}: cannot read ({e})") from None
+    return raw
+
+
+def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
+    """Parse a Kineto trace file (``.json`` or gzipped) into columns (see the module doc); ``raw``: its bytes as
+    ``read`` gave them, when already read. Raises TraceError (one line naming the file) for unreadable input."""
+    p = Path(path)
+    if raw is None:
+        raw = read(p)
     try:
         return _load_typed(raw, str(p))
     except (msgspec.ValidationError, _Untyped):
@@ -151,25 +161,34 @@ def gunzip(data: bytes) -> bytes:
     return out
 
 
-#: Events decoded into structs at a time by ``load``.
+#: Events decoded into structs at a time by ``load`` when the events' JSON is over ``SINGLE_PASS_BYTES``.
 CHUNK = 65_536
+#: Up to this much JSON of events (~700k events) is decoded in one pass (faster: no slicing into raw events);
+#: beyond it, CHUNK at a time (memory: the structs of one chunk, not of the whole trace).
+SINGLE_PASS_BYTES = 128 << 20
 
 _Num = int | float | None
 _Id = int | float | str | None
 
 
-class _Args(msgspec.Struct):
+_NO_RAW = msgspec.Raw()
+
+
+class _Args(msgspec.Struct, gc=False):  # no cycles: never tracked by the GC (a 2x faster decode)
     correlation: _Id = -1
     external_id: _Id = msgspec.field(default=-1, name="External id")
     stream: _Id = -1
     device: _Id = -1
     nbytes: _Id = msgspec.field(default=-1, name="bytes")
-    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
-    concrete: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+    # raw JSON, empty when absent (``Raw | None`` would accept only null: every trace with shapes fell back to the
+    # slow general reader)
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
 
 
-class _Event(msgspec.Struct):
-    ph: str | None = None
+class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event: the only phase whose fields are decoded."""
+
     name: str | int | float | None = ""
     cat: str | None = ""
     ts: _Num = None
@@ -179,8 +198,15 @@ class _Event(msgspec.Struct):
     args: _Args = msgspec.field(default_factory=_Args)
 
 
-_PH, _NAME, _CATF, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ph", "name", "cat", "ts", "dur", "pid", "tid",
-                                                                         "args"))
+#: Every other phase of the Trace Event Format (Chrome's "Trace Event Format" document: duration, instant, counter,
+#: async, flow, sample, object, metadata, memory dump, mark, clock sync, context events): decoded as an empty
+#: struct, all its fields skipped. A phase not listed here sends the file to the general reader.
+_OTHER = tuple(msgspec.defstruct(f"_Ph{i}", [], gc=False, tag_field="ph", tag=t)
+               for i, t in enumerate(("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P",
+                                      "O", "N", "D", "M", "V", "v", "R", "c", "(", ")")))
+
+
+_NAME, _CATF, _TS, _DUR, _PID, _TID, _ARGS = (attrgetter(f) for f in ("name", "cat", "ts", "dur", "pid", "tid", "args"))
 _CORR, _EXT, _STREAM, _DEV, _BYTES = (attrgetter(f) for f in ("correlation", "external_id", "stream", "device", "nbytes"))
 
 
@@ -190,7 +216,7 @@ class _Untyped(Exception):
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENTS = msgspec.json.Decoder(list[typing.Union[(_Event, *_OTHER)]])
 
 
 class LazyArgs:
@@ -226,48 +252,55 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     """The fast reader of ``load``. Raises msgspec errors or _Untyped where the general reader must decide."""
     from .flops import FLOP_OPS
 
-    top = _RAWS.decode(raw) if raw.lstrip()[:1] == b"[" else None
     doc: dict = {}
-    if top is None:
+    if raw.lstrip()[:1] == b"[":
+        events_raw = raw
+    else:
         parts = _TOP.decode(raw)
         if "traceEvents" not in parts:
             raise _Untyped
-        top = _RAWS.decode(parts.pop("traceEvents"))
+        events_raw = parts.pop("traceEvents")
         for k, v in parts.items():  # small: metadata, deviceProperties
             doc[k] = msgspec.json.decode(v)
-    flop_names = set(FLOP_OPS)
-    names: defaultdict = defaultdict(itertools.count().__next__)  # name -> index, made in C as names come
-    cap = len(top)  # an upper bound of the complete events: columns are filled in place, never concatenated
-    col = {k: np.empty(cap, dtype=np.int8 if k == "cat" else np.int32 if k == "name" else np.int64)
-           for k in ("cat", "name", "ts", "dur", "pid", "tid", "corr", "ext", "stream", "dev", "bytes")}
-    extra: dict[int, dict] = {}
-    n = 0
-    is_x = "X".__eq__
-    for lo in range(0, len(top), CHUNK):
-        k = min(CHUNK, len(top) - lo)
-        part = list(map(bytes, top[lo:lo + k]))
-        top[lo:lo + k] = itertools.repeat(None, k)  # the slices taken are let go as the columns grow
-        # events whose "ph" is plainly another phase (flows, metadata: a third of a Kineto trace) are not decoded;
-        # one with any other spelling is decoded and judged by its parsed "ph"
-        part = list(itertools.compress(part, _maybe_x(part)))
+    if len(events_raw) <= SINGLE_PASS_BYTES:  # one typed decode (structs never tracked by the GC)
         try:
-            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
+            chunks = iter([_EVENTS.decode(events_raw)])
         except msgspec.ValidationError:
             raise _Untyped from None
-        del part
-        xs = list(itertools.compress(events, map(is_x, map(_PH, events))))  # every step in C: no bytecode per event
+        cap = len(events_raw) // 40  # no complete event is shorter than 40 bytes
+    else:  # bounded memory: raw slices of CHUNK events decoded at a time
+        top = _RAWS.decode(events_raw)
+        cap = len(top)
+        chunks = _chunks(top)
+    del events_raw
+    flop_names = set(FLOP_OPS)
+    names: defaultdict = defaultdict(itertools.count().__next__)  # name -> index, made in C as names come
+    col = None
+    flop_ids: list[int] = []  # name indices of ops whose FLOPs are counted
+    looked = 0  # how many names were checked for it
+    extra: dict[int, dict] = {}
+    n = 0
+    is_x = _Event.__instancecheck__
+    for events in chunks:
+        xs = list(itertools.compress(events, map(is_x, events)))  # every step in C: no bytecode per event
         del events
         m = len(xs)
         if not m:
             continue
+        if col is None:  # columns filled in place, never concatenated (cap: an upper bound of the complete events)
+            cap = max(cap, m)
+            col = {k: np.empty(cap, dtype=np.int8 if k == "cat" else np.int32 if k == "name" else np.int64)
+                   for k in ("cat", "name", "ts", "dur", "pid", "tid", "corr", "ext", "stream", "dev", "bytes")}
+        if n + m > cap:  # only if the byte bound was wrong: grow (never in practice)
+            cap = 2 * (n + m)
+            col = {k: np.concatenate([v[:n], np.empty(cap - n, v.dtype)]) for k, v in col.items()}
         sl = slice(n, n + m)
         try:
             col["ts"][sl] = np.rint(np.fromiter(map(_TS, xs), np.float64, m) * 1000)
         except TypeError:
             raise _Untyped from None  # a complete event without ts: the general reader names it
-        nm = list(map(str, map(_NAME, xs)))
         col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
-        col["name"][sl] = np.fromiter(map(names.__getitem__, nm), np.int32, m)
+        col["name"][sl] = np.fromiter(map(names.__getitem__, map(_NAME, xs)), np.int32, m)
         col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
         col["pid"][sl] = _ints(map(_PID, xs), m)
         col["tid"][sl] = _ints(map(_TID, xs), m)
@@ -277,24 +310,38 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         col["stream"][sl] = _ints(map(_STREAM, args), m)
         col["dev"][sl] = _ints(map(_DEV, args), m)
         col["bytes"][sl] = _ints(map(_BYTES, args), m)
-        if flop_names.intersection(nm):
-            for j, (x, a) in enumerate(zip(nm, args)):
-                if x in flop_names and (a.input_dims is not None or a.concrete is not None):
-                    e = {}
-                    if a.input_dims is not None:
-                        e["Input Dims"] = msgspec.json.decode(a.input_dims)
-                    if a.concrete is not None:
-                        e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
-                    extra[n + j] = e
+        if len(names) > looked:  # names first seen in this chunk: do they count FLOPs?
+            flop_ids += [i for i, x in enumerate(itertools.islice(names, looked, None), looked) if str(x) in flop_names]
+            looked = len(names)
+        hits = np.nonzero(np.isin(col["name"][sl], flop_ids))[0] if flop_ids else np.empty(0, np.int64)
+        for j in hits.tolist():
+            a = args[j]
+            if a.input_dims or a.concrete:
+                e = {}
+                if a.input_dims:
+                    e["Input Dims"] = msgspec.json.decode(a.input_dims)
+                if a.concrete:
+                    e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
+                extra[n + j] = e
         n += m
-    del top
+    if col is None:
+        col = {k: np.empty(0, dtype=np.int8 if k == "cat" else np.int32 if k == "name" else np.int64)
+               for k in ("cat", "name", "ts", "dur", "pid", "tid", "corr", "ext", "stream", "dev", "bytes")}
+        cap = 0
+    del chunks
     col = {k: v[:n].copy() if n < cap else v for k, v in col.items()}
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties") and not isinstance(v, (list, dict))}
     props = doc.get("deviceProperties")
+    names = list(names)
+    if any(type(x) is not str for x in names):  # a number or null as a name: the same text is one name
+        text = {}
+        remap = np.fromiter((text.setdefault(str(x), len(text)) for x in names), np.int32, len(names))
+        col["name"] = remap[col["name"]]
+        names = list(text)
     trace = KinetoTrace(
-        path=path, names=list(names), cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
+        path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
         pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
         device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
         device_properties=list(props) if isinstance(props, list) else [], metadata=meta)
@@ -302,13 +349,18 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     return trace
 
 
-def _maybe_x(events: list[bytes]) -> list[bool]:
-    """Per raw event: False only where ``"ph"`` is plainly written and is not ``"X"`` (tested in C)."""
-    def has(pat: bytes) -> np.ndarray:
-        return np.fromiter(map(operator.contains, events, itertools.repeat(pat)), bool, len(events))
-
-    plain = has(b'"ph": "') | has(b'"ph":"')
-    return (has(b'"ph": "X"') | has(b'"ph":"X"') | ~plain).tolist()
+def _chunks(top: list):
+    """Typed events of ``top`` (raw event slices), ``CHUNK`` at a time; each slice is let go once decoded."""
+    for lo in range(0, len(top), CHUNK):
+        k = min(CHUNK, len(top) - lo)
+        part = b",".join(map(bytes, top[lo:lo + k]))
+        top[lo:lo + k] = itertools.repeat(None, k)
+        try:
+            events = _EVENTS.decode(b"[" + part + b"]")
+        except msgspec.ValidationError:
+            raise _Untyped from None
+        del part
+        yield events
 
 
 def _ints(values, m: int) -> np.ndarray:
@@ -317,6 +369,14 @@ def _ints(values, m: int) -> np.ndarray:
     try:
         return np.fromiter(values, np.int64, m)
     except (TypeError, ValueError, OverflowError):
+        pass
+    # a few ids of another type (Kineto names a pseudo-process "Spans"): found in C, mapped one by one
+    odd = np.nonzero(~np.fromiter(map(isinstance, values, itertools.repeat(int)), bool, m))[0]
+    for j in odd.tolist():
+        values[j] = _id(values[j])
+    try:
+        return np.fromiter(values, np.int64, m)
+    except OverflowError:
         return _int_col(values)
 
 

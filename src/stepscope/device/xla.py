@@ -122,14 +122,16 @@ def trace_files(path: str | os.PathLike) -> list[Path]:
     return [f for f in found if f.parent == newest]
 
 
-def looks_xla(path: str | os.PathLike) -> bool:
-    """Whether a trace file is PyTorch/XLA's, from its bytes (no JSON parsing); False if unreadable."""
-    try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return False
+def looks_xla(path: str | os.PathLike, raw: bytes | None = None) -> bool:
+    """Whether a trace file is PyTorch/XLA's, from its bytes (no JSON parsing; ``raw``: the file's JSON bytes
+    when already read); False if unreadable."""
+    if raw is None:
+        try:
+            raw = Path(path).read_bytes()
+            if raw[:2] == b"\x1f\x8b":
+                raw = gzip.decompress(raw)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            return False
     return any(f'"{n}"'.encode() in raw for n in SIGNATURE)
 
 

@@ -12,9 +12,11 @@ What is read, and how cheaply (stdlib only; torch is never imported, only looked
   ``torch._C._cuda_memoryStats(device)`` call (the nested dict behind ``torch.cuda.memory_stats``; the public
   function is used where the private one is missing). Sampled at most ``CUDA_HZ`` times a second.
 
-Samples: the recorder thread calls ``sample(t_ns)`` at the profiling rate (it runs while the main thread holds
-the GIL in a long C call too, when a signal handler could not); each is ``(t_ns, rss_bytes, cuda_allocated,
-cuda_reserved)`` with -1 for "not read". They wait in a bounded deque until the recorder's flush.
+Samples: ``sample(t_ns)`` is called by the main thread's wall-timer handler (``profiling.signals``: a few
+microseconds in a tick that is there anyway, no wake-up of its own), and by the recorder thread when the main
+thread is not sampled by signal or its handler could not run for two periods (a long C call holding the main
+thread: the recorder's wake-ups fill that gap); each is ``(t_ns, rss_bytes, cuda_allocated, cuda_reserved)``
+with -1 for "not read". They wait in a bounded deque until the recorder's flush.
 
 Per span (``SpanMemory``, called by ``tracing.probes`` for probes with hooks: pipeline calls, denoiser
 forwards, scheduler steps, mirrored spans): RSS and CUDA bytes at entry and exit, written into the span's
@@ -176,6 +178,7 @@ class MemoryLane:
         self._cuda_every = 1_000_000_000 // CUDA_HZ
         self._cuda_next = 0
         self.last: tuple | None = None
+        self.last_t = 0  # when the last sample was taken (clock ns)
         self.count = 0
 
     def sample(self, t_ns: int) -> None:
@@ -189,6 +192,7 @@ class MemoryLane:
         row = (t_ns, rss, alloc, reserved)
         self.pending.append(row)
         self.last = row
+        self.last_t = t_ns
         self.count += 1
 
     def drain(self) -> list[tuple]:

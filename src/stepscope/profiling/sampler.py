@@ -14,7 +14,8 @@ Two drivers fill the same tables (``lock`` serialises them):
   recorder thread at the profiling rate. It runs only when it holds the GIL, so a thread running pure
   Python is read at GIL switch points. Each sample is charged the interval since that thread's previous one
   (capped at ``MAX_PERIODS`` periods: a longer gap is the recorder's own pause, a store write) and the CPU
-  time the thread used in it (its CPU clock, ``thread_cpu_ns``);
+  time the thread used in it (its CPU clock, ``thread_cpu_ns``). A thread whose CPU clock has not moved has
+  not run: its previous stack is repeated without a walk, charged the whole time since;
 - ``sample_frame()``: one thread's stack from inside it, with the weights its caller computed: the main
   thread's timer signal handlers (``stepscope.profiling.signals``) charge each wall-clock timer expiration
   one period and each CPU-clock timer sample the CPU time since the previous one.
@@ -41,7 +42,7 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"), runpy.__file__,
                           "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
                               "wrappers.py", "patch.py", "probes.py", "monitoring.py", "codeswap.py", "mechanism.py")}
-                         | {os.path.join(_HERE, "profiling", "signals.py")})
+                         | {os.path.join(_HERE, "profiling", "signals.py"), os.path.join(_HERE, "profiling", "memory.py")})
 
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.
@@ -87,12 +88,15 @@ class Sampler:
         self._new_frames: list[tuple] = []  # (function, module, file, line)
         self._new_stacks: list[tuple] = []  # root-first tuples of frame indices
         self._cols = self._new_cols()  # t_ns, thread_id, stack, wall_ns, cpu_ns
-        self._last: dict[int, tuple[int, int]] = {}  # thread id -> (t_ns, cpu_ns) of its previous sample
+        #: thread id -> (t_ns, cpu_ns, stack index) of its previous sample (by ``sample``)
+        self._last: dict[int, tuple[int, int, int]] = {}
         self._native: dict[int, int] = {}  # thread id -> OS thread id
         self.sample_count = 0
         self.truncated = 0
         #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
+        #: how many threads of the last ``sample()`` ran since their previous sample
+        self.busy = 0
 
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
@@ -107,19 +111,26 @@ class Sampler:
         else:
             self._last.pop(thread_id, None)
 
-    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset(),
+               interval_ns: int | None = None) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
-        own; returns the number of threads sampled. Each sample is charged the time since that thread's
-        previous one (at most ``MAX_PERIODS`` periods) and the CPU time the thread used in it."""
+        own; returns the number of threads sampled (``busy``: how many of them ran since their previous sample).
+
+        Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` times
+        ``interval_ns`` (the caller's planned interval between calls; default: the period), and the CPU time the
+        thread used in it. A thread whose CPU clock has not moved since its previous sample has not run, so its
+        stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it was
+        blocked there all along)."""
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
             frames = sys._current_frames()
             t = perf_counter_ns()
             me = threading.get_ident() if exclude_thread is None else exclude_thread
-            cap = MAX_PERIODS * self.period_ns
+            cap = MAX_PERIODS * max(self.period_ns, interval_ns or 0)
             last = self._last
-            n = 0
+            n = busy = 0
+            c = self._cols
             for tid, f in frames.items():
                 if tid == me or tid in OWN_THREADS or tid in skip:
                     continue
@@ -129,17 +140,26 @@ class Sampler:
                     native = self._native[tid] = getattr(th, "native_id", None) or 0
                 cpu = thread_cpu_ns(native)
                 prev = last.get(tid)
+                n += 1
+                if prev is not None and cpu >= 0 and cpu == prev[1]:  # blocked since: the same stack
+                    last[tid] = (t, cpu, prev[2])
+                    c[0].append(t)
+                    c[1].append(tid)
+                    c[2].append(prev[2])
+                    c[3].append(t - prev[0])
+                    c[4].append(0)
+                    continue
+                busy += 1
                 if prev is None:
                     wall, used = self.period_ns, -1
                 else:
                     wall = min(t - prev[0], cap)
                     used = min(cpu - prev[1], wall) if cpu >= 0 and prev[1] >= 0 else -1
-                last[tid] = (t, cpu)
-                self._record(f, tid, t, wall, used)
-                n += 1
+                last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
             self.last_threads = list(frames)
             del frames, f
             self.sample_count += n
+            self.busy = busy
             return n
         finally:
             self.lock.release()
@@ -158,7 +178,7 @@ class Sampler:
         finally:
             self.lock.release()
 
-    def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> None:
+    def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
         frame_index = self._frame_index
         leaf_first = []
         depth = 0
@@ -188,6 +208,7 @@ class Sampler:
         c[2].append(sidx)
         c[3].append(wall)
         c[4].append(cpu)
+        return sidx
 
     def _add_frame(self, key: tuple, f) -> int:
         code = f.f_code

@@ -9,19 +9,21 @@ time. CPython's C handler only flags it; the Python handler below runs at the th
 is within microseconds in Python code, at once in ``time.sleep``/lock waits/``select`` (they wake on the
 signal, run handlers, and go on waiting: PEP 475), and right after a C call that held the thread. In each
 case the stack it reads is the one the thread had at the expiration (a C call shows as the Python line that
-called it). The expirations follow a schedule drawn ahead and independent of the program: each wait is
-uniform in 0.5 to 1.5 periods (a private ``random.Random``; the program's random state is untouched), so
-samples never run in lockstep with periodic work (a 3.3 ms loop read every 9.9 ms always lands on the same
-phase); the timer is armed for each expiration at its absolute time. Each sample is charged the waits of
+called it). The expirations follow a schedule independent of the program: blocks of ``BLOCK`` expirations,
+each block at an interval drawn uniform in 0.5 to 1.5 periods (a private ``random.Random``; the program's
+random state is untouched), so samples never run in lockstep with periodic work (a 3.3 ms loop read every
+9.9 ms always lands on the same phase); the kernel timer is periodic within a block and re-armed, at the
+absolute time of the pending expiration, once a block (the C call costs ~30 us of a cold cache between
+samples: once a sample it was half the handler's cost). Each sample is charged the waits of
 every scheduled expiration up to it: more than one when the thread was held in one place (a C call, or
 descheduled), and they are that place's. Because the schedule never depends on the program, each expiration
 is an unbiased look at where the thread was, and the charges add up to the wall time. (Charging the *time
-since the previous sample*, or re-arming from the handler, is biased: the sample that ends a C call would
+since the previous sample*, or re-arming from the handler's own time, is biased: the sample that ends a C call would
 also take the Python time before the call.)
 
 CPU time: a second timer on the main thread's CPU clock expires only while the thread runs (the kernel
-checks it at its scheduler tick; its period is never under 10 ms: at most 100 samples a second); each of its samples is
-charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
+checks it at its scheduler tick; its period is two wall periods and never under 10 ms: at most 100 samples a CPU
+second); each of its samples is charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
 CPU-timer samples CPU time and no wall time, so the flame graph shows either, unbiased.
 
 The handlers are installed with ``SA_RESTART`` (``signal.siginterrupt(sig, False)``) and only the main
@@ -51,8 +53,15 @@ from .timer import ThreadTimer
 #: The real-time signals used, counted down from SIGRTMAX (the first two free ones are taken: wall, CPU).
 CANDIDATES = (3, 4, 5, 6, 7, 8)
 
-#: The CPU-clock timer's shortest period (ns): the kernel checks CPU timers at its tick anyway, and 100 CPU
-#: samples a second resolve the CPU view; faster --hz only adds handler calls to it.
+#: Wall-timer expirations a block: the kernel timer is periodic within a block, and each block's interval is
+#: drawn anew (uniform in 0.5 to 1.5 periods), so the schedule never runs in lockstep with the program's own
+#: periodic work while the timer is re-armed (a C call, ~2 us hot, ~30 us cold between samples) once a block.
+BLOCK = 8
+
+#: The CPU-clock timer's period: this many wall periods, and never under ``CPU_PERIOD_MIN_NS`` (the kernel checks
+#: CPU timers at its tick anyway). Half the wall rate resolves the CPU view (50 samples a CPU second at the
+#: default 101 Hz) at half the handler calls: a sample costs ~40-70 us of a cold cache in a real pipeline.
+CPU_PERIODS = 2
 CPU_PERIOD_MIN_NS = 10_000_000
 
 _installed: list[int] = []  # [wall signal, CPU signal] with the handler installed (process-wide)
@@ -113,6 +122,8 @@ def _handler(signum, frame) -> None:
         if signum == s.signum:
             s.current = _span_now()  # the open span now (the recorder writes it: the span a killed run died in)
             s.tick(frame)
+            if s.memory is not None:  # the memory lane (``profiling.memory``): a few microseconds
+                s.memory.sample(time.perf_counter_ns())
         else:
             t = time.perf_counter_ns()
             cpu = time.thread_time_ns()
@@ -143,19 +154,28 @@ class MainThreadSampler:
 
     def tick(self, frame) -> None:
         """A wall-timer expiration: charge ``frame``'s stack the waits of every scheduled expiration up to now
-        (more than one when the thread was held in one place: a C call, or descheduled), then arm the timer for
-        the next one."""
+        (more than one when the thread was held in one place: a C call, or descheduled). The kernel timer runs
+        periodically through a block of ``BLOCK`` expirations; at the end of one the next block's interval is
+        drawn and the timer re-armed from the pending expiration (one C call per block, not per sample)."""
         t = time.perf_counter_ns()
-        wall = self.carry
         due = self.due
-        while due <= t:  # the schedule never depends on the program: each wait is drawn ahead
+        if due > t:  # a spurious tick (a re-arm raced an expiration): nothing scheduled has passed
+            return
+        wall = self.carry
+        interval = self.interval
+        n = self.left
+        while due <= t:  # the kernel's own schedule: every expiration so far was at the block's interval
             wall += self.waited
-            self.waited = self.draw()
-            due += self.waited
+            self.waited = interval
+            due += interval
+            n -= 1
         self.due = due
-        self.wall_timer.arm_at(due)
-        if wall:
-            self.carry = 0 if self.sampler.sample_frame(frame, self.thread_id, t, wall, 0) else wall
+        if n <= 0:  # the block is over: the pending expiration stays, the waits after it are drawn anew
+            self.interval = self.draw()
+            n = BLOCK
+            self.wall_timer.arm_at(due, self.interval)
+        self.left = n
+        self.carry = 0 if self.sampler.sample_frame(frame, self.thread_id, t, wall, 0) else wall
 
     def draw(self) -> int:
         """The next wait (ns): uniform in [0.5, 1.5) periods."""
@@ -171,11 +191,15 @@ class MainThreadSampler:
         self.period_ns = 1
         self.due = 0  # when the wall timer's pending expiration is due (perf_counter_ns)
         self.waited = 0  # the length of the wait that ends then (ns)
+        self.interval = 1  # the kernel timer's interval in the current block (ns)
+        self.left = 0  # expirations left in the current block
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
         #: the main thread's innermost open-span record at the last wall tick (``tracing.buffer.current_span``)
         self.current = None
+        #: the memory lane sampled at each wall tick (``profiling.memory.MemoryLane``), or None
+        self.memory = None
         self.wall_timer: ThreadTimer | None = None
         import random
 
@@ -223,8 +247,9 @@ class MainThreadSampler:
             _active = self
             delay = self.draw()
             self.waited, self.due = delay, time.perf_counter_ns() + delay
-            wall.arm_at(self.due)
-            cpu.arm(max(int(period_ns), CPU_PERIOD_MIN_NS))
+            self.interval, self.left = self.draw(), BLOCK
+            wall.arm_at(self.due, self.interval)
+            cpu.arm(max(CPU_PERIODS * int(period_ns), CPU_PERIOD_MIN_NS))
         except OSError as e:
             _active = None
             self.note = f"no per-thread timer ({e})"

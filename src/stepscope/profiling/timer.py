@@ -104,14 +104,16 @@ class ThreadTimer:
         _check(_lib().timer_settime(self._id, 0, ctypes.byref(spec), None), "timer_settime")
         self.period_ns = int(period_ns)
 
-    def arm_at(self, t_ns: int) -> None:
-        """Expire once at ``t_ns`` (an absolute ``CLOCK_MONOTONIC`` time, ns: ``time.perf_counter_ns()`` on
-        Linux; a time already past expires at once). Re-armed by the caller, who keeps its own schedule. No error
-        is raised: a failed call leaves the timer disarmed."""
+    def arm_at(self, t_ns: int, interval_ns: int = 0) -> None:
+        """Expire at ``t_ns`` (an absolute ``CLOCK_MONOTONIC`` time, ns: ``time.perf_counter_ns()`` on Linux; a
+        time already past expires at once), then every ``interval_ns`` (ns; 0: once). The caller keeps its own
+        schedule. No error is raised: a failed call leaves the timer as it was."""
         v = self._once.it_value
         v.tv_sec, v.tv_nsec = divmod(int(t_ns), 1_000_000_000)
+        i = self._once.it_interval
+        i.tv_sec, i.tv_nsec = divmod(int(interval_ns), 1_000_000_000)
         self._settime(self._id, TIMER_ABSTIME, self._once_ref, None)
-        self.period_ns = 1
+        self.period_ns = int(interval_ns) or 1
 
     def disarm(self) -> None:
         """Stop expiring (a signal already pending is still delivered)."""
