@@ -323,3 +323,18 @@ def test_max_batch_options_are_checked_before_any_worker_starts(store):
 
     assert parse_bytes("8GiB") == 8 << 30 and parse_bytes("512m") == 512 << 20 and parse_bytes("1.5GB") == 1_500_000_000
     assert size_step("tiny") == 8 and size_step("sd15") == 64
+
+
+def test_gpu_memory_check_returns_nothing_without_cuda(tmp_path):
+    """`make gpu-check` imports benchmarks/gpu_memory_check.py; on this CPU-only machine it has nothing to check."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_memory_check", PROGRAMS.parent.parent / "benchmarks" / "gpu_memory_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: `make gpu-check` runs these checks")
+    assert mod.run_checks(tmp_path, sys.executable) == []
+    assert "too_much" in mod.PROGRAM and "def alloc" in mod.PROGRAM
