@@ -7,7 +7,7 @@ time is what a loaded machine disturbs least); "memory lane" is the default run 
 without it. The machine's 1-minute load average is printed at every repeat (a shared machine: other work shows
 as noise in both arms alike, which interleaving spreads evenly).
 
-    python benchmarks/memory_overhead.py --model tiny --repeats 7
+    python benchmarks/memory_overhead.py --model tiny --repeats 7 [--threads 1]
     python benchmarks/memory_overhead.py --model tiny --size 128 --steps 10 --repeats 5
 """
 
@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--hz", type=float, default=101.0)
+    ap.add_argument("--threads", type=int, default=None, help="torch's threads in every arm (OMP_NUM_THREADS): 1 on "
+                    "a loaded machine, where OpenMP's spin-waits make CPU and wall time follow the load")
     args = ap.parse_args()
     prog = [sys.executable, "-m", "stepscope.pipelines.demo_program", "--model", args.model, "--steps", str(args.steps)]
     if args.size:
@@ -57,6 +59,8 @@ def main() -> None:
         base += ["--trace", t]
     arms = {"plain": prog, "no memory lane": base + ["--no-memory", "--", *prog], "memory lane": base + ["--", *prog]}
     env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     once(prog, env)  # warm the file cache
     pipe: dict[str, list[float]] = {k: [] for k in arms}
     pcpu: dict[str, list[float]] = {k: [] for k in arms}
@@ -79,6 +83,7 @@ def main() -> None:
     medpc = {k: statistics.median(v) for k, v in pcpu.items()}
     medc = {k: statistics.median(v) for k, v in cpu.items()}
     print(f"\n{args.model}, {args.steps} steps, {args.size or 'default'} px, {args.repeats} interleaved repeats, "
+          f"{args.threads or 'default'} torch threads, "
           f"{args.hz:g} Hz, demo trace list; {os.cpu_count()} CPUs, 1-min load average {min(loads):.2f}-{max(loads):.2f} "
           f"(median {statistics.median(loads):.2f})")
     for k in arms:
