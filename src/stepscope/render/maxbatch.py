@@ -55,7 +55,8 @@ def print_max(r: MaxResult, console: Console) -> None:
 
 
 def plot_curve(r: MaxResult, path: str | Path) -> Path | None:
-    """images/s against the value for every value that fits (the largest marked); None when none fits."""
+    """images/s against the value for every value that fits (the largest marked), and the peak memory of each on a
+    second axis; None when none fits."""
     curve = r.curve
     if not curve:
         return None
@@ -72,7 +73,12 @@ def plot_curve(r: MaxResult, path: str | Path) -> Path | None:
         ax.plot([b.value], [b.images_s], "o", color="#c62828", markersize=9, label=f"largest that fits: {b.value}")
         ax.legend(loc="best", fontsize=8)
     ax.set_xlabel(r.dimension if r.dimension == "batch" else "image size (px)")
-    ax.set_ylabel("images/s")
+    ax.set_ylabel("images/s", color="#1565c0")
+    peaks = [(p.value, p.peak_bytes / (1 << 20)) for p in curve if p.peak_bytes]
+    if peaks:  # the memory each value needed, on its own axis
+        ax2 = ax.twinx()
+        ax2.plot([v for v, _ in peaks], [m for _, m in peaks], "s--", color="#6a1b9a", alpha=0.6, markersize=4)
+        ax2.set_ylabel("peak memory (MiB)", color="#6a1b9a")
     ax.set_title(f"{_what(r)}\nbudget {fmt_bytes(r.limit_bytes) if r.limit_bytes else 'device memory'}", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
