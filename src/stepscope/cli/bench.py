@@ -211,7 +211,8 @@ def cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None))
         spec = command_spec(words, list(opts["args"]), opts["warmup"], opts["repeats"], opts["baseline"])
     except SpecError as e:
         raise UserError(str(e)) from None
-    _finish(spec, opts["store"], opts["as_json"], opts["time_file"])
+    tf = opts["time_file"]  # the group's raw value (a str with typer < 0.29)
+    _finish(spec, opts["store"], opts["as_json"], Path(tf) if tf is not None else None)
 
 
 @app.command("show")
