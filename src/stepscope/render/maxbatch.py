@@ -19,7 +19,10 @@ def _what(r: MaxResult) -> str:
     c = r.config
     parts = [f"model {c.get('model')}", f"{c.get('steps')} steps", f"attention {c.get('attention')}", c.get("dtype") or ""]
     if r.dimension == "batch":
-        parts.insert(1, f"{c.get('size') or 'default'} px")
+        from ..pipelines.sd import MODELS, default_size
+
+        size = c.get("size") or (default_size(c.get("model")) if c.get("model") in MODELS else None)
+        parts.insert(1, f"{size or 'default'} px")
     else:
         parts.insert(1, f"batch {c.get('batch')}")
     return ", ".join(p for p in parts if p)
