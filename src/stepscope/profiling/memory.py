@@ -216,7 +216,21 @@ class SpanMemory:
         self._stack: list[list[int]] = []  # reset mode: running maxima of the open spans
 
     def enter(self, attrs: dict | None) -> dict:
-        a = {} if attrs is None else attrs
+        """Read memory now into ``attrs`` (a new dict when None); returns it."""
+        return self.merge(attrs, self.read_in())
+
+    @staticmethod
+    def merge(attrs: dict | None, readings: dict) -> dict:
+        """``attrs`` with the entry ``readings`` of ``read_in`` (a new dict when ``attrs`` is None)."""
+        if attrs is None:
+            return readings
+        attrs.update(readings)
+        return attrs
+
+    def read_in(self) -> dict:
+        """The entry readings, as attrs (read before the span's hooks run and its start is taken, so that the
+        reads are not inside a mirrored range or the span's time)."""
+        a: dict = {}
         rss = self.rss.read()
         if rss >= 0:
             a["memory.rss_in"] = rss
@@ -233,6 +247,7 @@ class SpanMemory:
         return a
 
     def exit(self, attrs: dict) -> None:
+        """Read memory now into the span's ``attrs`` (before its end is taken)."""
         if "memory.rss_in" in attrs:
             attrs["memory.rss_out"] = self.rss.read()
             hwm0 = attrs.pop("_memory.hwm", -1)

@@ -103,9 +103,10 @@ class Probe:
             if name is None:  # a call this probe does not trace: a marker so that exit pairs up
                 _set([None, 0, None, self, None, None, None, prev])
                 return
+        mem = _memory_in() if span_memory is not None and hooks is not None else None  # before the hooks' own work
         attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
-        if span_memory is not None and hooks is not None:
-            attrs = _memory_in(attrs)
+        if mem is not None:
+            attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def enter_as(self, first) -> None:
@@ -115,9 +116,10 @@ class Probe:
         if name is None:
             _set([None, 0, None, self, None, None, None, prev])
             return
+        mem = _memory_in() if span_memory is not None and self.hooks is not None else None
         attrs = _hook_attrs(self.hooks, _getframe(1)) if self.hooks is not None else None
-        if span_memory is not None and self.hooks is not None:
-            attrs = _memory_in(attrs)
+        if mem is not None:
+            attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
@@ -132,6 +134,12 @@ class Probe:
     def exit(self, fid: int | None = None) -> None:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
         the traced frame (default: the caller's; only generators need it)."""
+        if span_memory is not None and self.hooks is not None:  # memory at exit, read before the end is taken
+            r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
+            if r is None:
+                r = _get()
+            if r is not None and r.__class__ is list and r[3] is self and r[0] is not None and r[4] is not None:
+                _memory_out(r[4])
         end = perf_counter_ns()
         if self.generator:
             rec = self._record(fid if fid is not None else id(_getframe(1)))
@@ -142,8 +150,6 @@ class Probe:
             if rec is None or rec.__class__ is not list or rec[3] is not self:
                 return
         if rec[0] is not None:
-            if rec[4] is not None and span_memory is not None and self.hooks is not None:
-                _memory_out(rec[4])
             _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
         _set(rec[7])
         if self.hooks is not None and rec[0] is not None:
@@ -212,12 +218,21 @@ def _hook_attrs(hooks, frame):
         return None
 
 
-def _memory_in(attrs):
+def _memory_in():
     m = span_memory
     try:
-        return m.enter(attrs) if m is not None else attrs
+        return m.read_in() if m is not None else None
     except Exception:  # never into the program
+        return None
+
+
+def _memory_merge(attrs, readings):
+    if not readings:
         return attrs
+    if attrs is None:
+        return readings
+    attrs.update(readings)
+    return attrs
 
 
 def _memory_out(attrs) -> None:
