@@ -118,10 +118,9 @@ def _parent(pid: int) -> int:
 
 def test_an_open_span_finished_later_keeps_its_real_row(store):
     """A provisional (open) row never replaces a finished span's row, and a normal end leaves none."""
-    from stepscope.tracing import buffer
+    from stepscope.model import Run
 
     st = Store(store)
-    from stepscope.model import Run
 
     st.create_run(Run(id="r1", command=["x"], status="running"), 1)
     st.append("r1", open_spans=[(7, None, "f", "function", 10, 20, 1, None, {"stepscope.open": True})])
@@ -134,7 +133,6 @@ def test_an_open_span_finished_later_keeps_its_real_row(store):
     assert [s.end_ns for s in st.load("r1").spans] == [30, 70]
     st.append("r1", drop_open=True)
     assert [s.name for s in st.load("r1").spans] == ["f"]
-    del buffer
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -174,15 +173,13 @@ def run_probe(cfg: dict, limit_bytes: int | None, repeats: int = 1, warmup: int 
                                 preexec_fn=_limit(limit_bytes))
     except OSError as e:
         return Probe(value, False, error=f"cannot start a worker: {e}")
-    deadline = time.monotonic() + timeout_s
-    lines = [f"warmup\n"] * warmup + ["run\n"] * repeats + ["quit\n"]
+    lines = ["warmup\n"] * warmup + ["run\n"] * repeats + ["quit\n"]
     try:
         out, err = proc.communicate("".join(lines), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         return Probe(value, False, error=f"no answer within {timeout_s:.0f} s", oom=False)
-    del deadline
     replies = []
     for ln in out.splitlines():
         try:
