@@ -95,10 +95,10 @@ class span:
 
     def __enter__(self) -> "span":
         self._sid = buffer.next_span_id()
-        rec = buffer.open_record(self._sid, self.name)
+        self._start = clock.now_ns()
+        rec = buffer.open_record(self._sid, self.name, self._start)
         self._parent = rec[2]
         self._token = buffer.current_span.set(rec)
-        self._start = clock.now_ns()
         return self
 
     def __exit__(self, et, ev, tb) -> None:

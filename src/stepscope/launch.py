@@ -151,6 +151,15 @@ def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
     sys.exit(code)
 
 
+def _is_oom(e: BaseException) -> bool:
+    from .profiling.memory import is_oom
+
+    try:
+        return is_oom(e)
+    except Exception:
+        return False
+
+
 def _usage() -> None:
     print("usage: python -m stepscope.launch (SCRIPT | -m MODULE | -c CODE) [ARGS...]", file=sys.stderr)
     sys.exit(2)
@@ -222,7 +231,14 @@ def main() -> None:
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException as e:
         t = type(e)
-        session.set_outcome("error", 1, t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}")
+        oom = _is_oom(e)
+        if oom and hasattr(session, "note_oom"):  # memory now, and CUDA's allocator snapshot (--memory-history)
+            try:
+                session.note_oom(e)
+            except Exception:
+                pass
+        session.set_outcome("oom" if oom else "error", 1,
+                            t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}")
         _clean(e)
         sys.excepthook(t, e, e.__traceback__)
         sys.exit(1)

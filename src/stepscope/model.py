@@ -105,7 +105,8 @@ class Profile:
 class Run:
     """One profiled execution. ``start_ns``/``end_ns`` on the run's clock; ``anchor_*`` map it to wall time
     (``wall_ns = anchor_wall_ns + t - anchor_mono_ns``). ``status``: running, ok, error, interrupted,
-    terminated, killed (by another signal: ``error`` names it), incomplete (the program ended, but its recording
+    terminated, killed (by another signal: ``error`` names it; SIGKILL reads "SIGKILL (out of memory?)"), oom (the
+    program ended by an out-of-memory error, or the kernel's OOM killer killed it: ``error`` says which), incomplete (the program ended, but its recording
     stopped at a failed write, e.g. a full disk: ``error`` says why, ``exit_code`` is the program's), lost (read only: "running", but its process is
     gone without a word, e.g. SIGKILLed with stepscope). ``unresolved``: traced names that could not be resolved -> reason."""
 
@@ -136,9 +137,25 @@ class Run:
 
 
 @dataclass(slots=True)
+class MemoryTrack:
+    """The memory lane of a run (``profiling.memory``): parallel lists in time order. ``t_ns``: clock readings;
+    ``rss``: the process's resident set; ``cuda_allocated``/``cuda_reserved``: the CUDA caching allocator's
+    bytes of the current device. Bytes; None where not read (CUDA before it was initialised, or no CUDA)."""
+
+    t_ns: list[int] = field(default_factory=list)
+    rss: list = field(default_factory=list)
+    cuda_allocated: list = field(default_factory=list)
+    cuda_reserved: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+
+@dataclass(slots=True)
 class RunData:
-    """A run with everything recorded for it."""
+    """A run with everything recorded for it. ``memory``: its memory lane (empty for runs without one)."""
 
     run: Run
     spans: list[Span]
     profile: Profile
+    memory: MemoryTrack = field(default_factory=MemoryTrack)

@@ -146,6 +146,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
     relay = _Relay()
+    oom_kills = oom_kill_count()
     cfg = json.loads(child_env[ENV_VAR])
     cfg["signal_fd"] = relay.child_fd
     child_env[ENV_VAR] = json.dumps(cfg)
@@ -165,16 +166,42 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
     if store.get_run(run_id, as_stored=True).status == "failed":  # no such script or module: launch said so
         store.delete_run(run_id)
         return Outcome("", returncode)
-    return Outcome(run_id, returncode, _settle(store, run_id, returncode))
+    return Outcome(run_id, returncode, _settle(store, run_id, returncode, oom_kills))
 
 
-def _settle(store: Store, run_id: str, returncode: int) -> str | None:
+def oom_kill_count() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's cgroup and below
+    (cgroup v2 ``memory.events``, ``oom_kill``); None where that cannot be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next((ln[3:].strip() for ln in f if ln.startswith("0::")), None)
+        if rel is None:
+            return None
+        with open(os.path.join("/sys/fs/cgroup", rel.lstrip("/"), "memory.events")) as f:
+            for ln in f:
+                k, _, v = ln.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _settle(store: Store, run_id: str, returncode: int, oom_kills: int | None = None) -> str | None:
     """Make the run's status agree with the process's real end (the child may have died unannounced).
-    Returns why that could not be written (a full disk), or None."""
+    A child killed by SIGKILL reads "oom" when the cgroup's OOM-kill count rose meanwhile (``oom_kills``:
+    the count before it started), else "killed" with "SIGKILL (out of memory?)": the kernel's OOM killer
+    is the usual sender. Returns why that could not be written (a full disk), or None."""
     run = store.get_run(run_id, as_stored=True)
     fields: dict = {"exit_code": returncode if returncode >= 0 else 128 - returncode}
     if run.status == "running":
-        if returncode < 0:
+        if returncode == -signal.SIGKILL:
+            after = oom_kill_count()
+            if oom_kills is not None and after is not None and after > oom_kills:
+                fields.update(status="oom", error="SIGKILL: killed by the kernel's OOM killer")
+            else:
+                fields.update(status="killed", error="SIGKILL (out of memory?)")
+        elif returncode < 0:
             sig = -returncode
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
             fields.update(status=signal_status(sig), error=name)

@@ -23,11 +23,12 @@ from typing import Any
 
 from . import clock
 from .model import Run
+from .profiling import memory as _memory
 from .profiling.sampler import OWN_THREADS, Sampler
 from .profiling.signals import MainThreadSampler
 from .settings import Settings
 from .store.db import Store, write_error_text
-from .tracing import buffer, workfacts
+from .tracing import buffer, probes, workfacts
 from .tracing.patch import Patcher
 
 
@@ -136,7 +137,8 @@ def _dynamo_loaded(patcher: Patcher):
             from .profiling import sampler as _sampler, signals as _signals
 
             for fn in (_signals._handler, _sampler.Sampler.sample_frame, _sampler.Sampler._record,
-                       _sampler.Sampler._add_frame):
+                       _sampler.Sampler._add_frame, _memory.MemoryLane.sample, _memory.RssReader.read,
+                       _memory.RssReader.peak, _memory.CudaReader.read, _memory.CudaReader._ready):
                 try:
                     skip(fn.__code__)
                 except Exception:
@@ -169,6 +171,10 @@ class Session:
         self.sampler = Sampler(settings.max_stack_depth, int(1e9 / hz) if hz > 0 else 10_000_000)
         #: the main thread sampled by timer signal (``profiling.signals``); other threads by the recorder
         self.main_sampler = MainThreadSampler(self.sampler)
+        #: the memory lane (``profiling.memory``), None with ``memory=False``
+        self.memory: _memory.MemoryLane | None = None
+        self.history: _memory.History | None = None
+        self._open_written = False  # provisional rows of open spans were written (``_open_chain``)
         self.store: Store | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -190,6 +196,8 @@ class Session:
         self.status = "ok"
         self.exit_code: int | None = 0
         self.error: str | None = None
+        self.oom: dict | None = None  # the out-of-memory error the program ended by (``note_oom``)
+        self._dying = False  # finishing from a fatal signal's handler: the open spans stay open
         self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -206,6 +214,13 @@ class Session:
                                   anchor_wall_ns=run.anchor_wall_ns, env=run.env, host=run.host, cwd=run.cwd)
         buffer.take()  # spans from an earlier session in this process are not ours
         workfacts.reset()
+        if self.settings.memory:
+            self.memory = _memory.MemoryLane()
+            self.main_sampler.memory = self.memory
+            probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+        if self.settings.memory_history:
+            self.history = _memory.History(self.store.run_dir(self.run_id))
+            self.patcher.when_imported("torch", self.history.start)
         self.patcher.add(self.settings.functions_to_trace)
         self.patcher.when_imported("torch._dynamo", _dynamo_loaded(self.patcher))
         if self.settings.transaction:
@@ -227,7 +242,7 @@ class Session:
     def _open_root(self, name: str) -> None:
         sid = buffer.next_span_id()
         self._root_span = (sid, name, clock.now_ns(), threading.get_ident())
-        self._root_token = buffer.current_span.set(buffer.open_record(sid, name))
+        self._root_token = buffer.current_span.set(buffer.open_record(sid, name, self._root_span[2]))
 
     def _close_root(self) -> None:
         if self._root_span is None:
@@ -254,6 +269,8 @@ class Session:
                 return
             self.finished = True
         self.main_sampler.stop()
+        if self.memory is not None and probes.span_memory is not None and probes.span_memory.rss is self.memory.rss:
+            probes.span_memory = None
         self._stop.set()
         try:
             self._wake.release()
@@ -284,6 +301,9 @@ class Session:
             env = environment()
             env["sampler"] = self.sampler_info()
             env["tracing"] = mechanism  # monitoring (3.12+) or code (3.11): how the spans were recorded
+            mem = self.memory_info()
+            if mem:
+                env["memory"] = mem
             self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
                                   end_ns=end, env=env, unresolved=self.unresolved)
         except Exception as e:  # `stepscope run` tells the user; never into the program's exit
@@ -292,10 +312,49 @@ class Session:
             self.store.close()
         except Exception:
             pass
+        if self.memory is not None:
+            self.memory.close()
         try:
             atexit.unregister(self._atexit)
         except Exception:
             pass
+
+    def memory_info(self) -> dict:
+        """The run's memory facts for ``env["memory"]``: ``peak_rss`` (the kernel's high-water mark, bytes),
+        CUDA's ``cuda_peak``/``cuda_allocated``/``cuda_reserved`` (bytes, once CUDA was initialised),
+        ``samples`` (memory samples taken), ``cuda_peaks`` (the per-span peak mode), the OOM record
+        (``oom``: set by ``note_oom``) and ``--memory-history``'s ``history`` (snapshot file) or ``history_note``."""
+        out: dict = {}
+        if self.memory is not None:
+            now = _memory.read_now()
+            if "rss_peak" in now:
+                out["peak_rss"] = now["rss_peak"]
+            for k in ("cuda_peak", "cuda_allocated", "cuda_reserved"):
+                if k in now:
+                    out[k] = now[k]
+            out["samples"] = self.memory.count
+            out["cuda_peaks"] = self.settings.cuda_peaks
+        if getattr(self, "oom", None):
+            out["oom"] = self.oom
+        if self.history is not None:
+            if self.history.written:
+                out["history"] = os.path.basename(self.history.written)
+            if self.history.summary:
+                out["history_summary"] = self.history.summary
+            if self.history.note:
+                out["history_note"] = self.history.note
+        return out
+
+    def note_oom(self, exc: BaseException) -> None:
+        """The program is ending by an out-of-memory error (``profiling.memory.is_oom``): keep memory now and,
+        with ``--memory-history``, write the allocator snapshot. Called by ``launch`` before ``finish``."""
+        t = type(exc)
+        now = _memory.read_now()
+        self.oom = {"error": (t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"),
+                    "message": str(exc).splitlines()[0][:500] if str(exc) else "", "t_ns": clock.now_ns(), **now}
+        if self.history is not None:
+            self.history.snapshot("oom")
+            self.history.stop()
 
     def sampler_info(self) -> dict:
         """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why
@@ -317,6 +376,8 @@ class Session:
     def flush_on_signal(self, status: str, exit_code: int, error: str | None = None) -> None:
         """Best-effort final write from a signal handler (the process is about to die)."""
         self.set_outcome(status, exit_code, error or status)
+        self._dying = True
+        self.main_sampler.current = buffer.current_span.get()  # this handler runs in the main thread
         self.finish()
 
     # -- recorder thread -------------------------------------------------------------------------
@@ -346,6 +407,10 @@ class Session:
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
+        # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
+        # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
+        mem = self.memory
+        mem_period = int(period) if period is not None else 9_900_990
         while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
@@ -375,6 +440,8 @@ class Session:
                 next_t += period if others else max(period, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
+            if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
+                mem.sample(t)
             if t - last_flush >= flush_every:
                 main_sampler.check()
                 if by_signal:
@@ -384,7 +451,32 @@ class Session:
             # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
             # delay the flush: a crash loses at most one flush interval)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
+            if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
+                wake = min(wake, mem.last_t + mem_period)
             stop.wait(max(0.0, (wake - now()) / 1e9))
+
+    def _open_chain(self) -> list[tuple]:
+        """The main thread's open spans at its last wall tick (innermost first), as span tuples ending now with
+        ``attrs["stepscope.open"]`` = True: written provisionally at each flush (a span's real row replaces
+        its provisional one when it ends), so that a run killed outright (the kernel's OOM killer) still tells
+        the span and step it died in. Needs the timer-signal sampler (it reads the main thread's span)."""
+        rec = self.main_sampler.current
+        out = []
+        now = clock.now_ns()
+        main = threading.main_thread().ident
+        seen = 0
+        while rec is not None and rec.__class__ is list and seen < 256:
+            seen += 1
+            sid = rec[0]
+            if sid is not None and rec[5] is not None and rec[1]:  # (a C-function wrapper's record has no start)
+                probe = rec[3]
+                op = "transaction" if self._root_span is not None and sid == self._root_span[0] else (
+                    probe.op if probe is not None else "function")
+                attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+                attrs["stepscope.open"] = True
+                out.append((sid, rec[2], rec[5], op, rec[1], now, main, None, attrs))
+            rec = rec[7]
+        return out
 
     def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
         """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
@@ -406,13 +498,17 @@ class Session:
                 if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
                     threads[th.ident] = (th.name, th.native_id)
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
+            open_spans = self._open_chain() if not self.finished or self._dying else []
             spans = buffer.take()
+            memory = self.memory.drain() if self.memory is not None else []
             if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
                 return
             try:
                 self.store.append(self.run_id, spans=spans, frames=frames, frame_base=self._frames_written,
                                   stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
-                                  os_threads=os_threads)
+                                  os_threads=os_threads, memory=memory, open_spans=open_spans,
+                                  drop_open=self.finished and not self._dying and self._open_written)
+                self._open_written = self._open_written or bool(open_spans)
             except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
                 self.store_error = write_error_text(e, self.store.path)
                 return

@@ -21,7 +21,13 @@ class Settings:
     ``device_steps``: only that many denoising steps after one warm-up step). ``compile_report``: record
     torch.compile graph breaks and recompilations. ``sampler``: how the main thread is sampled: "auto" (a
     timer signal read inside the thread where the platform allows, ``profiling.signals``; else the sampler
-    thread) or "thread" (always the sampler thread). Raises ValueError naming the field and its range.
+    thread) or "thread" (always the sampler thread). ``memory``: the memory lane (RSS, and CUDA's allocator
+    bytes once the program initialised CUDA) sampled at the profiling rate, and memory at the entry and exit of
+    step-level spans (``profiling.memory``). ``cuda_peaks``: "safe" (never reset the allocator's peak counter)
+    or "reset" (reset it at each step-level span: exact per-span peaks, but the program's own
+    ``max_memory_allocated`` then reads since the last one). ``memory_history``: CUDA's allocator history with
+    a bounded buffer, and its snapshot when the program runs out of memory. Raises ValueError naming the field
+    and its range.
     """
 
     functions_to_trace: tuple[str, ...] = ()
@@ -35,6 +41,9 @@ class Settings:
     device_steps: int | None = None
     compile_report: bool = False
     sampler: str = "auto"
+    memory: bool = True
+    cuda_peaks: str = "safe"
+    memory_history: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -45,6 +54,8 @@ class Settings:
                            float(limits.in_range("flush_interval_s", self.flush_interval_s, 0.01, 3600, unit=" s")))
         if self.sampler not in ("auto", "thread"):
             raise ValueError(f"sampler: must be auto or thread, got {self.sampler!r}")
+        if self.cuda_peaks not in ("safe", "reset"):
+            raise ValueError(f"cuda_peaks: must be safe or reset, got {self.cuda_peaks!r}")
         if self.device_steps is not None:
             limits.in_range("device_steps", self.device_steps, 1, 1_000_000, integer=True)
 

@@ -110,6 +110,8 @@ class Explanation:
     advice: str
     tree: DiffNode | None
     path: list[str] = field(default_factory=list)
+    #: whether the slow repeats coincide with memory growth (``analysis.memory.repeats_note``), or None
+    memory_note: str | None = None
 
     @property
     def slow(self) -> list[Repeat]:
@@ -270,8 +272,11 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     fast_mean = float(np.mean([r.duration_ns for r in fast_r])) if fast_r else 0.0
     gap = slow_mean - fast_mean
     per_slow = float(np.mean([r.samples for r in slow_r])) if slow_r else 0.0
+    from .memory import repeats_note
+
     base = dict(unit=unit, rule=rule, shape=shape, repeats=reps, median_ns=med, slow_mean_ns=slow_mean,
-                fast_mean_ns=fast_mean, gap_ns=gap, samples_per_slow_repeat=per_slow)
+                fast_mean_ns=fast_mean, gap_ns=gap, samples_per_slow_repeat=per_slow,
+                memory_note=repeats_note(data, reps))
     if not slow_r or not fast_r:
         return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=bool(slow_r), tree=None,
                            advice=("too noisy to call: the fast repeats vary too much to tell slow ones apart "

@@ -118,7 +118,8 @@ class StepRow:
     time is slow), the sampled functions in that untraced time, largest first; ``slow``: by the rule of
     ``analysis.slow``; ``slow_cells``: the columns ("wall", "untraced" or a traced name) that are slow
     among their column in a slow row; ``warmup``: the first row, slow, set apart as a warm-up (see
-    ``analysis.slow``); ``start_ns``/``end_ns``/``thread_id``: the window."""
+    ``analysis.slow``); ``start_ns``/``end_ns``/``thread_id``: the window; ``memory``: its memory (entry, exit,
+    peak, growth: ``analysis.memory``), or None."""
 
     call: int
     step: int
@@ -133,6 +134,8 @@ class StepRow:
     ratio: float = 1.0
     slow_cells: list[str] = field(default_factory=list)
     warmup: bool = False
+    #: the window's memory (``analysis.memory.WindowMemory``), filled by ``analysis.memory.attach_steps``
+    memory: object = None
 
 
 #: A step or repeat table with more rows than this keeps, as StepRow objects, its first ``HEAD_ROWS`` rows and

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
 from .phases import startup_samples, work_samples
 from .table import as_table
@@ -64,6 +65,8 @@ class Summary:
     top_total: list[FunctionTime]
     unresolved: dict[str, str]
     phases: PhaseSummary | None = None
+    #: memory: peaks, per span name, per stage, the largest stage, the out-of-memory record (``analysis.memory``)
+    memory: MemorySummary | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -109,6 +112,7 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     index = index or ProfileIndex(data.profile)
     data = RunData(run, as_table(data.spans), data.profile)  # the columns once (a list of spans is converted here)
     steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index)
+    attach_steps(steps, data)
     ph = run_phases(data, index)
     by_self, by_total = top_functions(index, work_samples(index, ph) if ph.split else None, n=top)
     startup_top = top_functions(index, startup_samples(index, ph), n=5)[1] if ph.split else []
@@ -116,4 +120,4 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
                        ph.work_start_ns, ph.work_end_ns, startup_top)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
                    float(index.weight.sum()), int(index.idle.sum()), span_stats(data.spans, run.wall_time_ns), steps, by_self, by_total,
-                   dict(run.unresolved), phs)
+                   dict(run.unresolved), phs, summarize_memory(data, steps))

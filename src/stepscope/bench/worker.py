@@ -4,7 +4,8 @@ It builds the Stable Diffusion pipeline (or the UNet alone) for its configuratio
 commands read from stdin, one per line, with one JSON line each on stdout:
 
 - ``warmup``: one untimed iteration (the first one pays for torch.compile): ``{"wall_s": ...}``;
-- ``run``: one timed iteration: ``{"wall_s", "steps_s": [per-step s], "peak_bytes"}``;
+- ``run``: one timed iteration: ``{"wall_s", "steps_s": [per-step s], "peak_bytes", "vm_peak"}`` (``vm_peak``:
+  the address space's peak, ``VmPeak``, what ``RLIMIT_AS`` limits; bytes);
 - ``quit``.
 
 The first line it writes is ``{"ready": true, "setup_s", "env"}`` or ``{"error": ...}`` (for instance
@@ -20,6 +21,18 @@ import json
 import resource
 import sys
 import time
+
+
+def _vm_peak() -> int | None:
+    """The process's peak address space (``VmPeak``, bytes: what ``RLIMIT_AS`` limits), or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _reply(doc: dict) -> None:
@@ -150,7 +163,7 @@ def main() -> None:
             wall = time.perf_counter() - t
             peak = (torch.cuda.max_memory_allocated() if target.device == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-            _reply({"wall_s": wall, "steps_s": steps, "peak_bytes": int(peak), "kind": cmd})
+            _reply({"wall_s": wall, "steps_s": steps, "peak_bytes": int(peak), "kind": cmd, "vm_peak": _vm_peak()})
         except Exception as e:
             _reply({"error": f"{type(e).__name__}: {e}", "kind": cmd})
 

@@ -121,19 +121,83 @@ def sd(model: List[str] = typer.Option(["tiny"], "--model", help="tiny, sd15 or 
        channels_last: List[str] = typer.Option(["false"], "--channels-last"),
        target: str = typer.Option("pipeline", "--target", help="pipeline, or unet (the UNet forward alone)."),
        warmup: int = typer.Option(1, "--warmup", help="Untimed iterations per configuration."),
-       repeats: int = typer.Option(5, "--repeats", help="Timed iterations per configuration, interleaved."),
+       repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed iterations per configuration, interleaved "
+                                             "[default: 5; 1 per value with --max-batch/--max-size]."),
        baseline: Optional[str] = typer.Option(None, "--baseline", help="e.g. attention=classic (default: the first)."),
        time_file: Optional[Path] = typer.Option(None, "--time-file", help="Write plain seconds per timed run."),
+       max_batch: bool = typer.Option(False, "--max-batch", help="Find the largest batch that runs without running out "
+                                      "of memory (doubling, then bisection; each value in a fresh worker)."),
+       max_size: bool = typer.Option(False, "--max-size", help="Find the largest image size instead (at --batch)."),
+       memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="With --max-batch/--max-size: the "
+                                                  "memory budget per worker, e.g. 8GiB (RLIMIT_AS: address space)."),
+       up_to: Optional[int] = typer.Option(None, "--up-to", help="With --max-batch/--max-size: the largest value tried."),
        store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
-    """A Stable Diffusion matrix: each configuration in its own process."""
+    """A Stable Diffusion matrix: each configuration in its own process (or, with --max-batch, the largest batch
+    that fits: stepscope bench sd --max-batch --size 512 --memory-limit 8GiB)."""
     matrix = {"model": _split(model), "attention": _split(attention), "compile": _split(compile), "dtype": _split(dtype),
               "batch": _split(batch), "size": _split(size) or [""], "steps": _split(steps),
               "channels_last": _split(channels_last), "target": [target]}
+    if max_batch or max_size:
+        _max(matrix, "batch" if max_batch else "size", max_batch and max_size, memory_limit, up_to, warmup,
+             repeats if repeats is not None else 1, store, as_json)
+        return
+    if memory_limit is not None or up_to is not None:
+        raise UserError("--memory-limit and --up-to go with --max-batch or --max-size")
     try:
-        spec = sd_spec(matrix, warmup, repeats, baseline)
+        spec = sd_spec(matrix, warmup, repeats if repeats is not None else 5, baseline)
     except SpecError as e:
         raise UserError(str(e)) from None
     _finish(spec, store, as_json, time_file)
+
+
+def _max(matrix: dict, dimension: str, both: bool, memory_limit: Optional[str], up_to: Optional[int], warmup: int,
+         repeats: int, store: Optional[Path], as_json: bool) -> None:
+    """``--max-batch`` / ``--max-size``: one configuration, searched in fresh workers; stored as a benchmark."""
+    from ..bench import maxbatch
+    from ..render.maxbatch import plot_curve, print_max
+    from ..bench.runner import new_bench_id
+
+    if both:
+        raise UserError("--max-batch and --max-size: one at a time")
+    if dimension == "batch" and matrix["target"] != ["pipeline"]:
+        raise UserError("--max-batch: --target pipeline only")
+    try:
+        spec = sd_spec(matrix, warmup, repeats, None)
+        limit = maxbatch.parse_bytes(memory_limit) if memory_limit is not None else None
+        if up_to is not None:
+            from .. import limits
+
+            limits.in_range("--up-to", up_to, 1, 1_000_000, integer=True)
+    except (SpecError, ValueError) as e:
+        raise UserError(str(e)) from None
+    if len(spec.configs) != 1:
+        raise UserError(f"--max-{dimension}: one configuration at a time (the options give {len(spec.configs)})")
+    cfg = spec.configs[0]
+    st = open_store(store, create=True)
+    bench_id = new_bench_id()
+    with err.status(f"searching the largest {dimension}...") as status:
+        result = maxbatch.find_max(cfg, dimension, limit, repeats, warmup, up_to,
+                                   say=lambda s: status.update(f"largest {dimension}: {s}"))
+    probes = result.probes
+    bench_store.create(st, bench_id, {"kind": f"max-{dimension}", "configs": [dict(cfg, **{dimension: p.value}) for p in probes],
+                                      "warmup": warmup, "repeats": repeats, "baseline": 0, "command": [],
+                                      "memory_limit": limit}, [f"{dimension}={p.value}" for p in probes])
+    for i, p in enumerate(probes):
+        if p.times_s:
+            for k, t in enumerate(p.times_s):
+                bench_store.add_run(st, bench_id, i, k, False, t, None, p.peak_bytes, None)
+        else:
+            bench_store.add_run(st, bench_id, i, 0, False, None, None, None, p.error or "did not fit")
+    bench_store.update(st, bench_id, status="ok", notes={"max": result.to_dict()})
+    png = st.path / "bench" / f"{bench_id}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    plotted = plot_curve(result, png)
+    if as_json:
+        print_json({"bench_id": bench_id, "max": result.to_dict(), "plot": str(plotted) if plotted else None})
+        return
+    print_max(result, out)
+    if plotted:
+        err.print(f"plot: {plotted}")
 
 
 @app.command("cmd", hidden=True, context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

@@ -133,6 +133,13 @@ def run(
     server: bool = typer.Option(False, "--server", help="Also start the control server (stepscope capture --pid)."),
     sampler: str = typer.Option("auto", "--sampler", help="How the main thread is sampled: auto (a timer signal "
                                 "read inside it, Linux; else a sampler thread) or thread (a sampler thread only)."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="The memory lane: RSS (and CUDA's allocated and "
+                                "reserved bytes) at the sampling rate, memory at step-level spans' entry and exit."),
+    memory_history: bool = typer.Option(False, "--memory-history", help="CUDA: record the allocator's history (bounded) "
+                                        "and keep its snapshot when the program runs out of memory."),
+    cuda_peaks: str = typer.Option("safe", "--cuda-peaks", help="CUDA per-span peaks: safe (never reset the allocator's "
+                                   "peak counter) or reset (exact per step-level span; the program's own "
+                                   "max_memory_allocated then reads since the last one)."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -145,6 +152,8 @@ def run(
     limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
     if sampler not in ("auto", "thread"):
         raise UserError(f"--sampler: must be auto or thread, got {sampler!r}")
+    if cuda_peaks not in ("safe", "reset"):
+        raise UserError(f"--cuda-peaks: must be safe or reset, got {cuda_peaks!r}")
     if device_steps is not None:
         limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
     args = list(command or []) + list(ctx.args)
@@ -157,7 +166,8 @@ def run(
         names += more
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
-                  device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler)
+                  device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
+                  memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks)
     if server:
         if names or auto_trace or device["device_trace"] or compile_report or syncs:
             raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")

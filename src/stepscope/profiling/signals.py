@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 
+from ..tracing.buffer import current_span as _current_span
 from .sampler import Sampler
 from . import timer
 from .timer import ThreadTimer
@@ -119,7 +120,10 @@ def _handler(signum, frame) -> None:
                 fn(*args)
             return
         if signum == s.signum:
+            s.current = _span_now()  # the open span now (the recorder writes it: the span a killed run died in)
             s.tick(frame)
+            if s.memory is not None:  # the memory lane (``profiling.memory``): a few microseconds
+                s.memory.sample(time.perf_counter_ns())
         else:
             t = time.perf_counter_ns()
             cpu = time.thread_time_ns()
@@ -135,6 +139,7 @@ def _handler(signum, frame) -> None:
 
 
 _TOOL_IDS = range(6)
+_span_now = _current_span.get
 
 
 class MainThreadSampler:
@@ -191,6 +196,10 @@ class MainThreadSampler:
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
+        #: the main thread's innermost open-span record at the last wall tick (``tracing.buffer.current_span``)
+        self.current = None
+        #: the memory lane sampled at each wall tick (``profiling.memory.MemoryLane``), or None
+        self.memory = None
         self.wall_timer: ThreadTimer | None = None
         import random
 

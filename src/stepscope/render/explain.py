@@ -29,6 +29,10 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
     console.print(f"[bold red]{len(slow)} slow[/bold red] ({shape}): "
                   + ", ".join(f"{r.label} {fmt_ns(r.duration_ns)} ({r.duration_ns / e.median_ns:.1f}x)" for r in slow[:12]))
     console.print(f"slow mean {fmt_ns(e.slow_mean_ns)} vs fast mean {fmt_ns(e.fast_mean_ns)}: gap {fmt_ns(e.gap_ns)} per repeat")
+    if e.memory_note:
+        from rich.markup import escape
+
+        console.print(f"[bold]memory[/bold]: {escape(e.memory_note)}")
     if not e.enough_samples or e.advice:
         console.print(f"[yellow]{e.advice}[/yellow]")
         return

@@ -109,6 +109,10 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         console.print("Name functions to trace with --trace (or `stepscope suggest` after this run).")
     if s.steps is not None and s.steps.rows:
         print_steps(s.steps, console)
+    if s.memory is not None:
+        from .memory import print_memory
+
+        print_memory(s.memory, console)
     if s.top_self:
         for title, items, key in (("Top functions by self time (sampled, traced work)", s.top_self, "self"),
                                   ("Top functions by total time (sampled, traced work)", s.top_total, "total")):
@@ -160,10 +164,16 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
         hidden_slow = max(st.slow_count, len([r for r in rows if r.slow])) - len([r for r in top if r.slow])
         keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in top}
         rows = [r for r in rows if id(r) in keep]
+    from ..analysis.memory import fmt_bytes
+
+    mem = any(getattr(r, "memory", None) is not None for r in rows)
     base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
              f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
-             fmt_ns(r.untraced_ns)] for r in rows]
-    used = sum(max([len(h)] + [len(b[k]) for b in base]) + 3 for k, h in enumerate(("call", "repeat", "wall", "x median", "untraced")))
+             fmt_ns(r.untraced_ns)] + ([fmt_bytes(r.memory.peak) + ("" if r.memory.exact_peak else "~")
+                                        if r.memory is not None and r.memory.peak is not None else "-"] if mem else [])
+            for r in rows]
+    fixed = ("call", "repeat", "wall", "x median", "untraced") + (("mem peak",) if mem else ())
+    used = sum(max([len(h)] + [len(b[k]) for b in base]) + 3 for k, h in enumerate(fixed))
     cols = []
     for c in st.columns[:max_columns]:  # as many traced columns as fit: numbers are never cut
         w = max([len(_column_label(c))] + [len(fmt_ns(r.by_name.get(c))) for r in rows]) + 3
@@ -174,9 +184,9 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     left = len(st.columns) - len(cols)
     body = [b[:3] + [b[3].removesuffix(" slow")] + b[4:] + [fmt_ns(r.by_name.get(c)) for c in cols] for b, r in zip(base, rows)]
     # (the " slow" mark is added with its style below; " warm-up" stays in the text)
-    keys = ["call", "step", "wall", "ratio", UNTRACED, *cols]
+    keys = ["call", "step", "wall", "ratio", UNTRACED, *(["memory"] if mem else []), *cols]
     heads = ["call" if is_step else "", "step" if is_step else "repeat", "wall", "x median", "untraced",
-             *[_column_label(c) for c in cols]]
+             *(["mem peak"] if mem else []), *[_column_label(c) for c in cols]]
     t = Table(title=title, title_justify="left", show_edge=False)
     for k, h in enumerate(heads):
         _num_col(t, h, [b[k] + (" slow" if k == 3 and r.slow else "") for b, r in zip(body, rows)])

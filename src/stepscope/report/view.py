@@ -329,6 +329,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         "summary": _summary_view(summary, t0),
         "explain": _explain_view(data, index, t0, thread_idx),
         "device": _device_view(device, t0) if device is not None else None,
+        "memory": memory_lane_view(data, t0),
     }
 
 
@@ -434,9 +435,42 @@ def _phases_view(s: Summary, t0: int) -> dict | None:
             "startup_top": [{"name": f.name, "total_us": _r(f.total_ns / 1e3)} for f in ph.startup_top]}
 
 
+MAX_MEMORY_POINTS = 20_000
+
+
+def memory_lane_view(data: RunData, t0: int, max_points: int = MAX_MEMORY_POINTS) -> dict | None:
+    """The memory lane for the page (None without one): ``t`` (us from the run's start), ``rss``,
+    ``cuda``, ``reserved`` (MiB, None where not read; a column of all None is None). Over ``max_points``
+    samples, each bucket of k consecutive samples keeps its highest value (the lane never hides a peak)."""
+    m = data.memory
+    n = len(m)
+    if not n:
+        return None
+    t = np.asarray(m.t_ns, dtype=np.int64)
+    cols = {}
+    for key, vals in (("rss", m.rss), ("cuda", m.cuda_allocated), ("reserved", m.cuda_reserved)):
+        a = np.array([-1 if v is None else v for v in vals], dtype=np.float64)
+        cols[key] = a if (a >= 0).any() else None
+    k = 1
+    if n > max_points:
+        k = math.ceil(n / max_points)
+        starts = np.arange(0, n, k)
+        t = t[starts]
+        cols = {key: (np.maximum.reduceat(a, starts) if a is not None else None) for key, a in cols.items()}
+    out = {"t": [_r((v - t0) / 1e3) for v in t.tolist()], "every": k}
+    for key, a in cols.items():
+        out[key] = None if a is None else [None if v < 0 else round(v / 1048576, 2) for v in a.tolist()]
+    return out
+
+
 def _summary_view(s: Summary, t0: int) -> dict:
     d = plain(s)
     d.pop("phases", None)
+    mem = d.get("memory")
+    if mem is not None:
+        for g in mem["stages"] + ([mem["largest"]] if mem["largest"] else []):
+            g["start_us"] = _r((g["start_ns"] - t0) / 1e3)
+            g["end_us"] = _r((g["end_ns"] - t0) / 1e3)
     if s.steps is not None:
         for row in d["steps"]["rows"]:
             row["start_us"] = _r((row.pop("start_ns") - t0) / 1e3)

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-from ..model import Frame, Profile, Run, RunData, Span
+from ..model import Frame, MemoryTrack, Profile, Run, RunData, Span
 from . import schema
 
 
@@ -112,18 +112,29 @@ class Store:
 
     def append(self, run_id: str, *, spans: Iterable[tuple] = (), frames: list[tuple] = (), frame_base: int = 0,
                stacks: list[tuple] = (), stack_base: int = 0, samples: Iterable[tuple] = (),
-               threads: dict[int, tuple[str, int | None]] | None = None, os_threads: list[tuple] = ()) -> None:
+               threads: dict[int, tuple[str, int | None]] | None = None, os_threads: list[tuple] = (),
+               memory: Iterable[tuple] = (), open_spans: Iterable[tuple] = (), drop_open: bool = False) -> None:
         """Append recorded data in one transaction.
 
         ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
         entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack,
         wall_ns, cpu_ns)`` (``wall_ns``/``cpu_ns`` may be left off or None: unknown; ``cpu_ns`` < 0 is stored NULL);
         ``threads``: thread id -> (name, OS thread id); ``os_threads``: ``(thread id, OS thread id, since_ns)``
-        each time a thread id is seen on a new OS thread (Python reuses ids).
+        each time a thread id is seen on a new OS thread (Python reuses ids). ``memory``: memory samples
+        ``(t_ns, rss, cuda_allocated, cuda_reserved)`` in bytes (-1: not read, stored NULL). ``open_spans``: span
+        tuples of spans still open (``attrs["stepscope.open"]``), written before ``spans`` and only over rows
+        that are provisional themselves (a finished span's row is never replaced by an open one);
+        ``drop_open``: delete the run's remaining provisional rows (the program ended normally).
         """
         c = self.conn
         c.execute("BEGIN")
         try:
+            if open_spans:
+                c.executemany(
+                    "INSERT INTO spans VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, span_id) DO UPDATE SET "
+                    "end_ns = excluded.end_ns, attrs = excluded.attrs WHERE spans.attrs LIKE '%\"stepscope.open\"%'",
+                    ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], json.dumps(s[8], default=str))
+                     for s in open_spans))
             c.executemany(
                 "INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)",
                 ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
@@ -140,6 +151,12 @@ class Store:
                             s[4] if len(s) > 4 and s[4] is not None and s[4] >= 0 else None) for s in samples))
             if os_threads:
                 c.executemany("INSERT INTO os_threads VALUES (?,?,?,?)", ((run_id, *x) for x in os_threads))
+            if memory:
+                c.executemany("INSERT INTO memory VALUES (?,?,?,?,?)",
+                              ((run_id, m[0], m[1] if m[1] >= 0 else None, m[2] if m[2] >= 0 else None,
+                                m[3] if m[3] >= 0 else None) for m in memory))
+            if drop_open:
+                c.execute("DELETE FROM spans WHERE run_id = ? AND attrs LIKE '%\"stepscope.open\"%'", (run_id,))
             if threads:
                 c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?)",
                               ((run_id, tid, name, native) for tid, (name, native) in threads.items()))
@@ -158,7 +175,7 @@ class Store:
     def delete_run(self, run_id: str) -> None:
         c = self.conn
         c.execute("BEGIN")
-        for table in ("spans", "frames", "stacks", "samples", "threads", "os_threads"):
+        for table in ("spans", "frames", "stacks", "samples", "threads", "os_threads", "memory"):
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_events'").fetchone():
             c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
@@ -238,7 +255,15 @@ class Store:
                                             "ORDER BY since_ns", (run_id,)):
             profile.os_threads.setdefault(tid, []).append((since, native))
         run.span_count, run.sample_count = len(spans), len(rows)
-        return RunData(run, spans, profile)
+        data = RunData(run, spans, profile)
+        data.memory = self.load_memory(run_id)
+        return data
+
+    def load_memory(self, run_id: str) -> MemoryTrack:
+        """The run's memory lane (``profiling.memory``): samples in time order (bytes; None where not read)."""
+        rows = self.conn.execute("SELECT t_ns, rss, cuda_allocated, cuda_reserved FROM memory WHERE run_id = ? "
+                                 "ORDER BY t_ns", (run_id,)).fetchall()
+        return MemoryTrack([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
 
     def _rows(self, q: str, args: tuple = ()) -> list[sqlite3.Row]:
         cur = self.conn.execute(q, args)

@@ -8,7 +8,9 @@
 - **2**: samples without ``wall_ns``/``cpu_ns`` (their weight was the gap to the thread's previous sample).
 - **3**: every table below with every column (``SCHEMA_VERSION``): each sample carries the wall time it stands
   for and the CPU time its thread used in it (``stepscope.profiling.sampler``); NULL in samples of older
-  runs and of ingested profiles, which are weighted as before.
+  runs and of ingested profiles, which are weighted as before. The ``memory`` table (the memory lane:
+  ``profiling.memory``) came later within version 3: a store without it gets it on opening (an additive
+  table that stepscopes before it ignore, so the version stays).
 
 Opening a store: an empty file (or none) gets the core tables and the version; an older version is
 migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
@@ -53,6 +55,9 @@ CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
 CREATE TABLE IF NOT EXISTS threads (run_id TEXT NOT NULL, thread_id INTEGER, name TEXT, native_id INTEGER,
   PRIMARY KEY (run_id, thread_id));
 CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, native_id INTEGER, since_ns INTEGER);
+CREATE TABLE IF NOT EXISTS memory (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, rss INTEGER, cuda_allocated INTEGER,
+  cuda_reserved INTEGER);
+CREATE INDEX IF NOT EXISTS memory_run ON memory (run_id, t_ns);
 """
 
 KEYS = """
@@ -140,7 +145,7 @@ class _Found:
                                   "add (not a stepscope store, or a damaged one)")
             if lack:
                 self.missing[table] = lack
-        self.missing_core = [t for t in ("runs", "spans", "frames", "stacks", "samples", "threads", "os_threads")
+        self.missing_core = [t for t in ("runs", "spans", "frames", "stacks", "samples", "threads", "os_threads", "memory")
                              if t not in self.tables]
 
     @property

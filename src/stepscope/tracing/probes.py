@@ -46,6 +46,11 @@ _lock = threading.Lock()
 #: traced name -> enclosing span names (or "") seen while torch.compile traced it into a graph
 _compiled: dict[str, set] = {}
 
+#: ``profiling.memory.SpanMemory`` of the recording session (None: no memory figures at span entry/exit).
+#: Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it: a few
+#: microseconds a span, too much for every traced call.
+span_memory = None
+
 
 def error_name(exc_type: type) -> str:
     """``module.Qualname`` of an exception type (``Qualname`` for builtins)."""
@@ -98,7 +103,10 @@ class Probe:
             if name is None:  # a call this probe does not trace: a marker so that exit pairs up
                 _set([None, 0, None, self, None, None, None, prev])
                 return
+        mem = _memory_in() if span_memory is not None and hooks is not None else None  # before the hooks' own work
         attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
+        if mem is not None:
+            attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def enter_as(self, first) -> None:
@@ -108,7 +116,10 @@ class Probe:
         if name is None:
             _set([None, 0, None, self, None, None, None, prev])
             return
+        mem = _memory_in() if span_memory is not None and self.hooks is not None else None
         attrs = _hook_attrs(self.hooks, _getframe(1)) if self.hooks is not None else None
+        if mem is not None:
+            attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
@@ -123,6 +134,12 @@ class Probe:
     def exit(self, fid: int | None = None) -> None:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
         the traced frame (default: the caller's; only generators need it)."""
+        if span_memory is not None and self.hooks is not None:  # memory at exit, read before the end is taken
+            r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
+            if r is None:
+                r = _get()
+            if r is not None and r.__class__ is list and r[3] is self and r[0] is not None and r[4] is not None:
+                _memory_out(r[4])
         end = perf_counter_ns()
         if self.generator:
             rec = self._record(fid if fid is not None else id(_getframe(1)))
@@ -199,6 +216,32 @@ def _hook_attrs(hooks, frame):
         return hooks.enter_frame(frame)
     except Exception:  # a hook must never break the program
         return None
+
+
+def _memory_in():
+    m = span_memory
+    try:
+        return m.read_in() if m is not None else None
+    except Exception:  # never into the program
+        return None
+
+
+def _memory_merge(attrs, readings):
+    if not readings:
+        return attrs
+    if attrs is None:
+        return readings
+    attrs.update(readings)
+    return attrs
+
+
+def _memory_out(attrs) -> None:
+    m = span_memory
+    try:
+        if m is not None:
+            m.exit(attrs)
+    except Exception:
+        pass
 
 
 def probe(probe_id: int) -> Probe | None:

@@ -14,6 +14,8 @@
 
   const fmt = (us) => us >= 1e6 ? (us / 1e6).toFixed(2) + " s" : us >= 1e3 ? (us / 1e3).toFixed(1) + " ms" : us.toFixed(0) + " us";
   const fmtNs = (ns) => ns == null ? "-" : fmt(ns / 1e3);
+  const fmtB = (b) => b == null ? "-" : b >= 1073741824 ? (b / 1073741824).toFixed(2) + " GiB" : b >= 1048576 ? (b / 1048576).toFixed(1) + " MiB" : b >= 1024 ? (b / 1024).toFixed(1) + " KiB" : Math.round(b) + " B";
+  const fmtMiB = (m) => m == null ? "-" : fmtB(m * 1048576);
   const short = (n, k) => { const p = String(n).split("."); return p.length > (k || 2) ? p.slice(-(k || 2)).join(".") : n; };
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
   function hue(name) { let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0; return ((h % 360) + 360) % 360; }
@@ -84,6 +86,7 @@
       const c = E.causes[0];
       html += ` <b>${esc(short(c.function, 3))}</b> alone is ${(100 * c.share_of_gap).toFixed(0)}% of the gap.`;
     } else if (E.advice) html += " " + esc(E.advice);
+    if (E.memory_note) html += ` <b>Memory:</b> ${esc(E.memory_note)}.`;
     const untr = ST ? ST.rows.filter((r) => r.slow && r.fill && r.fill.length) : [];
     if (untr.length) {
       const f = untr[0].fill[0];
@@ -108,7 +111,43 @@
   const devLanes = DV ? DV.lanes.map((l) => Object.assign({}, l)) : [];
   if (DV && DV.syncs.length) devLanes.push({ label: "host syncs", syncs: true, start: [], dur: [] });
   for (const l of devLanes) { l.top = y + 14; y += ROW + 18; }
+  // the memory lane (RSS; CUDA allocated and reserved when recorded) under everything, same time axis
+  const ML = D.memory, MEM_H = 64;
+  // the lane's scale: from its lowest to its highest reading (memory moves by tens of MiB over hundreds held)
+  let memTop = -1, memMax = -Infinity, memMin = Infinity;
+  if (ML && ML.t.length) {
+    memTop = y + 16; y += MEM_H + 22;
+    for (const k of ["rss", "cuda", "reserved"]) if (ML[k]) for (const v of ML[k]) if (v != null) { if (v > memMax) memMax = v; if (v < memMin) memMin = v; }
+    if (!(memMax > memMin)) { memMin = Math.max(0, memMin - 1); memMax = memMin + 2; }
+  }
   const wfHeight = Math.max(y + 4, 60);
+  const MEM_SERIES = [["rss", "#00897b", "RSS"], ["reserved", "#ce93d8", "CUDA reserved"], ["cuda", "#6a1b9a", "CUDA allocated"]];
+  const memPeriodUs = ML && ML.t.length > 1 ? (ML.t[ML.t.length - 1] - ML.t[0]) / (ML.t.length - 1) : 1e4;
+  // memory of a window (us): entry (last sample at or before t0, within 2.5 periods), peak inside, growth
+  function memWindow(t0, t1, key) {
+    const col = ML && ML[key]; if (!col) return null;
+    const lo = lowerBound(ML.t, t0), hi = lowerBound(ML.t, t1 + 1e-9);
+    let peak = null, n = 0;
+    for (let j = lo; j < hi; j++) if (col[j] != null) { n++; if (peak == null || col[j] > peak) peak = col[j]; }
+    const j0 = lo > 0 && ML.t[lo] > t0 ? lo - 1 : lo;
+    const entry = j0 >= 0 && j0 < col.length && col[j0] != null && t0 - ML.t[j0] <= 2.5 * memPeriodUs ? col[j0] : null;
+    return { entry, peak, n, growth: peak != null && entry != null ? Math.max(peak - entry, 0) : null };
+  }
+  function memText(i) {
+    const a = S.attrs[i] || {};
+    const key = ML && ML.cuda ? "cuda" : "rss", w = memWindow(S.start[i], S.start[i] + S.dur[i], key);
+    const exactIn = a["memory." + key + "_in"], exactOut = a["memory." + key + "_out"], exactPeak = a["memory." + key + "_peak"];
+    if (!w && exactIn == null) return "";
+    const what = key === "cuda" ? "CUDA allocated" : "RSS";
+    const entry = exactIn != null ? fmtB(exactIn) : w && w.entry != null ? fmtMiB(w.entry) + "~" : "-";
+    let peakB = w && w.peak != null ? w.peak * 1048576 : null;
+    for (const v of [exactIn, exactOut, exactPeak]) if (v != null && (peakB == null || v > peakB)) peakB = v;
+    const peakExact = exactPeak != null && peakB === exactPeak && (key === "rss" || a["memory.cuda_peak_exact"]);
+    const peak = peakB != null ? fmtB(peakB) + (peakExact ? "" : "~") : (w && !w.n ? "no memory sample inside (shorter than the sampling period)" : "-");
+    const base = exactIn != null ? exactIn : w && w.entry != null ? w.entry * 1048576 : null;
+    const growth = peakB != null && base != null ? ` (+${fmtB(Math.max(peakB - base, 0))})` : "";
+    return `memory (${what}): ${entry} at entry, peak ${peak}${growth}` + (exactOut != null ? `, ${fmtB(exactOut)} at exit` : "");
+  }
   // row labels: the name holding the most time in each (thread, depth) row, "+N" other names
   const rowNames = new Map();
   for (let i = 0; i < NS; i++) {
@@ -214,6 +253,29 @@
         if (x0 + w >= LABEL_W && x0 <= W) g.fillRect(Math.max(x0, LABEL_W), l.top - 2, w, ROW + 2);
       }
     }
+    if (memTop >= 0) {
+      g.fillStyle = "#f6f8fa"; g.fillRect(LABEL_W, memTop, W - LABEL_W, MEM_H);
+      g.fillStyle = "#d6dbe3"; g.fillRect(LABEL_W, memTop + MEM_H, W - LABEL_W, 1);
+      const lo = Math.max(lowerBound(ML.t, view.t0) - 1, 0), hi = Math.min(lowerBound(ML.t, view.t1) + 1, ML.t.length);
+      // the scale follows the samples in view (zoom in: the lane shows what moved there)
+      let vMin = Infinity, vMax = -Infinity;
+      for (const [key] of MEM_SERIES) { const vals = ML[key]; if (vals) for (let j = lo; j < hi; j++) { const v = vals[j]; if (v != null) { if (v < vMin) vMin = v; if (v > vMax) vMax = v; } } }
+      if (vMax > -Infinity) { memMin = vMin; memMax = vMax > vMin ? vMax : vMin + 1; }
+      const Y = (v) => memTop + MEM_H - 2 - ((v - memMin) / (memMax - memMin)) * (MEM_H - 6);
+      for (const [key, col] of MEM_SERIES) {
+        const vals = ML[key]; if (!vals) continue;
+        g.strokeStyle = col; g.lineWidth = key === "rss" || key === "cuda" ? 1.5 : 1; g.beginPath();
+        let pen = false, lastX = -1;
+        for (let j = lo; j < hi; j++) {
+          const v = vals[j]; if (v == null) { pen = false; continue; }
+          const x = Math.max(LABEL_W, Math.min(W, X(ML.t[j])));
+          if (pen && x - lastX < 0.5 && j < hi - 1) continue;  // one point per half pixel (the max is kept by the view)
+          if (!pen) { g.moveTo(x, Y(v)); pen = true; } else g.lineTo(x, Y(v));
+          lastX = x;
+        }
+        g.stroke();
+      }
+    }
     if (selected >= 0) {
       const x0 = X(S.start[selected]), w = Math.max(S.dur[selected] * scale, 2);
       const yy = laneTop[S.thread[selected]] + ROW * (S.depth[selected] + 1);
@@ -233,6 +295,12 @@
       }
     }
     for (const l of devLanes) { g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText(l.label, 4, l.top + 11, LABEL_W - 6); }
+    if (memTop >= 0) {
+      g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText("memory", 4, memTop + 11, LABEL_W - 6);
+      g.font = "11px system-ui"; let ly = memTop + 25;
+      for (const [key, col, label] of MEM_SERIES) if (ML[key]) { g.fillStyle = col; g.fillRect(8, ly - 8, 10, 3); g.fillStyle = "#445"; clipText(label, 22, ly - 3, LABEL_W - 6); ly += 13; }
+      g.fillStyle = "#667"; clipText(`${fmtMiB(memMin)} – ${fmtMiB(memMax)}`, 8, memTop + MEM_H + 1, LABEL_W - 6);
+    }
     viewCaption();
     aggNote();
     fetchDetail();
@@ -325,7 +393,19 @@
     }
     return null;
   }
+  function memoryAt(ev) {
+    if (memTop < 0) return null;
+    const r = wf.getBoundingClientRect(), x = ev.clientX - r.left, yy = ev.clientY - r.top;
+    if (x < LABEL_W || yy < memTop || yy > memTop + MEM_H) return null;
+    const t = tAt(ev); let j = lowerBound(ML.t, t);
+    if (j >= ML.t.length || (j > 0 && t - ML.t[j - 1] < ML.t[j] - t)) j--;
+    if (j < 0) return null;
+    let txt = `memory at ${fmt(ML.t[j])}` + (ML.every > 1 ? ` (highest of ${ML.every} samples)` : "");
+    for (const [key, , label] of MEM_SERIES) if (ML[key] && ML[key][j] != null) txt += `\n${label} ${fmtMiB(ML[key][j])}`;
+    return txt;
+  }
   function deviceAt(ev) {
+    const mq = memoryAt(ev); if (mq) return mq;
     if (!devLanes.length) return null;
     const r = wf.getBoundingClientRect(), x = ev.clientX - r.left, yy = ev.clientY - r.top;
     const scale = (r.width - LABEL_W) / (view.t1 - view.t0), t = tAt(ev);
@@ -368,7 +448,9 @@
     wf.style.cursor = "pointer";
     let txt = `${NAMES[S.name[i]]}\n${fmt(S.dur[i])}  (starts at ${fmt(S.start[i])})`;
     if (S.error[i]) txt += `\nerror: ${S.error[i]}`;
-    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) txt += `\n${k} = ${v}`;
+    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) if (!k.startsWith("memory.") && k !== "stepscope.open") txt += `\n${k} = ${v}`;
+    if (S.attrs[i] && S.attrs[i]["stepscope.open"]) txt += "\nstill open when the process ended (killed inside it)";
+    const mt = memText(i); if (mt) txt += "\n" + mt;
     showTip(ev, txt);
   });
   wf.addEventListener("mouseleave", hideTip);
@@ -570,8 +652,9 @@
     selected = i; selWindow = null; drawWaterfall();
     const name = NAMES[S.name[i]];
     let txt = `${name}  ${fmt(S.dur[i])}  at ${fmt(S.start[i])}  thread ${D.threads[S.thread[i]].name}`;
-    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).map(([k, v]) => `${k}=${v}`).join(" ");
+    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).filter(([k]) => !k.startsWith("memory.") && k !== "stepscope.open").map(([k, v]) => `${k}=${v}`).join(" ");
     if (S.error[i]) txt += `  error: ${S.error[i]}`;
+    const mt = memText(i); if (mt) txt += "  · " + mt;
     $("selection").textContent = txt;
     for (const el of treeEl.querySelectorAll(".row.sel")) el.classList.remove("sel");
     const row = treeEl.querySelector(`.row[data-i="${i}"]`); if (row) row.classList.add("sel");
@@ -608,14 +691,17 @@
     const anyFill = ST.rows.some((r) => r.fill && r.fill.length);
     $("steps-title").textContent = isStep ? "Steps (diffusion.step) · click a step: its flame graph" : `Repeats of ${short(ST.span_name)} · click a row: its flame graph`;
     const cell = (r, key, text) => `<td${r.slow && r.slow_cells.includes(key) ? ' class="slowcell"' : ""}>${text}</td>`;
-    const head = [...(calls > 1 ? ["call"] : []), isStep ? "step" : "repeat", "wall", "× median", "untraced", ...cols.map(colLabel), ...(anyFill ? ["untraced time sampled in"] : [])];
+    const hasMem = ST.rows.some((r) => r.memory);
+    const memCell = (r) => !hasMem ? "" : `<td title="${r.memory ? esc(`entry ${fmtB(r.memory.entry)}, exit ${fmtB(r.memory.exit)}, +${fmtB(r.memory.growth)} on top of the entry; ${r.memory.samples} samples` + (r.memory.note ? "; " + r.memory.note : "")) : ""}">${r.memory && r.memory.peak != null ? fmtB(r.memory.peak) + (r.memory.exact_peak ? "" : "~") : "-"}</td>`;
+    const head = [...(calls > 1 ? ["call"] : []), isStep ? "step" : "repeat", "wall", "× median", "untraced", ...(hasMem ? ["mem peak"] : []), ...cols.map(colLabel), ...(anyFill ? ["untraced time sampled in"] : [])];
     table($("steps"), head,
       ST.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}">${calls > 1 ? `<td>${r.call}</td>` : ""}<td>${r.step}${r.slow ? '<span class="tag">slow</span>' : r.warmup ? '<span class="tag warm" title="the first step, slow too: set apart as a warm-up">warm-up</span>' : ""}</td>` +
-        cell(r, "wall", fmtNs(r.wall_ns)) + `<td${r.slow ? ' class="slowcell"' : ""}>${r.ratio.toFixed(2)}</td>` + cell(r, "untraced", fmtNs(r.untraced_ns)) +
+        cell(r, "wall", fmtNs(r.wall_ns)) + `<td${r.slow ? ' class="slowcell"' : ""}>${r.ratio.toFixed(2)}</td>` + cell(r, "untraced", fmtNs(r.untraced_ns)) + memCell(r) +
         cols.map((c) => cell(r, c, fmtNs(r.by_name[c]))).join("") +
         (anyFill ? `<td class="fill">${(r.fill || []).map((f) => `${esc(short(f.function, 3))} ${fmtNs(f.self_ns)}${f.via ? " <small>via " + esc(short(f.via, 2)) + "</small>" : ""}`).join("<br>")}</td>` : "") + "</tr>"));
     const ths = $("steps").querySelectorAll("th");
-    cols.forEach((c, k) => { ths[(calls > 1 ? 1 : 0) + 4 + k].title = c; });
+    cols.forEach((c, k) => { ths[(calls > 1 ? 1 : 0) + 4 + (hasMem ? 1 : 0) + k].title = c; });
+    if (hasMem) ths[(calls > 1 ? 1 : 0) + 4].title = "the highest memory inside the step (CUDA allocated when recorded, else RSS); ~: sampled";
     ths[(calls > 1 ? 1 : 0) + 3].title = "wall minus the outermost traced spans inside the step: callbacks, previews, glue that nothing traced names";
     $("steps").insertAdjacentHTML("beforeend", `<div class="note">${ST.noisy ? esc(ST.rule) : `${ST.slow_count != null ? ST.slow_count : ST.rows.filter((r) => r.slow).length} slow of ${ST.total_rows || ST.rows.length} by the rule above; slow cells in red (each cell is slow among its column).` +
       (ST.total_rows > ST.rows.length ? ` Shown: ${ST.rows.length} rows, the first ${Math.min(200, ST.rows.length)} and then the slowest slow ones.` : "")}</div>`);
@@ -633,6 +719,59 @@
   table($("topself"), ["function (self time)", "self", "share"], SM.top_self.slice(0, 15).map((f) => fnRow(f, f.self_ns, f.self_share)));
   table($("toptotal"), ["function (total time)", "total", "share"], SM.top_total.slice(0, 15).map((f) => fnRow(f, f.total_ns, f.total_share)));
   $("top-scope").textContent = PH ? `traced work only (start-up ${fmt(PH.startup_us)} apart)` : "";
+
+  // ---- memory: the out-of-memory record first, then memory by stage and by span
+  const MS = SM.memory;
+  if (MS && MS.oom) {
+    const o = MS.oom, box = $("oom"), m = o.memory || {};
+    const where = o.span ? ` in <b>${esc(short(o.span, 3))}</b>` + (o.open ? " (still open when the process died)" : "") : "";
+    const step = o.step != null ? `, step ${esc(o.step)}` : o.after_step != null ? `, after step ${esc(o.after_step)}` : "";
+    const head = o.how === "killed" ? `<b>Killed by SIGKILL</b>${/OOM killer/.test(o.error || "") ? " (the kernel's OOM killer)" : " (out of memory?)"}`
+      : `<b>Out of memory</b>: ${esc(o.error || "")}`;
+    const mem = [["rss", "RSS"], ["rss_peak", "peak RSS"], ["cuda_allocated", "CUDA allocated"], ["cuda_reserved", "CUDA reserved"], ["cuda_peak", "CUDA peak"]]
+      .filter(([k]) => m[k] != null).map(([k, l]) => `${l} ${fmtB(m[k])}`).join(", ");
+    box.innerHTML = `${head}${where}${step}.` + (o.message ? ` <span class="msg">${esc(o.message)}</span>` : "") +
+      (mem ? `<br>Memory at the time: ${esc(mem)}${m.sampled_at_us != null ? " (the last memory sample, at " + esc(fmt(m.sampled_at_us)) + ")" : ""}.` : "") +
+      (o.snapshot ? "" : o.how === "error" ? " <small>(on CUDA, <code>--memory-history</code> keeps the allocator's snapshot: the largest live blocks and the Python stacks that allocated them)</small>" : "");
+    box.hidden = false;
+    if (o.span_id != null) {
+      const i = S.id.indexOf(o.span_id);
+      if (i >= 0) {
+        box.insertAdjacentHTML("beforeend", ` <a href="#span=${o.span_id}" id="oom-span">show the span</a>`);
+        $("oom-span").addEventListener("click", (ev) => { ev.preventDefault(); selectSpan(i); const w = $("waterfall-section"); if (visible(w)) w.scrollIntoView({ block: "start" }); });
+      }
+    }
+    const sn = o.snapshot;
+    if (sn && sn.largest && sn.largest.length) {
+      $("oom-blocks").innerHTML = `<h3>Largest live blocks at the out-of-memory error <small>(${sn.active_blocks} live blocks, ${esc(fmtB(sn.active_bytes))}; reserved ${esc(fmtB(sn.reserved_bytes))})</small></h3>`;
+      const el = document.createElement("div"); $("oom-blocks").appendChild(el);
+      table(el, ["size", "allocated at (Python stack, innermost first)", "stream"],
+        sn.largest.map((b) => `<tr><td>${esc(fmtB(b.size))}</td><td class="txt">${(b.frames || []).slice(0, 6).map((f) => esc(f)).join("<br>") || "(no Python stack)"}</td><td>${esc(b.stream ?? "")}</td></tr>`));
+    }
+  }
+  if (MS && (MS.stages.length || MS.spans.length || MS.oom)) {
+    $("memory-section").hidden = false;
+    const parts = [];
+    if (MS.peak_rss != null) parts.push(`peak RSS ${fmtB(MS.peak_rss)}`);
+    if (MS.peak_cuda != null) parts.push(`CUDA peak allocated ${fmtB(MS.peak_cuda)}`);
+    if (MS.peak_reserved != null) parts.push(`CUDA reserved ${fmtB(MS.peak_reserved)}`);
+    const L = MS.largest, lw = L ? (L.cuda && L.cuda.peak != null ? L.cuda : L.rss) : null;
+    $("memory-note").textContent = parts.join(", ") + ` · ${MS.samples} samples, every ${fmtNs(MS.period_ns)}` +
+      (L ? ` · the largest stage of memory is ${L.label}: peak ${fmtB(lw.peak)}${lw.exact_peak ? "" : "~"}, +${fmtB(lw.growth)} on top of ${fmtB(lw.entry)} at its start.` : "");
+    const useCuda = MS.stages.some((g) => g.cuda && g.cuda.peak != null);
+    const fig = (w, k) => w && w[k] != null ? (k === "growth" ? "+" : "") + fmtB(w[k]) + ((k === "entry" ? w.exact_entry : k === "exit" ? w.exact_exit : w.exact_peak) ? "" : "~") : "-";
+    if (MS.stages.length) {
+      table($("memory-stages"), ["stage (" + (useCuda ? "CUDA allocated" : "RSS") + ")", "entry", "peak", "growth", "exit", "note"],
+        MS.stages.map((g, k) => { const w = useCuda && g.cuda ? g.cuda : g.rss;
+          return `<tr class="clickable${L && g.start_ns === L.start_ns && g.label === L.label ? " largest" : ""}" data-k="${k}"><td>${esc(g.label)}</td><td>${fig(w, "entry")}</td><td>${fig(w, "peak")}</td><td>${fig(w, "growth")}</td><td>${fig(w, "exit")}</td><td class="txt">${esc(w.note || "")}</td></tr>`; }));
+      document.querySelectorAll("#memory-stages tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
+        const g = MS.stages[+tr.dataset.k];
+        selectWindow({ t0: g.start_us, t1: g.end_us }, g.label, `${g.label}: ${fmt(g.end_us - g.start_us)}, ${fmt(g.start_us)} – ${fmt(g.end_us)}`);
+      }));
+    }
+    if (MS.spans.length) table($("memory-spans"), ["span (the call that grew most)", "calls", "growth", "peak", "too short"],
+      MS.spans.map((r) => `<tr><td title="${esc(r.name)}">${esc(short(r.name))}</td><td>${r.calls}</td><td>${r.growth != null ? "+" + fmtB(r.growth) + (r.exact ? "" : "~") : "-"}</td><td>${fmtB(r.peak)}${r.peak != null && !r.exact ? "~" : ""}</td><td>${r.unsampled || ""}</td></tr>`));
+  }
 
   // ---- explain: slow repeats, causes, differential flame graph
   let diffRects = [];
@@ -675,7 +814,8 @@
     const slowN = E.slow_total != null ? E.slow_total : E.repeats.filter((r) => r.group === "slow").length;
     $("explain-summary").textContent =
       `${slowN} of ${E.repeats_total || E.repeats.length} slow (${E.shape}); slow mean ${fmtNs(E.slow_mean_ns)} vs fast mean ${fmtNs(E.fast_mean_ns)}: gap ${fmtNs(E.gap_ns)} per repeat.` +
-      (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + E.advice : "");
+      (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + E.advice : "") +
+      (E.memory_note ? " Memory: " + E.memory_note + "." : "");
     const reps = E.repeats.filter((r) => r.group !== "other");
     table($("explain-repeats"), ["repeat", "duration", "× median", "group"],
       reps.map((r, k) => `<tr class="clickable${r.group === "slow" ? " slow" : ""}" data-k="${k}"><td>${esc(r.label)}</td><td${r.group === "slow" ? ' class="slowcell"' : ""}>${fmtNs(r.duration_ns)}</td><td>${(r.duration_ns / E.median_ns).toFixed(2)}</td><td>${r.group}</td></tr>`));
@@ -753,6 +893,9 @@
                              tickLabels: () => { const span = view.t1 - view.t0, step = Math.pow(10, Math.floor(Math.log10(span / 6))); const tick = span / step > 30 ? step * 5 : span / step > 12 ? step * 2 : step; const out = []; for (let t = Math.ceil(view.t0 / tick) * tick; t < view.t1; t += tick) out.push(tickLabel(t, tick)); return out; },
                              setView: (t0, t1) => { view.t0 = t0; view.t1 = t1; drawWaterfall(); },
                              deviceLanes: () => devLanes.map((l) => l.label),
+                             memoryLane: () => (memTop >= 0 ? { top: memTop, height: MEM_H, min: memMin, max: memMax, series: MEM_SERIES.filter(([k]) => ML[k]).map(([, , l]) => l) } : null),
+                             memoryAt: (t) => { const r = wf.getBoundingClientRect(); return memoryAt({ clientX: r.left + LABEL_W + (t - view.t0) * (r.width - LABEL_W) / (view.t1 - view.t0), clientY: r.top + memTop + MEM_H / 2 }); },
+                             spanMemory: (i) => memText(i),
                              syncRect: (k) => { const l = devLanes.find((l) => l.syncs), r = wf.getBoundingClientRect();
                                return { x: r.left + LABEL_W + (DV.syncs[k].t - view.t0) * (r.width - LABEL_W) / (view.t1 - view.t0), y: r.top + l.top + ROW / 2 }; },
                              tooltip: () => (tip.hidden ? "" : tip.textContent),

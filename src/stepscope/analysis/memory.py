@@ -1,0 +1,477 @@
+"""Memory per span, per step and per stage of the work, the out-of-memory record, and what ``explain`` says
+about memory: from a run's memory lane (``model.MemoryTrack``, ``profiling.memory``) and its spans.
+
+Figures are bytes. For each window (a span, a step):
+
+- **entry / exit**: exact where the span's probe read them (``attrs["memory.rss_in"]``...: step-level spans);
+  otherwise *sampled*: the last memory sample at or before the entry (the first at or after the exit), taken
+  within ``NEAR_PERIODS`` sampling periods of it, else unknown (None).
+- **peak**: the highest of the samples inside the window and of the exact entry/exit readings; exact where the
+  kernel's RSS high-water mark (CUDA: the allocator's peak) rose inside the span (a new high of the run). A
+  window with no sample inside and no exact reading has no peak: ``note`` says it is shorter than the
+  sampling period, rather than a figure being made up.
+- **growth**: peak minus entry: the memory the window needed on top of what was held when it began.
+
+RSS counts what the process holds from the OS: memory that the allocator keeps after a free is still counted,
+so a later window needing less than an earlier one shows no growth (CUDA's allocated bytes have no such lag).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import MemoryTrack, RunData, Span
+
+#: At most this many stages (steps, top-level spans) are listed: those with the highest peaks.
+MAX_STAGES = 64
+#: A sampled entry/exit figure is taken only from a sample this many sampling periods from the boundary.
+NEAR_PERIODS = 2.5
+#: explain: slow repeats "coincide with memory growth" when they grew this much more than the fast ones
+#: (bytes, and at least ``GROWTH_RATIO`` times as much).
+GROWTH_MIN_BYTES = 16 << 20
+GROWTH_RATIO = 2.0
+
+MiB = 1 << 20
+
+
+def fmt_bytes(b: float | int | None) -> str:
+    """``1.23 GiB`` / ``456.7 MiB`` / ``12.0 KiB`` / ``0 B`` (binary units); "-" for None."""
+    if b is None:
+        return "-"
+    b = float(b)
+    sign = "-" if b < 0 else ""
+    b = abs(b)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= size:
+            return f"{sign}{b / size:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{sign}{b:.0f} B"
+
+
+@dataclass(slots=True)
+class WindowMemory:
+    """Memory over one window (see the module doc). ``kind``: "rss" or "cuda" (allocated bytes).
+    ``entry``/``exit``/``peak``/``growth``: bytes or None; ``exact_*``: read at the span's boundary / a new high
+    inside, not sampled; ``samples``: memory samples inside; ``note``: why a figure is missing."""
+
+    kind: str
+    entry: int | None = None
+    exit: int | None = None
+    peak: int | None = None
+    growth: int | None = None
+    exact_entry: bool = False
+    exact_exit: bool = False
+    exact_peak: bool = False
+    samples: int = 0
+    note: str | None = None
+
+
+class Lane:
+    """A run's memory lane as numpy columns for window queries. ``period_ns``: the sampling period (from the
+    run's rate; the median gap between samples when the rate is unknown)."""
+
+    def __init__(self, track: MemoryTrack, hz: float = 0.0) -> None:
+        self.t = np.asarray(track.t_ns, dtype=np.int64)
+        self.rss = np.array([-1 if v is None else v for v in track.rss], dtype=np.int64)
+        self.cuda = np.array([-1 if v is None else v for v in track.cuda_allocated], dtype=np.int64)
+        self.reserved = np.array([-1 if v is None else v for v in track.cuda_reserved], dtype=np.int64)
+        self.has_rss = bool(len(self.rss) and (self.rss >= 0).any())
+        self.has_cuda = bool(len(self.cuda) and (self.cuda >= 0).any())
+        if hz and hz > 0:
+            self.period_ns = int(1e9 / hz)
+        elif len(self.t) > 1:
+            self.period_ns = int(np.median(np.diff(self.t)))
+        else:
+            self.period_ns = 10_000_000
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def column(self, kind: str) -> np.ndarray:
+        return self.rss if kind == "rss" else self.cuda
+
+    def windows(self, starts: np.ndarray, ends: np.ndarray, kind: str = "rss") -> tuple[np.ndarray, ...]:
+        """Sampled figures of many windows at once (clock ns; no exact readings): ``(entry, exit, peak, samples)``,
+        -1 where unknown. Vectorised: any number of windows in a few numpy passes."""
+        col = self.column(kind)
+        n = len(starts)
+        if not len(col):
+            z = np.full(n, -1, np.int64)
+            return z, z.copy(), z.copy(), np.zeros(n, np.int64)
+        near = NEAR_PERIODS * self.period_ns
+        lo = np.searchsorted(self.t, starts, "left")
+        hi = np.searchsorted(self.t, ends, "right")
+        valid = (col >= 0).astype(np.int64)
+        cum = np.concatenate([[0], np.cumsum(valid)])
+        count = cum[hi] - cum[lo]
+        peaks = np.full(n, -1, np.int64)
+        has = hi > lo
+        if has.any():
+            padded = np.append(col, -1)
+            idx = np.empty(2 * int(has.sum()), np.int64)
+            idx[0::2], idx[1::2] = lo[has], hi[has]
+            peaks[has] = np.maximum.reduceat(padded, idx)[0::2]
+        prev = np.searchsorted(self.t, starts, "right") - 1
+        ok = (prev >= 0) & (starts - self.t[np.maximum(prev, 0)] <= near)
+        entry = np.where(ok, col[np.maximum(prev, 0)], -1)
+        nxt = np.searchsorted(self.t, ends, "left")
+        ok = (nxt < len(col)) & (self.t[np.minimum(nxt, len(col) - 1)] - ends <= near)
+        exit_ = np.where(ok, col[np.minimum(nxt, len(col) - 1)], -1)
+        return entry, exit_, peaks, count
+
+    def window(self, start: int, end: int, attrs: dict | None = None, kind: str = "rss") -> WindowMemory:
+        """Memory of ``kind`` over ``[start, end]`` (clock ns), with a span's exact readings from ``attrs``."""
+        attrs = attrs or {}
+        col = self.column(kind)
+        out = WindowMemory(kind)
+        near = NEAR_PERIODS * self.period_ns
+        key = "rss" if kind == "rss" else "cuda"
+        lo = int(np.searchsorted(self.t, start, "left"))
+        hi = int(np.searchsorted(self.t, end, "right"))
+        inside = col[lo:hi]
+        inside = inside[inside >= 0]
+        out.samples = int(len(inside))
+        v = attrs.get(f"memory.{key}_in")
+        if isinstance(v, (int, float)) and v >= 0:
+            out.entry, out.exact_entry = int(v), True
+        else:
+            j = int(np.searchsorted(self.t, start, "right")) - 1
+            while j >= 0 and col[j] < 0 and start - self.t[j] <= near:
+                j -= 1
+            if j >= 0 and col[j] >= 0 and start - self.t[j] <= near:
+                out.entry = int(col[j])
+            elif len(inside):
+                out.entry = int(inside[0])
+        v = attrs.get(f"memory.{key}_out")
+        if isinstance(v, (int, float)) and v >= 0:
+            out.exit, out.exact_exit = int(v), True
+        else:
+            j = int(np.searchsorted(self.t, end, "left"))
+            while j < len(col) and col[j] < 0 and self.t[j] - end <= near:
+                j += 1
+            if j < len(col) and col[j] >= 0 and self.t[j] - end <= near:
+                out.exit = int(col[j])
+            elif len(inside):
+                out.exit = int(inside[-1])
+        vals = list(inside.tolist())
+        if out.exact_entry:
+            vals.append(out.entry)
+        if out.exact_exit:
+            vals.append(out.exit)
+        v = attrs.get(f"memory.{key}_peak")
+        exact_peak = isinstance(v, (int, float)) and v >= 0 and (kind == "rss" or attrs.get("memory.cuda_peak_exact"))
+        if isinstance(v, (int, float)) and v >= 0:
+            vals.append(int(v))
+        if vals:
+            out.peak = int(max(vals))
+            out.exact_peak = bool(exact_peak) and out.peak == int(v)
+        else:
+            dur = (end - start) / 1e6
+            out.note = (f"no memory sample inside: {dur:.2f} ms is shorter than the {self.period_ns / 1e6:.1f} ms "
+                        "sampling period" if end - start < self.period_ns else "no memory sample inside")
+        if out.peak is not None and out.entry is not None:
+            out.growth = max(out.peak - out.entry, 0)
+        return out
+
+
+@dataclass(slots=True)
+class NameMemory:
+    """Memory of all spans with one name: ``calls``; the largest ``peak`` and ``growth`` among them (bytes);
+    ``exact``: that growth's peak was read exactly; ``unsampled``: calls with no figure (too short)."""
+
+    name: str
+    calls: int
+    peak: int | None
+    growth: int | None
+    entry: int | None
+    exact: bool
+    unsampled: int
+
+
+@dataclass(slots=True)
+class Stage:
+    """A part of the work measured for memory: a denoising step (``kind`` "step", ``label`` "step 3", or "call
+    1 step 3"), or a traced span at the top of a pipeline call or of the program (``kind`` "span": the prompt
+    encoding, the VAE decode). ``rss``/``cuda``: its window's memory."""
+
+    label: str
+    kind: str
+    name: str | None
+    start_ns: int
+    end_ns: int
+    rss: WindowMemory
+    cuda: WindowMemory | None = None
+
+    def measure(self) -> WindowMemory:
+        """The figures that rank stages: CUDA's allocated bytes when recorded, else RSS."""
+        return self.cuda if self.cuda is not None and self.cuda.peak is not None else self.rss
+
+    def growth(self) -> int | None:
+        return self.measure().growth
+
+    def peak(self) -> int | None:
+        return self.measure().peak
+
+
+@dataclass(slots=True)
+class MemorySummary:
+    """The run's memory: ``samples`` in the lane, ``period_ns``; ``peak_rss`` (the kernel's high-water mark
+    at the end when recorded, else the highest sample); ``peak_cuda``/``peak_reserved`` (bytes, CUDA only);
+    ``spans``: per span name, by growth, largest first; ``stages`` and ``largest``: the stage in which the
+    process reached its highest memory (the one that sets the run's peak: the first of equals), by CUDA's
+    allocated bytes when recorded, else RSS; its growth says how much it added on top of what it started with;
+    ``oom``: the out-of-memory record (``oom_record``), or None."""
+
+    samples: int
+    period_ns: int
+    peak_rss: int | None
+    peak_cuda: int | None
+    peak_reserved: int | None
+    spans: list[NameMemory] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
+    largest: Stage | None = None
+    oom: dict | None = None
+
+
+def _pipeline_call(name: str) -> bool:
+    from .spans import _is_pipeline_call
+
+    return _is_pipeline_call(name)
+
+
+
+def per_name(spans: list[Span], lane: Lane, top: int = 15) -> list[NameMemory]:
+    """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth
+    (vectorised over the lane: one pass, any number of spans)."""
+    from collections import defaultdict
+
+    by: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        if s.op != "transaction":
+            by[s.name].append(s)
+    kind = "cuda" if lane.has_cuda else "rss"
+    col = lane.column(kind)
+    if not len(col):
+        return []
+    out = []
+    for name, ss in by.items():
+        st = np.fromiter((s.start_ns for s in ss), np.int64, len(ss))
+        en = np.fromiter((s.end_ns for s in ss), np.int64, len(ss))
+        entry, _, peaks, _ = lane.windows(st, en, kind)
+        exact = np.zeros(len(ss), bool)
+        key = "cuda" if kind == "cuda" else "rss"
+        for k, s in enumerate(ss):  # exact readings of step-level spans (few)
+            a = s.attrs
+            if a and f"memory.{key}_in" in a:
+                entry[k] = a[f"memory.{key}_in"]
+                cand = [peaks[k], a.get(f"memory.{key}_out", -1), a[f"memory.{key}_in"], a.get(f"memory.{key}_peak", -1)]
+                peaks[k] = max(int(c) for c in cand if c is not None)
+                exact[k] = f"memory.{key}_peak" in a and (key == "rss" or bool(a.get("memory.cuda_peak_exact")))
+        growth = np.where((peaks >= 0) & (entry >= 0), np.maximum(peaks - entry, 0), -1)
+        best = int(np.argmax(growth)) if (growth >= 0).any() else None
+        out.append(NameMemory(name, len(ss), int(peaks.max()) if (peaks >= 0).any() else None,
+                              int(growth[best]) if best is not None else None,
+                              int(entry[best]) if best is not None and entry[best] >= 0 else None,
+                              bool(exact[best]) if best is not None else False, int((peaks < 0).sum())))
+    out.sort(key=lambda m: -(m.growth if m.growth is not None else -1))
+    return out[:top]
+
+
+def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
+    """The stages of the work (see ``Stage``), in time order: the step table's rows, and the traced spans at the
+    top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
+    from ..tracing.steps import STEP_ATTR
+
+    spans = [s for s in data.spans if not s.attrs.get("stepscope.open")]
+    by_id = {s.span_id: s for s in spans}
+    is_call = {n: _pipeline_call(n) for n in {s.name for s in spans}}  # by name: once per name, not per span
+    calls = {s.span_id for s in spans if is_call[s.name]}
+    out: list[Stage] = []
+    windows = []
+    if steps is not None and steps.rows:
+        rows = steps.rows
+        several = len({r.call for r in rows}) > 1
+        windows = [(r.start_ns, r.end_ns) for r in rows]
+        chosen = range(len(rows))
+        if len(rows) > MAX_STAGES:  # many repeats: the ones with the highest peaks (vectorised)
+            _, _, pk, _ = lane.windows(np.array([a for a, _ in windows], np.int64),
+                                       np.array([b for _, b in windows], np.int64), "cuda" if lane.has_cuda else "rss")
+            chosen = sorted(np.argsort(-pk, kind="stable")[:MAX_STAGES].tolist())
+        for k in chosen:
+            r = rows[k]
+            label = (f"call {r.call} " if several else "") + (f"step {r.step}" if steps.kind == "diffusion.step"
+                                                              else f"repeat {r.step}")
+            out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns, lane.window(r.start_ns, r.end_ns),
+                             lane.window(r.start_ns, r.end_ns, kind="cuda") if lane.has_cuda else None))
+
+    w_start = np.array([a for a, _ in windows], np.int64)
+    w_end = np.array([b for _, b in windows], np.int64)
+    order = np.argsort(w_start, kind="stable")
+    w_start, w_end = w_start[order], w_end[order]
+
+    def in_step(s: Span) -> bool:
+        if STEP_ATTR in s.attrs:
+            return True
+        j = int(np.searchsorted(w_start, s.start_ns, "right")) - 1
+        return j >= 0 and s.end_ns <= w_end[j]
+
+    tops = []
+    for s in spans:
+        if s.op == "transaction" or s.span_id in calls:
+            continue
+        parent = by_id.get(s.parent_id) if s.parent_id is not None else None
+        if (parent.span_id in calls) if calls else (parent is None or parent.op == "transaction"):
+            tops.append(s)
+    if len(tops) > MAX_STAGES:  # many calls at the top (a loop of traced calls): the longest ones
+        tops = sorted(tops, key=lambda s: -(s.end_ns - s.start_ns))[:MAX_STAGES]
+    for s in tops:
+        if in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
+            continue
+        out.append(Stage(s.name.rsplit(".", 2)[-2] + "." + s.name.rsplit(".", 1)[-1] if s.name.count(".") >= 2 else s.name,
+                         "span", s.name, s.start_ns, s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs),
+                         lane.window(s.start_ns, s.end_ns, s.attrs, "cuda") if lane.has_cuda else None))
+    out.sort(key=lambda g: g.start_ns)
+    if len(out) > MAX_STAGES:  # a long run: the steps and spans with the highest peaks (the largest among them)
+        keep = sorted(out, key=lambda g: -(g.peak() if g.peak() is not None else -1))[:MAX_STAGES]
+        out = sorted(keep, key=lambda g: g.start_ns)
+    return out
+
+
+def oom_record(data: RunData, lane: Lane | None = None) -> dict | None:
+    """What is known of a run that ran out of memory, or None: the run ended by an out-of-memory error (status
+    "oom", or ``env["memory"]["oom"]``), or was killed by SIGKILL (the kernel's OOM killer's signal).
+
+    ``{"how": "error" | "killed", "error", "message", "span", "span_id", "step", "open": the span was still open
+    (the process died inside it), "memory": memory at the time (bytes: ``rss``, ``rss_peak``, ``cuda_*``),
+    "last": the last memory samples [[us from the run's start, rss, cuda allocated]], "snapshot": the allocator
+    snapshot's summary (``memory_snapshot.summarize``) when ``--memory-history`` wrote one}``."""
+    run = data.run
+    env_mem = (run.env or {}).get("memory") or {}
+    rec = env_mem.get("oom")
+    killed = run.status in ("killed", "oom") and (run.error or "").startswith("SIGKILL")
+    if run.status != "oom" and rec is None and not killed:
+        return None
+    lane = lane or Lane(data.memory, data.profile.hz)
+    out: dict = {"how": "killed" if killed else "error", "error": (rec or {}).get("error") or run.error,
+                 "message": (rec or {}).get("message") or "", "span": None, "span_id": None, "step": None,
+                 "open": False, "memory": {}, "last": [], "snapshot": None}
+    # where it died: the innermost span the error went through (error_type set), or the innermost still open
+    err_type = (rec or {}).get("error")
+    cands = [s for s in data.spans if s.op != "transaction" and (
+        (s.error_type and (err_type is None or s.error_type == err_type)) if not killed else s.attrs.get("stepscope.open"))]
+    if cands:
+        by_id = {s.span_id: s for s in data.spans}
+        ids = {s.span_id for s in cands}
+        inner = [s for s in cands if not any(c.parent_id == s.span_id for c in cands)] or cands
+        s = max(inner, key=lambda s: (s.start_ns, s.span_id))
+        out.update(span=s.name, span_id=s.span_id, open=bool(s.attrs.get("stepscope.open")))
+        cur = s
+        while cur is not None:
+            if "diffusion.step" in cur.attrs:
+                out["step"] = cur.attrs["diffusion.step"]
+                break
+            cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
+        if out["step"] is None:  # inside a pipeline call but outside a step: the last step that ran before it
+            prev = [p for p in data.spans if "diffusion.step" in p.attrs and p.end_ns <= s.start_ns and p.span_id not in ids]
+            if prev:
+                out["after_step"] = max(prev, key=lambda p: p.end_ns).attrs["diffusion.step"]
+    mem = {k: v for k, v in (rec or {}).items() if k in ("rss", "rss_peak", "cuda_allocated", "cuda_reserved", "cuda_peak")}
+    if len(lane):
+        t0 = run.start_ns
+        k = len(lane)
+        last = []
+        for j in range(max(0, k - 10), k):
+            last.append([round((int(lane.t[j]) - t0) / 1e3, 1), int(lane.rss[j]) if lane.rss[j] >= 0 else None,
+                         int(lane.cuda[j]) if lane.cuda[j] >= 0 else None])
+        out["last"] = last
+        if "rss" not in mem and last and last[-1][1] is not None:
+            mem["rss"] = last[-1][1]
+            mem["sampled_at_us"] = last[-1][0]
+        if "cuda_allocated" not in mem and last and last[-1][2] is not None:
+            mem["cuda_allocated"] = last[-1][2]
+    if "peak_rss" in env_mem and "rss_peak" not in mem:
+        mem["rss_peak"] = env_mem["peak_rss"]
+    out["memory"] = mem
+    return out
+
+
+def summarize_memory(data: RunData, steps=None, top: int = 15) -> MemorySummary | None:
+    """The run's ``MemorySummary`` (None when it has no memory lane and no out-of-memory record)."""
+    lane = Lane(data.memory, data.profile.hz)
+    env_mem = (data.run.env or {}).get("memory") or {}
+    oom = oom_record(data, lane)
+    if not len(lane) and oom is None and not env_mem:
+        return None
+    if oom is not None and oom.get("snapshot") is None and env_mem.get("history_summary"):
+        oom["snapshot"] = env_mem["history_summary"]
+    peak_rss = env_mem.get("peak_rss")
+    if peak_rss is None and lane.has_rss:
+        peak_rss = int(lane.rss.max())
+    peak_cuda = env_mem.get("cuda_peak")
+    if lane.has_cuda:
+        peak_cuda = max(int(lane.cuda.max()), peak_cuda or 0)
+    peak_res = int(lane.reserved.max()) if len(lane.reserved) and (lane.reserved >= 0).any() else env_mem.get("cuda_reserved")
+    st = stages(data, lane, steps) if len(lane) else []
+    peaked = [g for g in st if g.peak() is not None]
+    largest = max(peaked, key=lambda g: g.peak()) if peaked else None
+    return MemorySummary(len(lane), lane.period_ns, peak_rss, peak_cuda, peak_res,
+                         per_name(data.spans, lane, top) if len(lane) else [], st, largest, oom)
+
+
+def attach_steps(table, data: RunData, lane: Lane | None = None) -> None:
+    """Fill each step-table row's memory (``StepRow.memory``: the ``WindowMemory`` of its window, CUDA's allocated
+    bytes when recorded, else RSS)."""
+    if table is None or not len(data.memory):
+        return
+    lane = lane or Lane(data.memory, data.profile.hz)
+    kind = "cuda" if lane.has_cuda else "rss"
+    rows = table.rows
+    st = np.fromiter((r.start_ns for r in rows), np.int64, len(rows))
+    en = np.fromiter((r.end_ns for r in rows), np.int64, len(rows))
+    entry, exit_, peak, count = lane.windows(st, en, kind)
+    period = lane.period_ns
+    for k, r in enumerate(rows):
+        e, x, p, n = int(entry[k]), int(exit_[k]), int(peak[k]), int(count[k])
+        w = WindowMemory(kind, e if e >= 0 else None, x if x >= 0 else None, p if p >= 0 else None, samples=n)
+        if w.peak is None:
+            w.note = (f"no memory sample inside: shorter than the {period / 1e6:.1f} ms sampling period"
+                      if r.end_ns - r.start_ns < period else "no memory sample inside")
+        elif w.entry is not None:
+            w.growth = max(w.peak - w.entry, 0)
+        r.memory = w
+
+
+def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str | None:
+    """For ``explain``: whether the slow repeats coincide with memory growth. ``repeats``: ``analysis.explain.Repeat``
+    with ``group``. Says so when the slow ones grew (peak minus entry) at least ``GROWTH_MIN_BYTES`` and
+    ``GROWTH_RATIO`` times more than the fast ones on average, or started from a memory level that much higher
+    (memory pressure: the allocator or the OS reclaiming); None otherwise or without a memory lane."""
+    if not len(data.memory):
+        return None
+    lane = lane or Lane(data.memory, data.profile.hz)
+    kind = "cuda" if lane.has_cuda else "rss"
+    what = "CUDA allocated memory" if kind == "cuda" else "RSS"
+    slow = [r for r in repeats if r.group == "slow"]
+    fast = [r for r in repeats if r.group == "fast"]
+    if not slow or not fast:
+        return None
+
+    def figs(rs):
+        ws = [lane.window(r.start_ns, r.end_ns, kind=kind) for r in rs]
+        g = [w.growth for w in ws if w.growth is not None]
+        e = [w.entry for w in ws if w.entry is not None]
+        return (float(np.mean(g)) if g else None), (float(np.mean(e)) if e else None), sum(w.samples for w in ws)
+
+    sg, se, sn = figs(slow)
+    fg, fe, fn = figs(fast)
+    if sg is None or fg is None:
+        return None
+    if sg - fg >= GROWTH_MIN_BYTES and sg >= GROWTH_RATIO * max(fg, 1.0):
+        return (f"the slow repeats coincide with memory growth: {what} rose {fmt_bytes(sg)} inside each slow repeat on "
+                f"average against {fmt_bytes(fg)} in the fast ones (sampled): allocation (page faults, the allocator "
+                "growing) is part of the extra time")
+    if se is not None and fe is not None and se - fe >= GROWTH_MIN_BYTES and se >= 1.25 * fe:
+        return (f"the slow repeats run at a higher memory level: {what} {fmt_bytes(se)} at their start against "
+                f"{fmt_bytes(fe)} for the fast ones (sampled): memory pressure may be part of the extra time")
+    return None

@@ -1,0 +1,338 @@
+"""Issue 19: memory on the same clock. The memory lane and per-span/per-step/per-stage memory, out-of-memory
+forensics (an OutOfMemoryError raised in a traced span; a SIGKILLed run's open span), the CUDA snapshot summary
+(on a dict of the documented shape), and `bench sd --max-batch` against a brute-force loop. Real CLI, real
+programs, the tiny SD pipeline."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import PROGRAMS, cli_env, run_cli
+
+from stepscope.pipelines.sd import demo_traces
+from stepscope.store import Store
+
+GROW = str(PROGRAMS / "memory_grow.py")
+MiB = 1 << 20
+
+
+def _run_json(store, *args):
+    r = run_cli(["run", "--json", *args], store)
+    return r, json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else None
+
+
+@pytest.mark.parametrize("n_mib", [150, 400])
+def test_span_peak_within_ten_percent_of_what_it_allocates(store, n_mib):
+    r, doc = _run_json(store, "--trace", "__main__.grow", "--", sys.executable, GROW, str(n_mib))
+    assert r.returncode == 0, r.stderr
+    mem = doc["run"]["memory"]
+    grow = next(m for m in mem["spans"] if m["name"] == "__main__.grow")
+    assert abs(grow["growth"] - n_mib * MiB) <= 0.1 * n_mib * MiB, grow
+    assert mem["samples"] > 20 and mem["peak_rss"] >= n_mib * MiB
+    # the stage table holds the same figure, marked sampled (grow is a plain traced function)
+    stage = next(g for g in mem["stages"] if g["name"] == "__main__.grow")
+    assert abs(stage["rss"]["growth"] - n_mib * MiB) <= 0.1 * n_mib * MiB and not stage["rss"]["exact_peak"]
+    assert mem["largest"]["name"] == "__main__.grow"
+    # the lane is stored on the run's clock, inside the run
+    data = Store(store).load()
+    assert len(data.memory) == mem["samples"]
+    assert data.run.start_ns <= data.memory.t_ns[0] and data.memory.t_ns[-1] <= data.run.end_ns
+    assert all(v is None for v in data.memory.cuda_allocated)  # no CUDA here: never read, never invented
+
+
+def test_a_span_too_short_for_a_sample_says_so():
+    from stepscope.analysis.memory import Lane
+    from stepscope.model import MemoryTrack
+
+    lane = Lane(MemoryTrack([0, 10_000_000, 20_000_000], [100, 200, 150], [None] * 3, [None] * 3), hz=100)
+    w = lane.window(12_000_000, 13_000_000)
+    assert w.peak is None and w.growth is None and "shorter than the 10.0 ms sampling period" in w.note
+    w = lane.window(5_000_000, 21_000_000)
+    assert (w.entry, w.peak, w.growth, w.samples) == (100, 200, 100, 2) and not w.exact_entry
+    exact = lane.window(12_000_000, 13_000_000, {"memory.rss_in": 180, "memory.rss_out": 190, "memory.rss_peak": 195})
+    assert (exact.entry, exact.exit, exact.peak, exact.exact_peak) == (180, 190, 195, True)
+
+
+def test_out_of_memory_raised_in_a_traced_span_is_stored_with_the_span_and_memory(store, browser_page):
+    r, doc = _run_json(store, "--trace", "__main__.grow", "--", sys.executable, GROW, "120", "oom")
+    assert r.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 120 MiB" in r.stderr  # the program's traceback
+    run = doc["run"]
+    assert run["status"] == "oom"
+    oom = run["memory"]["oom"]
+    assert oom["how"] == "error" and oom["error"] == "torch.OutOfMemoryError" and oom["span"] == "__main__.grow"
+    assert "Tried to allocate 120 MiB" in oom["message"]
+    assert oom["memory"]["rss"] >= 120 * MiB  # read when the error reached the top: the block was still alive
+    assert oom["last"] and oom["last"][-1][1] > 0
+    data = Store(store).load()
+    assert data.run.status == "oom" and data.run.env["memory"]["oom"]["error"] == "torch.OutOfMemoryError"
+    # the terminal summary says it first, the report shows it above the verdict and links the span
+    text = run_cli(["report", "-o", str(store.parent / "oom.html")], store)
+    assert text.returncode == 0, text.stderr
+    page = browser_page
+    page.goto((store.parent / "oom.html").as_uri())
+    page.wait_for_function("window.stepscopeReport")
+    box = page.locator("#oom")
+    assert box.is_visible()
+    assert "Out of memory: torch.OutOfMemoryError in __main__.grow." in box.inner_text() and "Memory at the time: RSS" in box.inner_text()
+    assert page.evaluate("stepscopeReport.memoryLane()")["series"] == ["RSS"]
+    assert not page.errors
+
+
+def test_a_run_killed_by_sigkill_keeps_the_span_it_died_in_and_its_memory(store):
+    """The kernel's OOM killer sends SIGKILL: nothing in the program runs. The open spans written at each flush
+    tell where it was; the last memory samples how much it held."""
+    proc = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "-q", "--trace", "__main__.grow", "--",
+                             sys.executable, "-c",
+                             "import time\ndef grow():\n    b = b'x' * (200 << 20)\n    print('ready', flush=True)\n"
+                             "    time.sleep(60)\ngrow()\n"], env=cli_env(store), cwd=store.parent,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.6)  # a flush
+    child = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid)
+    os.kill(child, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    data = Store(store).load()
+    assert data.run.status in ("killed", "oom") and data.run.error.startswith("SIGKILL")
+    opened = [s for s in data.spans if s.attrs.get("stepscope.open")]
+    assert [s.name for s in opened if s.op != "transaction"] == ["__main__.grow"]
+    from stepscope.analysis.memory import oom_record
+
+    rec = oom_record(data)
+    assert rec["how"] == "killed" and rec["span"] == "__main__.grow" and rec["open"]
+    assert rec["memory"]["rss"] >= 200 * MiB
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def test_an_open_span_finished_later_keeps_its_real_row(store):
+    """A provisional (open) row never replaces a finished span's row, and a normal end leaves none."""
+    from stepscope.model import Run
+
+    st = Store(store)
+
+    st.create_run(Run(id="r1", command=["x"], status="running"), 1)
+    st.append("r1", open_spans=[(7, None, "f", "function", 10, 20, 1, None, {"stepscope.open": True})])
+    st.append("r1", spans=[(7, None, "f", "function", 10, 30, 1, None, {"diffusion.step": 2})])
+    st.append("r1", open_spans=[(7, None, "f", "function", 10, 40, 1, None, {"stepscope.open": True})])  # stale
+    [s] = st.load("r1").spans
+    assert (s.end_ns, s.attrs) == (30, {"diffusion.step": 2})
+    st.append("r1", open_spans=[(8, None, "g", "function", 50, 60, 1, None, {"stepscope.open": True})])
+    st.append("r1", open_spans=[(8, None, "g", "function", 50, 70, 1, None, {"stepscope.open": True})])
+    assert [s.end_ns for s in st.load("r1").spans] == [30, 70]
+    st.append("r1", drop_open=True)
+    assert [s.name for s in st.load("r1").spans] == ["f"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The tiny pipeline without classifier-free guidance (its UNet batch is 1: with guidance the tiny UNet's step
+    needs as much as its tiny VAE, unlike a real SD model's), 128 px, 2 steps, the demo's trace list."""
+    work = tmp_path_factory.mktemp("sdmem")
+    store = work / "store"
+    args = ["run", "--json"]
+    for t in demo_traces():
+        args += ["--trace", t]
+    r = run_cli([*args, "--", sys.executable, "-m", "stepscope.pipelines.demo_program", "--size", "128", "--steps", "2",
+                 "--guidance", "1"], store, cwd=work)
+    assert r.returncode == 0, r.stderr
+    return store, json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_the_tiny_pipelines_vae_decode_is_its_largest_stage_of_memory(tiny_run):
+    store, doc, stderr = tiny_run
+    mem = doc["run"]["memory"]
+    labels = [g["label"] for g in mem["stages"]]
+    assert labels == ["StableDiffusionPipeline.encode_prompt", "step 0", "step 1", "AutoencoderKL.decode"], labels
+    assert mem["largest"]["label"] == "AutoencoderKL.decode", [(g["label"], g["rss"]["peak"]) for g in mem["stages"]]
+    assert mem["largest"]["rss"]["growth"] > 0
+    # the step table carries each step's memory; step-level spans carry exact readings at entry and exit
+    rows = doc["run"]["steps"]["rows"]
+    assert all(r["memory"]["peak"] > 0 for r in rows)
+    data = Store(store).load()
+    unet = [s for s in data.spans if s.name.endswith("UNet2DConditionModel.forward")]
+    assert unet and all(s.attrs["memory.rss_in"] > 100 * MiB and s.attrs["memory.rss_out"] > 0 for s in unet)
+    from rich.console import Console
+
+    from stepscope.analysis.summary import summarize
+    from stepscope.render.terminal import print_summary
+
+    con = Console(record=True, width=200)
+    print_summary(summarize(data), con)  # what `stepscope run` prints
+    text = con.export_text()
+    assert "largest stage of memory: AutoencoderKL.decode" in text and "mem peak" in text and "Memory by stage" in text
+
+
+def test_report_draws_the_memory_lane_under_the_waterfall(tiny_run, browser_page, tmp_path):
+    store, doc, _ = tiny_run
+    out = tmp_path / "r.html"
+    assert run_cli(["report", "-o", str(out)], store).returncode == 0
+    page = browser_page
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
+    lane = page.evaluate("stepscopeReport.memoryLane()")
+    assert lane["series"] == ["RSS"] and lane["max"] * MiB == pytest.approx(max(Store(store).load().memory.rss), rel=0.01)
+    big = doc["run"]["memory"]["largest"]
+    t_mid = ((big["start_ns"] + big["end_ns"]) / 2 - Store(store).load().run.start_ns) / 1e3
+    assert page.evaluate(f"stepscopeReport.memoryAt({t_mid})").startswith("memory at ")
+    assert "RSS" in page.evaluate(f"stepscopeReport.memoryAt({t_mid})")
+    assert page.locator("#memory-section").is_visible()
+    assert "the largest stage of memory is AutoencoderKL.decode" in page.locator("#memory-note").inner_text()
+    assert page.locator("#memory-stages tr.largest").inner_text().startswith("AutoencoderKL.decode")
+    assert "mem peak" in page.locator("#steps thead").inner_text()
+    i = page.evaluate("stepscopeReport.findSpan('UNet2DConditionModel.forward', 0)")
+    assert "at entry" in page.evaluate(f"stepscopeReport.spanMemory({i})")
+    page.screenshot(path=str(tmp_path / "memory.png"), full_page=True)
+    assert not page.errors
+
+
+def test_explain_says_when_slow_repeats_coincide_with_memory_growth():
+    from stepscope.analysis.explain import Repeat
+    from stepscope.analysis.memory import repeats_note
+    from stepscope.model import MemoryTrack, Profile, Run, RunData
+
+    t = list(range(0, 10_000_000_000, 10_000_000))  # 1000 samples, 10 ms apart, 10 repeats of 1 s
+    rss = [100 * MiB + (300 * MiB if (i // 100) in (3, 7) and i % 100 > 50 else 0) for i in range(len(t))]
+    data = RunData(Run("r", ["x"]), [], Profile(hz=100), MemoryTrack(t, rss, [None] * len(t), [None] * len(t)))
+    reps = [Repeat(k, f"#{k}", 1_000_000_000, k * 1_000_000_000, (k + 1) * 1_000_000_000 - 1, 1,
+                   group="slow" if k in (3, 7) else "fast") for k in range(10)]
+    note = repeats_note(data, reps)
+    assert note.startswith("the slow repeats coincide with memory growth: RSS rose 300.0 MiB")
+    flat = RunData(data.run, [], data.profile, MemoryTrack(t, [100 * MiB] * len(t), [None] * len(t), [None] * len(t)))
+    assert repeats_note(flat, reps) is None
+
+
+def test_cuda_snapshot_of_the_documented_shape_is_summarised():
+    """``torch.cuda.memory._snapshot()``'s dict (segments with blocks, device_traces) -> the largest live
+    blocks with the Python stacks that allocated them, and the last events before the OOM."""
+    from stepscope.device.memory_snapshot import summarize
+
+    frames = [{"filename": "/x/site-packages/torch/nn/modules/conv.py", "line": 549, "name": "_conv_forward"},
+              {"filename": "/app/pipe.py", "line": 88, "name": "decode"}]
+    snap = {"segments": [
+        {"device": 0, "address": 0, "total_size": 6 << 30, "allocated_size": 5 << 30, "active_size": 5 << 30,
+         "requested_size": 5 << 30, "stream": 0, "segment_type": "large", "blocks": [
+             {"address": 0, "size": 4 << 30, "requested_size": 4 << 30, "state": "active_allocated", "frames": frames},
+             {"address": 4 << 30, "size": 1 << 30, "requested_size": 1 << 30, "state": "active_allocated", "frames": []},
+             {"address": 5 << 30, "size": 1 << 30, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "device_traces": [[{"action": "alloc", "addr": 0, "size": 4 << 30, "stream": 0, "time_us": 10, "frames": frames},
+                           {"action": "oom", "addr": 0, "size": 2 << 30, "stream": 0, "time_us": 20, "frames": frames,
+                            "device_free": 1 << 20}]]}
+    s = summarize(snap)
+    assert s["active_blocks"] == 2 and s["active_bytes"] == 5 << 30 and s["reserved_bytes"] == 6 << 30
+    top = s["largest"][0]
+    assert top["size"] == 4 << 30 and top["where"] == "pipe.py:88 decode"
+    assert top["frames"] == ["conv.py:549 _conv_forward", "pipe.py:88 decode"]  # innermost first
+    assert s["oom"] == {"size": 2 << 30, "device_free": 1 << 20, "where": "pipe.py:88 decode"}
+    assert s["events"][-1]["action"] == "oom"
+    assert summarize({"segments": []})["largest"] == []
+
+
+def test_search_finds_what_a_brute_force_loop_finds():
+    """Doubling then bisection against a linear scan, over many monotone oracles (no workers: the logic)."""
+    from stepscope.bench.maxbatch import Probe, search
+
+    for limit in list(range(0, 40)) + [63, 64, 65, 100, 257]:
+        calls = []
+
+        def fits(v):
+            calls.append(v)
+            return Probe(v, v <= limit, oom=v > limit, error=None if v <= limit else "out of memory")
+
+        best, probes, stopped = search(fits, ceiling=300)
+        brute = max([v for v in range(1, 301) if v <= limit], default=None)
+        assert best == brute and stopped is None, (limit, best, calls)
+        assert len(calls) == len(set(calls)) <= 2 * max(limit, 1).bit_length() + 2
+    best, probes, stopped = search(lambda v: Probe(v, False, error="no such attention", oom=False))
+    assert best is None and stopped == "1: no such attention"
+
+
+def test_max_batch_under_a_memory_limit_matches_a_brute_force_loop(tmp_path):
+    """The tiny pipeline under an address-space limit set between what batch 2 and batch 4 need: the CLI's
+    search and a loop over 1, 2, 3... (each value in a fresh worker under the same limit) agree."""
+    from stepscope.bench.maxbatch import run_probe
+    from stepscope.bench.spec import SD_DEFAULTS
+
+    cfg = dict(SD_DEFAULTS, size=128, steps=1)
+    vm = {b: run_probe(dict(cfg, batch=b), None, repeats=1, warmup=0).vm_peak_bytes for b in (2, 4)}
+    assert vm[2] and vm[4] > vm[2], vm
+    limit = (vm[2] + vm[4]) // 2
+    store = tmp_path / "store"
+    r = run_cli(["bench", "sd", "--max-batch", "--size", "128", "--steps", "1", "--warmup", "0",
+                 "--memory-limit", str(limit), "--json"], store, timeout=900)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    res = doc["max"]
+    tried = {p["value"]: p for p in res["probes"]}
+    assert all(p["oom"] for p in res["probes"] if not p["fits"]), res["probes"]  # out of memory, not another failure
+    brute = None
+    for b in range(1, 64):  # each value the search did not try runs in its own worker here
+        fits = tried[b]["fits"] if b in tried else run_probe(dict(cfg, batch=b), limit, repeats=1, warmup=0).fits
+        if not fits:
+            break
+        brute = b
+    assert res["best"] == brute and brute is not None and brute >= 1
+    best = next(p for p in res["curve"] if p["value"] == res["best"])
+    assert best["images_s"] > 0 and best["peak_bytes"] > 0 and best["vm_peak_bytes"] <= limit
+    assert [p["value"] for p in res["curve"]] == sorted(v for v, p in tried.items() if p["fits"])
+    assert doc["plot"] and os.path.exists(doc["plot"])
+    text = run_cli(["bench", "sd", "--max-batch", "--memory-limit", "lots"], store)
+    assert text.returncode != 0 and "--memory-limit: expected a size such as 8GiB" in text.stderr
+
+
+def test_explain_names_memory_growth_in_slow_repeats_of_a_real_run(store):
+    prog = ("import time\n"
+            "def step(i):\n"
+            "    if i % 4 == 3:\n"
+            "        b = b'x' * (150 << 20)\n"
+            "        time.sleep(0.1)\n"
+            "    time.sleep(0.08)\n"
+            "for i in range(12):\n"
+            "    step(i)\n")
+    r = run_cli(["run", "-q", "--trace", "__main__.step", "--", sys.executable, "-c", prog], store)
+    assert r.returncode == 0, r.stderr
+    e = json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]
+    assert [x["index"] for x in e["repeats"] if x["group"] == "slow"] == [3, 7, 11]
+    assert e["memory_note"].startswith("the slow repeats coincide with memory growth: RSS rose 1"), e["memory_note"]
+    text = run_cli(["explain"], store).stdout
+    assert "memory: the slow repeats coincide with memory growth" in text
+
+
+def test_max_batch_options_are_checked_before_any_worker_starts(store):
+    for args, msg in ((["--max-batch", "--max-size"], "one at a time"),
+                      (["--memory-limit", "8GiB"], "--memory-limit and --up-to go with --max-batch or --max-size"),
+                      (["--max-batch", "--memory-limit", "1k"], "--memory-limit: at least 16 MiB"),
+                      (["--max-batch", "--attention", "classic,sdpa"], "one configuration at a time (the options give 2)"),
+                      (["--max-batch", "--up-to", "0"], "--up-to: must be an integer between 1 and 1000000")):
+        r = run_cli(["bench", "sd", *args], store)
+        assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    from stepscope.bench.maxbatch import parse_bytes, size_step
+
+    assert parse_bytes("8GiB") == 8 << 30 and parse_bytes("512m") == 512 << 20 and parse_bytes("1.5GB") == 1_500_000_000
+    assert size_step("tiny") == 8 and size_step("sd15") == 64
+
+
+def test_gpu_memory_check_returns_nothing_without_cuda(tmp_path):
+    """`make gpu-check` imports benchmarks/gpu_memory_check.py; on this CPU-only machine it has nothing to check."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_memory_check", PROGRAMS.parent.parent / "benchmarks" / "gpu_memory_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: `make gpu-check` runs these checks")
+    assert mod.run_checks(tmp_path, sys.executable) == []
+    assert "too_much" in mod.PROGRAM and "def alloc" in mod.PROGRAM
