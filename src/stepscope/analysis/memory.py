@@ -241,39 +241,61 @@ def _pipeline_call(name: str) -> bool:
 
 
 
-def per_name(spans: list[Span], lane: Lane, top: int = 15) -> list[NameMemory]:
-    """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth
-    (vectorised over the lane: one pass, any number of spans)."""
-    from collections import defaultdict
+def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
+    """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth.
+    ``spans``: Span objects or a ``SpanTable``; on the columns, any number of spans in a few numpy passes and no
+    object per span (a 1M-span run)."""
+    from .table import as_table
 
-    by: dict[str, list[Span]] = defaultdict(list)
-    for s in spans:
-        if s.op != "transaction":
-            by[s.name].append(s)
+    t = as_table(spans)
     kind = "cuda" if lane.has_cuda else "rss"
     col = lane.column(kind)
-    if not len(col):
+    if not len(col) or not len(t):
         return []
+    keep = ~t.op_mask("transaction")
+    open_rows = t.rows_with_attr("stepscope.open")
+    if len(open_rows):
+        keep[open_rows] = False
+    rows = np.nonzero(keep)[0]
+    if not len(rows):
+        return []
+    entry, _, peaks, _ = lane.windows(t.start[rows], t.end[rows], kind)
+    exact = np.zeros(len(rows), bool)
+    key = "cuda" if kind == "cuda" else "rss"
+    if t.attrs:  # exact readings of step-level spans (few): only the rows that have attributes
+        pos = {int(r): k for k, r in enumerate(rows.tolist())} if len(t.attrs) < len(rows) // 4 else None
+        for r, a in t.attrs.items():
+            if f"memory.{key}_in" not in a:
+                continue
+            k = pos.get(r) if pos is not None else int(np.searchsorted(rows, r))
+            if k is None or k >= len(rows) or rows[k] != r:
+                continue
+            entry[k] = a[f"memory.{key}_in"]
+            cand = [peaks[k], a.get(f"memory.{key}_out", -1), a[f"memory.{key}_in"], a.get(f"memory.{key}_peak", -1)]
+            peaks[k] = max(int(c) for c in cand if c is not None)
+            exact[k] = f"memory.{key}_peak" in a and (key == "rss" or bool(a.get("memory.cuda_peak_exact")))
+    growth = np.where((peaks >= 0) & (entry >= 0), np.maximum(peaks - entry, 0), -1)
+    code = t.name[rows].astype(np.int64)
+    n = len(t.names)
+    calls = np.bincount(code, minlength=n)
+    peak_by = np.full(n, -1, np.int64)
+    np.maximum.at(peak_by, code, peaks)
+    unsampled = np.bincount(code, weights=(peaks < 0), minlength=n).astype(np.int64)
+    # per name, the span with the largest growth (the first in time order among equals)
+    order = np.lexsort((np.arange(len(rows)), -growth, code))
+    first = np.ones(len(order), bool)
+    first[1:] = code[order][1:] != code[order][:-1]
+    best = order[first]
+    first_at = np.full(n, len(rows), np.int64)  # names in the order they first appear (ties keep it)
+    np.minimum.at(first_at, code, np.arange(len(rows)))
+    best = best[np.argsort(first_at[code[best]], kind="stable")]
     out = []
-    for name, ss in by.items():
-        st = np.fromiter((s.start_ns for s in ss), np.int64, len(ss))
-        en = np.fromiter((s.end_ns for s in ss), np.int64, len(ss))
-        entry, _, peaks, _ = lane.windows(st, en, kind)
-        exact = np.zeros(len(ss), bool)
-        key = "cuda" if kind == "cuda" else "rss"
-        for k, s in enumerate(ss):  # exact readings of step-level spans (few)
-            a = s.attrs
-            if a and f"memory.{key}_in" in a:
-                entry[k] = a[f"memory.{key}_in"]
-                cand = [peaks[k], a.get(f"memory.{key}_out", -1), a[f"memory.{key}_in"], a.get(f"memory.{key}_peak", -1)]
-                peaks[k] = max(int(c) for c in cand if c is not None)
-                exact[k] = f"memory.{key}_peak" in a and (key == "rss" or bool(a.get("memory.cuda_peak_exact")))
-        growth = np.where((peaks >= 0) & (entry >= 0), np.maximum(peaks - entry, 0), -1)
-        best = int(np.argmax(growth)) if (growth >= 0).any() else None
-        out.append(NameMemory(name, len(ss), int(peaks.max()) if (peaks >= 0).any() else None,
-                              int(growth[best]) if best is not None else None,
-                              int(entry[best]) if best is not None and entry[best] >= 0 else None,
-                              bool(exact[best]) if best is not None else False, int((peaks < 0).sum())))
+    for b in best.tolist():
+        c = int(code[b])
+        g = int(growth[b])
+        out.append(NameMemory(t.names[c], int(calls[c]), int(peak_by[c]) if peak_by[c] >= 0 else None,
+                              g if g >= 0 else None, int(entry[b]) if g >= 0 else None, bool(exact[b]) if g >= 0 else False,
+                              int(unsampled[c])))
     out.sort(key=lambda m: -(m.growth if m.growth is not None else -1))
     return out[:top]
 
@@ -283,10 +305,15 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
     from ..tracing.steps import STEP_ATTR
 
-    spans = [s for s in data.spans if not s.attrs.get("stepscope.open")]
-    by_id = {s.span_id: s for s in spans}
-    is_call = {n: _pipeline_call(n) for n in {s.name for s in spans}}  # by name: once per name, not per span
-    calls = {s.span_id for s in spans if is_call[s.name]}
+    from .table import as_table
+
+    t = as_table(data.spans)  # columns: no object per span (a 1M-span run)
+    live = np.ones(len(t), bool)
+    open_rows = t.rows_with_attr("stepscope.open")
+    if len(open_rows):
+        live[open_rows] = False
+    is_call_code = np.array([_pipeline_call(n) for n in t.names] + [False], bool)  # by name: once per name
+    call_mask = is_call_code[t.name] & live if len(t) else np.zeros(0, bool)
     out: list[Stage] = []
     windows = []
     if steps is not None and steps.rows:
@@ -316,15 +343,23 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
         j = int(np.searchsorted(w_start, s.start_ns, "right")) - 1
         return j >= 0 and s.end_ns <= w_end[j]
 
-    tops = []
-    for s in spans:
-        if s.op == "transaction" or s.span_id in calls:
-            continue
-        parent = by_id.get(s.parent_id) if s.parent_id is not None else None
-        if (parent.span_id in calls) if calls else (parent is None or parent.op == "transaction"):
-            tops.append(s)
-    if len(tops) > MAX_STAGES:  # many calls at the top (a loop of traced calls): the longest ones
-        tops = sorted(tops, key=lambda s: -(s.end_ns - s.start_ns))[:MAX_STAGES]
+    if len(t):
+        prow = t.parent_rows()
+        has_parent = prow >= 0
+        pr = np.maximum(prow, 0)
+        txn = t.op_mask("transaction")
+        if call_mask.any():  # the traced spans right under a pipeline call
+            top_mask = has_parent & call_mask[pr] & live[pr]
+        else:  # no pipeline call: the spans at the top of the program
+            top_mask = ~has_parent | ~live[pr] | txn[pr]  # (a parent not recorded, or still open, reads as none)
+        top_mask &= live & ~txn & ~call_mask
+        top_rows = np.nonzero(top_mask)[0]
+        if len(top_rows) > MAX_STAGES:  # many calls at the top (a loop of traced calls): the longest ones
+            dur = (t.end - t.start)[top_rows]
+            top_rows = top_rows[np.argsort(-dur, kind="stable")[:MAX_STAGES]]
+        tops = t.spans(top_rows)
+    else:
+        tops = []
     for s in tops:
         if in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
             continue

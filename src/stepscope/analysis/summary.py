@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -110,7 +112,8 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     and shutdown as their own totals."""
     run = data.run
     index = index or ProfileIndex(data.profile)
-    data = RunData(run, as_table(data.spans), data.profile)  # the columns once (a list of spans is converted here)
+    data = dataclasses.replace(data, spans=as_table(data.spans))  # the columns once (a list of spans is converted
+    # here); the rest of the run (its memory lane) kept
     steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index)
     attach_steps(steps, data)
     ph = run_phases(data, index)

@@ -295,4 +295,6 @@ def load_run(store, ref: str | None = None) -> RunData:
                                         "ORDER BY since_ns", (run_id,)):
         profile.os_threads.setdefault(tid, []).append((since, native))
     run.span_count, run.sample_count = len(table), len(s)
-    return RunData(run, table, profile)  # type: ignore[arg-type]
+    data = RunData(run, table, profile)  # type: ignore[arg-type]
+    data.memory = store.load_memory(run_id)  # the memory lane (``profiling.memory``)
+    return data
