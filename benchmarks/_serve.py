@@ -14,6 +14,16 @@ from stepscope.store import keys as keystore
 from stepscope.store.db import Store
 
 
+def wait_for_port(port: int, seconds: float = 30.0) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (or ``seconds`` pass)."""
+    for _ in range(int(seconds * 10)):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def serving(store: Path):
     """Yields (port, key) while the server runs; stops it after."""
@@ -25,12 +35,7 @@ def serving(store: Path):
                            env={**os.environ, "STEPSCOPE_STORE": str(store)}, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port)
         yield port, key
     finally:
         srv.terminate()

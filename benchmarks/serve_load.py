@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _serve import serving
+from _serve import serving, wait_for_port
 
 from stepscope.store.db import Store
 
@@ -112,12 +112,7 @@ def spotlight(exe: Path):
     proc = subprocess.Popen([str(exe), "server", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port)
         yield port
     finally:
         os.killpg(proc.pid, 15)

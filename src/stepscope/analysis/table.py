@@ -287,13 +287,8 @@ def load_run(store, ref: str | None = None) -> RunData:
         frames=frames, stacks=stacks, sample_t_ns=s[:, 0].copy(), sample_thread=s[:, 1].copy(),
         sample_stack=s[:, 2].copy(), sample_wall_ns=wall, sample_cpu_ns=cpu,
         hz=float(run.settings.get("profiles_hz") or 0.0),
-        thread_names={r[0]: r[1] for r in c.execute("SELECT thread_id, name FROM threads WHERE run_id = ?", (run_id,))},
-        native_ids={r[0]: r[1] for r in c.execute("SELECT thread_id, native_id FROM threads WHERE run_id = ?", (run_id,))
-                    if r[1] is not None},
     )
-    for tid, native, since in c.execute("SELECT thread_id, native_id, since_ns FROM os_threads WHERE run_id = ? "
-                                        "ORDER BY since_ns", (run_id,)):
-        profile.os_threads.setdefault(tid, []).append((since, native))
+    store.load_threads(run_id, profile)
     run.span_count, run.sample_count = len(table), len(s)
     data = RunData(run, table, profile)  # type: ignore[arg-type]
     data.memory = store.load_memory(run_id)  # the memory lane (``profiling.memory``)

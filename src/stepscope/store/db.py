@@ -247,17 +247,23 @@ class Store:
             sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],
             sample_wall_ns=[r[3] for r in rows], sample_cpu_ns=[r[4] for r in rows],
             hz=float(run.settings.get("profiles_hz") or 0.0),
-            thread_names={r[0]: r[1] for r in c.execute("SELECT thread_id, name FROM threads WHERE run_id = ?", (run_id,))},
-            native_ids={r[0]: r[1] for r in c.execute("SELECT thread_id, native_id FROM threads WHERE run_id = ?", (run_id,))
-                        if r[1] is not None},
         )
-        for tid, native, since in c.execute("SELECT thread_id, native_id, since_ns FROM os_threads WHERE run_id = ? "
-                                            "ORDER BY since_ns", (run_id,)):
-            profile.os_threads.setdefault(tid, []).append((since, native))
+        self.load_threads(run_id, profile)
         run.span_count, run.sample_count = len(spans), len(rows)
         data = RunData(run, spans, profile)
         data.memory = self.load_memory(run_id)
         return data
+
+    def load_threads(self, run_id: str, profile: Profile) -> None:
+        """Fill ``profile``'s thread names, OS thread ids and ``os_threads`` (each Python thread id's OS threads in
+        time order: ids are reused) from the store."""
+        c = self.conn
+        rows = c.execute("SELECT thread_id, name, native_id FROM threads WHERE run_id = ?", (run_id,)).fetchall()
+        profile.thread_names = {r[0]: r[1] for r in rows}
+        profile.native_ids = {r[0]: r[2] for r in rows if r[2] is not None}
+        for tid, native, since in c.execute("SELECT thread_id, native_id, since_ns FROM os_threads WHERE run_id = ? "
+                                            "ORDER BY since_ns", (run_id,)):
+            profile.os_threads.setdefault(tid, []).append((since, native))
 
     def load_memory(self, run_id: str) -> MemoryTrack:
         """The run's memory lane (``profiling.memory``): samples in time order (bytes; None where not read)."""
