@@ -507,7 +507,8 @@ class Session:
                 self.store.append(self.run_id, spans=spans, frames=frames, frame_base=self._frames_written,
                                   stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
                                   os_threads=os_threads, memory=memory, open_spans=open_spans,
-                                  drop_open=self.finished and not self._dying and self._open_written)
+                                  drop_open=self.finished and not self._dying and self._open_written,
+                                  one_statement=not self.finished)  # (beside the running program: no GIL convoy)
                 self._open_written = self._open_written or bool(open_spans)
             except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
                 self.store_error = write_error_text(e, self.store.path)
