@@ -25,7 +25,7 @@ from . import clock
 from .model import Run
 from .profiling import memory as _memory
 from .profiling.sampler import OWN_THREADS, Sampler
-from .profiling.signals import MainThreadSampler
+from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .settings import Settings
 from .store.db import Store, write_error_text
 from .tracing import buffer, probes, workfacts
@@ -410,7 +410,7 @@ class Session:
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
-        mem_period = int(period) if period is not None else 9_900_990
+        mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
         while not self.finished:
             if os.getpid() != self._pid:  # forked child: this thread does not exist there
                 return
