@@ -95,8 +95,6 @@ class Sampler:
         self.truncated = 0
         #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
-        #: how many threads of the last ``sample()`` ran since their previous sample
-        self.busy = 0
         self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @staticmethod
@@ -112,25 +110,23 @@ class Sampler:
         else:
             self._last.pop(thread_id, None)
 
-    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset(),
-               interval_ns: int | None = None) -> int:
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
-        own; returns the number of threads sampled (``busy``: how many of them ran since their previous sample).
+        own; returns the number of threads sampled.
 
-        Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` times
-        ``interval_ns`` (the caller's planned interval between calls; default: the period), and the CPU time the
-        thread used in it. A thread whose CPU clock has not moved since its previous sample has not run, so its
-        stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it was
-        blocked there all along)."""
+        Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` periods, and the
+        CPU time the thread used in it. A thread whose CPU clock has not moved since its previous sample has not run,
+        so its stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it
+        was blocked there all along)."""
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
             frames = sys._current_frames()
             t = perf_counter_ns()
             me = threading.get_ident() if exclude_thread is None else exclude_thread
-            cap = MAX_PERIODS * max(self.period_ns, interval_ns or 0)
+            cap = MAX_PERIODS * self.period_ns
             last = self._last
-            n = busy = 0
+            n = 0
             c = self._cols
             for tid, f in frames.items():
                 if tid == me or tid in OWN_THREADS or tid in skip:
@@ -150,7 +146,6 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
-                busy += 1
                 if prev is None:
                     wall, used = self.period_ns, -1
                 else:
@@ -164,7 +159,6 @@ class Sampler:
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
-            self.busy = busy
             return n
         finally:
             self.lock.release()
