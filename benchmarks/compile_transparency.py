@@ -62,10 +62,14 @@ def run(mode: str) -> dict:
         raise SystemExit(f"{mode}: failed\n{p.stderr[-3000:]}")
     res = json.loads(line[0][len("RESULT "):])
     if mode == "traced":
+        import collections
         import sqlite3
 
+        from stepscope.store import spanblock
+
         db = sqlite3.connect(f"{store}/runs.db")
-        res["spans"] = dict(db.execute("select name, count(*) from spans group by name").fetchall())
+        res["spans"] = dict(collections.Counter(s[2] for (rid,) in db.execute("select id from runs")
+                                                for s in spanblock.iter_spans(db, rid)))
     return res
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from _serve import serving, wait_for_port
 
+from stepscope.store import sampleblock, spanblock
 from stepscope.store.db import Store
 
 SPOTLIGHT_DIR = Path.home() / ".cache" / "stepscope" / "spotlight"
@@ -122,7 +123,9 @@ def spotlight(exe: Path):
 def counts(store: Path) -> tuple[int, int, int]:
     st = Store(store)
     try:
-        return tuple(st.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "spans", "samples"))
+        c = st.conn
+        return (c.execute("SELECT count(*) FROM runs").fetchone()[0], spanblock.count_all(c),
+                sampleblock.count_all(c))
     finally:
         st.close()
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import cli_env, run_cli
 
-from stepscope.store import Store
+from stepscope.store import Store, sampleblock, spanblock
 
 pytest.importorskip("diffusers")
 
@@ -60,9 +60,10 @@ def _check_store(store, work, before: set) -> None:
             n_frames = db.execute("SELECT count(*) FROM frames WHERE run_id = ?", (run_id,)).fetchone()[0]
             stacks = [r[0] for r in db.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
             assert all(int(i) < n_frames for s in stacks if s for i in s.split(","))
-            top = db.execute("SELECT max(stack) FROM samples WHERE run_id = ?", (run_id,)).fetchone()[0]
+            top = max((s[2] for s in sampleblock.rows(db, run_id)), default=None)
             assert top is None or top < len(stacks)
-            assert db.execute("SELECT count(*) FROM spans WHERE run_id = ? AND end_ns < start_ns", (run_id,)).fetchone()[0] == 0
+            spans = list(spanblock.iter_spans(db, run_id))  # (every block decodes)
+            assert all(s[5] >= s[4] for s in spans)
     r = run_cli(["runs", "--json"], store, cwd=work)
     assert r.returncode == 0, r.stderr
     runs = {x["id"]: x for x in json.loads(r.stdout)["runs"]}

@@ -13,6 +13,7 @@ from serve_helpers import auth, chunk, envelope, transaction
 from starlette.testclient import TestClient
 
 from stepscope.store import keys as keystore
+from stepscope.store import spanblock
 from stepscope.store.db import Store
 from stepscope.web import ServerConfig, create_app
 
@@ -243,7 +244,7 @@ def test_a_failed_write_answers_503_and_leaves_nothing_half_written_in_the_threa
         r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
         assert r.status_code == 503 and "could not be written" in r.json()["detail"]
         st = Store(store)
-        assert runs(store) == [] and st.conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+        assert runs(store) == [] and spanblock.count_all(st.conn) == 0
         monkeypatch.setattr(writer, "apply", real)
         assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
         assert len(runs(store)) == 1
@@ -287,7 +288,7 @@ def test_a_failed_write_in_the_writer_process_answers_503_and_leaves_nothing_hal
         r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
         assert r.status_code == 503 and "could not be written" in r.json()["detail"], r.text
         assert "disk is full" in r.json()["detail"]
-        assert runs(store) == [] and Store(store).conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+        assert runs(store) == [] and spanblock.count_all(Store(store).conn) == 0
     monkeypatch.undo()
     with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
         client.key, client.store = key, store

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from stepscope.store import spanblock
+
 HERE = Path(__file__).parent / "programs" / "transparency"
 SRC = Path(__file__).parent.parent / "src"
 
@@ -85,6 +87,6 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
     if case == "torch":  # the calls inside the compiled module are reported, never silently dropped
         assert any("Block.forward: inside a compiled region" in ln for ln in notes), traced[2]
     db = sqlite3.connect(store / "runs.db")
-    recorded = {r[0] for r in db.execute("select distinct name from spans")}
+    recorded = {s[2] for (rid,) in db.execute("select id from runs") for s in spanblock.iter_spans(db, rid)}
     db.close()
     assert must_record <= recorded, f"not recorded: {must_record - recorded}"

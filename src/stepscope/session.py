@@ -2,7 +2,8 @@
 
 The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sleep compensates drift;
 101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
-``flush_interval_s``, writes finished spans, new frames/stacks and samples to the store. Memory stays
+``flush_interval_s`` (or as soon as ``FLUSH_SPANS`` spans wait), writes finished spans, new frames/stacks and
+samples to the store. Memory stays
 bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
 A write that fails (a full disk) ends the recording there, never the program: the run is marked
 ``incomplete`` with the reason, and nothing is printed into the program's output.
@@ -36,6 +37,11 @@ def new_run_id() -> str:
     """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxx`` (local time, 4 random hex digits)."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()
 
+
+#: The recorder writes as soon as this many finished spans wait, not only once a flush interval: a program that
+#: ends a million spans a second then never holds them all (~250 bytes each as tuples), and the end of its run
+#: writes at most a block or a few (``store.spanblock``).
+FLUSH_SPANS = 131_072
 
 #: libraries whose version can change a pipeline's speed (read from sys.modules only)
 LIBRARIES = ("diffusers", "transformers", "accelerate", "xformers", "numpy", "safetensors", "triton", "peft")
@@ -397,6 +403,7 @@ class Session:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
+        pending = buffer.finished
         me = threading.get_ident()
         OWN_THREADS.add(me)
         main = threading.main_thread().ident
@@ -442,7 +449,7 @@ class Session:
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
                 mem.sample(t)
-            if t - last_flush >= flush_every:
+            if t - last_flush >= flush_every or len(pending) >= FLUSH_SPANS:
                 main_sampler.check()
                 if by_signal:
                     self._track_os_threads([main], t)

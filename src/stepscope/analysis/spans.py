@@ -37,8 +37,14 @@ def span_stats(spans, wall_ns: int | None) -> list[SpanStat]:
         return []
     dur = t.dur[keep]
     err = t.error[keep] >= 0
-    order = np.lexsort((dur, codes))
-    sc, sd = codes[order], dur[order]
+    d0 = int(dur.min())
+    width = int(dur.max()) - d0 + 1
+    if len(t.names) * width < 2 ** 62:  # (name, duration) as one int64 key: one sort, no index array
+        key = np.sort(codes.astype(np.int64) * width + (dur - d0))
+        sc, sd = key // width, key % width + d0
+    else:
+        order = np.lexsort((dur, codes))
+        sc, sd = codes[order], dur[order]
     bounds = np.flatnonzero(np.diff(sc)) + 1
     lo = np.concatenate(([0], bounds))
     hi = np.concatenate((bounds, [len(sc)]))
@@ -410,19 +416,21 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
 
 
 #: pairs (repeat, span inside it) handled at once by ``repeat_table``
-_PAIRS_CHUNK = 2_000_000
+_PAIRS_CHUNK = 500_000
 
 
-def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=None) -> StepTable | None:
+def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=None,
+                 stats: list[SpanStat] | None = None) -> StepTable | None:
     """Each call of span ``name`` as a row (default: the name with >= 3 calls and the most total time,
     sync sites excluded); the traced spans inside each call get columns, ``untraced`` is the call's own
     time outside them. ``index``: the run's ProfileIndex for the untraced fill of slow calls, or None.
     ``spans``: Span objects or a ``SpanTable``; computed on the columns (a million calls: no object per call,
-    rows past ``MAX_ROWS`` kept as the table says)."""
+    rows past ``MAX_ROWS`` kept as the table says). ``stats``: ``span_stats`` of these spans, when known."""
     t = as_table(spans)
     if name is None:
         sync_names = {t.names[c] for c in np.unique(t.name[t.op_mask("sync")]).tolist()}
-        stats = [s for s in span_stats(t, None) if s.count >= 3 and s.name not in sync_names]
+        stats = [s for s in (span_stats(t, None) if stats is None else stats)
+                 if s.count >= 3 and s.name not in sync_names]
         if not stats:
             return None
         name = stats[0].name
@@ -505,8 +513,9 @@ def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=Non
     korder = np.argsort(krow, kind="stable")
     kr_sorted = krow[korder]
     rows = []
-    for k in shown.tolist():
-        a_, b_ = np.searchsorted(kr_sorted, k, "left"), np.searchsorted(kr_sorted, k, "right")
+    ka = np.searchsorted(kr_sorted, shown, "left").tolist()
+    kb = np.searchsorted(kr_sorted, shown, "right").tolist()
+    for k, a_, b_ in zip(shown.tolist(), ka, kb):
         by_name = {name: int(wall[k])}
         for e in korder[a_:b_].tolist():
             by_name[t.names[int(kname[e])]] = int(val[e])

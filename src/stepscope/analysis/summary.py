@@ -114,7 +114,8 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     index = index or ProfileIndex(data.profile)
     data = dataclasses.replace(data, spans=as_table(data.spans))  # the columns once (a list of spans is converted
     # here); the rest of the run (its memory lane) kept
-    steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index)
+    stats = span_stats(data.spans, run.wall_time_ns)
+    steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index, stats=stats)
     attach_steps(steps, data)
     ph = run_phases(data, index)
     by_self, by_total = top_functions(index, work_samples(index, ph) if ph.split else None, n=top)
@@ -122,5 +123,5 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
                        ph.work_start_ns, ph.work_end_ns, startup_top)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
-                   float(index.weight.sum()), int(index.idle.sum()), span_stats(data.spans, run.wall_time_ns), steps, by_self, by_total,
+                   float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
                    dict(run.unresolved), phs, summarize_memory(data, steps))

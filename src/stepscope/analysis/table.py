@@ -17,6 +17,9 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from ..model import Frame, Profile, RunData, Span
+from ..store import sampleblock
+from ..store.db import StoreError
+from ..store.spanblock import BlockError, bodies, header
 
 #: ``parent`` of a span without a parent (span ids are SQLite integers: any int64 but this one)
 NO_PARENT = np.iinfo(np.int64).min
@@ -212,8 +215,65 @@ def _ints(text: str | None) -> np.ndarray:
 
 def read_spans(conn, run_id: str) -> SpanTable:
     """The spans of run ``run_id`` from a store connection, as a SpanTable, without a Python object per span:
-    SQLite joins each name to its code and each column of a range of span ids into one string
-    (``group_concat``), which numpy parses; spans with an error or attributes (few) are read row by row."""
+    the blocks of ``span_blocks`` (``store.spanblock``) are read as numpy views of their bytes, and the rows of
+    ``spans`` (transactions, provisional rows of open spans, every span of a store older than schema 4) as
+    ``_read_rows`` says. A provisional row whose span is also in a block is left out (the block's is final).
+    Raises ``StoreError`` for a damaged block."""
+    t = _read_rows(conn, run_id)
+    names = {v: i for i, v in enumerate(t.names)}
+    ops = {v: i for i, v in enumerate(t.ops)}
+    errors = {v: i for i, v in enumerate(t.errors)}
+    ints = [np.stack([t.id, t.parent, t.start, t.end, t.thread])]
+    codes = [np.stack([t.name.astype(np.int32), t.op.astype(np.int32), t.error])]
+    attrs = dict(t.attrs)
+    n = len(t)
+    for body in bodies(conn, run_id):
+        try:
+            k, head, off = header(body)
+        except BlockError as e:
+            raise _damaged(conn, run_id, e) from None
+        ints.append(np.frombuffer(body, "<i8", 5 * k, off).reshape(5, k))
+        c = np.frombuffer(body, "<i4", 3 * k, off + 40 * k).reshape(3, k)
+        nmap = np.array([names.setdefault(x, len(names)) for x in head["names"]], np.int32)
+        omap = np.array([ops.setdefault(x, len(ops)) for x in head["ops"]], np.int32)
+        emap = np.array([errors.setdefault(x, len(errors)) for x in head["errors"]] + [-1], np.int32)
+        codes.append(np.stack([nmap[c[0]] if len(nmap) else c[0], omap[c[1]] if len(omap) else c[1], emap[c[2]]]))
+        for row, a in head["attrs"]:
+            attrs[n + row] = a
+        n += k
+    if len(ints) == 1:
+        return t
+    iv = np.concatenate(ints, axis=1)
+    cv = np.concatenate(codes, axis=1)
+    del ints, codes
+    keep = None
+    provisional = [r for r, a in t.attrs.items() if "stepscope.open" in a]
+    if provisional:  # a run lost before its provisional rows were dropped: the block entry is the span's
+        prow = np.array(provisional, np.int64)
+        dup = np.isin(iv[0, prow], iv[0, len(t):])
+        if dup.any():
+            keep = np.ones(iv.shape[1], bool)
+            keep[prow[dup]] = False
+    order = np.lexsort((iv[0], iv[2]))
+    if keep is not None:
+        order = order[keep[order]]
+    back = np.full(iv.shape[1], -1, np.int64)
+    back[order] = np.arange(len(order))
+    attrs = {int(back[r]): a for r, a in attrs.items() if back[r] >= 0}
+    return SpanTable(iv[0, order], iv[1, order], cv[0, order], list(names), cv[1, order].astype(np.int16), list(ops),
+                     iv[2, order], iv[3, order], iv[4, order], cv[2, order], list(errors), attrs)
+
+
+def _damaged(conn, run_id: str, e: Exception) -> StoreError:
+    """The one-line error for a damaged block of run ``run_id``, naming the store's file."""
+    db = next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "") or "the store"
+    return StoreError(f"{db}: run {run_id}: {e}")
+
+
+def _read_rows(conn, run_id: str) -> SpanTable:
+    """The run's rows of the ``spans`` table as a SpanTable, without a Python object per row: SQLite joins each
+    name to its code and each column of a range of span ids into one string (``group_concat``), which numpy
+    parses; spans with an error or attributes (few) are read row by row."""
     c = conn
     n, lo, hi = c.execute("SELECT count(*), min(span_id), max(span_id) FROM spans WHERE run_id = ?", (run_id,)).fetchone()
     names = [r[0] for r in c.execute("SELECT DISTINCT name FROM spans WHERE run_id = ?", (run_id,))]
@@ -278,7 +338,17 @@ def load_run(store, ref: str | None = None) -> RunData:
         if not rows:
             break
         parts.append(np.array(rows, dtype=np.int64).reshape(-1, 5))
+    blocks = 0
+    for body in sampleblock.bodies(c, run_id):  # (store.sampleblock: five int64 columns each)
+        try:
+            k = sampleblock.header(body)
+        except sampleblock.BlockError as e:
+            raise _damaged(c, run_id, e) from None
+        parts.append(np.frombuffer(body, "<i8", 5 * k, sampleblock.OFFSET).reshape(5, k).T)
+        blocks += 1
     s = np.concatenate(parts) if parts else np.zeros((0, 5), np.int64)
+    if blocks:
+        s = s[np.argsort(s[:, 0], kind="stable")]
     wall = s[:, 3].astype(np.float64)
     wall[s[:, 3] < 0] = np.nan
     cpu = s[:, 4].astype(np.float64)

@@ -284,9 +284,13 @@ class ControlServer:
 def _count_steps(db: sqlite3.Connection, run_id: str, span: str) -> int:
     from ..tracing.steps import STEP_ATTR
 
-    rows = db.execute("SELECT thread_id, attrs FROM spans WHERE run_id = ? AND (name = ? OR name LIKE ?) "
-                      "ORDER BY start_ns", (run_id, span, "%." + span)).fetchall()
-    return completed_steps((tid, json.loads(attrs).get(STEP_ATTR) if attrs else None) for tid, attrs in rows)
+    from ..store.spanblock import BlockError, named
+
+    try:
+        rows = sorted(named(db, run_id, lambda n: n == span or n.endswith("." + span)), key=lambda s: s[4])
+    except BlockError:
+        rows = []
+    return completed_steps((s[6], s[8].get(STEP_ATTR) if s[8] else None) for s in rows)
 
 
 def _drop_run(store: str, run_id: str) -> None:

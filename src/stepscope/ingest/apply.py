@@ -2,7 +2,7 @@
 transaction (so an envelope is stored whole or not at all).
 
 One transaction event becomes one run: its clock is the transaction's (t = wall ns - the transaction's
-start), its root span has op "transaction", spans keep their Sentry ids in ``attrs["sentry.span_id"]``.
+start), its root span has op "transaction" (a row of ``spans``), its spans are one block of ``span_blocks``, spans keep their Sentry ids in ``attrs["sentry.span_id"]``.
 Profiles are linked whatever order they arrive in: a v1 profile to the event id it names, a v2 chunk to
 every transaction of the same ``profiler_id`` it overlaps (only the samples inside the transaction are
 kept). Profiles whose transaction has not arrived yet wait in ``ingest_pending``; chunks are kept in
@@ -18,6 +18,7 @@ import time
 
 import orjson
 
+from ..store import sampleblock, spanblock
 from ..store.schema import INGEST as SCHEMA  # the layout lives in store/schema.py
 from ..tracing.steps import STEP_ATTR, steps_from_names
 from .sentry import SENTRY_PYTHON_HZ, Batch, ProfileRecord, TransactionRecord
@@ -82,13 +83,16 @@ def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str
     rows = [(rid, 1, None, tx.name, "transaction", 0, tx.end_ns - t0, tx.thread_id,
              tx.status if status == "error" else None,
              _dumps({"sentry.span_id": tx.span_id, "sentry.op": tx.op} if tx.op else {"sentry.span_id": tx.span_id}))]
+    spans = []
     for s in order:
         sid, parent, name, op, s0, s1, tid, err, attrs = s
         if sid in steps:
             attrs = {**attrs, STEP_ATTR: steps[sid]}
-        rows.append((rid, ids[sid], ids.get(parent, 1) if parent else 1, name, op, s0 - t0, s1 - t0, tid, err,
-                     _dumps(attrs)))
+        spans.append((ids[sid], ids.get(parent, 1) if parent else 1, name, op, s0 - t0, s1 - t0, tid, err, attrs))
+    more, spans = spanblock.split(spans)  # the transaction a row, its spans one block (``store.spanblock``)
+    rows += [(rid, *s[:8], _dumps(s[8])) for s in more]
     conn.executemany("INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    spanblock.insert(conn, rid, spans, dumps=_dumps)
     if tx.thread_names:
         conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
                          ((rid, tid, nm, None) for tid, nm in tx.thread_names.items()))
@@ -132,10 +136,12 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
             smap[k] = j
         return j
 
-    rows = [(run_id, t - anchor_ns, tid, stack(k)) for t, tid, k in samples]
+    for k in {s[2] for s in samples}:
+        stack(k)
+    rows = [(t - anchor_ns, tid, smap[k]) for t, tid, k in samples]
     conn.executemany("INSERT INTO frames VALUES (?,?,?,?,?,?)", new_frames)
     conn.executemany("INSERT INTO stacks VALUES (?,?,?)", new_stacks)
-    conn.executemany("INSERT INTO samples (run_id, t_ns, thread_id, stack) VALUES (?,?,?,?)", rows)
+    sampleblock.insert(conn, run_id, rows)
     if p.thread_names:
         conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
                          ((run_id, tid, nm, None) for tid, nm in p.thread_names.items()))
@@ -178,7 +184,7 @@ def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
         if row is None:
             conn.execute("INSERT INTO ingest_pending VALUES (?,?,?)", (p.key, _record_to_blob(p), time.time_ns()))
             out["pending"] += 1
-        elif conn.execute("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", (row[0],)).fetchone():
+        elif sampleblock.any_for(conn, row[0]):
             out["duplicates"] += 1
             continue
         else:

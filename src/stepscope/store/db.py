@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..model import Frame, MemoryTrack, Profile, Run, RunData, Span
-from . import schema
+from . import sampleblock, schema, spanblock
 
 
 _HOST = socket.gethostname()
@@ -77,6 +77,7 @@ class Store:
             self.path.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(db, timeout=30, check_same_thread=False, isolation_level=None)
             self._json: bool | None = None  # SQLite's JSON functions (``append(one_statement=True)``), once known
+            self._provisional: dict[str, set[int]] = {}  # run id -> ids of the open spans written as rows
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open store {db}: {e}") from None
         try:
@@ -133,7 +134,12 @@ class Store:
         that are provisional themselves (a finished span's row is never replaced by an open one);
         ``drop_open``: delete the run's remaining provisional rows (the program ended normally).
 
-        ``one_statement``: spans, samples and memory samples go in as one JSON array each (SQLite's ``json_each``)
+        Spans other than transactions go into ``span_blocks`` (``store.spanblock``: one row per 65,536 spans);
+        transactions stay rows of ``spans``.
+
+        Samples go in as one block (``store.sampleblock``).
+
+        ``one_statement``: memory samples go in as one JSON array (SQLite's ``json_each``)
         instead of a row at a time. Python's sqlite3 lets go of the GIL around every row it steps; a recorder
         thread writing beside a busy pure-Python program then waits for the GIL (the 5 ms switch interval) after
         each row: 200 rows took a second. One statement lets go of it once. (Bulk writes are as fast either way.)
@@ -154,33 +160,29 @@ class Store:
                     "end_ns = excluded.end_ns, attrs = excluded.attrs WHERE spans.attrs LIKE '%\"stepscope.open\"%'",
                     ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], json.dumps(s[8], default=str))
                      for s in open_spans))
-            if one:
-                spans = list(spans)
-                if spans:
-                    c.execute(_json_insert("INSERT OR REPLACE INTO spans", 9), (run_id, json.dumps(
-                        [(*s[:8], json.dumps(s[8], default=str) if s[8] else None) for s in spans])))
-            else:
-                c.executemany(
-                    "INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                      json.dumps(s[8], default=str) if s[8] else None) for s in spans),
-                )
+                self._provisional.setdefault(run_id, set()).update(s[0] for s in open_spans)
+            spans = spans if isinstance(spans, list) else list(spans)
+            if spans:
+                rows, bulk = spanblock.split(spans)
+                if rows:
+                    c.executemany("INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?)",
+                                  ((run_id, *s[:8], json.dumps(s[8], default=str) if s[8] else None) for s in rows))
+                if bulk:
+                    spanblock.insert(c, run_id, bulk)
+                prov = self._provisional.get(run_id)
+                if prov:  # open spans written before that have ended now: their block entry replaces the row
+                    done = prov.intersection([s[0] for s in bulk])
+                    if done:
+                        c.executemany("DELETE FROM spans WHERE run_id = ? AND span_id = ? AND attrs LIKE "
+                                      "'%\"stepscope.open\"%'", ((run_id, x) for x in done))
+                        prov -= done
             if frames:
                 c.executemany("INSERT OR REPLACE INTO frames VALUES (?,?,?,?,?,?)",
                               ((run_id, frame_base + i, *f) for i, f in enumerate(frames)))
             if stacks:
                 c.executemany("INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
                               ((run_id, stack_base + i, ",".join(map(str, s))) for i, s in enumerate(stacks)))
-            rows = ((s[0], s[1], s[2], s[3] if len(s) > 3 else None,
-                     s[4] if len(s) > 4 and s[4] is not None and s[4] >= 0 else None) for s in samples)
-            if one:
-                rows = list(rows)
-                if rows:
-                    c.execute(_json_insert("INSERT INTO samples (run_id, t_ns, thread_id, stack, wall_ns, cpu_ns)", 5),
-                              (run_id, json.dumps(rows)))
-            else:
-                c.executemany("INSERT INTO samples (run_id, t_ns, thread_id, stack, wall_ns, cpu_ns) "
-                              "VALUES (?,?,?,?,?,?)", ((run_id, *r) for r in rows))
+            sampleblock.insert(c, run_id, samples if isinstance(samples, list) else list(samples))
             if os_threads:
                 c.executemany("INSERT INTO os_threads VALUES (?,?,?,?)", ((run_id, *x) for x in os_threads))
             if memory:
@@ -191,6 +193,7 @@ class Store:
                 else:
                     c.executemany("INSERT INTO memory VALUES (?,?,?,?,?)", ((run_id, *r) for r in rows))
             if drop_open:
+                self._provisional.pop(run_id, None)
                 c.execute("DELETE FROM spans WHERE run_id = ? AND attrs LIKE '%\"stepscope.open\"%'", (run_id,))
             if threads:
                 c.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?)",
@@ -204,13 +207,12 @@ class Store:
     def counts(self, run_id: str) -> tuple[int, int]:
         """(spans, samples) stored for a run."""
         c = self.conn
-        return (c.execute("SELECT count(*) FROM spans WHERE run_id=?", (run_id,)).fetchone()[0],
-                c.execute("SELECT count(*) FROM samples WHERE run_id=?", (run_id,)).fetchone()[0])
+        return spanblock.count(c, run_id), sampleblock.count(c, run_id)
 
     def delete_run(self, run_id: str) -> None:
         c = self.conn
         c.execute("BEGIN")
-        for table in ("spans", "frames", "stacks", "samples", "threads", "os_threads", "memory"):
+        for table in ("spans", "span_blocks", "frames", "stacks", "samples", "sample_blocks", "threads", "os_threads", "memory"):
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_events'").fetchone():
             c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
@@ -249,8 +251,8 @@ class Store:
             q += f" LIMIT {int(limit)}"
         runs = [self._run(r) for r in self._rows(q)]
         for run in runs:
-            run.span_count = self.conn.execute("SELECT count(*) FROM spans WHERE run_id=?", (run.id,)).fetchone()[0]
-            run.sample_count = self.conn.execute("SELECT count(*) FROM samples WHERE run_id=?", (run.id,)).fetchone()[0]
+            run.span_count = spanblock.count(self.conn, run.id)
+            run.sample_count = sampleblock.count(self.conn, run.id)
         return runs
 
     def get_run(self, run_id: str, as_stored: bool = False) -> Run:
@@ -265,18 +267,21 @@ class Store:
         run_id = self.resolve_id(ref)
         run = self.get_run(run_id)
         c = self.conn
-        spans = [
-            Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0,
-                 "error" if r[7] else "ok", r[7], json.loads(r[8]) if r[8] else {})
-            for r in c.execute("SELECT span_id, parent_id, name, op, start_ns, end_ns, thread_id, error_type, attrs"
-                               " FROM spans WHERE run_id = ? ORDER BY start_ns, span_id", (run_id,))
-        ]
+        try:
+            rows = sorted(spanblock.iter_spans(c, run_id), key=lambda r: (r[4], r[0]))
+        except spanblock.BlockError as e:
+            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
+        spans = [Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0, "error" if r[7] else "ok", r[7],
+                      r[8] or {}) for r in rows]
+        del rows
         frames = [Frame(*r) for r in c.execute(
             "SELECT function, module, file, line FROM frames WHERE run_id = ? ORDER BY idx", (run_id,))]
         stacks = [tuple(int(x) for x in r[0].split(",")) if r[0] else ()
                   for r in c.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
-        rows = c.execute("SELECT t_ns, thread_id, stack, wall_ns, cpu_ns FROM samples WHERE run_id = ? ORDER BY t_ns",
-                         (run_id,)).fetchall()
+        try:
+            rows = sampleblock.rows(c, run_id)
+        except sampleblock.BlockError as e:
+            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
         profile = Profile(
             frames=frames, stacks=stacks,
             sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],

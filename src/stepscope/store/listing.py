@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import sampleblock, spanblock
 from .db import Store
 
 SORTS = {"start": "wall_ns", "duration": "dur_ns", "name": "name"}
@@ -58,6 +59,6 @@ def transactions(store: Store, q: str = "", sort: str = "start", descending: boo
         f"LIMIT ? OFFSET ?", (like, like, int(limit), int(offset))).fetchall()
     out = [TransactionRow(r[0], r[1], r[2] or "", r[3] or 0, r[4], r[5], r[6]) for r in rows]
     for row in out:
-        row.spans = store.conn.execute("SELECT count(*) FROM spans WHERE run_id = ?", (row.run_id,)).fetchone()[0]
-        row.samples = store.conn.execute("SELECT count(*) FROM samples WHERE run_id = ?", (row.run_id,)).fetchone()[0]
+        row.spans = spanblock.count(store.conn, row.run_id)
+        row.samples = sampleblock.count(store.conn, row.run_id)
     return out, total

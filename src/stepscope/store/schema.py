@@ -6,11 +6,16 @@
 - **1**: stepscope before versioned opening. Stores of that time lack, depending on their age,
   ``threads.native_id``, the ``os_threads`` table and ``ingest_chunks.received_wall_ns``.
 - **2**: samples without ``wall_ns``/``cpu_ns`` (their weight was the gap to the thread's previous sample).
-- **3**: every table below with every column (``SCHEMA_VERSION``): each sample carries the wall time it stands
+- **3**: each sample carries the wall time it stands
   for and the CPU time its thread used in it (``stepscope.profiling.sampler``); NULL in samples of older
   runs and of ingested profiles, which are weighted as before. The ``memory`` table (the memory lane:
   ``profiling.memory``) came later within version 3: a store without it gets it on opening (an additive
   table that stepscopes before it ignore, so the version stays).
+- **4**: every table below with every column (``SCHEMA_VERSION``): spans other than transactions are written
+  as blocks of binary columns (``span_blocks``, layout in ``store.spanblock``) instead of a row each, and samples
+  as one block per flush or ingested profile (``sample_blocks``, ``store.sampleblock``). A store of version 3 or
+  less is migrated by adding the tables; its spans and samples stay rows, which readers still read. A
+  stepscope of version 3 refuses a version-4 store (it would not see the spans in blocks).
 
 Opening a store: an empty file (or none) gets the core tables and the version; an older version is
 migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
@@ -26,7 +31,7 @@ import functools
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 CORE = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -41,6 +46,11 @@ CREATE TABLE IF NOT EXISTS spans (
   start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, thread_id INTEGER, error_type TEXT, attrs TEXT,
   PRIMARY KEY (run_id, span_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS span_blocks (run_id TEXT NOT NULL, n INTEGER NOT NULL, first_id INTEGER,
+  body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS span_blocks_run ON span_blocks (run_id);
+CREATE TABLE IF NOT EXISTS sample_blocks (run_id TEXT NOT NULL, n INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS sample_blocks_run ON sample_blocks (run_id);
 CREATE TABLE IF NOT EXISTS frames (
   run_id TEXT NOT NULL, idx INTEGER NOT NULL, function TEXT, module TEXT, file TEXT, line INTEGER,
   PRIMARY KEY (run_id, idx)
@@ -145,7 +155,7 @@ class _Found:
                                   "add (not a stepscope store, or a damaged one)")
             if lack:
                 self.missing[table] = lack
-        self.missing_core = [t for t in ("runs", "spans", "frames", "stacks", "samples", "threads", "os_threads", "memory")
+        self.missing_core = [t for t in ("runs", "spans", "span_blocks", "frames", "stacks", "samples", "sample_blocks", "threads", "os_threads", "memory")
                              if t not in self.tables]
 
     @property

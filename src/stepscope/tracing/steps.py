@@ -26,6 +26,7 @@ scope ends (a 0-d tensor).
 
 from __future__ import annotations
 
+import functools
 from contextvars import ContextVar
 
 from . import workfacts
@@ -227,6 +228,7 @@ def hooks_for(owner: object, attr: str):
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def kind_of_name(name: str) -> str | None:
     """The rule above for a span named by its qualified name (``module.Class.method``, the defining
     module, as the Sentry SDK names ``functions_to_trace`` spans): "scope", "marker", "scoped" or None.

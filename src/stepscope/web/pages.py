@@ -103,10 +103,8 @@ def routes(state) -> list[Route]:
             rid = st.resolve_id(ref)
         except StoreError as e:
             raise HTTPException(404, str(e)) from None
-        c = st.conn
         dev = st.path / "runs" / rid / "device_trace.json.gz"
-        key = (rid, c.execute("SELECT count(*) FROM spans WHERE run_id = ?", (rid,)).fetchone()[0],
-               c.execute("SELECT count(*) FROM samples WHERE run_id = ?", (rid,)).fetchone()[0],
+        key = (rid, *st.counts(rid),
                dev.stat().st_mtime_ns if dev.exists() else 0)
         with views_lock:
             if key in views:
@@ -170,8 +168,7 @@ def routes(state) -> list[Route]:
             raise HTTPException(400, "t0, t1: numbers (us from the run's start)") from None
         if not t1 >= t0:
             raise HTTPException(400, "t1 must not be before t0")
-        n = st.conn.execute("SELECT count(*) FROM spans WHERE run_id = ?", (rid,)).fetchone()[0]
-        key = (rid, n)
+        key = (rid, st.counts(rid)[0])
         with tables_lock:
             hit = tables.get(key)
             if hit is not None:
