@@ -306,7 +306,38 @@ def transaction(doc: dict, what: str) -> TransactionRecord:
         thread_names=names, meta={k: v for k, v in meta.items() if v is not None})
 
 
-def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list, dict]:
+def _fast_samples(samples_in: list, ns: int, times) -> list | None:
+    """``(wall ns, thread id, stack index)`` of every sample when all of them are well-formed, checked a column at a
+    time in C (``map``, ``min``/``max``: ~4x the per-sample loop's speed on the SDK's 100-sample profiles); None
+    when any is not, and the per-sample loop then finds the first bad one and names it. ``times``: the samples ->
+    their wall ns, or None."""
+    if not samples_in:
+        return []
+    if set(map(type, samples_in)) != {dict}:
+        return None
+    ks = [s.get("stack_id") for s in samples_in]
+    if set(map(type, ks)) != {int} or min(ks) < 0 or max(ks) >= ns:
+        return None
+    raw = [s.get("thread_id") for s in samples_in]
+    if set(map(type, raw)) != {str}:
+        return None
+    try:
+        conv = {v: thread_id(v, "") for v in set(raw)}
+    except EnvelopeError:
+        return None
+    ts = times(samples_in)
+    if ts is None:
+        return None
+    out = list(zip(ts, map(conv.__getitem__, raw), ks))
+    out.sort(key=_first)
+    return out
+
+
+def _first(x: tuple):
+    return x[0]
+
+
+def _profile_body(prof: dict, what: str, sample_time, fast_times) -> tuple[list, list, list, dict]:
     frames_in = _list(prof.get("frames"), f"{what}: profile.frames")
     stacks_in = _list(prof.get("stacks"), f"{what}: profile.stacks")
     samples_in = _list(prof.get("samples"), f"{what}: profile.samples")
@@ -331,17 +362,19 @@ def _profile_body(prof: dict, what: str, sample_time) -> tuple[list, list, list,
         kept = ([j for j in st if j not in sdk_frames] or st) if sdk_frames else st  # the SDK's span wrappers,
         stacks.append(tuple(reversed(kept)))  # hidden as stepscope's are. Sentry: leaf first; stepscope: root first
     ns = len(stacks)
-    samples = []
-    tids = _Tids()
-    for i, s in enumerate(samples_in):
-        if type(s) is not dict:
-            _obj(s, f"{what}: profile.samples[{i}]")
-        k = s.get("stack_id")
-        if type(k) is not int or not 0 <= k < ns:
-            raise EnvelopeError(f"{what}: profile.samples[{i}].stack_id: {k!r} is not in profile.stacks")
-        samples.append((sample_time(s, what, i), tids.get_id(s.get("thread_id"), what, ": profile.samples[", str(i),
-                                                             "].thread_id"), k))
-    samples.sort(key=lambda x: x[0])
+    samples = _fast_samples(samples_in, ns, fast_times)
+    if samples is None:  # one is malformed (or of a rarer form): sample by sample, naming the first bad one
+        samples = []
+        tids = _Tids()
+        for i, s in enumerate(samples_in):
+            if type(s) is not dict:
+                _obj(s, f"{what}: profile.samples[{i}]")
+            k = s.get("stack_id")
+            if type(k) is not int or not 0 <= k < ns:
+                raise EnvelopeError(f"{what}: profile.samples[{i}].stack_id: {k!r} is not in profile.stacks")
+            samples.append((sample_time(s, what, i), tids.get_id(s.get("thread_id"), what, ": profile.samples[",
+                                                                 str(i), "].thread_id"), k))
+        samples.sort(key=_first)
     meta = _obj(prof.get("thread_metadata") or {}, f"{what}: profile.thread_metadata")
     names = {}
     for k, v in meta.items():
@@ -377,7 +410,23 @@ def profile_v1(doc: dict, what: str) -> ProfileRecord:
             raise EnvelopeError(f"{what}: profile.samples[{i}].elapsed_since_start_ns: not a non-negative integer")
         return t0 + v
 
-    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
+    def times(samples: list) -> list | None:
+        es = [s.get("elapsed_since_start_ns") for s in samples]
+        kinds = set(map(type, es))
+        if kinds == {str}:
+            if not all(map(str.isdigit, es)):
+                return None
+            try:
+                es = list(map(int, es))
+            except ValueError:
+                return None
+        elif kinds != {int}:
+            return None
+        if min(es) < 0 or max(es) >= 2**50:
+            return None
+        return list(map(t0.__add__, es))
+
+    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when, times)
     return ProfileRecord("profile", tx_ids[0], None, frames, stacks, samples, names, tx_ids)
 
 
@@ -392,7 +441,13 @@ def profile_chunk(doc: dict, what: str) -> ProfileRecord:
     def when(s: dict, what: str, i: int) -> int:
         return _ts(s.get("timestamp"), what, ": profile.samples[", str(i), "].timestamp")
 
-    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when)
+    def times(samples: list) -> list | None:
+        ts = [s.get("timestamp") for s in samples]
+        if set(map(type, ts)) != {float} or min(ts) < _MIN_S or not max(ts) < _MAX_S:
+            return None
+        return [round(v * 1e9) for v in ts]
+
+    frames, stacks, samples, names = _profile_body(_obj(doc.get("profile"), f"{what}: profile"), what, when, times)
     return ProfileRecord("profile_chunk", chunk_id, profiler_id, frames, stacks, samples, names)
 
 

@@ -5,8 +5,8 @@ whatever is queued (up to ``max_batch``), applies each under its own SAVEPOINT i
 commit for many envelopes), commits, then answers every waiting request. An envelope that fails to apply is rolled
 back alone; a failed commit fails them all (nothing half-written).
 
-Where: by default in a **process of its own** (``python -m stepscope.ingest.writer_process``, two pipes carrying pickled
-batches and answers, ``multiprocessing.connection`` framing). Applying an envelope is ~1 ms of Python and SQLite
+Where: by default in a **process of its own** (``python -m stepscope.ingest.writer_process``, two pipes carrying marshalled
+batches (``pack``: marshal) and answers, ``multiprocessing.connection`` framing). Applying an envelope is ~1 ms of Python and SQLite
 work; in the server's process it competed for the GIL with the requests (the HTTP side alone answers ~900
 envelopes/s, with the writer beside it ~350/s). A writer process that dies fails the requests waiting on it
 (503: the client retries) and is started again for the next one. ``in_process=True`` keeps it a thread (tests that
@@ -15,8 +15,10 @@ patch ``apply``; platforms without ``fork``/pipes).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import itertools
+import marshal
 import os
 import pickle
 import queue
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from ..store.db import Store
 from .apply import apply, ensure_schema, prune
-from .sentry import Batch
+from .sentry import Batch, ProfileRecord, TransactionRecord
 
 
 PRUNE_EVERY_S = 60.0
@@ -43,6 +45,32 @@ class WriterClosed(Exception):
 
 class WriteError(Exception):
     """The writer process could not store an envelope (its message says why: a full disk, say)."""
+
+
+_TX = tuple(f.name for f in dataclasses.fields(TransactionRecord))
+_PR = tuple(f.name for f in dataclasses.fields(ProfileRecord))
+
+
+def pack(jid: int, b: Batch, project: str | None) -> bytes:
+    """One job as bytes for the writer process: ``marshal`` of plain tuples (the records' fields in order), ~5x
+    faster to read back than a pickle of the dataclasses (0.43 ms an envelope of 50 spans and 200 samples, as
+    much as validating it); a pickle where marshal refuses a value. Read by ``unpack``, in the same Python."""
+    rec = (jid, project, [tuple(getattr(t, f) for f in _TX) for t in b.transactions],
+           [tuple(getattr(p, f) for f in _PR) for p in b.profiles], [tuple(getattr(p, f) for f in _PR) for p in b.chunks],
+           b.counts, b.ignored, b.event_id)
+    try:
+        return b"M" + marshal.dumps(rec)
+    except ValueError:  # (an attribute value of a type marshal does not know)
+        return b"P" + pickle.dumps((jid, b, project), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(raw: bytes) -> tuple[int, Batch, str | None]:
+    """``(job id, batch, project)`` from ``pack``'s bytes."""
+    if raw[:1] == b"P":
+        return pickle.loads(raw[1:])
+    jid, project, txs, profiles, chunks, counts, ignored, event_id = marshal.loads(raw[1:])
+    return jid, Batch([TransactionRecord(*t) for t in txs], [ProfileRecord(*p) for p in profiles],
+                      [ProfileRecord(*p) for p in chunks], counts, ignored, event_id), project
 
 
 def apply_jobs(conn: sqlite3.Connection, jobs: list[tuple[Batch, str | None]]) -> list:
@@ -160,7 +188,9 @@ class Writer:
             self._q.put((b, project_id, fut))
             return fut
         with self._lock:
-            if self._proc is None:
+            # a process that died and whose answers thread has not noticed yet (a busy machine) is replaced here,
+            # not sent more jobs to fail with: at most the envelopes in flight when it died get 503
+            if self._proc is None or self._proc.poll() is not None:
                 self._start()
             jid = next(self._ids)
             self._waiting[jid] = (fut, self._proc)  # and which process holds it, if that one dies
@@ -176,7 +206,7 @@ class Writer:
                 return
             jid, b, project, conn = job
             try:
-                conn.send_bytes(pickle.dumps((jid, (b, project)), protocol=pickle.HIGHEST_PROTOCOL))
+                conn.send_bytes(pack(jid, b, project))
             except (OSError, ValueError) as e:  # the process is gone (its answers thread fails the rest)
                 with self._lock:
                     fut = self._waiting.pop(jid, (None, None))[0]
@@ -268,7 +298,7 @@ def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
             raw.pop()
         jobs, ids = [], []
         for r in raw:
-            jid, (b, project) = pickle.loads(r)
+            jid, b, project = unpack(r)
             ids.append(jid)
             jobs.append((b, project))
         if jobs:
