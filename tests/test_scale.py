@@ -175,3 +175,37 @@ def test_span_table_reads_what_store_load_reads_and_depths_match(big):
         assert set(w["spans"]["id"]) == ref_ids and w["complete"]
     finally:
         st.close()
+
+
+def test_diff_and_suggest_of_two_large_runs_work_on_the_columns(big):
+    """A second 200k-span run: `diff` compares 180,000 calls a side with a CI (the bootstrap draws medians from
+    order statistics: 10,000 x 180,000 resampled indices would be 14 GB) and `suggest` answers; both give on the
+    span columns exactly what they give on Span objects."""
+    import dataclasses
+
+    from stepscope.analysis.diff import diff_runs
+    from stepscope.analysis.suggest import suggest
+    from stepscope.analysis.table import load_run
+    from stepscope.store import Store
+
+    work, store, _ = big
+    r = run_cli(["run", "-t", "__main__.batch", "--", sys.executable, str(work / "calls.py")], store)  # item untraced
+    assert r.returncode == 0, r.stderr
+    r = run_cli(["diff", "--json"], store)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    rows = {x["name"]: x for x in d["spans"]}
+    assert rows["__main__.batch"]["n_a"] == rows["__main__.batch"]["n_b"] == 20_000
+    assert rows["__main__.batch"]["ci_low"] is not None and rows["__main__.item"]["only_in"] == "a"
+    r = run_cli(["suggest", "--json"], store)
+    assert r.returncode == 0, r.stderr
+    assert "__main__.item" in json.loads(r.stdout)["functions_to_trace"]  # the untraced callee of the traced batch
+    st = Store(store)
+    try:
+        runs = [x.id for x in st.list_runs()][:2]  # newest first
+        cols = diff_runs(load_run(st, runs[1]), load_run(st, runs[0]))
+        objs = diff_runs(st.load(runs[1]), st.load(runs[0]))
+        assert dataclasses.asdict(cols) == dataclasses.asdict(objs)
+        assert suggest(load_run(st, runs[0])) == suggest(st.load(runs[0]))
+    finally:
+        st.close()

@@ -49,6 +49,7 @@ from ..profiling.calltree import CallNode, ProfileIndex
 from ..tracing.steps import STEP_ATTR, kind_of_name
 from .explain import ExplainError, Repeat, default_unit, repeats_of
 from .spans import step_table
+from .table import as_table
 
 NEGLIGIBLE = 0.05
 NOISE_K = 1.5
@@ -381,12 +382,14 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
 
 # -- time ------------------------------------------------------------------------------------------
 
-def _change(name: str, a: list[float], b: list[float]) -> TimeChange:
-    ma = float(np.median(a)) if a else 0.0
-    mb = float(np.median(b)) if b else 0.0
-    tc = TimeChange(name, len(a), len(b), ma, mb, float(np.sum(a)) if a else 0.0, float(np.sum(b)) if b else 0.0)
-    if not a or not b:
-        tc.only_in = "a" if a else "b"
+def _change(name: str, a, b) -> TimeChange:
+    """The change of ``b``'s median over ``a``'s (durations in ns: lists or float arrays, any length)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ma = float(np.median(a)) if len(a) else 0.0
+    mb = float(np.median(b)) if len(b) else 0.0
+    tc = TimeChange(name, len(a), len(b), ma, mb, float(a.sum()), float(b.sum()))
+    if not len(a) or not len(b):
+        tc.only_in = "a" if len(a) else "b"
         return tc
     if ma <= 0:
         return tc
@@ -402,9 +405,9 @@ def _change(name: str, a: list[float], b: list[float]) -> TimeChange:
 def robust_cv(x: list[float]) -> float:
     """1.4826 x MAD / median of ``x`` (0 for an empty or zero-median list): the spread of normal data as
     a fraction of the median, unmoved by a few outliers (a warm-up repeat)."""
-    if not x:
-        return 0.0
     a = np.asarray(x, dtype=np.float64)
+    if not len(a):
+        return 0.0
     med = float(np.median(a))
     return 1.4826 * float(np.median(np.abs(a - med))) / med if med > 0 else 0.0
 
@@ -445,15 +448,19 @@ def adjust(tc: TimeChange, k: float | None) -> None:
 
 def span_changes(a: RunData, b: RunData) -> list[TimeChange]:
     """Per span name (transactions and sync sites apart), by the larger total time first."""
-    def durations(d: RunData) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = defaultdict(list)
-        for s in d.spans:
-            if s.op not in ("transaction", "sync"):
-                out[s.name].append(float(s.duration_ns))
-        return out
+    def durations(d: RunData) -> dict[str, np.ndarray]:
+        t = as_table(d.spans)
+        rows = np.flatnonzero(~(t.op_mask("transaction") | t.op_mask("sync")))
+        codes, dur = t.name[rows], t.dur[rows].astype(np.float64)
+        order = np.argsort(codes, kind="stable")  # grouped by name on the columns: no object per span
+        codes, dur = codes[order], dur[order]
+        bounds = np.flatnonzero(np.diff(codes)) + 1
+        return {t.names[int(codes[lo])]: dur[lo:hi]
+                for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(codes)]) if hi > lo}
 
     da, db = durations(a), durations(b)
-    rows = [_change(n, da.get(n, []), db.get(n, [])) for n in da.keys() | db.keys()]
+    none = np.zeros(0)
+    rows = [_change(n, da.get(n, none), db.get(n, none)) for n in da.keys() | db.keys()]
     rows.sort(key=lambda r: -max(r.total_a_ns, r.total_b_ns))
     return rows
 
@@ -490,12 +497,14 @@ def _import_ns(d: RunData, index: ProfileIndex | None, start: int, end: int) -> 
 def phases(a: RunData, b: RunData, index_a: ProfileIndex | None = None, index_b: ProfileIndex | None = None) -> list[Phase]:
     """Start-up (and the sampled time in imports within it), work and whole run of each (see ``Phase``)."""
     def of(d: RunData, index) -> tuple:
-        spans = [s for s in d.spans if s.op not in ("transaction",)]
-        if not spans:
+        t = as_table(d.spans)
+        work = ~t.op_mask("transaction")
+        if not work.any():
             return None, None, None, d.run.wall_time_ns
-        scopes = [s for s in spans if kind_of_name(s.name) == "scope"]
-        first = min(s.start_ns for s in (scopes or spans))
-        last = max(s.end_ns for s in spans)
+        scope_codes = [k for k, nm in enumerate(t.names) if kind_of_name(nm) == "scope"]
+        scopes = work & np.isin(t.name, scope_codes) if scope_codes else work & False
+        first = int(t.start[scopes if scopes.any() else work].min())
+        last = int(t.end[work].max())
         return (float(first - d.run.start_ns), _import_ns(d, index, d.run.start_ns, first), float(last - first),
                 d.run.wall_time_ns)
 
@@ -612,7 +621,7 @@ def choose_unit(a: RunData, b: RunData, span: str | None = None) -> str:
             except ExplainError as e:
                 raise DiffError(f"{e} (run {d.run.id})") from None
         return span
-    if all(any(STEP_ATTR in s.attrs for s in d.spans) for d in (a, b)):
+    if all(len(as_table(d.spans).rows_with_attr(STEP_ATTR)) for d in (a, b)):
         return "step"
     for d, other in ((b, a), (a, b)):
         try:
@@ -688,7 +697,9 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     unit = choose_unit(a, b, span)
     ra, rb = _windows(a, unit), _windows(b, unit)
     if unit not in ("step", "run"):
-        unit = next((s.name for s in b.spans if s.name == unit or s.name.endswith(unit)), unit)
+        tb = as_table(b.spans)
+        present = set(np.unique(tb.name).tolist())
+        unit = next((nm for k, nm in enumerate(tb.names) if k in present and (nm == unit or nm.endswith(unit))), unit)
     unit_label = {"step": "a denoising step", "run": "the whole run"}.get(unit) or _short(unit)
     headline = _change("step" if unit == "step" else unit, [float(r.duration_ns) for r in ra],
                        [float(r.duration_ns) for r in rb])
@@ -701,8 +712,12 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     ia, ib = ProfileIndex(a.profile), ProfileIndex(b.profile)
 
     def sel(index: ProfileIndex, reps) -> np.ndarray:
-        parts = [index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps]
-        idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if reps and all(r.thread_id is not None for r in reps):
+            idx = index.select_many(np.array([r.start_ns for r in reps]), np.array([r.end_ns for r in reps]),
+                                    np.array([r.thread_id for r in reps]))[0]
+        else:
+            parts = [index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps]
+            idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         return idx[~index.idle[idx]] if unit == "run" and len(idx) else idx  # whole runs: waiting threads left out
 
     sa, sb = sel(ia, ra), sel(ib, rb)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from .table import as_table
 
 #: Never suggested: tracing them would trace everything or nothing useful.
 PLUMBING = frozenset({
@@ -70,15 +71,15 @@ def _matches(label: str, traced: list[str]) -> bool:
 def suggest(data: RunData, index: ProfileIndex | None = None, top: int = 10) -> list[Suggestion]:
     """Functions to trace next, best first (at most ``top``)."""
     index = index or ProfileIndex(data.profile)
-    traced_names = sorted({s.name for s in data.spans if s.op != "transaction"})
+    t = as_table(data.spans)
+    work = np.flatnonzero(~t.op_mask("transaction"))  # the traced spans' windows, in start order (columns)
+    traced_names = sorted({t.names[c] for c in np.unique(t.name[work]).tolist()})
     funcs = index.functions
-    windows = [s for s in data.spans if s.op != "transaction"]
-    if windows:
-        parts = [index.select(s.start_ns, s.end_ns, s.thread_id) for s in windows]
-        win_of = np.concatenate([np.full(len(p), i) for i, p in enumerate(parts)]) if parts else np.empty(0, int)
-        idx = np.concatenate(parts) if parts else np.empty(0, int)
+    if len(work):
+        idx, win_of = index.select_many(t.start[work], t.end[work], t.thread[work])
         # a sample inside nested spans appears once per enclosing span: keep it once, in its innermost window
-        order = np.argsort(idx, kind="stable")
+        # (the one that started last)
+        order = np.lexsort((win_of, idx))
         idx, win_of = idx[order], win_of[order]
         last = np.ones(len(idx), bool)
         last[:-1] = idx[:-1] != idx[1:]

@@ -42,9 +42,33 @@ class Change:
     significant: bool
 
 
+#: above this many values, bootstrap medians are drawn from the order statistics (``_boot_medians``)
+DIRECT_MAX = 256
+
+
 def _boot_medians(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    idx = rng.integers(0, len(x), size=(B, len(x)))
-    return np.median(x[idx], axis=1)
+    """``B`` bootstrap medians of ``x`` (shape ``(B,)``): the median of each of B resamples of ``len(x)`` values
+    drawn with replacement.
+
+    Up to ``DIRECT_MAX`` values the resamples are drawn (``B x n`` indices). Beyond, the same distribution is drawn
+    in O(B) memory and time after a sort: a resample is ``sorted(x)[floor(n U_i)]`` for n uniforms U_i, a monotone
+    map, so its k-th smallest value is ``sorted(x)[floor(n U_(k))]``, where the k-th order statistic of n uniforms
+    ``U_(k)`` is Beta(k, n - k + 1) and, given ``U_(k) = u``, ``U_(k+1) = u + (1 - u) Beta(1, n - k)`` (the
+    smallest of the n - k uniforms above u). For odd n the median is ``U_(k)``'s value with k = (n + 1) / 2; for
+    even n the mean of the k-th and (k+1)-th with k = n / 2. (A million spans of one name resampled directly
+    took 10,000 x 1M indices: 80 GB.)"""
+    n = len(x)
+    if n <= DIRECT_MAX:
+        idx = rng.integers(0, n, size=(B, n))
+        return np.median(x[idx], axis=1)
+    xs = np.sort(x)
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, size=B)
+    lo = xs[np.minimum((u * n).astype(np.int64), n - 1)]
+    if n % 2:
+        return lo
+    u2 = u + (1.0 - u) * rng.beta(1, n - k, size=B)
+    return (lo + xs[np.minimum((u2 * n).astype(np.int64), n - 1)]) / 2.0
 
 
 def describe(times: list[float], seed: int = 0) -> ConfigStats | None:
@@ -60,8 +84,9 @@ def describe(times: list[float], seed: int = 0) -> ConfigStats | None:
                        float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5)))
 
 
-def compare(times: list[float], baseline: list[float], seed: int = 0) -> Change | None:
-    """The change of ``times`` against ``baseline`` (None if either is empty)."""
+def compare(times, baseline, seed: int = 0) -> Change | None:
+    """The change of ``times`` against ``baseline`` (lists or arrays of s, or any one unit; None if either is
+    empty)."""
     x, b = np.asarray(times, float), np.asarray(baseline, float)
     if not len(x) or not len(b):
         return None

@@ -10,6 +10,7 @@ import typer
 
 from .. import limits
 from ..analysis.summary import summarize
+from ..analysis.table import load_run
 from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
 from ..control.server import DEFAULT_TIMEOUT_S, span_traced
 from ..profiling.calltree import ProfileIndex
@@ -85,7 +86,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         run_id, store_path = reply["run_id"], Path(reply["store"])
         timed_out = reply.get("reason") == "timeout"
     st = open_store(store_path)
-    data = st.load(run_id)
+    data = load_run(st, run_id)  # spans as columns: no object per span
     summary = summarize(data, ProfileIndex(data.profile))
     elapsed = time.perf_counter() - t0
     if as_json:

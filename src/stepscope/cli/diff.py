@@ -15,8 +15,10 @@ from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, ou
 
 def load_diff(store, ref_a: str | None, ref_b: str | None, span: str | None = None):
     """``Diff`` of the runs ``pick_runs`` chooses. Raises UserError (DiffError's message) or StoreError."""
+    from ..analysis.table import load_run
+
     a_id, b_id = pick_runs(store, ref_a, ref_b)
-    a, b = store.load(a_id), store.load(b_id)
+    a, b = load_run(store, a_id), load_run(store, b_id)  # spans as columns: no object per span
     try:
         return diff_runs(a, b, span, device_trace_path(store, a_id), device_trace_path(store, b_id))
     except DiffError as e:

@@ -190,12 +190,13 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
                 n: int, device: dict, json_file: Optional[Path] = None) -> Outcome:
     """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
     from ..analysis.suggest import suggest
+    from ..analysis.table import load_run
 
     first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
     if not first.run_id:
         return first
     st = open_store(store_path)
-    picks = [s.qualified_name for s in suggest(st.load(first.run_id), top=n)]
+    picks = [s.qualified_name for s in suggest(load_run(st, first.run_id), top=n)]
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
     second = record(args, names + picks, rate, store_path, as_json, quiet, json_file=json_file,

@@ -10,6 +10,7 @@ import typer
 
 from .. import limits
 from ..analysis.suggest import suggest
+from ..analysis.table import load_run
 from ..render.explain import print_suggestions
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
@@ -21,7 +22,7 @@ def suggest_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
     """Suggest functions to trace next: wide, untraced, nameable functions inside the traced spans."""
     limits.in_range("--top", top, 1, 1000, integer=True)
     st = open_store(store)
-    data = st.load(run_id)
+    data = load_run(st, run_id)  # spans as columns: no object per span
     items = suggest(data, top=top)
     if as_json:
         print_json({"run_id": data.run.id, "suggestions": [dataclasses.asdict(s) for s in items],

@@ -137,6 +137,32 @@ class ProfileIndex:
             idx = idx[self.thread[lo:hi] == thread]
         return idx
 
+    def select_many(self, starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``select`` for many windows at once (shape ``(W,)`` each: ns, ns, thread id): ``(idx, win)``, one entry
+        per (sample, window holding it), grouped by window in window order and ascending within one; ``win`` is
+        the window's position. Memory: the number of such pairs (a sample in k nested windows counts k times)."""
+        starts, ends, threads = (np.asarray(x, dtype=np.int64) for x in (starts, ends, threads))
+        lo = np.zeros(len(starts), np.int64)
+        hi = np.zeros(len(starts), np.int64)
+        pos = np.zeros(0, np.int64)  # per thread: its samples' indices, concatenated; lo/hi index into it
+        base = 0
+        parts = []
+        for tid in np.unique(threads).tolist():
+            mine = np.flatnonzero(self.thread == tid)
+            w = np.flatnonzero(threads == tid)
+            tt = self.t[mine]
+            lo[w] = base + np.searchsorted(tt, starts[w], "left")
+            hi[w] = base + np.maximum(np.searchsorted(tt, ends[w], "left"), lo[w] - base)
+            parts.append(mine)
+            base += len(mine)
+        if parts:
+            pos = np.concatenate(parts)
+        counts = hi - lo
+        total = int(counts.sum())
+        win = np.repeat(np.arange(len(starts), dtype=np.int64), counts)
+        first = np.repeat(lo - (np.cumsum(counts) - counts), counts)  # each pair's offset, rebased per window
+        return pos[first + np.arange(total, dtype=np.int64)], win
+
     def weights(self, mode: str = "wall") -> np.ndarray:
         """Per-sample ns: ``"wall"`` (wall time) or ``"cpu"`` (CPU time; unknown counts 0). Raises ValueError."""
         if mode == "wall":

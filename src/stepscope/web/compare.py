@@ -32,6 +32,7 @@ def compare_response(store, params, diff_error: type) -> HTMLResponse:
     diff`` picks them; ``span``). An unknown run answers 404, runs with nothing to compare 400, each with
     the pickers and the reason on the page."""
     from ..analysis.diff import device_trace_path, diff_runs, pick_runs
+    from ..analysis.table import load_run
     from ..report.compare import compare_page
 
     a_ref, b_ref = params.get("a") or None, params.get("b") or None
@@ -45,7 +46,7 @@ def compare_response(store, params, diff_error: type) -> HTMLResponse:
         return HTMLResponse(compare_page(None, runs, (a_ref or "", b_ref or (runs[0]["id"] if runs else "")), span,
                                          error=str(e)), status_code=400)
     try:
-        d = diff_runs(store.load(a_id), store.load(b_id), span or None, device_trace_path(store, a_id),
+        d = diff_runs(load_run(store, a_id), load_run(store, b_id), span or None, device_trace_path(store, a_id),
                       device_trace_path(store, b_id))
     except diff_error as e:
         return HTMLResponse(compare_page(None, runs, (a_id, b_id), span, error=str(e)), status_code=400)
