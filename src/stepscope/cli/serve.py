@@ -56,6 +56,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     app = create_app(ServerConfig(store=path, open_mode=open_mode, max_body_bytes=int(max_body_mb * _MB),
                                   max_decoded_bytes=int(max_decoded_mb * _MB), host=host))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False))
+    from ..ingest.writer import quiet_gc
+
+    quiet_gc()  # (each envelope's records are short-lived: see there)
     server.run(sockets=[sock])
 
 
