@@ -275,7 +275,8 @@ def test_max_batch_under_a_memory_limit_matches_a_brute_force_loop(tmp_path):
     doc = json.loads(r.stdout)
     res = doc["max"]
     tried = {p["value"]: p for p in res["probes"]}
-    assert all(p["oom"] for p in res["probes"] if not p["fits"]), res["probes"]  # out of memory, not another failure
+    # out of memory, not another failure
+    assert all(p["oom"] for p in res["probes"] if not p["fits"]), [(p["value"], p["error"]) for p in res["probes"]]
     brute = None
     for b in range(1, 64):  # each value the search did not try runs in its own worker here
         fits = tried[b]["fits"] if b in tried else run_probe(dict(cfg, batch=b), limit, repeats=1, warmup=0).fits
@@ -336,3 +337,20 @@ def test_gpu_memory_check_returns_nothing_without_cuda(tmp_path):
         pytest.skip("a CUDA machine: `make gpu-check` runs these checks")
     assert mod.run_checks(tmp_path, sys.executable) == []
     assert "too_much" in mod.PROGRAM and "def alloc" in mod.PROGRAM
+
+
+@pytest.mark.parametrize("text,oom", [
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory", True),
+    ("_ArrayMemoryError: Unable to allocate 3.00 MiB for an array with shape (786432,) and data type float32", True),
+    ("RuntimeError: can't start new thread", True),
+    ("ImportError: libgomp.so.1: failed to map segment from shared object", True),
+    ("OSError: [Errno 12] Cannot allocate memory", True),
+    ("ValueError: no such attention processor: flash", False),
+    ("ImportError: No module named 'xformers'", False),
+])
+def test_what_reads_as_out_of_memory_under_an_address_space_limit(text, oom):
+    """Under ``--memory-limit`` (RLIMIT_AS) whatever needs address space can fail first: the allocator, numpy, a new
+    thread's stack, a library loaded late. Each is the limit, not another failure that would end the search."""
+    from stepscope.bench.maxbatch import _is_oom_text
+
+    assert _is_oom_text(text) is oom

@@ -141,8 +141,12 @@ def search(fits: Callable[[int], Probe], start: int = 1, step: int = 1, ceiling:
     return ok, probes, None
 
 
+#: what a worker says when it runs out of memory, or (under ``--memory-limit``, an address-space limit) when whatever
+#: needed more address space failed: an allocator, numpy ("Unable to allocate"), a thread's stack ("can't start
+#: new thread"), a library loaded late ("failed to map segment from shared object"), errno 12 (ENOMEM)
 _OOM_TEXT = ("MemoryError", "OutOfMemoryError", "out of memory", "can't allocate memory", "not enough memory",
-             "Cannot allocate memory", "std::bad_alloc", "Resource temporarily unavailable")
+             "Cannot allocate memory", "std::bad_alloc", "Resource temporarily unavailable", "Unable to allocate",
+             "can't start new thread", "failed to map segment from shared object", "[Errno 12]", "ENOMEM")
 
 
 def _is_oom_text(text: str) -> bool:
