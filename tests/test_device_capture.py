@@ -138,3 +138,30 @@ def test_chrome_export_holds_spans_and_device_events_on_one_clock(euler_run, tmp
     for a, b in zip(sorted(s["ts"] for s in spans), sorted(m["ts"] for m in mirrored)):
         assert abs(a - b) < 1000
     assert any(e.get("cat") == "cpu_op" for e in ev)
+
+
+def test_run_view_on_the_span_columns_is_the_object_view(tmp_path):
+    """`stepscope device RUN` loads the run as span columns: only the spans that overlap the device trace's window
+    become objects (a long run's other spans are counted on the columns). The view is the one built from Span
+    objects, sync sites (--syncs) and calls outside the recorded steps included."""
+    import dataclasses
+
+    from stepscope.analysis.table import load_run
+    from stepscope.device.runview import run_device
+
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--device-trace", "--device-steps", "2", "--syncs", "--trace", UNET, "--trace", EULER,
+                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "5", "--slow", "",
+                 "--scheduler", "euler"], store)
+    assert r.returncode == 0, r.stderr
+    st = Store(store)
+    try:
+        objs, cols = st.load(), load_run(st)
+        trace = load(st.path / "runs" / objs.run.id / "device_trace.json.gz")
+        a, b = run_device(objs, trace), run_device(cols, load(st.path / "runs" / objs.run.id / "device_trace.json.gz"))
+        assert dataclasses.asdict(a) == dataclasses.asdict(b)
+        unet = next(s for s in a.spans if s.name == UNET)
+        assert unet.count == 5 and 0 < unet.recorded < 5  # every call counted, the recorded steps joined
+        assert a.sync_sites and any(s.annotation for s in a.summary.syncs)
+    finally:
+        st.close()

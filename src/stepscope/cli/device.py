@@ -87,8 +87,10 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     from ..device.runview import AlignError, run_device
     from ..render.device import print_run_device, print_xla
 
+    from ..analysis.table import load_run
+
     st = open_store(store)
-    data = st.load(target)
+    data = load_run(st, target)  # spans as columns: only those the device trace covers become objects
     folder = st.path / "runs" / data.run.id
     p = folder / TRACE_NAME
     trace = load(p) if p.exists() else None

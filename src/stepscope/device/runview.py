@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analysis.table import as_table
 from ..model import RunData, Span
 from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
 from .capture import MARKER
@@ -169,29 +170,39 @@ def _where(s: Span) -> str:
 
 
 def sync_sites(data: RunData) -> list[SyncSiteStat]:
-    """The sync-site inventory from the run's sync spans (works without a device trace)."""
-    by_id = {s.span_id: s for s in data.spans}
-    groups: dict[tuple, list[Span]] = defaultdict(list)
-    for s in data.spans:
-        if s.op == "sync":
-            groups[(s.attrs.get("sync", s.name), _where(s), s.attrs.get("code.function", "?"))].append(s)
+    """The sync-site inventory from the run's sync spans (works without a device trace). ``data.spans``: Span
+    objects or a ``SpanTable``; only the sync spans become objects."""
+    t = as_table(data.spans)
+    rows = np.flatnonzero(t.op_mask("sync"))
+    if not len(rows):
+        return []
+    prow = t.parent_rows()
+    sync = t.op_mask("sync")
+    up = prow[rows]  # each sync span's nearest enclosing span that is not a sync span (-1: none)
+    while True:
+        more = (up >= 0) & sync[np.maximum(up, 0)]
+        if not more.any():
+            break
+        up[more] = prow[up[more]]
+    groups: dict[tuple, list[tuple[Span, int]]] = defaultdict(list)
+    for s, u in zip(t.spans(rows), up.tolist()):
+        groups[(s.attrs.get("sync", s.name), _where(s), s.attrs.get("code.function", "?"))].append((s, u))
     out = []
     for (kind, where, fn), members in groups.items():
         inside: dict[str, None] = {}
-        for m in members:
-            p = by_id.get(m.parent_id) if m.parent_id is not None else None
-            while p is not None and p.op == "sync":
-                p = by_id.get(p.parent_id) if p.parent_id is not None else None
-            if p is not None:
-                inside[p.name] = None
-        out.append(SyncSiteStat(kind, where, fn, len(members), sum(m.duration_ns for m in members), list(inside)))
+        for m, u in members:
+            if u >= 0:
+                inside[t.names[int(t.name[u])]] = None
+        out.append(SyncSiteStat(kind, where, fn, len(members), sum(m.duration_ns for m, _ in members), list(inside)))
     out.sort(key=lambda x: -x.total_ns)
     return out
 
 
 def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = None, compile: dict | None = None) -> RunDevice:
     """Join a run with its device trace (None: only the sync-site inventory), the measured peak
-    (``device_probe.json``) and the compile report."""
+    (``device_probe.json``) and the compile report. ``data.spans``: Span objects or a ``SpanTable``: per span
+    name counts and host time are computed on the columns; only the spans that overlap the trace's window (a
+    few steps: what the device trace recorded) become objects, however long the run."""
     sites = sync_sites(data)
     if trace is None:
         return RunDevice(None, None, [], sites, peak, compile)
@@ -199,18 +210,24 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     cmap = clock_map(trace)
     prof = data.profile
     by_native = prof.all_native()
-    spans = [s for s in data.spans if s.op not in ("transaction",)]
-    sync_spans = [s for s in spans if s.op == "sync"]
-    plain = [s for s in spans if s.op != "sync"]
+    t = as_table(data.spans)
+    work = ~t.op_mask("transaction")
+    is_sync = t.op_mask("sync")
+    t_lo = int(trace.ts.min()) if len(trace) else 0  # calls outside the recorded window are not counted
+    t_hi = int(trace.end.max()) if len(trace) else 0
+    r_lo, r_hi = (int(cmap.to_run(t_lo)), int(cmap.to_run(t_hi))) if len(trace) else (0, -1)
+    near = work & (t.end >= r_lo - MATCH_TOLERANCE_NS) & (t.start <= r_hi + MATCH_TOLERANCE_NS)
+    sync_spans = t.spans(np.flatnonzero(near & is_sync))  # (table order: start, then id, as Store.load)
+    plain = t.spans(np.flatnonzero(near & ~is_sync))
     for sp in summary.syncs:
         tid = by_native.get(sp.tid)
-        t = int(cmap.to_run(sp.ts_ns))
+        t_run = int(cmap.to_run(sp.ts_ns))
         if tid is None:
             continue
-        enclosing = _innermost(plain, tid, t)
+        enclosing = _innermost(plain, tid, t_run)
         if enclosing is not None:
             sp.annotation = enclosing.name
-        site = _sync_site(sync_spans, tid, t, sp.name)
+        site = _sync_site(sync_spans, tid, t_run, sp.name)
         if site is not None and sp.python is None:
             sp.python = f"{_where(site)}: {site.attrs.get('code.function', '?')}"
     # per span name: time in top-level host ops and device activity launched inside
@@ -224,18 +241,20 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     flops = trace_flops(trace)[cpu]
     dtypes = [op_dtype(trace.args[int(i)]) if f else None for i, f in zip(cpu.tolist(), flops.tolist())]
     per: dict[str, SpanDevice] = {}
-    t_lo = int(trace.ts.min()) if len(trace) else 0  # calls outside the recorded window are not counted
-    t_hi = int(trace.end.max()) if len(trace) else 0
+    rows = np.flatnonzero(work & ~is_sync)  # every call, per name: count and host time on the columns
+    codes = t.name[rows]
+    uniq, first, inv, counts = np.unique(codes, return_index=True, return_inverse=True, return_counts=True)
+    host = np.zeros(len(uniq), np.int64)
+    np.add.at(host, inv, t.dur[rows])
+    for k in np.argsort(first, kind="stable").tolist():  # names in the order of their first call
+        name = t.names[int(uniq[k])]
+        per[name] = SpanDevice(name, int(counts[k]), int(host[k]), 0, 0)
     op_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     kern_acc: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in plain:
         ktid = prof.native_at(s.thread_id, s.start_ns)
         a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
-        sd = per.get(s.name)
-        if sd is None:
-            sd = per[s.name] = SpanDevice(s.name, 0, 0, 0, 0)
-        sd.count += 1
-        sd.host_ns += s.duration_ns
+        sd = per[s.name]
         if ktid is None or a < t_lo or b > t_hi:
             continue
         sd.recorded += 1
