@@ -84,11 +84,11 @@ def main() -> None:
     ap.add_argument("--hta-python", default=sys.executable)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved whole-command runs of each side")
     args = ap.parse_args()
-    if args.copies:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from large_trace import make
-
-        path = str(make(args.copies))
+    if args.copies:  # built in a child: Linux's ru_maxrss of a process started from this one would count this
+        # process's memory (building 38 copies took 1.9 GB here, which read as stepscope's peak)
+        out = subprocess.run([sys.executable, str(Path(__file__).parent / "large_trace.py"), "--copies", str(args.copies)],
+                             capture_output=True, text=True, check=True).stdout
+        path = out.split()[0]
     else:
         path = args.trace or str(Path(__file__).resolve().parents[2] / "shared/traces/v100_training_rank0.json.gz")
     mine = _json_run([sys.executable, "-c", MINE_SCRIPT, path])
@@ -109,6 +109,7 @@ def main() -> None:
     whole = {"wall_s": med(wholes, "wall_s"), "cpu_s": med(wholes, "cpu_s"), "peak_mb": med(wholes, "peak_mb")} if wholes else None
     if hta is not None:
         hta["whole_s"], hta["whole_cpu_s"] = med(hta_wholes, "wall_s"), med(hta_wholes, "cpu_s")
+        hta["whole_peak_mb"] = med(hta_wholes, "peak_mb")
     print(f"{Path(path).name}: {mine['events'] if mine else '?'} complete events")
     if mine:
         print(f"stepscope: load {mine['load_s']:.2f} s, idle breakdown {mine['idle_s']:.2f} s, peak {mine['peak_mb']:.0f} MB"
@@ -116,14 +117,16 @@ def main() -> None:
                  f"{whole['peak_mb']:.0f} MB" if whole else ""))
     if hta:
         print(f"HTA:       load {hta['load_s']:.2f} s, idle breakdown {hta['idle_s']:.2f} s, peak {hta['peak_mb']:.0f} MB "
-              f"(import {hta['import_s']:.1f} s); whole script {hta['whole_s']:.2f} s (CPU {hta['whole_cpu_s']:.2f} s)")
+              f"(import {hta['import_s']:.1f} s); whole script {hta['whole_s']:.2f} s (CPU {hta['whole_cpu_s']:.2f} s), "
+              f"peak {hta['whole_peak_mb']:.0f} MB")
     if mine and hta:
         print(f"load + idle breakdown: HTA / stepscope = {(hta['load_s'] + hta['idle_s']) / (mine['load_s'] + mine['idle_s']):.1f}x "
               f"faster; peak memory stepscope / HTA = {mine['peak_mb'] / hta['peak_mb']:.2f}")
         if whole:
             print(f"whole command (median of {args.repeats} interleaved): HTA script / `stepscope device` = "
                   f"{hta['whole_s'] / whole['wall_s']:.1f}x wall, {hta['whole_cpu_s'] / whole['cpu_s']:.1f}x CPU "
-                  f"(load average {os.getloadavg()[0]:.1f}: on a loaded machine read CPU)")
+                  f"(load average {os.getloadavg()[0]:.1f}: on a loaded machine read CPU); peak memory "
+                  f"`stepscope device` / HTA script = {whole['peak_mb'] / hta['whole_peak_mb']:.2f}")
     print("\nidle time per stream       stepscope (ns)             HTA (whole us)")
     hta_rows = {(r["stream"], r["idle_category"]): r["idle_time"] for r in (hta or {}).get("rows", [])}
     for s in (mine or {}).get("rows", []):
