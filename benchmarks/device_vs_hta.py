@@ -127,7 +127,9 @@ def main() -> None:
                   f"{hta['whole_s'] / whole['wall_s']:.1f}x wall, {hta['whole_cpu_s'] / whole['cpu_s']:.1f}x CPU "
                   f"(load average {os.getloadavg()[0]:.1f}: on a loaded machine read CPU); peak memory "
                   f"`stepscope device` / HTA script = {whole['peak_mb'] / hta['whole_peak_mb']:.2f}")
-    print("\nidle time per stream       stepscope (ns)             HTA (whole us)")
+    print("\nidle time per stream       stepscope (ns)             HTA (whole us: by default HTA rounds each event's start"
+          " up and end down to whole us, widening every gap; HTA_DISABLE_NS_ROUNDING=1 gives stepscope's figures, as"
+          " benchmarks/gpu_checks.py's check 2b runs it)")
     hta_rows = {(r["stream"], r["idle_category"]): r["idle_time"] for r in (hta or {}).get("rows", [])}
     for s in (mine or {}).get("rows", []):
         theirs_total = sum(v for (st, _), v in hta_rows.items() if st == s["stream"]) or 1.0
