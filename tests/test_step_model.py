@@ -132,6 +132,8 @@ def test_phases_keep_start_up_and_imports_apart():
     samples = [(t * 10 * MS, imp) for t in range(1, 55)]  # imports up to 550 ms
     samples += [(t * 10 * MS, [("__main__", "<module>"), ("__main__", "work"), ("numpy", "dot")]) for t in range(61, 90)]
     samples += [(700 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "_find_and_load")])]
+    # `from PIL import Image` inside the work, PIL loaded already: the import statement's own time
+    samples += [(800 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "_handle_fromlist")])]
     samples.sort()
     data = _profile_run(spans, samples)
     ix = ProfileIndex(data.profile)

@@ -106,8 +106,11 @@ def phases(data: RunData, index=None) -> Phases:
 
 #: A stack holding one of these functions is importing a module: start-up work wherever it happens
 #: (a lazy import inside the traced work, the first use of a PIL plugin) and never the work itself.
+#: ``_handle_fromlist`` runs ``from package import name`` (and imports ``name`` when it is a submodule not loaded
+#: yet): a sample in it is the import statement's own time, never the work's.
 IMPORT_FUNCS = ("importlib._bootstrap._find_and_load", "importlib._bootstrap._load", "importlib.import_module",
-                "importlib._bootstrap._gcd_import", "_frozen_importlib._find_and_load")
+                "importlib._bootstrap._gcd_import", "_frozen_importlib._find_and_load",
+                "importlib._bootstrap._handle_fromlist", "_frozen_importlib._handle_fromlist")
 
 
 def importing(index) -> np.ndarray:
