@@ -5,6 +5,7 @@ import os
 import signal
 import gzip
 import json
+import time
 import zlib
 
 import brotli
@@ -266,35 +267,76 @@ def _writer_pids() -> list[int]:
     return out
 
 
-def test_a_failed_write_in_the_writer_process_answers_503_and_leaves_nothing_half_written(app_key, tmp_path,
-                                                                                          monkeypatch):
-    """The writer runs in a process of its own: a write that fails there (the disk fills up after the envelope's
-    rows went in) is answered 503, nothing of it stays; a server whose writer works stores the retry."""
-    store, key = app_key
+def _hooked_writer(tmp_path, monkeypatch, code: str) -> None:
+    """The next writer processes run ``code`` after importing ``stepscope.ingest.writer`` (as ``w``)."""
     hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import stepscope.ingest.writer as w\n"
-        "real = w.apply\n"
-        "def apply_then_fail(conn, b, project):\n"
-        "    real(conn, b, project)\n"
-        "    raise OSError('database or disk is full')\n"
-        "w.apply = apply_then_fail\n")
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text("import stepscope.ingest.writer as w\n" + code)
     monkeypatch.delenv("STEPSCOPE_INGEST_WRITER", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+
+
+def test_an_envelope_the_writer_process_cannot_commit_is_answered_503_and_nothing_of_it_stays(app_key, tmp_path,
+                                                                                                monkeypatch):
+    """The writer runs in a process of its own and answers once the envelope is committed to its spool: a commit
+    that fails there (a full disk) is answered 503 and nothing of the envelope stays; a server whose writer works
+    stores the retry."""
+    import sqlite3
+
+    store, key = app_key
+    _hooked_writer(tmp_path, monkeypatch, "import sqlite3\n"
+                   "def full(conn, raw):\n"
+                   "    raise sqlite3.OperationalError('database or disk is full')\n"
+                   "w.spool = full\n")
     with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
         client.key, client.store = key, store
         assert _writer_pids()  # a process of its own
         r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
         assert r.status_code == 503 and "could not be written" in r.json()["detail"], r.text
         assert "disk is full" in r.json()["detail"]
-        assert runs(store) == [] and spanblock.count_all(Store(store).conn) == 0
+        st = Store(store)
+        assert runs(store) == [] and spanblock.count_all(st.conn) == 0
+        assert st.conn.execute("SELECT count(*) FROM ingest_spool").fetchone()[0] == 0
     monkeypatch.undo()
     with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
         client.key, client.store = key, store
         assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # the retry
         assert len(runs(store)) == 1
     assert not _writer_pids()  # stopped with the server
+    del sqlite3
+
+
+def test_an_envelope_that_fails_to_become_a_run_is_kept_and_stored_by_the_next_writer(app_key, tmp_path,
+                                                                                      monkeypatch):
+    """An acknowledged envelope whose expansion into a run fails (here: the rows went in, then an error) leaves
+    nothing half-written and stays in the spool with the error, never lost: the next writer (a fixed stepscope,
+    a disk with room again) stores it without the client sending it again."""
+    store, key = app_key
+    _hooked_writer(tmp_path, monkeypatch, "real = w.apply\n"
+                   "def apply_then_fail(conn, b, project):\n"
+                   "    real(conn, b, project)\n"
+                   "    raise OSError('database or disk is full')\n"
+                   "w.apply = apply_then_fail\n")
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        client.key, client.store = key, store
+        r = post(client, envelope([({"type": "transaction"}, transaction(EID))]))
+        assert r.status_code == 200, r.text
+        st = Store(store)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and st.conn.execute(
+                "SELECT count(*) FROM ingest_spool WHERE error IS NOT NULL").fetchone()[0] == 0:
+            time.sleep(0.01)
+        (err,) = st.conn.execute("SELECT error FROM ingest_spool").fetchone()
+        assert "disk is full" in err
+        assert runs(store) == [] and spanblock.count_all(st.conn) == 0
+        assert client.get("/api/stats").json()["spool"] == {"waiting": 0, "failed": 1}
+    monkeypatch.undo()
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        client.key, client.store = key, store
+        assert [r.command for r in runs(store)] == [["tx"]]  # stored from the spool, no retry
+        assert Store(store).conn.execute("SELECT count(*) FROM ingest_spool").fetchone()[0] == 0
+        assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200  # a resend
+        assert len(runs(store)) == 1  # is stored once
 
 
 def test_a_killed_writer_process_is_started_again(client):

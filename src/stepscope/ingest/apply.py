@@ -62,11 +62,12 @@ def _dumps(obj) -> str:
         return json.dumps(obj, default=str)
 
 
-def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None) -> str:
+def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None, hz: float = 0.0) -> str:
+    """A new run for ``tx``; ``hz``: the sampling rate of the profile that comes with it (0: none yet)."""
     rid = _run_id(conn, tx)
     t0 = tx.start_ns
     env = {"source": "sentry", "project": project_id, **tx.meta}
-    settings = {"source": "sentry", "transaction": tx.name, "profiles_hz": 0.0}
+    settings = {"source": "sentry", "transaction": tx.name, "profiles_hz": hz}
     status = "ok" if tx.status in (None, "ok") else "error"
     conn.execute(
         "INSERT INTO runs (id, command, cwd, host, pid, status, exit_code, error, start_ns, end_ns, anchor_mono_ns,"
@@ -102,17 +103,19 @@ def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str
 
 
 def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRecord,
-            window: tuple[int, int] | None) -> int:
-    """Add the profile's samples (inside ``window``, wall ns, when given) to a run; returns how many."""
+            window: tuple[int, int] | None, fresh: bool = False) -> int:
+    """Add the profile's samples (inside ``window``, wall ns, when given) to a run; returns how many.
+    ``fresh``: the run was made in this transaction with its ``profiles_hz`` (no frames, stacks or rate yet)."""
     samples = p.samples
     if window is not None:
         lo, hi = window
         samples = [s for s in samples if lo <= s[0] <= hi]
     if not samples:
         return 0
-    frame_idx = {tuple(r[1:]): r[0] for r in conn.execute(
+    frame_idx: dict = {} if fresh else {tuple(r[1:]): r[0] for r in conn.execute(
         "SELECT idx, function, module, file, line FROM frames WHERE run_id = ?", (run_id,))}
-    stack_idx = {r[1]: r[0] for r in conn.execute("SELECT idx, frames FROM stacks WHERE run_id = ?", (run_id,))}
+    stack_idx: dict = {} if fresh else {
+        r[1]: r[0] for r in conn.execute("SELECT idx, frames FROM stacks WHERE run_id = ?", (run_id,))}
     new_frames, new_stacks = [], []
     used = {i for k in {s[2] for s in samples} for i in p.stacks[k]}
     fstr: list[str] = [""] * len(p.frames)  # profile frame -> the run's frame index, as text for stack keys
@@ -145,6 +148,8 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
     if p.thread_names:
         conn.executemany("INSERT OR IGNORE INTO threads VALUES (?,?,?,?)",
                          ((run_id, tid, nm, None) for tid, nm in p.thread_names.items()))
+    if fresh:
+        return len(rows)
     hz = p.hz() or SENTRY_PYTHON_HZ
     row = conn.execute("SELECT settings FROM runs WHERE id = ?", (run_id,)).fetchone()
     settings = json.loads(row[0] or "{}")
@@ -164,13 +169,13 @@ def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
         if conn.execute("SELECT 1 FROM ingest_events WHERE event_id = ?", (tx.event_id,)).fetchone():
             out["duplicates"] += 1
             continue
-        rid = _create_run(conn, tx, project_id)
+        p = by_event.pop(tx.event_id, None)
+        rid = _create_run(conn, tx, project_id, (p.hz() or SENTRY_PYTHON_HZ) if p is not None and p.samples else 0.0)
         out["runs"].append(rid)
         stored["transaction"] = stored.get("transaction", 0) + 1
         window = (tx.start_ns, tx.end_ns)
-        p = by_event.pop(tx.event_id, None)
         if p is not None:
-            out["samples"] += _attach(conn, rid, tx.start_ns, p, None)
+            out["samples"] += _attach(conn, rid, tx.start_ns, p, None, fresh=True)
             stored["profile"] = stored.get("profile", 0) + 1
         for (blob,) in conn.execute("SELECT body FROM ingest_pending WHERE event_id = ?", (tx.event_id,)).fetchall():
             out["samples"] += _attach(conn, rid, tx.start_ns, _record_from_blob(blob), None)

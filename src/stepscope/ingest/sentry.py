@@ -21,8 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from itertools import chain
+from operator import itemgetter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+
+import orjson
 
 from .envelope import Envelope, EnvelopeError
 
@@ -333,8 +337,7 @@ def _fast_samples(samples_in: list, ns: int, times) -> list | None:
     return out
 
 
-def _first(x: tuple):
-    return x[0]
+_first = itemgetter(0)  # (a sort key in C)
 
 
 def _profile_body(prof: dict, what: str, sample_time, fast_times) -> tuple[list, list, list, dict]:
@@ -352,15 +355,23 @@ def _profile_body(prof: dict, what: str, sample_time, fast_times) -> tuple[list,
     nf = len(frames)
     sdk_frames = {i for i, f in enumerate(frames) if f[1] == "sentry_sdk" or f[1].startswith("sentry_sdk.")}
     stacks = []
-    for i, st in enumerate(stacks_in):
-        if type(st) is not list:
-            st = _list(st, f"{what}: profile.stacks[{i}]")
-        if st and not (set(map(type, st)) == {int} and min(st) >= 0 and max(st) < nf):  # checked in C
-            for j in st:
-                if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
-                    raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
-        kept = ([j for j in st if j not in sdk_frames] or st) if sdk_frames else st  # the SDK's span wrappers,
-        stacks.append(tuple(reversed(kept)))  # hidden as stepscope's are. Sentry: leaf first; stepscope: root first
+    flat = list(chain.from_iterable(stacks_in)) if set(map(type, stacks_in)) <= {list} else None
+    if flat is not None and (not flat or (set(map(type, flat)) == {int} and min(flat) >= 0 and max(flat) < nf)):
+        # every stack well-formed (checked all at once, in C)
+        if not sdk_frames:
+            stacks = list(map(tuple, map(reversed, stacks_in)))  # Sentry: leaf first; stepscope: root first
+        else:
+            stacks = [tuple(reversed([j for j in st if j not in sdk_frames] or st)) for st in stacks_in]
+    else:
+        for i, st in enumerate(stacks_in):
+            if type(st) is not list:
+                st = _list(st, f"{what}: profile.stacks[{i}]")
+            if st and not (set(map(type, st)) == {int} and min(st) >= 0 and max(st) < nf):  # checked in C
+                for j in st:
+                    if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
+                        raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
+            kept = ([j for j in st if j not in sdk_frames] or st) if sdk_frames else st  # the SDK's span wrappers,
+            stacks.append(tuple(reversed(kept)))  # hidden as stepscope's are. Sentry: leaf first; stepscope: root first
     ns = len(stacks)
     samples = _fast_samples(samples_in, ns, fast_times)
     if samples is None:  # one is malformed (or of a rarer form): sample by sample, naming the first bad one
@@ -416,10 +427,15 @@ def profile_v1(doc: dict, what: str) -> ProfileRecord:
         if kinds == {str}:
             if not all(map(str.isdigit, es)):
                 return None
-            try:
-                es = list(map(int, es))
-            except ValueError:
-                return None
+            try:  # ASCII digits without leading zeros read as one JSON array (in C); int() for the rest
+                es = orjson.loads("".join(("[", ",".join(es), "]")))
+                if len(es) != len(samples) or set(map(type, es)) != {int}:
+                    raise ValueError
+            except (orjson.JSONDecodeError, ValueError):
+                try:
+                    es = list(map(int, [s.get("elapsed_since_start_ns") for s in samples]))
+                except ValueError:
+                    return None
         elif kinds != {int}:
             return None
         if min(es) < 0 or max(es) >= 2**50:

@@ -1,20 +1,31 @@
 """The one writer: it owns the store's write connection and applies envelopes in order.
 
-Requests hand their validated ``Batch`` to ``Writer.submit`` and wait on the returned future. The writer takes
-whatever is queued (up to ``max_batch``), applies each under its own SAVEPOINT inside one SQLite transaction (one
-commit for many envelopes), commits, then answers every waiting request. An envelope that fails to apply is rolled
-back alone; a failed commit fails them all (nothing half-written).
+Requests hand their validated ``Batch`` to ``Writer.store`` (a coroutine of the server's event loop) and are
+answered when it returns. Two ways:
 
-Where: by default in a **process of its own** (``python -m stepscope.ingest.writer_process``, two pipes carrying marshalled
-batches (``pack``: marshal) and answers, ``multiprocessing.connection`` framing). Applying an envelope is ~1 ms of Python and SQLite
-work; in the server's process it competed for the GIL with the requests (the HTTP side alone answers ~900
-envelopes/s, with the writer beside it ~350/s). A writer process that dies fails the requests waiting on it
-(503: the client retries) and is started again for the next one. ``in_process=True`` keeps it a thread (tests that
-patch ``apply``; platforms without ``fork``/pipes).
+- **A process of its own** (default; ``python -m stepscope.ingest.writer_process``). The server writes each job
+  (``pack``: a kind byte, the job id, a marshal of plain tuples) to a pipe and reads the answers from another, both
+  on its event loop (``multiprocessing.connection`` framing; no threads: a hand-over of the GIL to a sender and
+  from an answers thread cost ~0.3 ms of the server's CPU an envelope). The process takes whatever is queued (up
+  to ``max_batch``), commits it to ``ingest_spool`` in one transaction (``spool``), answers, and then turns the
+  spooled envelopes into runs (``expand``: each under its own SAVEPOINT with the deletion of its spool row, one
+  commit), while the server reads the next request: a client sending one envelope after another waits for one
+  small commit (~0.2 ms), not for the whole write (~1 ms of Python and SQLite), and the two processes work at the
+  same time. Expansion keeps pace (after each spooled batch at least as many envelopes are expanded), readers of
+  the store wait for what was acknowledged before they asked (``Store.settle_ingest``), an envelope whose
+  expansion fails stays in the spool with the error and is tried again by the next writer, and a store error
+  (a full disk) leaves the spool as it was, retried a second later. Applying in the server's own process
+  competed with the requests for the GIL (~350 envelopes/s against ~900). A writer process that dies fails the
+  requests waiting on it (503: the client retries) and is started again for the next one.
+- **A thread** (``in_process=True``, ``STEPSCOPE_INGEST_WRITER=thread``; tests that patch ``apply``, platforms
+  without ``fork``/pipes): applies each queued envelope under its own SAVEPOINT inside one transaction and answers
+  once the runs are committed. An envelope that fails to apply is rolled back alone; a failed commit fails them
+  all (nothing half-written).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import fcntl
 import itertools
@@ -23,6 +34,7 @@ import os
 import pickle
 import queue
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -51,24 +63,35 @@ _TX = tuple(f.name for f in dataclasses.fields(TransactionRecord))
 _PR = tuple(f.name for f in dataclasses.fields(ProfileRecord))
 
 
+_JID = struct.Struct("<q")
+
+
 def pack(jid: int, b: Batch, project: str | None) -> bytes:
-    """One job as bytes for the writer process: ``marshal`` of plain tuples (the records' fields in order), ~5x
-    faster to read back than a pickle of the dataclasses (0.43 ms an envelope of 50 spans and 200 samples, as
-    much as validating it); a pickle where marshal refuses a value. Read by ``unpack``, in the same Python."""
-    rec = (jid, project, [tuple(getattr(t, f) for f in _TX) for t in b.transactions],
+    """One job as bytes for the writer process: a kind byte, the job id (int64), then ``marshal`` of plain tuples
+    (the records' fields in order), ~5x faster to read back than a pickle of the dataclasses (0.43 ms an
+    envelope of 50 spans and 200 samples, as much as validating it); a pickle where marshal refuses a value.
+    Read by ``unpack``, in the same Python (the spool keeps these bytes: a writer of another Python version
+    reads a marshal it cannot load as a failed envelope, kept in the spool)."""
+    rec = (project, [tuple(getattr(t, f) for f in _TX) for t in b.transactions],
            [tuple(getattr(p, f) for f in _PR) for p in b.profiles], [tuple(getattr(p, f) for f in _PR) for p in b.chunks],
            b.counts, b.ignored, b.event_id)
     try:
-        return b"M" + marshal.dumps(rec)
+        return b"M" + _JID.pack(jid) + marshal.dumps(rec)
     except ValueError:  # (an attribute value of a type marshal does not know)
-        return b"P" + pickle.dumps((jid, b, project), protocol=pickle.HIGHEST_PROTOCOL)
+        return b"P" + _JID.pack(jid) + pickle.dumps((b, project), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_id(raw: bytes) -> int:
+    """The job id of ``pack``'s bytes."""
+    return _JID.unpack_from(raw, 1)[0]
 
 
 def unpack(raw: bytes) -> tuple[int, Batch, str | None]:
     """``(job id, batch, project)`` from ``pack``'s bytes."""
+    jid = _JID.unpack_from(raw, 1)[0]
     if raw[:1] == b"P":
-        return pickle.loads(raw[1:])
-    jid, project, txs, profiles, chunks, counts, ignored, event_id = marshal.loads(raw[1:])
+        return (jid, *pickle.loads(raw[9:]))
+    project, txs, profiles, chunks, counts, ignored, event_id = marshal.loads(raw[9:])
     return jid, Batch([TransactionRecord(*t) for t in txs], [ProfileRecord(*p) for p in profiles],
                       [ProfileRecord(*p) for p in chunks], counts, ignored, event_id), project
 
@@ -111,153 +134,231 @@ def apply_jobs(conn: sqlite3.Connection, jobs: list[tuple[Batch, str | None]]) -
     return results
 
 
+class _Child:
+    """One writer process and the two pipe ends the server holds, read and written on the event loop (no threads:
+    a thread hop per envelope cost the server a GIL hand-over each way). Frames as ``multiprocessing.connection``
+    writes them (a big-endian int32 length, or -1 and a uint64 past 2 GiB), so the child reads them with a
+    ``Connection``."""
+
+    def __init__(self, proc: subprocess.Popen, wfd: int, rfd: int) -> None:
+        self.proc, self.wfd, self.rfd = proc, wfd, rfd
+        self.outbuf = bytearray()  # what the pipe did not take yet (written when it can take more)
+        self.inbuf = bytearray()
+        self.ended = False  # its answers pipe reached EOF: the process is gone or going
+
+    @staticmethod
+    def frame(data: bytes) -> bytes:
+        n = len(data)
+        return (struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)) + data
+
+    def frames(self) -> list[bytes]:
+        """The complete frames in ``inbuf``, taken out of it."""
+        out, buf, pos = [], self.inbuf, 0
+        while len(buf) - pos >= 4:
+            (n,) = struct.unpack_from("!i", buf, pos)
+            head = 4
+            if n == -1:
+                if len(buf) - pos < 12:
+                    break
+                (n,) = struct.unpack_from("!Q", buf, pos + 4)
+                head = 12
+            if len(buf) - pos - head < n:
+                break
+            out.append(bytes(buf[pos + head:pos + head + n]))
+            pos += head + n
+        del buf[:pos]
+        return out
+
+
 class Writer:
     """Apply batches to the store at ``path``, in a process of its own (default) or a thread (``in_process``).
-    ``submit`` is thread-safe."""
+    ``store`` is a coroutine of the event loop the writer was made in (the server's); ``submit`` (thread mode)
+    is thread-safe."""
 
     def __init__(self, path: str | Path, max_batch: int = 256, in_process: bool | None = None) -> None:
         self.path = Path(path)
         self.max_batch = max_batch
         self._closed = False
-        st = Store(self.path)  # creates the schema before the first request
-        ensure_schema(st.conn)
-        st.close()
         if in_process is None:
             in_process = os.environ.get("STEPSCOPE_INGEST_WRITER", "").strip().lower() == "thread" or os.name != "posix"
+        st = Store(self.path)  # creates the schema before the first request
+        ensure_schema(st.conn)
+        if not in_process:  # what failed to become runs is tried again (before the first read: settle_ingest)
+            st.conn.execute("UPDATE ingest_spool SET error = NULL WHERE error IS NOT NULL")
+        st.close()
         self.in_process = in_process
-        self._lock = threading.Lock()
         if in_process:
             self._q: queue.Queue = queue.Queue()
             self._thread = threading.Thread(target=self._loop, name="stepscope-ingest-writer", daemon=True)
             self._thread.start()
         else:
+            self._aloop = asyncio.get_running_loop()
             self._ids = itertools.count()
-            self._waiting: dict[int, tuple[Future, subprocess.Popen]] = {}
-            self._proc: subprocess.Popen | None = None
-            self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-            self._sending = threading.Thread(target=self._sender, name="stepscope-ingest-sender", daemon=True)
-            self._sending.start()
+            self._waiting: dict[int, tuple[asyncio.Future, _Child]] = {}
+            self._child: _Child | None = None
             self._start()
+
+    async def store(self, b: Batch, project_id: str | None) -> dict:
+        """Store one envelope; returns ``apply``'s dict once it is committed, or raises the write error
+        (WriteError, WriterClosed, the thread writer's sqlite3 error)."""
+        if self.in_process:
+            return await asyncio.wrap_future(self.submit(b, project_id))
+        if self._closed:
+            raise WriterClosed("the server is shutting down")
+        c = self._child
+        # a process that died and whose EOF has not been read yet (a busy loop) is replaced here, not sent more
+        # jobs to fail with: at most the envelopes in flight when it died get 503
+        if c is None or c.ended or c.proc.poll() is not None:
+            c = self._start()
+        jid = next(self._ids)
+        fut = self._aloop.create_future()
+        self._waiting[jid] = (fut, c)  # and which process holds it, if that one dies
+        self._write(c, _Child.frame(pack(jid, b, project_id)))
+        return await fut
 
     # -- a process of its own ------------------------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def _start(self) -> _Child:
+        if self._child is not None:
+            self._lost(self._child)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "stepscope.ingest.writer_process", str(self.path), str(to_child_r), str(from_child_w),
                  str(self.max_batch)], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
                     str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+        except BaseException:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
-        for fd in (to_child_w, from_child_r):  # room for many envelopes while the writer commits (Linux)
-            try:
+        for fd in (to_child_w, from_child_r):
+            try:  # room for many envelopes while the writer commits (Linux)
                 fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ: 1 MiB (the default is 64 KiB)
             except OSError:
                 pass
-        self._send = Connection(to_child_w, readable=False)
-        recv = Connection(from_child_r, writable=False)
-        self._reader = threading.Thread(target=self._answers, args=(recv, self._proc), name="stepscope-ingest-answers",
-                                        daemon=True)
-        self._reader.start()
+            os.set_blocking(fd, False)
+        c = self._child = _Child(proc, to_child_w, from_child_r)
+        self._aloop.add_reader(from_child_r, self._readable, c)
+        return c
 
-    def _answers(self, recv: Connection, proc: subprocess.Popen) -> None:
-        """Resolve the futures as the writer process answers; when it is gone, fail what still waits on it."""
+    def _write(self, c: _Child, data: bytes) -> None:
+        if c.outbuf:  # (in order: behind what waits)
+            c.outbuf += data
+            return
         try:
-            while True:
-                for jid, ok, payload in recv.recv():
-                    with self._lock:
-                        fut = self._waiting.pop(jid, (None, None))[0]
-                    if fut is not None:
-                        fut.set_result(payload) if ok else fut.set_exception(WriteError(payload))
-        except (EOFError, OSError, pickle.UnpicklingError):
-            pass
-        finally:
-            recv.close()
-            with self._lock:
-                if self._proc is proc:  # the next submit starts another
-                    self._proc = None
-                    try:
-                        self._send.close()
-                    except OSError:
-                        pass
-                lost = [j for j, (_, p) in self._waiting.items() if p is proc]
-                lost = [self._waiting.pop(j)[0] for j in lost]
-            for f in lost:
-                f.set_exception(WriteError("the store writer stopped (its process ended): this envelope was not "
-                                           "stored"))
-            proc.wait()
+            n = os.write(c.wfd, data)
+        except BlockingIOError:
+            n = 0
+        except OSError:  # the process is gone: its answers pipe's EOF fails what waits on it
+            self._lost(c)
+            return
+        if n < len(data):
+            c.outbuf += memoryview(data)[n:]
+            self._aloop.add_writer(c.wfd, self._writable, c)
+
+    def _writable(self, c: _Child) -> None:
+        try:
+            n = os.write(c.wfd, c.outbuf)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._lost(c)
+            return
+        del c.outbuf[:n]
+        if not c.outbuf:
+            self._aloop.remove_writer(c.wfd)
+
+    def _readable(self, c: _Child) -> None:
+        """Resolve the futures as the writer process answers (``[(job id, ok, result or message)]`` a frame)."""
+        try:
+            data = os.read(c.rfd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(c)
+            return
+        c.inbuf += data
+        for raw in c.frames():
+            for jid, ok, payload in pickle.loads(raw):
+                fut = self._waiting.pop(jid, (None, None))[0]
+                if fut is not None and not fut.done():
+                    fut.set_result(payload) if ok else fut.set_exception(WriteError(payload))
+
+    def _lost(self, c: _Child) -> None:
+        """The process behind ``c`` is gone (or being replaced): stop watching its pipes and fail what still
+        waits on it."""
+        if c.ended:
+            return
+        c.ended = True
+        self._aloop.remove_reader(c.rfd)
+        if c.outbuf:
+            self._aloop.remove_writer(c.wfd)
+        for fd in (c.rfd, c.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._child is c:
+            self._child = None
+        lost = [j for j, (_, owner) in self._waiting.items() if owner is c]
+        for j in lost:
+            fut = self._waiting.pop(j)[0]
+            if not fut.done():
+                fut.set_exception(WriteError("the store writer stopped (its process ended): this envelope was not "
+                                             "stored"))
+        if c.proc.poll() is None:  # (replaced while alive: it finishes what it has, sees EOF and exits)
+            threading.Thread(target=c.proc.wait, name="stepscope-ingest-reap", daemon=True).start()
 
     def submit(self, b: Batch, project_id: str | None) -> Future:
-        """Queue one envelope; the future's result is ``apply``'s dict, or it raises the write error."""
+        """Thread mode: queue one envelope; the future's result is ``apply``'s dict, or it raises the write
+        error."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(WriterClosed("the server is shutting down"))
             return fut
-        if self.in_process:
-            self._q.put((b, project_id, fut))
-            return fut
-        with self._lock:
-            # a process that died and whose answers thread has not noticed yet (a busy machine) is replaced here,
-            # not sent more jobs to fail with: at most the envelopes in flight when it died get 503
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            jid = next(self._ids)
-            self._waiting[jid] = (fut, self._proc)  # and which process holds it, if that one dies
-            self._outbox.put((jid, b, project_id, self._send))
+        self._q.put((b, project_id, fut))
         return fut
 
-    def _sender(self) -> None:
-        """Pickle and write the queued jobs to the writer process (never in the event loop: a full pipe blocks
-        here, not the requests)."""
-        while True:
-            job = self._outbox.get()
-            if job is None:
-                return
-            jid, b, project, conn = job
-            try:
-                conn.send_bytes(pack(jid, b, project))
-            except (OSError, ValueError) as e:  # the process is gone (its answers thread fails the rest)
-                with self._lock:
-                    fut = self._waiting.pop(jid, (None, None))[0]
-                if fut is not None:
-                    fut.set_exception(WriteError(f"the store writer is not reachable ({e})"))
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Finish what is queued, then stop the writer."""
+    async def aclose(self, timeout: float = 30.0) -> None:
+        """Finish what is queued (every waiting envelope committed and answered), then stop the writer."""
         if self._closed:
             return
         self._closed = True
         if self.in_process:
             self._q.put(None)
-            self._thread.join(timeout)
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, timeout)
             return
-        with self._lock:
-            proc = self._proc
-        self._outbox.put(None)
-        self._sending.join(timeout)  # every queued job written
-        if proc is not None:
-            try:
-                self._send.send_bytes(b"")  # the end
-                self._send.close()
-            except (OSError, ValueError):
-                pass
-        if proc is not None:
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            self._reader.join(timeout)
+        c = self._child
+        if c is None:
+            return
+        self._write(c, _Child.frame(b""))  # the end: the process writes what came before it, answers, exits
+        deadline = time.monotonic() + timeout
+        while not c.ended and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        try:
+            c.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+            c.proc.wait()
+        self._lost(c)
 
     # -- a thread ------------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         st = Store(self.path)
         conn = st.conn
+        try:  # what a writer process left in the spool
+            while expand(conn, self.max_batch):
+                pass
+        except sqlite3.Error:
+            pass
         stop = False
         last_prune = 0.0
         while not stop:
@@ -287,20 +388,89 @@ class Writer:
         st.close()
 
 
+def spool(conn: sqlite3.Connection, raw: list[bytes]) -> None:
+    """Commit ``raw`` (``pack``'s bytes, one an envelope) to ``ingest_spool`` in one transaction; raises
+    sqlite3.Error (nothing written then)."""
+    now = time.time_ns()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (?, ?)", [(r, now) for r in raw])
+        conn.execute("COMMIT")
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+
+
+def expand(conn: sqlite3.Connection, limit: int) -> int:
+    """Turn up to ``limit`` spooled envelopes (oldest first) into runs, in one transaction: each is applied
+    under its own SAVEPOINT and its spool row deleted with it. An envelope whose ``apply`` raises is rolled
+    back alone and stays in the spool with the error (``ingest_spool.error``; tried again when the writer
+    starts next); a store error (a full disk) rolls the whole transaction back and raises, leaving the spool
+    as it was. Returns how many envelopes left the spool."""
+    rows = conn.execute("SELECT seq, body FROM ingest_spool WHERE error IS NULL ORDER BY seq LIMIT ?",
+                        (limit,)).fetchall()
+    if not rows:
+        return 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for seq, body in rows:
+            conn.execute("SAVEPOINT envelope")
+            try:
+                _, b, project = unpack(body)
+                apply(conn, b, project)
+                conn.execute("DELETE FROM ingest_spool WHERE seq = ?", (seq,))
+                conn.execute("RELEASE envelope")
+            except sqlite3.Error:
+                raise
+            except Exception as e:  # this envelope only: kept, with why
+                conn.execute("ROLLBACK TO envelope")
+                conn.execute("RELEASE envelope")
+                conn.execute("UPDATE ingest_spool SET error = ? WHERE seq = ?", (f"{type(e).__name__}: {e}"[:2000], seq))
+        conn.execute("COMMIT")
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+    return len(rows)
+
+
 def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
-    """The writer process: read jobs, apply them in batches, answer ``[(job id, ok, result or message)]``."""
+    """The writer process. Envelopes are answered once committed to ``ingest_spool`` (one commit for what is
+    queued: ``[(job id, ok, result or message)]``), then expanded into runs while the server reads the next
+    request (``expand``): a sequential client waits for one small commit, not for the whole write. Expansion
+    keeps pace with what comes in (after each spooled batch at least as many envelopes are expanded), and what a
+    previous writer left in the spool is expanded first."""
     recv = Connection(fd_in, writable=False)
     send = Connection(fd_out, readable=False)
     st = Store(path)
     quiet_gc()
     conn = st.conn
+    backlog = conn.execute("SELECT count(*) FROM ingest_spool").fetchone()[0]
+    retry_at = 0.0  # after a store error, expansion waits a second before trying again
     last_prune = 0.0
     stop = False
-    while not stop:
+    while True:
+        if backlog and time.monotonic() >= retry_at and (stop or not recv.poll(0)):
+            try:
+                done = expand(conn, min(max_batch, backlog))
+                backlog = max(0, backlog - done) if done else 0
+            except sqlite3.Error:
+                retry_at = time.monotonic() + 1.0
+            continue
+        if stop:
+            break
         try:
+            if backlog and not recv.poll(max(0.0, retry_at - time.monotonic())):
+                continue
             first = recv.recv_bytes()
         except (EOFError, OSError):
-            break
+            stop = True
+            continue
         raw = [first]
         while len(raw) < max_batch and raw[-1] and recv.poll(0):
             try:
@@ -310,15 +480,22 @@ def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
         if not raw[-1]:  # the end: what came before it is still written
             stop = True
             raw.pop()
-        jobs, ids = [], []
-        for r in raw:
-            jid, b, project = unpack(r)
-            ids.append(jid)
-            jobs.append((b, project))
-        if jobs:
-            results = apply_jobs(conn, jobs)
-            send.send([(jid, not isinstance(r, BaseException), r if not isinstance(r, BaseException) else str(r))
-                       for jid, r in zip(ids, results)])
+        if raw:
+            ids = [unpack_id(r) for r in raw]
+            try:
+                spool(conn, raw)
+            except sqlite3.Error as e:
+                send.send([(jid, False, str(e)) for jid in ids])
+            else:
+                send.send([(jid, True, {"spooled": 1}) for jid in ids])
+                backlog += len(raw)
+                # keep pace: expand at least as many as just came in before taking more
+                if time.monotonic() >= retry_at:
+                    try:
+                        done = expand(conn, min(max_batch, len(raw)))
+                        backlog = max(0, backlog - done) if done else 0
+                    except sqlite3.Error:
+                        retry_at = time.monotonic() + 1.0
         if time.monotonic() - last_prune > PRUNE_EVERY_S:
             last_prune = time.monotonic()
             try:
@@ -327,4 +504,3 @@ def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
                 pass
     st.close()
     send.close()
-

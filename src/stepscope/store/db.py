@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -78,6 +79,7 @@ class Store:
             self.conn = sqlite3.connect(db, timeout=30, check_same_thread=False, isolation_level=None)
             self._json: bool | None = None  # SQLite's JSON functions (``append(one_statement=True)``), once known
             self._provisional: dict[str, set[int]] = {}  # run id -> ids of the open spans written as rows
+            self._spool: bool | None = None  # the store has serve's ``ingest_spool`` (``settle_ingest``), once known
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open store {db}: {e}") from None
         try:
@@ -230,6 +232,7 @@ class Store:
 
         Raises StoreError naming the reference when nothing or more than one run matches.
         """
+        self.settle_ingest()
         if ref in (None, "", "last", "latest"):
             row = self.conn.execute("SELECT id FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT 1").fetchone()
             if row is None:
@@ -245,7 +248,28 @@ class Store:
             raise StoreError(f"run id {ref!r} is ambiguous ({', '.join(ids[:2])}, ...)")
         return ids[0]
 
+    def settle_ingest(self, timeout_s: float = 2.0) -> None:
+        """Wait (at most ``timeout_s``) until the envelopes that ``stepscope serve`` has acknowledged by now are
+        runs: its writer answers once an envelope is committed to ``ingest_spool`` and makes the runs right
+        after (``ingest.writer``), so a reader that asks just after a 200 sees the run. Returns at once when
+        the spool is empty or the store has none; envelopes that failed to become runs (``error``) are not
+        waited for."""
+        if self._spool is None:
+            self._spool = bool(self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_spool'").fetchone())
+        if not self._spool:
+            return
+        q = "SELECT max(seq) FROM ingest_spool WHERE error IS NULL"
+        last = self.conn.execute(q).fetchone()[0]
+        deadline = time.monotonic() + timeout_s
+        while last is not None and time.monotonic() < deadline:
+            time.sleep(0.002)
+            if self.conn.execute("SELECT 1 FROM ingest_spool WHERE error IS NULL AND seq <= ? LIMIT 1",
+                                 (last,)).fetchone() is None:
+                return
+
     def list_runs(self, limit: int | None = None) -> list[Run]:
+        self.settle_ingest()
         q = "SELECT * FROM runs ORDER BY created_wall_ns DESC, id DESC"
         if limit:
             q += f" LIMIT {int(limit)}"

@@ -85,6 +85,8 @@ CREATE INDEX IF NOT EXISTS ingest_chunks_profiler ON ingest_chunks (profiler_id,
 CREATE TABLE IF NOT EXISTS ingest_pending (event_id TEXT NOT NULL, body BLOB NOT NULL, received_wall_ns INTEGER);
 CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
 CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received INTEGER NOT NULL, stored INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ingest_spool (seq INTEGER PRIMARY KEY, body BLOB NOT NULL, received_wall_ns INTEGER,
+  error TEXT);
 """
 
 BENCH = """

@@ -119,7 +119,7 @@ def create_app(config: ServerConfig) -> Starlette:
         try:
             yield
         finally:
-            state.writer.close()
+            await state.writer.aclose()
 
     async def not_found(request: Request, exc) -> Response:
         detail = getattr(exc, "detail", "not found")
@@ -134,9 +134,14 @@ def create_app(config: ServerConfig) -> Starlette:
 
     async def stats(request: Request) -> Response:
         # the writer made the ingest tables before the first request (lifespan)
-        rows = state.store().conn.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall()
+        c = state.store().conn
+        rows = c.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall()
+        # acknowledged envelopes not yet runs (the writer's backlog), and those that failed to become runs (kept,
+        # tried again when the writer starts next)
+        waiting, failed = c.execute("SELECT count(*) - count(error), count(error) FROM ingest_spool").fetchone()
         return Response(orjson.dumps({"endpoint": dataclasses.asdict(state.counters),
-                                      "items": {t: {"received": r, "stored": s} for t, r, s in rows}}),
+                                      "items": {t: {"received": r, "stored": s} for t, r, s in rows},
+                                      "spool": {"waiting": waiting, "failed": failed}}),
                         media_type="application/json")
 
     routes = [

@@ -5,7 +5,6 @@ over the limit (before or after decompression), 503 when the store cannot be wri
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
@@ -75,7 +74,8 @@ class IngestEndpoint:
 
     async def handle(self, request: Request) -> JSONResponse:
         """Read, authenticate, decode, validate, then store through the writer; answers only once the
-        envelope is committed (200) or refused (400/401/413/503)."""
+        envelope is committed to the store (200; the writer process commits it to its spool, ``ingest.writer``)
+        or refused (400/401/413/503)."""
         c: Counters = self.state.counters
         try:
             body = await self._read(request)
@@ -92,7 +92,7 @@ class IngestEndpoint:
                 c.too_large += 1
             return JSONResponse({"detail": r.detail}, status_code=r.status)
         try:
-            result = await asyncio.wrap_future(self.state.writer.submit(batch, project))
+            result = await self.state.writer.store(batch, project)
         except Exception as e:  # the store, not the envelope: the client may retry
             c.unavailable += 1
             log.warning("could not store an envelope: %s", e)
@@ -100,8 +100,11 @@ class IngestEndpoint:
         c.accepted += 1
         enc = (request.headers.get("content-encoding") or "identity").strip().lower()
         c.encodings[enc] = c.encodings.get(enc, 0) + 1
+        # Relay's answer; the thread writer also says what it stored (the process writer answers once the envelope
+        # is committed to the spool, before it becomes runs)
+        extra = {k: result[k] for k in ("runs", "samples") if k in result}
         return JSONResponse({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions else None),
-                             "runs": result["runs"], "samples": result["samples"]})
+                             **extra})
 
     async def _read(self, request: Request) -> bytes:
         limit = self.state.config.max_body_bytes
