@@ -369,3 +369,20 @@ def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client)
                     ("0" * 32,))
     assert prune(st.conn, time.time_ns()) == 1  # old samples sent today stay; what came two days ago goes
     assert [r[0] for r in st.conn.execute("SELECT chunk_id FROM ingest_chunks")] == ["1" * 32]
+
+
+def test_a_reader_waits_for_acknowledged_envelopes_only_while_a_writer_works_on_them(tmp_path):
+    """``Store.settle_ingest``: with no server running, a spooled envelope (acknowledged, not yet a run) holds a
+    reader up for at most the stall limit (0.5 s), not the 2 s limit; a failed one not at all."""
+    from stepscope.ingest.apply import ensure_schema
+
+    st = Store(tmp_path / "s")
+    ensure_schema(st.conn)
+    st.conn.execute("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (x'00', 0)")
+    t = time.monotonic()
+    assert Store(tmp_path / "s").list_runs() == []
+    assert 0.4 < time.monotonic() - t < 1.5
+    st.conn.execute("UPDATE ingest_spool SET error = 'x'")
+    t = time.monotonic()
+    assert Store(tmp_path / "s").list_runs() == []
+    assert time.monotonic() - t < 0.3

@@ -248,25 +248,31 @@ class Store:
             raise StoreError(f"run id {ref!r} is ambiguous ({', '.join(ids[:2])}, ...)")
         return ids[0]
 
-    def settle_ingest(self, timeout_s: float = 2.0) -> None:
+    def settle_ingest(self, timeout_s: float = 2.0, stall_s: float = 0.5) -> None:
         """Wait (at most ``timeout_s``) until the envelopes that ``stepscope serve`` has acknowledged by now are
         runs: its writer answers once an envelope is committed to ``ingest_spool`` and makes the runs right
         after (``ingest.writer``), so a reader that asks just after a 200 sees the run. Returns at once when
-        the spool is empty or the store has none; envelopes that failed to become runs (``error``) are not
-        waited for."""
+        the spool is empty or the store has none, and after ``stall_s`` without progress (no server running:
+        what the spool holds becomes runs when it starts next); envelopes that failed to become runs
+        (``error``) are not waited for."""
         if self._spool is None:
             self._spool = bool(self.conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_spool'").fetchone())
         if not self._spool:
             return
-        q = "SELECT max(seq) FROM ingest_spool WHERE error IS NULL"
-        last = self.conn.execute(q).fetchone()[0]
-        deadline = time.monotonic() + timeout_s
-        while last is not None and time.monotonic() < deadline:
+        last = self.conn.execute("SELECT max(seq) FROM ingest_spool WHERE error IS NULL").fetchone()[0]
+        if last is None:
+            return
+        q = "SELECT min(seq) FROM ingest_spool WHERE error IS NULL AND seq <= ?"
+        first = self.conn.execute(q, (last,)).fetchone()[0]
+        now = time.monotonic()
+        deadline, moved = now + timeout_s, now
+        while first is not None and now < deadline and now - moved < stall_s:
             time.sleep(0.002)
-            if self.conn.execute("SELECT 1 FROM ingest_spool WHERE error IS NULL AND seq <= ? LIMIT 1",
-                                 (last,)).fetchone() is None:
-                return
+            now = time.monotonic()
+            head = self.conn.execute(q, (last,)).fetchone()[0]
+            if head != first:
+                first, moved = head, now
 
     def list_runs(self, limit: int | None = None) -> list[Run]:
         self.settle_ingest()
