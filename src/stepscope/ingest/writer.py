@@ -26,6 +26,7 @@ answered when it returns. Two ways:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import fcntl
 import itertools
@@ -388,13 +389,12 @@ class Writer:
         st.close()
 
 
-def spool(conn: sqlite3.Connection, raw: list[bytes]) -> None:
-    """Commit ``raw`` (``pack``'s bytes, one an envelope) to ``ingest_spool`` in one transaction; raises
-    sqlite3.Error (nothing written then)."""
-    now = time.time_ns()
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection):
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; on any error ``ROLLBACK`` (nothing written) and the error raised."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.executemany("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (?, ?)", [(r, now) for r in raw])
+        yield
         conn.execute("COMMIT")
     except BaseException:
         try:
@@ -402,6 +402,14 @@ def spool(conn: sqlite3.Connection, raw: list[bytes]) -> None:
         except sqlite3.Error:
             pass
         raise
+
+
+def spool(conn: sqlite3.Connection, raw: list[bytes]) -> None:
+    """Commit ``raw`` (``pack``'s bytes, one an envelope) to ``ingest_spool`` in one transaction; raises
+    sqlite3.Error (nothing written then)."""
+    now = time.time_ns()
+    with _immediate(conn):
+        conn.executemany("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (?, ?)", [(r, now) for r in raw])
 
 
 def expand(conn: sqlite3.Connection, limit: int) -> int:
@@ -414,8 +422,7 @@ def expand(conn: sqlite3.Connection, limit: int) -> int:
                         (limit,)).fetchall()
     if not rows:
         return 0
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         for seq, body in rows:
             conn.execute("SAVEPOINT envelope")
             try:
@@ -429,13 +436,6 @@ def expand(conn: sqlite3.Connection, limit: int) -> int:
                 conn.execute("ROLLBACK TO envelope")
                 conn.execute("RELEASE envelope")
                 conn.execute("UPDATE ingest_spool SET error = ? WHERE seq = ?", (f"{type(e).__name__}: {e}"[:2000], seq))
-        conn.execute("COMMIT")
-    except BaseException:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        raise
     return len(rows)
 
 
