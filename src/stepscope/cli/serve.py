@@ -55,7 +55,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
               + (f"?sentry_key={keys[0].public_key}" if keys and not open_mode else "") + "\")")
     app = create_app(ServerConfig(store=path, open_mode=open_mode, max_body_bytes=int(max_body_mb * _MB),
                                   max_decoded_bytes=int(max_decoded_mb * _MB), host=host))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False))
+    # (no proxy headers: the server is for this machine; uvicorn's middleware for them costs every request)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+                                           proxy_headers=False))
     from ..ingest.writer import quiet_gc
 
     quiet_gc()  # (each envelope's records are short-lived: see there)

@@ -9,9 +9,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from ..ingest import sentry
 from ..ingest.decode import BadEncoding, BodyTooLarge, decode_body
@@ -103,8 +104,8 @@ class IngestEndpoint:
         # Relay's answer; the thread writer also says what it stored (the process writer answers once the envelope
         # is committed to the spool, before it becomes runs)
         extra = {k: result[k] for k in ("runs", "samples") if k in result}
-        return JSONResponse({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions else None),
-                             **extra})
+        return Response(orjson.dumps({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions
+                                                                 else None), **extra}), media_type="application/json")
 
     async def _read(self, request: Request) -> bytes:
         limit = self.state.config.max_body_bytes
