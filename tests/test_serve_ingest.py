@@ -386,3 +386,22 @@ def test_a_reader_waits_for_acknowledged_envelopes_only_while_a_writer_works_on_
     t = time.monotonic()
     assert Store(tmp_path / "s").list_runs() == []
     assert time.monotonic() - t < 0.3
+
+
+def test_the_thread_writer_stores_what_a_writer_process_left_in_the_spool(app_key, monkeypatch):
+    """A store whose spool holds an acknowledged envelope (its server stopped before making the run), opened by a
+    server with the thread writer: the run is made before the first read."""
+    from stepscope.ingest import sentry
+    from stepscope.ingest.apply import ensure_schema
+    from stepscope.ingest.envelope import parse
+    from stepscope.ingest.writer import pack
+
+    store, key = app_key
+    st = Store(store)
+    ensure_schema(st.conn)
+    b = sentry.batch(parse(envelope([({"type": "transaction"}, transaction(EID, "left"))])))
+    st.conn.execute("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (?, 0)", (pack(7, b, "1"),))
+    monkeypatch.setenv("STEPSCOPE_INGEST_WRITER", "thread")
+    with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as client:
+        assert [r.command for r in runs(store)] == [["left"]]
+        assert client.get("/api/stats").json()["spool"] == {"waiting": 0, "failed": 0}
