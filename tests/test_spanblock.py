@@ -1,6 +1,7 @@
 """Span and sample blocks (store schema 4): spans other than transactions, and samples, are stored as binary
 column blocks; what goes in comes out the same through both loaders, old row-stored runs still read, a provisional
-row loses to its finished span, and a damaged block is refused in one line."""
+row loses to its finished span, and a damaged block is refused in one line. Profile blocks (schema 5): frames and
+stacks in blocks and rows read in index order through both loaders; a schema-4 store gains the table."""
 
 import json
 import sys
@@ -11,8 +12,9 @@ from conftest import run_cli
 
 from stepscope.analysis.table import NO_PARENT, load_run, read_spans
 from stepscope.model import Run
-from stepscope.store import sampleblock, spanblock
+from stepscope.store import profileblock, sampleblock, spanblock
 from stepscope.store.db import Store, StoreError
+from stepscope.store.schema import SCHEMA_VERSION
 
 BIG = 2 ** 63 - 1
 
@@ -124,7 +126,7 @@ def test_a_schema_3_store_with_row_spans_gains_block_runs_beside_them(tmp_path):
     st.conn.execute("UPDATE meta SET value = '3' WHERE key = 'format_version'")
     st.close()
     st = Store(store)  # migrated: the table is back, the old rows read as before
-    assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "4"
+    assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == str(SCHEMA_VERSION)
     t = read_spans(st.conn, "old")
     assert [s.name for s in t] == ["a", "b"] and t.get(2).attrs == {"k": 1}
     _run(st, "new")
@@ -157,3 +159,45 @@ def test_samples_in_rows_and_blocks_read_the_same_through_both_loaders_in_time_o
             load("r")
     st.delete_run("r")
     assert sampleblock.count_all(st.conn) == 0
+
+
+def test_frames_and_stacks_in_rows_and_blocks_read_in_index_order_through_both_loaders(tmp_path):
+    st = Store(tmp_path)
+    _run(st, "r")
+    st.conn.executemany("INSERT INTO frames VALUES ('r',?,?,?,?,?)", [(0, "main", "app", "/app.py", 1),
+                                                                       (1, "f", "app", "/app.py", 5)])
+    st.conn.execute("INSERT INTO stacks VALUES ('r', 0, '0,1')")
+    profileblock.insert(st.conn, "r", "frames", 2, [("g", "mod", "/mod.py", 9), ("naïve", "m", "/m.py", 2 ** 31)])
+    profileblock.insert(st.conn, "r", "stacks", 1, ["0,2", "0,2,3", ""])
+    st.conn.executemany("INSERT INTO stacks VALUES ('r',?,?)", [(4, "0,1,3")])
+    want_frames = [("main", "app", "/app.py", 1), ("f", "app", "/app.py", 5), ("g", "mod", "/mod.py", 9),
+                   ("naïve", "m", "/m.py", 2 ** 31)]
+    want_stacks = [(0, 1), (0, 2), (0, 2, 3), (), (0, 1, 3)]
+    for data in (st.load("r"), load_run(st, "r")):
+        assert [(f.function, f.module, f.file, f.line) for f in data.profile.frames] == want_frames
+        assert [tuple(s) for s in data.profile.stacks] == want_stacks
+
+
+def test_a_damaged_profile_block_is_refused_in_one_line(tmp_path):
+    st = Store(tmp_path)
+    _run(st, "r")
+    st.conn.execute("INSERT INTO profile_blocks VALUES ('r', 'frames', 0, ?)", (b'[["f", "m"]]',))
+    for load in (st.load, lambda rid: load_run(st, rid)):
+        with pytest.raises(StoreError, match="runs.db: run r: a frames block"):
+            load("r")
+
+
+def test_a_schema_4_store_gains_profile_blocks_and_keeps_its_rows(tmp_path):
+    st = Store(tmp_path)
+    _run(st, "old")
+    st.conn.execute("INSERT INTO frames VALUES ('old', 0, 'f', 'm', '/m.py', 3)")
+    st.conn.execute("INSERT INTO stacks VALUES ('old', 0, '0')")
+    st.conn.execute("DROP TABLE profile_blocks")
+    st.conn.execute("UPDATE meta SET value = '4' WHERE key = 'format_version'")
+    st.close()
+    st = Store(tmp_path)
+    assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "5"
+    data = st.load("old")
+    assert [f.function for f in data.profile.frames] == ["f"] and data.profile.stacks == [(0,)]
+    st.delete_run("old")
+    assert st.conn.execute("SELECT count(*) FROM frames").fetchone()[0] == 0

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from ..model import Frame, Profile, RunData, Span
-from ..store import sampleblock
+from ..store import profileblock, sampleblock
 from ..store.db import StoreError
 from ..store.spanblock import BlockError, bodies, header
 
@@ -326,10 +326,11 @@ def load_run(store, ref: str | None = None) -> RunData:
     run = store.get_run(run_id)
     c = store.conn
     table = read_spans(c, run_id)
-    frames = [Frame(*r) for r in c.execute(
-        "SELECT function, module, file, line FROM frames WHERE run_id = ? ORDER BY idx", (run_id,))]
-    stacks = [tuple(int(x) for x in r[0].split(",")) if r[0] else ()
-              for r in c.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
+    try:
+        frames = [Frame(*r) for r in profileblock.frames(c, run_id)]
+        stacks = list(map(profileblock.parse_stack, profileblock.stacks(c, run_id)))
+    except profileblock.BlockError as e:
+        raise StoreError(f"{store.path / 'runs.db'}: run {run_id}: {e}") from None
     cur = c.execute("SELECT t_ns, thread_id, stack, coalesce(wall_ns, -1), coalesce(cpu_ns, -1) FROM samples"
                     " WHERE run_id = ? ORDER BY t_ns", (run_id,))
     parts = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..model import Frame, MemoryTrack, Profile, Run, RunData, Span
-from . import sampleblock, schema, spanblock
+from . import profileblock, sampleblock, schema, spanblock
 
 
 _HOST = socket.gethostname()
@@ -214,7 +214,8 @@ class Store:
     def delete_run(self, run_id: str) -> None:
         c = self.conn
         c.execute("BEGIN")
-        for table in ("spans", "span_blocks", "frames", "stacks", "samples", "sample_blocks", "threads", "os_threads", "memory"):
+        for table in ("spans", "span_blocks", "frames", "stacks", "profile_blocks", "samples", "sample_blocks", "threads",
+                      "os_threads", "memory"):
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_events'").fetchone():
             c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
@@ -304,10 +305,11 @@ class Store:
         spans = [Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0, "error" if r[7] else "ok", r[7],
                       r[8] or {}) for r in rows]
         del rows
-        frames = [Frame(*r) for r in c.execute(
-            "SELECT function, module, file, line FROM frames WHERE run_id = ? ORDER BY idx", (run_id,))]
-        stacks = [tuple(int(x) for x in r[0].split(",")) if r[0] else ()
-                  for r in c.execute("SELECT frames FROM stacks WHERE run_id = ? ORDER BY idx", (run_id,))]
+        try:
+            frames = [Frame(*r) for r in profileblock.frames(c, run_id)]
+            stacks = list(map(profileblock.parse_stack, profileblock.stacks(c, run_id)))
+        except profileblock.BlockError as e:
+            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
         try:
             rows = sampleblock.rows(c, run_id)
         except sampleblock.BlockError as e:

@@ -16,6 +16,9 @@
   as one block per flush or ingested profile (``sample_blocks``, ``store.sampleblock``). A store of version 3 or
   less is migrated by adding the tables; its spans and samples stay rows, which readers still read. A
   stepscope of version 3 refuses a version-4 store (it would not see the spans in blocks).
+- **5**: a run's frames and stacks may also be blocks (``profile_blocks``, layout in ``store.profileblock``): the
+  ingest writes an ingested profile's frames and stacks as one row each. A store of version 4 is migrated by adding
+  the table; a stepscope of version 4 refuses a version-5 store (it would not see those frames and stacks).
 
 Opening a store: an empty file (or none) gets the core tables and the version; an older version is
 migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
@@ -31,7 +34,7 @@ import functools
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 CORE = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -59,6 +62,9 @@ CREATE TABLE IF NOT EXISTS stacks (
   run_id TEXT NOT NULL, idx INTEGER NOT NULL, frames TEXT NOT NULL,
   PRIMARY KEY (run_id, idx)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS profile_blocks (run_id TEXT NOT NULL, kind TEXT NOT NULL, first_idx INTEGER NOT NULL,
+  body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS profile_blocks_run ON profile_blocks (run_id, kind);
 CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, thread_id INTEGER, stack INTEGER,
   wall_ns INTEGER, cpu_ns INTEGER);
 CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t_ns);
@@ -157,7 +163,8 @@ class _Found:
                                   "add (not a stepscope store, or a damaged one)")
             if lack:
                 self.missing[table] = lack
-        self.missing_core = [t for t in ("runs", "spans", "span_blocks", "frames", "stacks", "samples", "sample_blocks", "threads", "os_threads", "memory")
+        self.missing_core = [t for t in ("runs", "spans", "span_blocks", "frames", "stacks", "profile_blocks", "samples", "sample_blocks", "threads",
+                                            "os_threads", "memory")
                              if t not in self.tables]
 
     @property
