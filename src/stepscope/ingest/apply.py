@@ -62,6 +62,11 @@ def _dumps(obj) -> str:
         return json.dumps(obj, default=str)
 
 
+def _rate(p: ProfileRecord) -> float:
+    """A profile's sampling rate (samples/s): measured, or the Python SDK's default."""
+    return p.hz() or SENTRY_PYTHON_HZ
+
+
 def _create_run(conn: sqlite3.Connection, tx: TransactionRecord, project_id: str | None, hz: float = 0.0) -> str:
     """A new run for ``tx``; ``hz``: the sampling rate of the profile that comes with it (0: none yet)."""
     rid = _run_id(conn, tx)
@@ -150,7 +155,7 @@ def _attach(conn: sqlite3.Connection, run_id: str, anchor_ns: int, p: ProfileRec
                          ((run_id, tid, nm, None) for tid, nm in p.thread_names.items()))
     if fresh:
         return len(rows)
-    hz = p.hz() or SENTRY_PYTHON_HZ
+    hz = _rate(p)
     row = conn.execute("SELECT settings FROM runs WHERE id = ?", (run_id,)).fetchone()
     settings = json.loads(row[0] or "{}")
     if not settings.get("profiles_hz"):
@@ -170,7 +175,7 @@ def apply(conn: sqlite3.Connection, b: Batch, project_id: str | None) -> dict:
             out["duplicates"] += 1
             continue
         p = by_event.pop(tx.event_id, None)
-        rid = _create_run(conn, tx, project_id, (p.hz() or SENTRY_PYTHON_HZ) if p is not None and p.samples else 0.0)
+        rid = _create_run(conn, tx, project_id, _rate(p) if p is not None and p.samples else 0.0)
         out["runs"].append(rid)
         stored["transaction"] = stored.get("transaction", 0) + 1
         window = (tx.start_ns, tx.end_ns)

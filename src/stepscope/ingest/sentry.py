@@ -354,24 +354,21 @@ def _profile_body(prof: dict, what: str, sample_time, fast_times) -> tuple[list,
                        str(f.get("abs_path") or f.get("filename") or "")[:1000], max(0, min(line, 2**31))))
     nf = len(frames)
     sdk_frames = {i for i, f in enumerate(frames) if f[1] == "sentry_sdk" or f[1].startswith("sentry_sdk.")}
-    stacks = []
     flat = list(chain.from_iterable(stacks_in)) if set(map(type, stacks_in)) <= {list} else None
-    if flat is not None and (not flat or (set(map(type, flat)) == {int} and min(flat) >= 0 and max(flat) < nf)):
-        # every stack well-formed (checked all at once, in C)
-        if not sdk_frames:
-            stacks = list(map(tuple, map(reversed, stacks_in)))  # Sentry: leaf first; stepscope: root first
-        else:
-            stacks = [tuple(reversed([j for j in st if j not in sdk_frames] or st)) for st in stacks_in]
-    else:
+    if flat is None or (flat and not (set(map(type, flat)) == {int} and min(flat) >= 0 and max(flat) < nf)):
+        # (all stacks are checked at once, in C; only when one is malformed, stack by stack to name it)
         for i, st in enumerate(stacks_in):
             if type(st) is not list:
-                st = _list(st, f"{what}: profile.stacks[{i}]")
-            if st and not (set(map(type, st)) == {int} and min(st) >= 0 and max(st) < nf):  # checked in C
+                _list(st, f"{what}: profile.stacks[{i}]")
+            if st and not (set(map(type, st)) == {int} and min(st) >= 0 and max(st) < nf):
                 for j in st:
                     if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < nf:
                         raise EnvelopeError(f"{what}: profile.stacks[{i}]: frame index {j!r} is not in profile.frames")
-            kept = ([j for j in st if j not in sdk_frames] or st) if sdk_frames else st  # the SDK's span wrappers,
-            stacks.append(tuple(reversed(kept)))  # hidden as stepscope's are. Sentry: leaf first; stepscope: root first
+    # the SDK's span wrappers hidden, as stepscope's are. Sentry: leaf first; stepscope: root first
+    if not sdk_frames:
+        stacks = list(map(tuple, map(reversed, stacks_in)))
+    else:
+        stacks = [tuple(reversed([j for j in st if j not in sdk_frames] or st)) for st in stacks_in]
     ns = len(stacks)
     samples = _fast_samples(samples_in, ns, fast_times)
     if samples is None:  # one is malformed (or of a rarer form): sample by sample, naming the first bad one
@@ -428,14 +425,15 @@ def profile_v1(doc: dict, what: str) -> ProfileRecord:
             if not all(map(str.isdigit, es)):
                 return None
             try:  # ASCII digits without leading zeros read as one JSON array (in C); int() for the rest
-                es = orjson.loads("".join(("[", ",".join(es), "]")))
-                if len(es) != len(samples) or set(map(type, es)) != {int}:
+                ints = orjson.loads("".join(("[", ",".join(es), "]")))
+                if len(ints) != len(es) or set(map(type, ints)) != {int}:
                     raise ValueError
             except (orjson.JSONDecodeError, ValueError):
                 try:
-                    es = list(map(int, [s.get("elapsed_since_start_ns") for s in samples]))
+                    ints = list(map(int, es))
                 except ValueError:
                     return None
+            es = ints
         elif kinds != {int}:
             return None
         if min(es) < 0 or max(es) >= 2**50:

@@ -115,22 +115,17 @@ def apply_jobs(conn: sqlite3.Connection, jobs: list[tuple[Batch, str | None]]) -
     A failed commit fails them all."""
     results: list = []
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        for b, project in jobs:
-            conn.execute("SAVEPOINT envelope")
-            try:
-                results.append(apply(conn, b, project))
-                conn.execute("RELEASE envelope")
-            except Exception as e:  # this envelope only
-                conn.execute("ROLLBACK TO envelope")
-                conn.execute("RELEASE envelope")
-                results.append(e)
-        conn.execute("COMMIT")
+        with _immediate(conn):
+            for b, project in jobs:
+                conn.execute("SAVEPOINT envelope")
+                try:
+                    results.append(apply(conn, b, project))
+                    conn.execute("RELEASE envelope")
+                except Exception as e:  # this envelope only
+                    conn.execute("ROLLBACK TO envelope")
+                    conn.execute("RELEASE envelope")
+                    results.append(e)
     except sqlite3.Error as e:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
         results = [e] * len(jobs)
     return results
 
@@ -454,13 +449,18 @@ def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
     retry_at = 0.0  # after a store error, expansion waits a second before trying again
     last_prune = 0.0
     stop = False
+
+    def expand_some(limit: int) -> None:
+        nonlocal backlog, retry_at
+        try:
+            done = expand(conn, min(max_batch, limit))
+            backlog = max(0, backlog - done) if done else 0
+        except sqlite3.Error:
+            retry_at = time.monotonic() + 1.0
+
     while True:
         if backlog and time.monotonic() >= retry_at and (stop or not recv.poll(0)):
-            try:
-                done = expand(conn, min(max_batch, backlog))
-                backlog = max(0, backlog - done) if done else 0
-            except sqlite3.Error:
-                retry_at = time.monotonic() + 1.0
+            expand_some(backlog)
             continue
         if stop:
             break
@@ -489,13 +489,8 @@ def _child(path: str, fd_in: int, fd_out: int, max_batch: int) -> None:
             else:
                 send.send([(jid, True, {"spooled": 1}) for jid in ids])
                 backlog += len(raw)
-                # keep pace: expand at least as many as just came in before taking more
-                if time.monotonic() >= retry_at:
-                    try:
-                        done = expand(conn, min(max_batch, len(raw)))
-                        backlog = max(0, backlog - done) if done else 0
-                    except sqlite3.Error:
-                        retry_at = time.monotonic() + 1.0
+                if time.monotonic() >= retry_at:  # keep pace: expand as many as just came in before taking more
+                    expand_some(len(raw))
         if time.monotonic() - last_prune > PRUNE_EVERY_S:
             last_prune = time.monotonic()
             try:

@@ -261,11 +261,8 @@ class Store:
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_spool'").fetchone())
         if not self._spool:
             return
-        last = self.conn.execute("SELECT max(seq) FROM ingest_spool WHERE error IS NULL").fetchone()[0]
-        if last is None:
-            return
+        first, last = self.conn.execute("SELECT min(seq), max(seq) FROM ingest_spool WHERE error IS NULL").fetchone()
         q = "SELECT min(seq) FROM ingest_spool WHERE error IS NULL AND seq <= ?"
-        first = self.conn.execute(q, (last,)).fetchone()[0]
         now = time.monotonic()
         deadline, moved = now + timeout_s, now
         while first is not None and now < deadline and now - moved < stall_s:

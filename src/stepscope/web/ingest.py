@@ -73,7 +73,7 @@ class IngestEndpoint:
     def __init__(self, state) -> None:
         self.state = state
 
-    async def handle(self, request: Request) -> JSONResponse:
+    async def handle(self, request: Request) -> Response:
         """Read, authenticate, decode, validate, then store through the writer; answers only once the
         envelope is committed to the store (200; the writer process commits it to its spool, ``ingest.writer``)
         or refused (400/401/413/503)."""
