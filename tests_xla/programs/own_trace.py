@@ -7,6 +7,7 @@ import sys
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 import torch  # noqa: E402
 import torch_xla  # noqa: E402
+import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.debug.profiler as xp  # noqa: E402
 
 out = sys.argv[1]
@@ -20,5 +21,6 @@ for step in range(4):
         scale = x.abs().max().item()  # the read: the graph so far runs and its value comes back
         x = x / (scale + 1.0)
     torch_xla.sync()
+xm.wait_device_ops()  # the last step's graph runs asynchronously: let it finish inside the trace
 xp.stop_trace()
 print("done", x.shape)
