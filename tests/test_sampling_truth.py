@@ -62,10 +62,10 @@ def test_shares_within_5_points_of_the_truth(program, hz, per_ms, tmp_path, stor
     assert work * 0.9 <= sampled <= data.run.wall_time_ns / 1e9 * 1.05, (sampled, work)
     if program.startswith("burst_sleep"):  # CPU time: the sleeping half is (almost) gone
         cpu = _shares(index, "cpu", sorted(truth))
-        # at 1000 Hz the sleep keeps up to 14.4 % of the CPU time here (over 10 % in 5 of 9 runs on a 2-core VM): the
-        # kernel notices a CPU-timer expiration late, often when the wall timer's signal wakes the sleeping thread
-        # (~2.5 times a 2.5 ms sleep), and the signal is handled there (README: limits of the CPU view)
-        limit = 0.1 if hz < 500 else 0.2
+        # the sleep keeps some CPU samples (up to 14.4 % at 1000 Hz, over 10 % in 5 of 9 runs, and 16.3 % once at
+        # 101 Hz, on a 2-core VM): the kernel notices a CPU-timer expiration late, often when the wall timer's signal
+        # wakes the sleeping thread, and the signal is handled there (README: limits of the CPU view)
+        limit = 0.2
         assert cpu["B"] < limit and cpu["A"] > 1 - limit, cpu
 
 
