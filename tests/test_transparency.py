@@ -44,6 +44,9 @@ CASES = {
                ["__main__.g"], {"__main__.g"}, False),
     "torch": (["case_torch.py"], ["__main__.Net.forward", "__main__.Block.forward"],
               {"__main__.Net.forward", "__main__.Block.forward"}, False),
+    # an inherited __call__ (nn.Module._wrapped_call_impl) traced through the subclass, under torch.compile
+    "torch-call": (["case_torch_call.py"], ["tpnet.Net.forward", "tpnet.Net.__call__", "tpnet.Block.__call__"],
+                   {"tpnet.Net.__call__", "tpnet.Block.__call__"}, False),
     "main-m": (["-m", "case_main_plain"], ["__main__.g"], {"__main__.g"}, False),
 }
 
@@ -67,7 +70,7 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
                              text=True).stdout.strip()
     if new_only and int(version) < 12:
         pytest.skip("on 3.11 a program's own profilers see stepscope's probe calls (README)")
-    if case == "torch" and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode:
+    if case.startswith("torch") and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode:
         pytest.skip("torch is installed for this project's 3.11 only")
     work = tmp_path / "work"
     shutil.copytree(HERE, work)

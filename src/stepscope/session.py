@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import types
 from typing import Any
 
 from . import clock
@@ -120,6 +121,53 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def _own_codes(modules) -> list:
+    """Every code object of the functions and methods defined in ``modules`` (nested code included)."""
+    out: list = []
+    seen: set = set()
+
+    def add(code) -> None:
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        out.append(code)
+        for k in code.co_consts:
+            if isinstance(k, types.CodeType):
+                add(k)
+
+    for mod in modules:
+        for obj in list(vars(mod).values()):
+            objs = [obj]
+            if isinstance(obj, type) and obj.__module__ == mod.__name__:
+                objs = list(vars(obj).values())
+            for o in objs:
+                o = getattr(o, "__func__", o)  # classmethod / staticmethod
+                code = getattr(o, "__code__", None)
+                if isinstance(code, types.CodeType) and getattr(o, "__module__", None) == mod.__name__:
+                    add(code)
+    return out
+
+
+def _skip_own_code(skip) -> None:
+    """Mark the recording side's code as "never convert this frame" for Dynamo (``skip(code)``:
+    ``torch._dynamo.eval_frame.skip_code``). ``probes.compiled`` stays visible: Dynamo calls it through
+    ``assume_constant_result`` while it traces a traced function's compile-time branch."""
+    from .profiling import sampler as _sampler, signals as _signals
+    from .tracing import buffer as _buffer, probes as _probes
+
+    keep = {_probes.compiled.__code__, _probes.note_compiled.__code__}
+    mods = [_probes, _buffer, _sampler, _signals, _memory]
+    mon = sys.modules.get("stepscope.tracing.monitoring")
+    if mon is not None:
+        mods.append(mon)
+    for code in _own_codes(mods):
+        if code not in keep:
+            try:
+                skip(code)
+            except Exception:
+                pass
+
+
 def _dynamo_loaded(patcher: Patcher):
     """When torch.compile (Dynamo) is imported: make the traced code's compile-time branch visible to it
     (3.11 mechanism: the original body, no probe, no graph break), note traced functions that it compiles
@@ -136,19 +184,13 @@ def _dynamo_loaded(patcher: Patcher):
                        "stepscope.tracing.mirror", "stepscope.api"):
             trace_rules.add(module)
         codeswap.dynamo_loaded(torch.compiler.is_compiling, torch._dynamo.assume_constant_result(probes.compiled))
-        # the timer-signal handler runs between any two bytecodes, also while Dynamo's frame hook is set: its
-        # frames (and the sampler's) are run as they are, never converted
+        # stepscope's own frames are run as they are, never converted into a graph: the timer-signal handler
+        # (between any two bytecodes, also while Dynamo's frame hook is set), and the probes, which run as a
+        # frame of their own when Dynamo skips the traced code's frame (``nn.Module._wrapped_call_impl``,
+        # an inherited ``__call__`` traced through a subclass) and would otherwise be the frame it converts
         skip = getattr(getattr(torch._dynamo, "eval_frame", None), "skip_code", None)
         if skip is not None:
-            from .profiling import sampler as _sampler, signals as _signals
-
-            for fn in (_signals._handler, _sampler.Sampler.sample_frame, _sampler.Sampler._record,
-                       _sampler.Sampler._add_frame, _memory.MemoryLane.sample, _memory.RssReader.read,
-                       _memory.RssReader.peak, _memory.CudaReader.read, _memory.CudaReader._ready):
-                try:
-                    skip(fn.__code__)
-                except Exception:
-                    pass
+            _skip_own_code(skip)
         monitor = getattr(patcher.mechanism, "_monitor", None)
         register = getattr(getattr(dynamo, "convert_frame", None), "register_bytecode_hook", None)
         if monitor is not None and register is not None:  # 3.12+: compiled frames emit no events
