@@ -47,6 +47,8 @@ CASES = {
     # an inherited __call__ (nn.Module._wrapped_call_impl) traced through the subclass, under torch.compile
     "torch-call": (["case_torch_call.py"], ["tpnet.Net.forward", "tpnet.Net.__call__", "tpnet.Block.__call__"],
                    {"tpnet.Net.__call__", "tpnet.Block.__call__"}, False),
+    # a forking program (os.fork, a fork pool): the child as an unprofiled program's child, no 3.12 fork warning
+    "fork": (["case_fork.py"], ["__main__.work"], {"__main__.work"}, False),
     "main-m": (["-m", "case_main_plain"], ["__main__.g"], {"__main__.g"}, False),
 }
 

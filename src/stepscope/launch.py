@@ -75,9 +75,45 @@ def _end_by_signal(session) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    for sig in _FATAL:
-        if signal.getsignal(sig) is signal.SIG_DFL:
-            signal.signal(sig, on_signal)
+    ours = [sig for sig in _FATAL if signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in ours:
+        signal.signal(sig, on_signal)
+    _default_in_forked_child(ours, on_signal)
+
+
+def _default_in_forked_child(sigs: list, handler) -> None:
+    """A forked child of the program is the child of an unprofiled program: ``sigs`` take their default action
+    there again. They are blocked across the fork (the forking thread's mask, inherited by the child), so that
+    one sent to the child before its handler is reset waits in the kernel and then acts by default: Python
+    drops a signal its C handler caught before its after-fork clean-up, and one caught after it would run
+    ``handler`` late or not at all."""
+    saved: list = []
+
+    def before() -> None:
+        try:
+            saved.append(signal.pthread_sigmask(signal.SIG_BLOCK, sigs))
+        except (OSError, ValueError):
+            saved.append(None)
+
+    def restore() -> None:
+        old = saved.pop() if saved else None
+        if old is not None:
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            except (OSError, ValueError):
+                pass
+
+    def in_child() -> None:
+        for sig in sigs:
+            try:
+                if signal.getsignal(sig) is handler:
+                    signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        restore()  # a signal that came meanwhile acts now, by default
+
+    if sigs and hasattr(signal, "pthread_sigmask"):
+        os.register_at_fork(before=before, after_in_parent=restore, after_in_child=in_child)
 
 
 def _report_signals(fd: int) -> None:

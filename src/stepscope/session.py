@@ -205,6 +205,90 @@ def _dynamo_loaded(patcher: Patcher):
     return on_import
 
 
+def _os_thread_count() -> int:
+    """The process's OS threads now (``/proc/self/task``; else the threads Python knows of)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+_pending_calls: list = []  # the ctypes callbacks waiting for the main thread (kept alive until they ran)
+
+
+def _call_soon_in_main(fn, frame=None) -> bool:
+    """Run ``fn()`` in the main thread at the interpreter's next pending-call check (``Py_AddPendingCall``,
+    through ctypes); with ``frame``, once the main thread runs that frame again (a check inside other code,
+    such as another at-fork hook, puts the call back). False when it cannot be scheduled."""
+    try:
+        import ctypes
+
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        left = [10_000]
+
+        def run(_arg) -> int:
+            try:
+                if frame is not None and left[0] > 0 and sys._getframe(1) is not frame:
+                    left[0] -= 1
+                    if ctypes.pythonapi.Py_AddPendingCall(cb, None) == 0:
+                        return 0
+                _pending_calls.remove(cb)
+                fn()
+            except Exception:
+                pass
+            return 0
+
+        cb = proto(run)
+        _pending_calls.append(cb)
+        if ctypes.pythonapi.Py_AddPendingCall(cb, None) != 0:
+            _pending_calls.remove(cb)
+            return False
+        return True
+    except Exception:
+        return False
+
+
+class _ForkWatch:
+    """The ``os.register_at_fork`` hooks, registered once per process, acting on the session recording now."""
+
+    def __init__(self) -> None:
+        self.session: "Session | None" = None
+        self._registered = False
+
+    def watch(self, session: "Session") -> None:
+        self.session = session
+        if not self._registered and hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=self._before, after_in_parent=self._parent, after_in_child=self._child)
+            self._registered = True
+
+    def _before(self) -> None:
+        s = self.session
+        if s is not None:
+            try:
+                s.before_fork(sys._getframe(1))
+            except Exception:  # never into the program's fork
+                pass
+
+    def _parent(self) -> None:
+        s = self.session
+        if s is not None:
+            try:
+                s.after_fork_in_parent()
+            except Exception:
+                pass
+
+    def _child(self) -> None:
+        s, self.session = self.session, None
+        if s is not None:
+            try:
+                s.after_fork_in_child()
+            except Exception:
+                pass
+
+
+_forks = _ForkWatch()
+
+
 class Session:
     """One run being recorded in this process. Use ``start()`` once, ``finish()`` once."""
 
@@ -238,6 +322,9 @@ class Session:
         self._root_token = None
         self._root_span: tuple | None = None
         self._pid = os.getpid()
+        self._fork_frame = None  # (before_fork: the frame that called os.fork)
+        self._alone_at_fork = False
+        self._gen = 0  # the recorder thread's generation: a thread of an older one ends (parked for a fork)
         self.finished = False
         self._finishers: list = []
         self.unresolved: dict[str, str] = {}
@@ -278,10 +365,16 @@ class Session:
         elif self.settings.sampler == "thread":
             self.main_sampler.note = "--sampler thread"
         self.recorder_error: str | None = None
-        self._thread = threading.Thread(target=self._loop, name="stepscope-recorder", daemon=True)
-        self._thread.start()
+        self._start_recorder()
         atexit.register(self._atexit)
+        _forks.watch(self)
         return self
+
+    def _start_recorder(self) -> None:
+        th = threading.Thread(target=self._loop, args=(self._gen,), name="stepscope-recorder", daemon=True)
+        th._stepscope_gen = self._gen
+        self._thread = th
+        th.start()
 
     def on_finish(self, fn) -> None:
         """Call ``fn()`` when the session finishes, before the final write (e.g. stop a device capture)."""
@@ -311,7 +404,10 @@ class Session:
         self.status, self.exit_code, self.error = status, exit_code, error
 
     def finish(self) -> None:
-        """Stop sampling, close the root transaction, undo patches, write everything. Idempotent."""
+        """Stop sampling, close the root transaction, undo patches, write everything. Idempotent. Does nothing in
+        a forked child (the run is the parent's)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             if self.finished:
                 return
@@ -423,25 +519,93 @@ class Session:
 
     def flush_on_signal(self, status: str, exit_code: int, error: str | None = None) -> None:
         """Best-effort final write from a signal handler (the process is about to die)."""
+        if os.getpid() != self._pid:  # a forked child: the run is the parent's
+            return
         self.set_outcome(status, exit_code, error or status)
         self._dying = True
         self.main_sampler.current = buffer.current_span.get()  # this handler runs in the main thread
         self.finish()
 
     # -- recorder thread -------------------------------------------------------------------------
-    def _loop(self) -> None:
+    def _loop(self, gen: int) -> None:
+        me = threading.get_ident()
         try:
-            self._record_loop()
+            self._record_loop(gen)
         except Exception as e:  # a bug of stepscope's: never printed into the program, and spans still flushed
             self.recorder_error = f"{type(e).__name__}: {e}"  # other threads go unsampled from here on
-            while not self.finished and os.getpid() == self._pid:
+            while not self.finished and os.getpid() == self._pid and self._gen == gen:
                 self._stop.wait(self.settings.flush_interval_s)
                 try:
                     self._flush()
                 except Exception:
                     return
+        finally:
+            OWN_THREADS.discard(me)
 
-    def _record_loop(self) -> None:
+    # -- fork ------------------------------------------------------------------------------------------
+    def before_fork(self, frame=None) -> None:
+        """``os.fork()`` is about to run in this process: park the recorder thread (it ends, joined), so that a
+        program with one thread forks with one thread (Python 3.12+ warns when a multi-threaded process
+        forks) and no lock of stepscope's is held by a thread the child will not have. Whatever it had not
+        written stays in the buffers for the next recorder (``after_fork_in_parent``)."""
+        th = self._thread
+        self._fork_frame = None
+        if self.finished or th is None or th is threading.current_thread() or os.getpid() != self._pid:
+            return
+        self._fork_frame = frame  # the frame that called os.fork (it goes on once the fork is done)
+        self._gen += 1  # the running recorder ends at its next look
+        self._stop.set()
+        try:
+            self._wake.release()  # (a recorder paused while the program profiles itself waits on it)
+        except RuntimeError:
+            pass
+        th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
+        self._alone_at_fork = sys.version_info >= (3, 13) and _os_thread_count() == 1
+
+    def after_fork_in_parent(self) -> None:
+        """The fork is done (this is the parent): start the recorder again. Python 3.13+ counts the threads for
+        its fork warning after these hooks: where the program forked with one thread, the recorder starts when
+        the interpreter next runs pending calls in the main thread (right after ``os.fork`` returns: the
+        forking thread is the main thread, the only one)."""
+        if self.finished or os.getpid() != self._pid:
+            return
+        if getattr(self, "_alone_at_fork", False) and _call_soon_in_main(self._restart_recorder, self._fork_frame):
+            self._fork_frame = None
+            return
+        self._fork_frame = None
+        self._restart_recorder()
+
+    def _restart_recorder(self) -> None:
+        if self.finished or os.getpid() != self._pid or (self._thread is not None and self._thread.is_alive()
+                                                          and self._gen == getattr(self._thread, "_stepscope_gen", -1)):
+            return
+        self._wake.acquire()
+        if self.finished:  # finished meanwhile (another thread): its release is kept
+            self._wake.release()
+            return
+        self._stop.clear()
+        self._start_recorder()
+
+    def after_fork_in_child(self) -> None:
+        """This is a forked child: the run is the parent's. Leave the child as the child of an unprofiled program:
+        tracing undone (what it calls is not recorded), the sampling signals back to their default action, no
+        timer, no memory reading, nothing written (``finish`` and ``flush_on_signal`` do nothing here), and
+        fresh locks (one held at the fork by a thread that the child does not have would block forever)."""
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._wake = threading.Lock()
+        self.finished = True
+        self.main_sampler.forked()
+        if probes.span_memory is not None and self.memory is not None and probes.span_memory.rss is self.memory.rss:
+            probes.span_memory = None
+        self._root_token = None
+        try:
+            self.patcher.forked()
+        except Exception:
+            pass
+        buffer.finished.clear()
+
+    def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
@@ -460,9 +624,7 @@ class Session:
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
         mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
-        while not self.finished:
-            if os.getpid() != self._pid:  # forked child: this thread does not exist there
-                return
+        while not self.finished and self._gen == gen:
             t = now()
             if main_sampler.paused:
                 main_sampler.check()
@@ -474,6 +636,8 @@ class Session:
                     last_flush = t
                 if self._wake.acquire(timeout=self.settings.flush_interval_s):
                     self._wake.release()
+                    if self._gen != gen:  # parked for a fork while paused: give the lock back first
+                        return
                 continue
             by_signal = main_sampler.active
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())

@@ -310,6 +310,23 @@ class MainThreadSampler:
         self._close_timers()
         self.sampler.restart(self.thread_id)
 
+    def forked(self) -> None:
+        """In a forked child (which inherits no timer): sample nothing, and give the handlers' signals their
+        default action back, as in the child of an unprofiled program."""
+        global _active
+        self.active = False
+        self.paused = False
+        self._timers = []
+        if _active is self:
+            _active = None
+        for s in _installed:
+            try:
+                if signal.getsignal(s) is _handler:
+                    signal.signal(s, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        _installed.clear()
+
     def _close_timers(self) -> None:
         timers, self._timers = self._timers, []
         for t in timers:

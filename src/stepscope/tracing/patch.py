@@ -175,6 +175,12 @@ class Patcher:
         with self._lock:
             self._unresolved.setdefault(name, why)
 
+    def forked(self) -> None:
+        """In a forked child that records nothing: a fresh lock (the parent's may have been held by a thread the
+        child does not have), then every patch undone."""
+        self._lock = threading.RLock()
+        self.remove()
+
     def remove(self) -> None:
         """Undo every patch and drop the import hook."""
         with self._lock:
