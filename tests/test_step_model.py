@@ -145,9 +145,55 @@ def test_phases_keep_start_up_and_imports_apart():
     assert s.phases.split and not [f for f in s.top_self + s.top_total if "importlib" in f.name or f.name == "diffusers.<module>"]
     assert any(f.name == "numpy.dot" for f in s.top_self)
     assert any("_find_and_load" in f.name for f in s.phases.startup_top)
-    # nothing traced: nothing to split
+    # nothing traced and no well-known entry point: no work window, but the imports are still start-up
     data2 = _profile_run([Span(1, None, "prog.py", "transaction", 0, 1000 * MS, 1)], samples)
-    assert not phases(data2, ProfileIndex(data2.profile)).split
+    ix2 = ProfileIndex(data2.profile)
+    ph2 = phases(data2, ix2)
+    assert not ph2.split and ph2.entry is None and ph2.startup_sampled_ns > 0
+    s2 = summarize(data2, ix2)
+    assert not [f for f in s2.top_self + s2.top_total if "importlib" in f.name or f.name == "diffusers.<module>"]
+    assert any(f.name == "numpy.dot" for f in s2.top_self)
+    out = _render(s2)
+    assert "imports" in out and "are start-up" in out and "_find_and_load" not in out
+
+
+def _render(summary) -> str:
+    con = Console(width=160, record=True, file=open("/dev/null", "w"))
+    print_summary(summary, con)
+    return con.export_text()
+
+
+def test_bare_run_work_starts_at_a_well_known_entry_point():
+    """`stepscope run -- python txt2img.py` with nothing traced: the pipeline's __call__ on the sampled stacks marks
+    the work; the imports and model building before it are start-up, the imports inside it too."""
+    spans = [Span(1, None, "prog.py", "transaction", 0, 1000 * MS, 1)]
+    pipe = ("diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion", "StableDiffusionPipeline.__call__")
+    imp = [("__main__", "<module>"), ("importlib._bootstrap", "_find_and_load"), ("transformers.utils.import_utils", "fetch__all__")]
+    build = [("__main__", "<module>"), ("diffusers.models.modeling_utils", "ModelMixin.from_pretrained"), ("torch.nn.init", "kaiming_uniform_")]
+    work = [("__main__", "<module>"), pipe, ("torch.nn.modules.module", "Module._call_impl"), ("torch.nn.functional", "conv2d")]
+    lazy = [("__main__", "<module>"), pipe, ("importlib._bootstrap", "_find_and_load"), ("PIL", "<module>")]
+    samples = [(t * 10 * MS, imp) for t in range(1, 40)] + [(t * 10 * MS, build) for t in range(40, 60)]
+    samples += [(t * 10 * MS, work) for t in range(60, 90)] + [(905 * MS, lazy)]
+    samples += [(t * 10 * MS, [("__main__", "<module>"), ("atexit", "_run_exitfuncs")]) for t in range(92, 99)]
+    data = _profile_run(spans, samples)
+    ix = ProfileIndex(data.profile)
+    ph = phases(data, ix)
+    assert ph.split and ph.entry == ".".join(pipe)
+    assert ph.work_start_ns == 590 * MS and ph.work_end_ns == 905 * MS  # the first entry sample's interval, the last
+    s = summarize(data, ix)
+    names = {f.name for f in s.top_self + s.top_total}
+    assert "torch.nn.functional.conv2d" in names
+    assert not [n for n in names if "import" in n or "fetch__all__" in n or "kaiming" in n or "atexit" in n], names
+    assert any("fetch__all__" in f.name for f in s.phases.startup_top)
+    out = _render(s)
+    assert "before the first sample in StableDiffusionPipeline.__call__" in out and "cover the work" in out
+    # an nn.Module call marks the work too (a script that drives the UNet itself); the spans still win when traced
+    data3 = _profile_run(spans, [(t * 10 * MS, imp) for t in range(1, 40)] + [(t * 10 * MS, work[:1] + work[2:]) for t in range(50, 60)])
+    ix3 = ProfileIndex(data3.profile)
+    ph3 = phases(data3, ix3)
+    first = int(np.flatnonzero(ix3.t == 500 * MS)[0])  # (its interval: the gap before it, as the index weighs it)
+    assert ph3.entry == "torch.nn.modules.module.Module._call_impl"
+    assert ph3.work_start_ns == 500 * MS - int(ix3.weight[first]) and ph3.work_end_ns == 590 * MS
 
 
 def test_last_step_callback_is_in_the_last_step(tmp_path):

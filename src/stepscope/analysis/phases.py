@@ -6,10 +6,14 @@ that is not the run's root transaction (``stepscope run`` opens one around the w
 of the last one; a traced ``__main__`` function around all the others (the script's ``main()``) is the
 work's frame, not its start: the work starts at the first call inside it. An ingested run's transaction
 is the program's own unit of work, so it is the work. With no span but the root transaction nothing is
-split: the whole run is the work. Shutdown is what follows the work (interpreter exit, atexit handlers).
+split by spans. Then a well-known entry point on the sampled stacks marks the work without being named
+(``WORK_ENTRIES``: a diffusers pipeline's ``__call__``, a transformers pipeline or ``generate``, an
+``nn.Module`` call, a backward pass, an optimizer step): the work runs from the first sample inside one to
+the last (``Phases.entry`` names the first). Shutdown is what follows the work (interpreter exit, atexit
+handlers).
 
-A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls:
-a lazy import inside the work is start-up work, not the work's.
+A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls, also
+in a run with no work window: a lazy import inside the work is start-up work, not the work's.
 
 Views (summary, flame graph, explain) show the work by default, start-up as one labelled block.
 """
@@ -30,9 +34,10 @@ NAMES = ("start-up", "work", "shutdown")
 @dataclass(slots=True)
 class Phases:
     """The phase windows on the run's clock (ns). ``split``: False when no work window could be told
-    apart (then ``work`` is the whole run). Durations: ``startup_ns``, ``work_ns``, ``shutdown_ns``;
-    ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time (busy samples) in them (start-up's
-    includes the imports inside the work window)."""
+    apart (then ``work`` is the whole run, importing samples still start-up). ``entry``: the well-known entry
+    point (``WORK_ENTRIES``) whose samples set the work window when no span did, else None. Durations:
+    ``startup_ns``, ``work_ns``, ``shutdown_ns``; ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time
+    (busy samples) in them (start-up's includes the imports inside the work window)."""
 
     run_start_ns: int
     work_start_ns: int
@@ -41,6 +46,7 @@ class Phases:
     split: bool
     startup_sampled_ns: float = 0.0
     shutdown_sampled_ns: float = 0.0
+    entry: str | None = None
 
     @property
     def startup_ns(self) -> int:
@@ -89,19 +95,61 @@ def phases(data: RunData, index=None) -> Phases:
     root = None if run.env.get("source") == "sentry" else _root_transaction(t)
     work = np.flatnonzero(t.id != root) if root is not None else np.arange(len(t))
     if not len(work):
-        return Phases(r0, r0, r1, r1, False)
+        ph = _entry_phases(index, r0, r1) if index is not None and len(index) else None
+        ph = ph or Phases(r0, r0, r1, r1, False)
+        _sampled(index, ph)
+        return ph
     w0 = int(t.start[work].min())
     w1 = int(t.end[work].max())
     outer = _first(t, work)
     if t.names[t.name[outer]].startswith("__main__.") and len(work) > 1 and t.end[outer] >= w1:
         w0 = int(t.start[work[work != outer]].min())  # the script's main(): its work starts at the first call it makes
     ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
+    _sampled(index, ph)
+    return ph
+
+
+def _sampled(index, ph: Phases) -> None:
+    """Fill in the sampled time of start-up and shutdown (busy samples)."""
     if index is not None and len(index):
         busy = ~index.idle
         phase = sample_phase(index, ph)
         ph.startup_sampled_ns = float(index.weight[(phase == STARTUP) & busy].sum())
         ph.shutdown_sampled_ns = float(index.weight[(phase == SHUTDOWN) & busy].sum())
-    return ph
+
+
+#: Well-known entry points of the work: a sample with one on its stack (and not importing) is the work's, in
+#: a run where no traced span tells the work apart. ``(module prefix, qualname suffix)`` of the function.
+WORK_ENTRIES = (
+    ("diffusers.pipelines.", ".__call__"),                      # a diffusers pipeline call
+    ("transformers.pipelines.", "Pipeline.__call__"),           # a transformers pipeline call
+    ("transformers.generation.", "GenerationMixin.generate"),   # text generation
+    ("torch.nn.modules.module.", "Module._call_impl"),          # any nn.Module call (a forward pass)
+    ("torch.autograd.", "backward"),                            # a backward pass
+    ("torch.optim.optimizer.", "Optimizer.step"),               # an optimizer step (and its wrappers)
+)
+
+
+def _is_entry(name: str) -> bool:
+    return any(name.startswith(m) and name.endswith(q) for m, q in WORK_ENTRIES)
+
+
+def _entry_phases(index, r0: int, r1: int) -> Phases | None:
+    """The work window from the samples inside a well-known entry point (``WORK_ENTRIES``): from the start
+    of the first such sample's interval to the last such sample; None when no sample is inside one."""
+    fids = {i for i, f in enumerate(index.functions) if _is_entry(f.name)}
+    if not fids:
+        return None
+    per_stack = np.array([any(f in fids for f in st) for st in index.stack_funcs] or [False])
+    hit = np.flatnonzero(per_stack[index.stack] & ~index.idle)  # (an import inside the call is inside it)
+    if not len(hit):
+        return None
+    first, last = int(hit[0]), int(hit[-1])
+    w0 = max(r0, int(index.t[first] - index.weight[first]))
+    w1 = min(r1, int(index.t[last]))
+    stack = index.stack_funcs[int(index.stack[first])]
+    entry = next((index.functions[f].name for f in stack if f in fids), None)  # the outermost (root first)
+    return Phases(r0, w0, max(w1, w0), r1, True, entry=entry)
 
 
 #: A stack holding one of these functions is importing a module: start-up work wherever it happens
@@ -128,22 +176,20 @@ def sample_phase(index, ph: Phases) -> np.ndarray:
     out = np.full(len(index), WORK, dtype=np.int8)
     if ph.split:
         out[index.t >= ph.work_end_ns] = SHUTDOWN
-        out[importing(index)] = STARTUP
-        out[index.t < ph.work_start_ns] = STARTUP
+    out[importing(index)] = STARTUP
+    if ph.split:
+        out[index.t <= ph.work_start_ns] = STARTUP  # (a sample stands for the interval before its time)
     return out
 
 
 def work_samples(index, ph: Phases) -> np.ndarray:
     """Indices of the busy samples (``ProfileIndex.busy``) of the work: inside its window, not importing."""
     busy = index.busy()
-    if not ph.split:
-        return busy
     return busy[sample_phase(index, ph)[busy] == WORK]
 
 
 def startup_samples(index, ph: Phases) -> np.ndarray:
-    """Indices of the busy samples of start-up: before the work window, or importing (empty when not split)."""
+    """Indices of the busy samples of start-up: before the work window, or importing (only these when not
+    split)."""
     busy = index.busy()
-    if not ph.split:
-        return busy[:0]
     return busy[sample_phase(index, ph)[busy] == STARTUP]

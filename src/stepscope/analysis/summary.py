@@ -34,7 +34,10 @@ class FunctionTime:
 @dataclass(slots=True)
 class PhaseSummary:
     """Start-up / work / shutdown (``analysis.phases``): wall times (ns), whether the run was split,
-    start-up's sampled time and its top functions by total time (what the start-up block holds)."""
+    start-up's sampled time and its top functions by total time (what the start-up block holds; in a run
+    that was not split, its imports). ``entry``: the well-known entry point whose samples set the work
+    window when no traced span did (``Phases.entry``), else None; ``work_from`` says what the work starts at,
+    in words."""
 
     split: bool
     startup_ns: int
@@ -45,6 +48,11 @@ class PhaseSummary:
     work_start_ns: int
     work_end_ns: int
     startup_top: list[FunctionTime]
+    entry: str | None = None
+
+    @property
+    def work_from(self) -> str:
+        return f"the first sample in {'.'.join(self.entry.split('.')[-2:])}" if self.entry else "the first traced call"
 
 
 @dataclass(slots=True)
@@ -118,10 +126,11 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index, stats=stats)
     attach_steps(steps, data)
     ph = run_phases(data, index)
-    by_self, by_total = top_functions(index, work_samples(index, ph) if ph.split else None, n=top)
-    startup_top = top_functions(index, startup_samples(index, ph), n=5)[1] if ph.split else []
+    # importing samples are start-up wherever they fall, also in a run with no work window (analysis.phases)
+    by_self, by_total = top_functions(index, work_samples(index, ph), n=top)
+    startup_top = top_functions(index, startup_samples(index, ph), n=5)[1]
     phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
-                       ph.work_start_ns, ph.work_end_ns, startup_top)
+                       ph.work_start_ns, ph.work_end_ns, startup_top, ph.entry)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
                    dict(run.unresolved), phs, summarize_memory(data, steps))

@@ -85,10 +85,14 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
                   f"{spans}  {s.sample_count} samples")
     ph = s.phases
+    work = "traced work" if ph is None or not ph.entry else "work"
     if ph is not None and ph.split:
-        console.print(f"[dim]start-up {fmt_ns(ph.startup_ns)} (imports, model building: before the first traced call), "
-                      f"traced work {fmt_ns(ph.work_ns)}, shutdown {fmt_ns(ph.shutdown_ns)}; the tables below cover the "
-                      f"traced work[/dim]")
+        console.print(f"[dim]start-up {fmt_ns(ph.startup_ns)} (imports, model building: before {ph.work_from}), "
+                      f"{work} {fmt_ns(ph.work_ns)}, shutdown {fmt_ns(ph.shutdown_ns)}; the tables below cover the "
+                      f"{work}[/dim]")
+    elif ph is not None and ph.startup_sampled_ns > 0:
+        console.print(f"[dim]imports {fmt_ns(ph.startup_sampled_ns)} (sampled) are start-up: the tables below leave "
+                      f"them out[/dim]")
     if s.spans:
         rows = s.spans[: max(top, 12)]
         cells = [[fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns), fmt_ns(st.p95_ns), fmt_ns(st.max_ns),
@@ -117,7 +121,10 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         for title, items, key in (("Top functions by self time (sampled, traced work)", s.top_self, "self"),
                                   ("Top functions by total time (sampled, traced work)", s.top_total, "total")):
             if ph is None or not ph.split:
-                title = title.replace(", traced work", "")
+                title = title.replace(", traced work", ", imports apart" if ph is not None and ph.startup_sampled_ns > 0
+                                      else "")
+            elif ph.entry:
+                title = title.replace(", traced work", ", work")
             items = items[:top]
             vals = [fmt_ns(f.self_ns if key == "self" else f.total_ns) for f in items]
             shares = [f"{100 * (f.self_share if key == 'self' else f.total_share):.1f}%" for f in items]

@@ -432,7 +432,8 @@ def _phases_view(s: Summary, t0: int) -> dict | None:
     return {"split": ph.split, "work_t0": _r((ph.work_start_ns - t0) / 1e3), "work_t1": _r((ph.work_end_ns - t0) / 1e3),
             "startup_us": _r(ph.startup_ns / 1e3), "work_us": _r(ph.work_ns / 1e3), "shutdown_us": _r(ph.shutdown_ns / 1e3),
             "startup_sampled_us": _r(ph.startup_sampled_ns / 1e3), "shutdown_sampled_us": _r(ph.shutdown_sampled_ns / 1e3),
-            "startup_top": [{"name": f.name, "total_us": _r(f.total_ns / 1e3)} for f in ph.startup_top]}
+            "startup_top": [{"name": f.name, "total_us": _r(f.total_ns / 1e3)} for f in ph.startup_top],
+            "work_from": ph.work_from, "entry": ph.entry}
 
 
 MAX_MEMORY_POINTS = 20_000

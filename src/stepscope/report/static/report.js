@@ -60,6 +60,11 @@
   for (let i = 0; i < NS; i++) spanEnd = Math.max(spanEnd, S.start[i] + S.dur[i]);
   if (NP) spanEnd = Math.max(spanEnd, P.t[NP - 1]);
   const WORK = PH ? { t0: PH.work_t0, t1: PH.work_t1 } : null;
+  // what the work starts at ("the first traced call", or a well-known entry point's first sample), and its name
+  const WORK_FROM = (D.phases && D.phases.work_from) || "the first traced call";
+  const WORK_NAME = D.phases && D.phases.entry ? "work" : "traced work";
+  // a run with no work window: its imports are still start-up, left out of the flame graph and top functions
+  const IMPORTS_APART = !PH && D.phases && D.phases.startup_sampled_us > 0;
 
   // ---- the verdict: what is slow and why, in words, first
   const E = D.explain, SM = D.summary, ST = SM.steps;
@@ -97,7 +102,11 @@
   if (PH && PH.startup_us > 0) {
     const n = $("phase-note");
     n.hidden = false;
-    n.textContent = `Start-up ${fmt(PH.startup_us)} (imports, model building: before the first traced call) and shutdown ${fmt(PH.shutdown_us)} are kept apart: the waterfall, flame graph and top functions open on the traced work (${fmt(PH.work_us)}).`;
+    n.textContent = `Start-up ${fmt(PH.startup_us)} (imports, model building: before ${WORK_FROM}) and shutdown ${fmt(PH.shutdown_us)} are kept apart: the waterfall, flame graph and top functions open on the ${WORK_NAME} (${fmt(PH.work_us)}).`;
+  } else if (IMPORTS_APART) {
+    const n = $("phase-note");
+    n.hidden = false;
+    n.textContent = `Imports (${fmt(D.phases.startup_sampled_us)} sampled) are start-up: the flame graph and top functions leave them out.`;
   }
 
   // ---- waterfall layout: a label gutter, per thread a header row, then one row per depth
@@ -189,7 +198,7 @@
     const whole = view.t0 <= 0 && view.t1 >= spanEnd - 1;
     const range = `${fmt(Math.max(view.t0, 0))} – ${fmt(view.t1)}`;
     $("selection").textContent = whole ? `Whole run: 0 – ${fmt(spanEnd)}` :
-      atHome && WORK ? `Traced work: ${fmt(WORK.t0)} – ${fmt(WORK.t1)} (start-up ${fmt(PH.startup_us)} before it; double-click: whole run)` :
+      atHome && WORK ? `${WORK_NAME[0].toUpperCase() + WORK_NAME.slice(1)}: ${fmt(WORK.t0)} – ${fmt(WORK.t1)} (start-up ${fmt(PH.startup_us)} before it; double-click: whole run)` :
       atHome ? `Traced spans: ${range} (double-click: whole run)` : `Showing ${range} of the run (double-click: traced work)`;
   }
   function drawWaterfall() {
@@ -518,7 +527,8 @@
     return [tot, self, n];
   }
   const DEFAULT_TITLE = WORK ? "traced work" : "whole run";
-  const defaultWin = () => WORK ? { t0: WORK.t0, t1: WORK.t1, busy: true, phase: 1 } : null;
+  const defaultWin = () => WORK ? { t0: WORK.t0, t1: WORK.t1, busy: true, phase: 1 }
+    : IMPORTS_APART ? { t0: -Infinity, t1: Infinity, busy: true, phase: 1 } : null;
   function setFlame(win, title) {
     const [tot, self, n] = computeTree(win);
     fgTotals = tot; fgSelf = self; fgFocus = -1; fgWin = win;
@@ -601,8 +611,8 @@
   function startupLabel(open) {
     const named = (PH.startup_top || []).filter((f) => !/<module>|^importlib\.|_bootstrap|^runpy\.|^stepscope\./.test(f.name));
     const top = named.length ? " · in " + named.slice(0, 3).map((f) => short(f.name, 2)).join(", ") : "";
-    return open ? `\u25be start-up ${fmt(PH.startup_us)} shown (imports, model building) · click: back to the traced work`
-      : `\u25b8 start-up ${fmt(PH.startup_us)} (imports and model building before the first traced call, and imports after it; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
+    return open ? `\u25be start-up ${fmt(PH.startup_us)} shown (imports, model building) · click: back to the ${WORK_NAME}`
+      : `\u25b8 start-up ${fmt(PH.startup_us)} (imports and model building before ${WORK_FROM}, and imports after it; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
   }
   if (PH && PH.startup_us > 0) {
     startBtn.hidden = false; startBtn.textContent = startupLabel(false);
@@ -718,7 +728,7 @@
   const fnRow = (f, ns, share) => `<tr><td title="${esc(f.file)}:${f.line}">${esc(short(f.name, 3))}</td><td>${fmtNs(ns)}</td><td>${(100 * share).toFixed(1)}%</td></tr>`;
   table($("topself"), ["function (self time)", "self", "share"], SM.top_self.slice(0, 15).map((f) => fnRow(f, f.self_ns, f.self_share)));
   table($("toptotal"), ["function (total time)", "total", "share"], SM.top_total.slice(0, 15).map((f) => fnRow(f, f.total_ns, f.total_share)));
-  $("top-scope").textContent = PH ? `traced work only (start-up ${fmt(PH.startup_us)} apart)` : "";
+  $("top-scope").textContent = PH ? `${WORK_NAME} only (start-up ${fmt(PH.startup_us)} apart)` : IMPORTS_APART ? "imports apart" : "";
 
   // ---- memory: the out-of-memory record first, then memory by stage and by span
   const MS = SM.memory;
