@@ -388,6 +388,25 @@ def test_a_reader_waits_for_acknowledged_envelopes_only_while_a_writer_works_on_
     assert time.monotonic() - t < 0.3
 
 
+def test_the_web_uis_lists_wait_for_acknowledged_envelopes_too(tmp_path):
+    """README: a reader of the store, `stepscope runs` or the web UI, waits for what was acknowledged before it
+    asked. The transaction list (``/``, ``/api/transactions``) and the compare page's run pickers read the runs as
+    ``list_runs`` does: with an acknowledged envelope in the spool and no writer working on it, each holds on for
+    the stall limit first (they read at once before, and missed a run the writer was still making)."""
+    from stepscope.ingest.apply import ensure_schema
+    from stepscope.store.listing import transactions
+    from stepscope.web.compare import run_choices
+
+    st = Store(tmp_path / "s")
+    ensure_schema(st.conn)
+    st.conn.execute("INSERT INTO ingest_spool (body, received_wall_ns) VALUES (x'00', 0)")
+    for read in (transactions, run_choices):
+        reader = Store(tmp_path / "s")
+        t = time.monotonic()
+        read(reader)
+        assert time.monotonic() - t >= 0.5, read  # it waited (a lower bound: holds however busy the machine)
+
+
 def test_the_thread_writer_stores_what_a_writer_process_left_in_the_spool(app_key, monkeypatch):
     """A store whose spool holds an acknowledged envelope (its server stopped before making the run), opened by a
     server with the thread writer: the run is made before the first read."""
