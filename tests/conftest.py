@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,41 @@ def spans_now():
     from stepscope.tracing import buffer
 
     return [dict(zip(buffer.SPAN_FIELDS, s)) for s in buffer.take()]
+
+
+def wait_until(cond, timeout: float, what, *, interval: float = 0.05, ignore: tuple = ()):
+    """Poll ``cond()`` until it returns something truthy and return that value; once ``timeout`` s pass first,
+    fail the test saying that ``what`` did not happen (a string, or a callable giving one then, to say how far
+    it got) and the last value or exception seen. For a test that waits for something asynchronous (a flush, a
+    writer, a process, a window closing): a condition with a deadline, never a fixed sleep. Exceptions of the
+    types in ``ignore`` (a store or a file that does not exist yet) count as "not yet"; any other goes up at
+    once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            last = cond()
+        except ignore as e:
+            last = e
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            if callable(what):
+                try:
+                    what = what()
+                except Exception as e:  # (how far it got could not be read: say why)
+                    what = f"<{e!r}>"
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what} (last seen: {last!r:.500})", pytrace=False)
+        time.sleep(interval)
+
+
+def process_ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie, not reaped yet, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def cli_env(store: Path) -> dict:

@@ -4,10 +4,9 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import cli_env
+from conftest import cli_env, wait_until
 
 
 def free_port() -> int:
@@ -23,16 +22,13 @@ class Server:
         self.log = store.parent / f"serve-{self.port}.log"
         self.proc = subprocess.Popen([sys.executable, "-m", "stepscope", "serve", "--port", str(self.port), *args],
                                      env=cli_env(store), stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if self.get("/api/stats")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited: {self.log.read_text()}")
-        raise RuntimeError(f"serve did not start: {self.log.read_text()}")
+        wait_until(self._up, 60, f"`stepscope serve` to answer on port {self.port} (its output: {self.log})",
+                   interval=0.1, ignore=(OSError,))
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"serve exited: {self.log.read_text()}")
+        return self.get("/api/stats")[0] == 200
 
     @property
     def url(self) -> str:

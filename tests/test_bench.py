@@ -5,11 +5,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, wait_until
 
 from stepscope.bench.spec import SpecError, command_spec, from_toml, sd_spec
 from stepscope.bench.stats import compare, describe
@@ -77,9 +76,25 @@ def test_command_benchmark_finds_the_slower_argument_set(store, tmp_path):
 
 
 def test_ctrl_c_keeps_finished_runs(store):
+    from stepscope.store import Store, StoreError
+    from stepscope.store import bench as bench_store
+
     p = subprocess.Popen([sys.executable, "-m", "stepscope", "bench", "--args", "0.2", "--repeats", "20", "--warmup", "0",
                           "--", *SLEEP], env=cli_env(store), cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3.0)
+
+    def finished() -> int:  # runs of the benchmark stored so far (each is written as it ends: what `bench show` reads)
+        st = Store(store, create=False)
+        try:
+            return len([x for x in bench_store.load(st, bench_store.resolve(st, None))["runs"] if x["error"] is None])
+        finally:
+            st.close()
+
+    try:
+        wait_until(lambda: finished() >= 3, 120, lambda: f"3 finished runs of the benchmark (so far: {finished()})",
+                   ignore=(StoreError,))
+    except BaseException:
+        p.kill()
+        raise
     os.kill(p.pid, signal.SIGINT)
     p.wait(30)
     doc = json.loads(run_cli(["bench", "show", "--json"], store).stdout)

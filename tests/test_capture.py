@@ -11,10 +11,10 @@ import time
 import urllib.request
 
 import pytest
-from conftest import PROGRAMS, cli_env, run_cli
+from conftest import PROGRAMS, cli_env, run_cli, wait_until
 
 from stepscope.profiling.calltree import ProfileIndex
-from stepscope.store import Store
+from stepscope.store import Store, StoreError
 
 pytest.importorskip("diffusers")
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
@@ -68,12 +68,14 @@ def capture(service, *args, **kw):
 
 def test_capture_three_unet_steps_while_serving(service, store):
     service.load()
-    time.sleep(2)
+    wait_until(lambda: service.latencies, 120, "the service to answer a first /gen")  # serving before the window
     r = capture(service, "--steps", "3", "--span", "UNet2DConditionModel.forward", "--trace", UNET, "--hz", "499", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    time.sleep(1)
-    assert service.get("/patched") == {"patched": False}  # nothing stays patched
+    # nothing stays patched: the server unpatches before it answers "done", so this holds at once
+    assert service.get("/patched") == {"patched": False}
+    n = len(service.latencies)
+    wait_until(lambda: len(service.latencies) >= max(3, n + 1), 120, "the service to answer a /gen after the window")
     service.stop()
     assert service.failures == 0 and len(service.latencies) >= 3
     data = Store(store).load(doc["run"]["run_id"])
@@ -84,10 +86,13 @@ def test_capture_three_unet_steps_while_serving(service, store):
     assert data.run.settings["extra"]["capture"]["steps"] == 3
 
 
-def test_two_captures_busy_and_bad_token(service, tmp_path):
+def test_two_captures_busy_and_bad_token(service, tmp_path, store):
+    # the first window is long enough for the second `stepscope capture` to start and ask while it is open,
+    # however slow the machine (the first is recording once its run is in the store)
     first = subprocess.Popen([sys.executable, "-m", "stepscope", "capture", "--pid", str(service.proc.pid), "--duration",
-                              "3s", "--json"], env=service.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+                              "10s", "--json"], env=service.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: Store(store, create=False).list_runs(), 60, "the first capture to open its window",
+               ignore=(StoreError,))
     second = capture(service, "--duration", "1s")
     assert second.returncode == 2 and "busy" in second.stderr
     assert first.wait(60) == 0
@@ -104,11 +109,10 @@ def test_client_that_disconnects_leaves_the_program_unpatched(service, tmp_path)
     s = socket.create_connection(("127.0.0.1", info["port"]))
     s.sendall(json.dumps({"token": info["token"], "duration_s": 60, "traces": [UNET]}).encode() + b"\n")
     assert json.loads(s.makefile().readline())["status"] == "recording"
-    time.sleep(0.5)
-    assert service.get("/patched") == {"patched": True}
+    assert service.get("/patched") == {"patched": True}  # patched before "recording" is sent
     s.close()
-    time.sleep(1.0)
-    assert service.get("/patched") == {"patched": False}
+    wait_until(lambda: service.get("/patched") == {"patched": False}, 30,
+               "the window to end and unpatch once its client disconnected")
 
 
 def test_process_without_server_is_sampled_with_py_spy(tmp_path, store):
@@ -118,10 +122,10 @@ def test_process_without_server_is_sampled_with_py_spy(tmp_path, store):
         pytest.skip("py-spy not installed")
     env = cli_env(store)
     env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
-    proc = subprocess.Popen([sys.executable, "-c", "import time\ndef busy():\n    while True: sum(range(1000))\nbusy()"],
-                            env=env)
+    proc = subprocess.Popen([sys.executable, "-c", "def busy():\n    while True: sum(range(1000))\nprint('busy', flush=True)\n"
+                             "busy()"], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert proc.stdout.readline() == "busy\n"  # in its loop from now on
         r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--duration", "1s",
                             "--json"], env=env, capture_output=True, text=True, timeout=60)
         if r.returncode == 2 and "ptrace" in r.stderr:
@@ -138,18 +142,27 @@ def test_process_without_server_is_sampled_with_py_spy(tmp_path, store):
 
 def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
     prog = tmp_path / "app.py"
-    prog.write_text("import time\nfrom sstargets import funcs\nprint('up', flush=True)\n"
-                    "for i in range(400):\n    funcs.outer(50)\n    time.sleep(0.01)\nprint('done')\n")
+    stop = tmp_path / "stop"  # the program works until the test is done with it (not for a fixed time)
+    prog.write_text(f"import os, time\nfrom sstargets import funcs\nprint('up', flush=True)\nend = time.monotonic() + 300\n"
+                    f"while not os.path.exists({str(stop)!r}) and time.monotonic() < end:\n"
+                    "    funcs.outer(50)\n    time.sleep(0.01)\nprint('done')\n")
     env = cli_env(store)
     env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
     p = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--server", "--", sys.executable, str(prog)], env=env,
                          stdout=subprocess.PIPE, text=True, cwd=tmp_path)
-    assert p.stdout.readline() == "up\n"
-    child = next(int(f.stem) for f in (tmp_path / "rt").glob("*.json"))
-    r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(child), "--steps", "5", "--span",
-                        "sstargets.funcs.outer", "--json"], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert p.stdout.read() == "done\n" and p.wait(60) == 0
+    try:
+        assert p.stdout.readline() == "up\n"
+        child = next(int(f.stem) for f in (tmp_path / "rt").glob("*.json"))
+        r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(child), "--steps", "5", "--span",
+                            "sstargets.funcs.outer", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        stop.touch()
+        assert p.stdout.read() == "done\n" and p.wait(60) == 0
+    finally:
+        stop.touch()
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
     data = Store(store).load(json.loads(r.stdout)["run"]["run_id"])
     assert sum(1 for s in data.spans if s.name == "sstargets.funcs.outer") >= 5
     assert len(Store(store).list_runs()) == 1  # the server-only run itself records nothing
@@ -159,14 +172,13 @@ def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
 
 def test_capture_with_device_trace(service, store):
     service.load()
-    time.sleep(1)
+    wait_until(lambda: service.latencies, 120, "the service to answer a first /gen")
     # 6 steps: more than one request (4 UNet calls each), so some run on a thread started inside the window
     r = capture(service, "--steps", "6", "--span", "UNet2DConditionModel.forward", "--trace", UNET, "--device-trace",
                 "--json")
     assert r.returncode == 0, r.stderr
     run_id = json.loads(r.stdout)["run"]["run_id"]
-    time.sleep(0.5)
-    assert service.get("/patched") == {"patched": False}
+    assert service.get("/patched") == {"patched": False}  # unpatched before the server answered "done"
     service.stop()
     assert service.failures == 0
     dev = json.loads(run_cli(["device", run_id, "--json"], store).stdout)["device"]

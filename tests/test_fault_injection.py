@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, process_ended, run_cli, wait_until
 
 from stepscope.store import Store, sampleblock, spanblock
 
@@ -39,16 +39,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _gone(pid: int, within: float = 30.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
+    """The process ended (a zombie counts as ended) within ``within`` s; fails the test otherwise."""
+    return wait_until(lambda: process_ended(pid), within, f"process {pid} to end")
 
 
 def _check_store(store, work, before: set) -> None:
@@ -97,7 +89,7 @@ def test_sigkill_at_random_moments(tmp_path, target, length):
         before = {r.id for r in Store(store).list_runs()}
         proc = subprocess.Popen([sys.executable, "-m", "stepscope", *_command()], env=env, cwd=work,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        time.sleep(moment)
+        time.sleep(moment)  # the kill's moment: the test's seeded input, not a wait for something to happen
         children = _children(proc.pid)
         if target == "stepscope":
             proc.kill()

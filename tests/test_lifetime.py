@@ -13,7 +13,7 @@ import termios
 import time
 
 import pytest
-from conftest import PROGRAMS, cli_env, run_cli
+from conftest import PROGRAMS, cli_env, process_ended, run_cli, wait_until
 
 from sstargets import funcs
 
@@ -41,17 +41,8 @@ def start(store, *prog_args, run_args=(), prog=SIGNALS, **kw):
 
 
 def gone(pid: int, within: float = 30.0) -> bool:
-    """The process ended (a zombie counts as ended) within ``within`` s."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
+    """The process ended (a zombie counts as ended) within ``within`` s; fails the test otherwise."""
+    return wait_until(lambda: process_ended(pid), within, f"process {pid} to end")
 
 
 @pytest.mark.parametrize("sig, to, handled", [
@@ -132,9 +123,15 @@ def test_ctrl_c_in_a_terminal_reaches_the_program_once(store, handled):
         assert proc.returncode == -signal.SIGINT and data.run.status == "interrupted"
 
 
+def adds_stored(store) -> int:
+    """How many calls of ``ADD`` the store holds for the newest run (as a reader sees it while it runs)."""
+    return sum(1 for s in Store(store).load().spans if s.name == ADD)
+
+
 def test_sigkill_of_stepscope_takes_the_program_with_it(store):
     proc, child = start(store, "SIGTERM")
-    time.sleep(1.5)  # a flush
+    # a periodic flush (every second) has written the 5 calls: nothing flushes after the SIGKILL
+    wait_until(lambda: adds_stored(store) >= 5, 60, lambda: f"a flush of the 5 calls (stored: {adds_stored(store)})")
     proc.kill()
     proc.wait(30)
     assert gone(child)  # PR_SET_PDEATHSIG
@@ -148,7 +145,10 @@ def test_sigkill_of_stepscope_takes_the_program_with_it(store):
 def test_flush_every_second_whatever_the_sampling_rate(store):
     """A crash loses at most the last flush interval, even when samples are 20 s apart."""
     proc, child = start(store, run_args=("--hz", "0.05"))
-    time.sleep(2.5)
+    # the deadline is the assertion (a timing one): a flush within 5 s of the calls (flushes come every second; 4 s
+    # of room for a busy machine, where this waited a fixed 2.5 s), while one that waited for a sample would come
+    # 20 s after the first
+    wait_until(lambda: adds_stored(store) >= 5, 5, lambda: f"a flush of the 5 calls (stored: {adds_stored(store)})")
     os.kill(child, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL

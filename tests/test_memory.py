@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import PROGRAMS, cli_env, run_cli
+from conftest import PROGRAMS, cli_env, run_cli, wait_until
 
 from stepscope.pipelines.sd import demo_traces
 from stepscope.store import Store
@@ -92,7 +91,13 @@ def test_a_run_killed_by_sigkill_keeps_the_span_it_died_in_and_its_memory(store)
                              "    time.sleep(60)\ngrow()\n"], env=cli_env(store), cwd=store.parent,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.6)  # a flush
+
+    def flushed():  # a periodic flush has written the open span and a memory sample taken with the block alive
+        data = Store(store).load()
+        return (any(s.name == "__main__.grow" and s.attrs.get("stepscope.open") for s in data.spans)
+                and max((r for r in data.memory.rss if r is not None), default=0) >= 200 * MiB)
+
+    wait_until(flushed, 60, "a flush holding grow's open span and 200 MiB of RSS")
     child = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid)
     os.kill(child, signal.SIGKILL)
     proc.communicate(timeout=60)

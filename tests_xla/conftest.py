@@ -1,5 +1,6 @@
 """The PyTorch/XLA tests run in the XLA virtualenv (``make test-xla``, ``scripts/test_xla.sh``): torch,
 torch_xla and diffusers there, stepscope from this clone's src/ on PYTHONPATH, PJRT_DEVICE=CPU."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,6 +14,13 @@ SRC = HERE.parent / "src"
 
 pytest.importorskip("torch_xla")
 pytest.importorskip("diffusers")
+
+# the one helper for waiting on a condition with a deadline, from tests/conftest.py (loaded by its path: both
+# files are "conftest" to pytest)
+_spec = importlib.util.spec_from_file_location("stepscope_tests_conftest", HERE.parent / "tests" / "conftest.py")
+_tests_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tests_conftest)
+wait_until = _tests_conftest.wait_until
 
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
 EULER = "diffusers.schedulers.scheduling_euler_discrete.EulerDiscreteScheduler.step"

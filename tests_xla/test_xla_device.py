@@ -8,10 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import EULER, PIPE, PROGRAMS, UNET, env_for, run_cli, run_program
+from conftest import EULER, PIPE, PROGRAMS, UNET, env_for, run_cli, run_program, wait_until
 
 
 def _lines():
@@ -172,8 +171,9 @@ def test_capture_pid_with_device_trace(tmp_path):
     store = tmp_path / "store"
     env = env_for(store)
     env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
-    proc = subprocess.Popen([sys.executable, str(PROGRAMS / "xla_server.py")], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    progress = tmp_path / "images"
+    proc = subprocess.Popen([sys.executable, str(PROGRAMS / "xla_server.py"), str(progress)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     try:
         assert proc.stdout.readline().startswith("ready")
         r = subprocess.run([sys.executable, "-m", "stepscope", "capture", "--pid", str(proc.pid), "--steps", "3", "--span",
@@ -181,8 +181,14 @@ def test_capture_pid_with_device_trace(tmp_path):
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         run_id = json.loads(r.stdout)["run"]["run_id"]
-        time.sleep(0.5)
-        assert proc.poll() is None  # the program runs on
+        # the program runs on: it makes another whole image after the window closed
+        done = int(progress.read_text())
+
+        def made_another() -> bool:
+            assert proc.poll() is None, f"the program ended after the capture (exit status {proc.returncode})"
+            return int(progress.read_text()) > done
+
+        wait_until(made_another, 300, "the program to make another image after the capture")
     finally:
         proc.kill()
         proc.wait(30)

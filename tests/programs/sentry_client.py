@@ -1,7 +1,7 @@
 """The seed's own code with only the DSN pointed home: the real sentry_sdk, functions_to_trace by
 qualified name, a transaction around a txt2img call (tiny pipeline, random weights) or a plain loop."""
 import argparse
-import time
+import sys
 
 import sentry_sdk
 
@@ -52,8 +52,17 @@ def main():
             else:
                 outer(6)
     sentry_sdk.flush()
-    if args.profiles == "chunks":  # the chunk is sent when the profiler stops, after the transaction
-        time.sleep(1.5)
+    if args.profiles == "chunks":
+        # the chunk is sent when the profiler stops: its thread ends by itself once no transaction is left to
+        # profile, handing the chunk to the transport on its way out; wait for that, then for the transport
+        from sentry_sdk.profiler import continuous_profiler
+
+        thread = getattr(continuous_profiler._scheduler, "thread", None)
+        if thread is None:
+            sys.exit("the SDK's continuous profiler never ran (no profiler thread)")
+        thread.join(60)
+        if thread.is_alive():
+            sys.exit("the SDK's continuous profiler did not stop within 60 s of the last transaction")
         sentry_sdk.flush()
     print("sent")
 

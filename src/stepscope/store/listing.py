@@ -35,9 +35,11 @@ def ensure_index(store: Store) -> None:
 def transactions(store: Store, q: str = "", sort: str = "start", descending: bool = True, limit: int = 100,
                  offset: int = 0) -> tuple[list[TransactionRow], int]:
     """Rows matching ``q`` (case-insensitive substring of the name or run id) and their total count.
-    ``sort``: one of ``SORTS``. Raises ValueError for an unknown sort key."""
+    ``sort``: one of ``SORTS``. Raises ValueError for an unknown sort key. Like ``Store.list_runs``, it first
+    waits for the envelopes ``stepscope serve`` has acknowledged to be runs (``Store.settle_ingest``)."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
+    store.settle_ingest()
     like = f"%{q.lower()}%"
     base = """
       SELECT r.id AS run_id, s.span_id AS span_id, s.name AS name,

@@ -12,9 +12,11 @@ PICKER_RUNS = 300
 
 
 def run_choices(store, limit: int = PICKER_RUNS) -> list[dict]:
-    """The newest runs for the pickers: ``{"id", "label"}`` (id, start, source, command or transaction)."""
+    """The newest runs for the pickers: ``{"id", "label"}`` (id, start, source, command or transaction); the
+    envelopes ``stepscope serve`` has acknowledged are waited for first, as ``Store.list_runs`` does."""
     from .templating import fmt_wall
 
+    store.settle_ingest()
     rows = store.conn.execute(
         "SELECT id, command, anchor_wall_ns + (start_ns - anchor_mono_ns), coalesce(json_extract(env, '$.source'), 'run') "
         "FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (int(limit),)).fetchall()
