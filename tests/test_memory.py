@@ -241,6 +241,76 @@ def test_explain_says_when_slow_repeats_coincide_with_memory_growth():
     assert repeats_note(flat, reps) is None
 
 
+def _repeats_note_per_window(data, repeats):
+    """``repeats_note`` as it was before it was vectorised: ``Lane.window`` once per repeat (the reference)."""
+    import numpy as np
+
+    from stepscope.analysis import memory as m
+
+    lane = m.Lane(data.memory, data.profile.hz)
+    kind = "cuda" if lane.has_cuda else "rss"
+    what = "CUDA allocated memory" if kind == "cuda" else "RSS"
+    slow = [r for r in repeats if r.group == "slow"]
+    fast = [r for r in repeats if r.group == "fast"]
+    if not slow or not fast:
+        return None
+
+    def figs(rs):
+        ws = [lane.window(r.start_ns, r.end_ns, kind=kind) for r in rs]
+        g = [w.growth for w in ws if w.growth is not None]
+        e = [w.entry for w in ws if w.entry is not None]
+        return (float(np.mean(g)) if g else None), (float(np.mean(e)) if e else None), sum(w.samples for w in ws)
+
+    sg, se, _ = figs(slow)
+    fg, fe, _ = figs(fast)
+    if sg is None or fg is None:
+        return None
+    if sg - fg >= m.GROWTH_MIN_BYTES and sg >= m.GROWTH_RATIO * max(fg, 1.0):
+        return (f"the slow repeats coincide with memory growth: {what} rose {m.fmt_bytes(sg)} inside each slow repeat on "
+                f"average against {m.fmt_bytes(fg)} in the fast ones (sampled): allocation (page faults, the allocator "
+                "growing) is part of the extra time")
+    if se is not None and fe is not None and se - fe >= m.GROWTH_MIN_BYTES and se >= 1.25 * fe:
+        return (f"the slow repeats run at a higher memory level: {what} {m.fmt_bytes(se)} at their start against "
+                f"{m.fmt_bytes(fe)} for the fast ones (sampled): memory pressure may be part of the extra time")
+    return None
+
+
+def test_repeats_note_on_the_columns_says_what_the_per_window_code_said():
+    """Random lanes (unread samples, gaps) and random repeats (empty windows, windows with no memory sample, ones
+    before or after the lane): the vectorised note, from a list of ``Repeat`` or from ``Repeats`` columns, is the
+    per-window one, word for word (both the growth and the memory-level forms come up)."""
+    import numpy as np
+
+    from stepscope.analysis.explain import GROUPS, Repeat, Repeats
+    from stepscope.analysis.memory import repeats_note
+    from stepscope.model import MemoryTrack, Profile, Run, RunData
+
+    rng = np.random.default_rng(11)
+    said = set()
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        t = np.sort(rng.integers(0, 4_000, n)) * 1_000_000
+        base = rng.integers(50, 400, n) * MiB
+        high = rng.random() < 0.5  # slow repeats around a higher level, or growing inside
+        rss = [None if rng.random() < 0.15 else int(v) for v in base]
+        cuda = [None] * n if rng.random() < 0.7 else [None if rng.random() < 0.5 else int(v) for v in base]
+        data = RunData(Run("r", ["x"]), [], Profile(hz=float(rng.choice([0, 100]))), MemoryTrack(t.tolist(), rss, cuda, [None] * n))
+        k = int(rng.integers(2, 300))
+        starts = rng.integers(-100, 4_100, k) * 1_000_000
+        ends = starts + rng.choice([0, 1, 5, 30, 200], k) * 1_000_000
+        groups = rng.choice(GROUPS, k, p=[0.6, 0.3, 0.05, 0.05])
+        if high:  # the slow ones where memory is high
+            lvl = np.interp(starts, t, base) if n else np.zeros(k)
+            groups = np.where(lvl > np.median(lvl) if k else [], "slow", "fast")
+        reps = [Repeat(i, f"#{i}", int(b - a), int(a), int(b), 1, group=str(g))
+                for i, (a, b, g) in enumerate(zip(starts, ends, groups))]
+        cols = Repeats(np.arange(k), ends - starts, starts, ends, np.ones(k), group=[GROUPS.index(g) for g in groups])
+        want = _repeats_note_per_window(data, reps)
+        assert repeats_note(data, reps) == want and repeats_note(data, cols) == want, trial
+        said.add(want.split(":")[0] if want else None)
+    assert {None, "the slow repeats coincide with memory growth", "the slow repeats run at a higher memory level"} <= said
+
+
 def test_cuda_snapshot_of_the_documented_shape_is_summarised():
     """``torch.cuda.memory._snapshot()``'s dict (segments with blocks, device_traces) -> the largest live
     blocks with the Python stacks that allocated them, and the last events before the OOM."""

@@ -285,14 +285,12 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     entry, _, peaks, _ = lane.windows(t.start[rows], t.end[rows], kind)
     exact = np.zeros(len(rows), bool)
     key = "cuda" if kind == "cuda" else "rss"
-    if t.attrs:  # exact readings of step-level spans (few): only the rows that have attributes
-        pos = {int(r): k for k, r in enumerate(rows.tolist())} if len(t.attrs) < len(rows) // 4 else None
-        for r, a in t.attrs.items():
-            if f"memory.{key}_in" not in a:
-                continue
-            k = pos.get(r) if pos is not None else int(np.searchsorted(rows, r))
-            if k is None or k >= len(rows) or rows[k] != r:
-                continue
+    read = np.array([r for r, a in t.attrs.items() if f"memory.{key}_in" in a], np.int64)
+    if len(read):  # exact readings of step-level spans (few): their positions among ``rows`` (sorted)
+        at = np.searchsorted(rows, read)
+        hit = (at < len(rows)) & (rows[np.minimum(at, len(rows) - 1)] == read)
+        for r, k in zip(read[hit].tolist(), at[hit].tolist()):
+            a = t.attrs[r]
             entry[k] = a[f"memory.{key}_in"]
             cand = [peaks[k], a.get(f"memory.{key}_out", -1), a[f"memory.{key}_in"], a.get(f"memory.{key}_peak", -1)]
             peaks[k] = max(int(c) for c in cand if c is not None)
@@ -501,8 +499,9 @@ def attach_steps(table, data: RunData, lane: Lane | None = None) -> None:
 
 
 def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str | None:
-    """For ``explain``: whether the slow repeats coincide with memory growth. ``repeats``: ``analysis.explain.Repeat``
-    with ``group``. Says so when the slow ones grew (peak minus entry) at least ``GROWTH_MIN_BYTES`` and
+    """For ``explain``: whether the slow repeats coincide with memory growth. ``repeats``: ``analysis.explain.Repeats``
+    (columns) or a list of ``Repeat``, with their groups; every repeat's window at once (``Lane.windows``: the
+    figures ``Lane.window`` reads, without a Python call per repeat). Says so when the slow ones grew (peak minus entry) at least ``GROWTH_MIN_BYTES`` and
     ``GROWTH_RATIO`` times more than the fast ones on average, or started from a memory level that much higher
     (memory pressure: the allocator or the OS reclaiming); None otherwise or without a memory lane."""
     if not len(data.memory):
@@ -510,19 +509,27 @@ def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str 
     lane = lane or Lane(data.memory, data.profile.hz)
     kind = "cuda" if lane.has_cuda else "rss"
     what = "CUDA allocated memory" if kind == "cuda" else "RSS"
-    slow = [r for r in repeats if r.group == "slow"]
-    fast = [r for r in repeats if r.group == "fast"]
-    if not slow or not fast:
+    if isinstance(getattr(repeats, "start_ns", None), np.ndarray):  # ``analysis.explain.Repeats``: its columns
+        st, en = repeats.start_ns, repeats.end_ns
+        in_group = {g: repeats.mask(g) for g in ("slow", "fast")}
+    else:
+        st = np.fromiter((r.start_ns for r in repeats), np.int64, len(repeats))
+        en = np.fromiter((r.end_ns for r in repeats), np.int64, len(repeats))
+        group = np.array([r.group for r in repeats], dtype=object)
+        in_group = {g: group == g for g in ("slow", "fast")}
+    if not in_group["slow"].any() or not in_group["fast"].any():
         return None
+    entry, _, peak, count = lane.windows(st, en, kind)  # every repeat at once (a million: a few numpy passes)
+    growth = np.where((peak >= 0) & (entry >= 0), np.maximum(peak - entry, 0), -1)
 
-    def figs(rs):
-        ws = [lane.window(r.start_ns, r.end_ns, kind=kind) for r in rs]
-        g = [w.growth for w in ws if w.growth is not None]
-        e = [w.entry for w in ws if w.entry is not None]
-        return (float(np.mean(g)) if g else None), (float(np.mean(e)) if e else None), sum(w.samples for w in ws)
+    def figs(which: str):
+        sel = in_group[which]
+        g, e = growth[sel], entry[sel]
+        g, e = g[g >= 0], e[e >= 0]
+        return (float(np.mean(g)) if len(g) else None), (float(np.mean(e)) if len(e) else None), int(count[sel].sum())
 
-    sg, se, sn = figs(slow)
-    fg, fe, fn = figs(fast)
+    sg, se, sn = figs("slow")
+    fg, fe, fn = figs("fast")
     if sg is None or fg is None:
         return None
     if sg - fg >= GROWTH_MIN_BYTES and sg >= GROWTH_RATIO * max(fg, 1.0):
