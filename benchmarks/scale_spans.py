@@ -4,18 +4,22 @@ Playwright and ``/usr/bin/chromium``, the time the report takes to draw.
 
 The traced program (written here) calls ``__main__.batch`` N/10 times, each calling ``__main__.item`` 9 times
 (N spans in all); every 50,000th item sleeps 2 ms (slow repeats to find). The long run spreads its calls over
-``--long`` seconds (sampled all along: its profile is large). "end of run" is the time from the program's
-last line (it writes ``time.time()`` to a file) to ``stepscope run``'s exit: the child's last flush, the
-parent's load, summary and print.
+``--long`` seconds (sampled all along: its profile is large). The flat shape (``--flat``) is one name repeated:
+``def f(): pass`` called N times in a loop (``--trace __main__.f``: N sibling spans under the root, every one a
+repeat for ``explain`` and the report's explanation). The memory lane is on in every case (the default).
+"end of run" is the time from the program's last line (it writes ``time.time()`` to a file) to ``stepscope
+run``'s exit: the child's last flush, the parent's load, summary and print.
 
-    python benchmarks/scale_spans.py                         # 10k, 100k, 1M and a 60 s long run
-    python benchmarks/scale_spans.py --sizes 10000 100000 --long 0
+    python benchmarks/scale_spans.py                         # 10k, 100k, 1M, a 60 s long run, 1M flat repeats
+    python benchmarks/scale_spans.py --sizes 10000 100000 --long 0 --flat
+    python benchmarks/scale_spans.py --sizes --long 0 --flat 1000000 --no-browser   # only the million repeats
     python benchmarks/scale_spans.py --baseline /tmp/base/src  # the same, also with the stepscope under that src/
 
 ``--baseline SRC`` runs every command a second time with ``PYTHONPATH=SRC`` (another checkout's ``src/``, e.g.
 ``git archive main src | tar -x -C /tmp/base``) and prints both columns and their ratio.
 Targets (issue 15): end of a 1M-span run <= 3 s and <= 300 MB; report, explain, export at 1M <= 5 s and
-<= 500 MB each, the report file <= 10 MB and drawn in <= 2 s.
+<= 500 MB each, the report file <= 10 MB and drawn in <= 2 s; the same for 1M flat repeats (printed under the
+table).
 """
 
 from __future__ import annotations
@@ -66,6 +70,24 @@ def main():
 main()
 '''
 
+FLAT_PROGRAM = r'''
+import sys, time
+
+def f():
+    pass
+
+def main():
+    for _ in range(int(sys.argv[1])):
+        f()
+    with open(sys.argv[3], "w") as fh:
+        fh.write(repr(time.time()))
+
+main()
+'''
+
+TARGETS = ("targets (issue 15): end of run <= 3 s, <= 300 MB; report, explain, export <= 5 s, <= 500 MB each; "
+           "report file <= 10 MB, drawn in <= 2 s")
+
 # runs a command, prints "<wall s> <peak RSS KiB of its largest process> <stdout bytes>"
 WRAPPER = r'''
 import resource, subprocess, sys, time
@@ -115,15 +137,16 @@ def draw_ms(html: Path) -> float | None:
 
 
 def bench(label: str, stepscope: list[str], env: dict, work: Path, n: int, seconds: float, hz: float,
-          browser: bool) -> dict:
-    store = work / f"store-{label}-{n}-{int(seconds)}"
+          browser: bool, flat: bool = False) -> dict:
+    store = work / f"store-{label}-{n}-{int(seconds)}{'-flat' if flat else ''}"
     shutil.rmtree(store, ignore_errors=True)
-    prog = work / "calls.py"
-    prog.write_text(PROGRAM)
+    prog = work / ("flat.py" if flat else "calls.py")
+    prog.write_text(FLAT_PROGRAM if flat else PROGRAM)
     done = work / "done.txt"
     res: dict = {}
     base = [*stepscope]
-    run = [*base, "run", "--store", str(store), "--hz", str(hz), "-t", "__main__.batch", "-t", "__main__.item", "--",
+    traces = ["-t", "__main__.f"] if flat else ["-t", "__main__.batch", "-t", "__main__.item"]
+    run = [*base, "run", "--store", str(store), "--hz", str(hz), *traces, "--",
            sys.executable, str(prog), str(n), str(seconds), str(done)]
     t0, t1, mib, _ = measure(run, env, work / "stdout")
     prog_end = float(done.read_text())
@@ -131,7 +154,7 @@ def bench(label: str, stepscope: list[str], env: dict, work: Path, n: int, secon
     k = len(base) + 1
     _, t1j, mibj, nj = measure(run[:k] + ["--json"] + run[k:], env, work / "stdout")
     res["run --json"] = (t1j - float(done.read_text()), mibj, nj)
-    html = work / f"r-{label}-{n}.html"
+    html = work / f"r-{label}-{n}{'-flat' if flat else ''}.html"
     t0, t1, mib, _ = measure([*base, "report", "--store", str(store), "-o", str(html)], env, work / "stdout")
     res["report"] = (t1 - t0, mib, html.stat().st_size)
     t0, t1, mib, nb = measure([*base, "explain", "--store", str(store)], env, work / "stdout")
@@ -155,6 +178,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--long", type=float, default=60.0, help="seconds of the long run (0: none)")
     ap.add_argument("--long-calls", type=int, default=300_000)
+    ap.add_argument("--flat", type=int, nargs="*", default=[1_000_000],
+                    help="sizes of the flat shape: one traced name called N times (none: --flat alone)")
     ap.add_argument("--hz", type=float, default=101.0)
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout's src/ to compare with")
     ap.add_argument("--no-browser", action="store_true")
@@ -162,14 +187,15 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="stepscope-scale-"))
     here = Path(__file__).resolve().parents[1] / "src"
     setups = [("this", here)] + ([("base", args.baseline.resolve())] if args.baseline else [])
-    cases = [(n, 0.0) for n in args.sizes] + ([(args.long_calls, args.long)] if args.long > 0 else [])
+    cases = ([(n, 0.0, False) for n in args.sizes] + ([(args.long_calls, args.long, False)] if args.long > 0 else [])
+             + [(n, 0.0, True) for n in args.flat])
     results: dict = {}
-    for n, seconds in cases:
+    for n, seconds, flat in cases:
         for label, src in setups:  # one after the other per size: the same machine state for both
             env = {**os.environ, "PYTHONPATH": str(src)}
-            results[(label, n, seconds)] = bench(label, [sys.executable, "-m", "stepscope"], env, work, n, seconds,
-                                                 args.hz, not args.no_browser)
-            print(f"... {label} {n} calls {seconds:g} s done", file=sys.stderr, flush=True)
+            results[(label, n, seconds, flat)] = bench(label, [sys.executable, "-m", "stepscope"], env, work, n, seconds,
+                                                       args.hz, not args.no_browser, flat)
+            print(f"... {label} {n} calls {seconds:g} s{' flat' if flat else ''} done", file=sys.stderr, flush=True)
 
     def cell(v):
         if v is None:
@@ -185,19 +211,20 @@ def main() -> None:
     hdr = "| case | work | " + " | ".join(lbl for lbl, _ in setups) + (" | ratio (time, peak) |" if args.baseline else " |")
     print(hdr)
     print("|" + "---|" * (hdr.count("|") - 1))
-    for n, seconds in cases:
-        case = f"{n:,} spans" + (f", {seconds:g} s run" if seconds else "")
-        this = results[("this", n, seconds)]
+    for n, seconds, flat in cases:
+        case = (f"{n:,} repeats of one name" if flat else f"{n:,} spans") + (f", {seconds:g} s run" if seconds else "")
+        this = results[("this", n, seconds, flat)]
         for work_name, v in this.items():
             row = f"| {case} | {work_name} | {cell(v)}"
             if args.baseline:
-                b = results[("base", n, seconds)].get(work_name)
+                b = results[("base", n, seconds, flat)].get(work_name)
                 row += f" | {cell(b)}"
                 if b and v[0] and b[0]:
                     row += f" | {v[0] / b[0]:.2f}x" + (f", {v[1] / b[1]:.2f}x" if v[1] and b[1] else "")
                 else:
                     row += " | -"
             print(row + " |")
+    print(TARGETS)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -109,3 +109,49 @@ def test_auto_trace_runs_twice_and_links_the_runs(tmp_path):
     assert len(added) == 3 and "__main__.heavy_postprocess" in added
     data = Store(store).load(second["id"])
     assert {s.name for s in data.spans if s.op != "transaction"} == set(added)
+
+
+def test_repeats_as_columns_read_as_the_repeat_objects_did():
+    """``repeats_of`` gives columns (a million repeats: no object each); what indexing, ``slow``, the JSON form and
+    the report's view read from them is what the list of ``Repeat`` held: labels (with a span's step), groups,
+    samples, the page's rows (the first ones, then the slowest slow ones, in order)."""
+    import dataclasses
+
+    from stepscope.analysis.explain import Repeat, explain, repeats_of
+    from stepscope.analysis.spans import HEAD_ROWS, MAX_ROWS
+    from stepscope.model import Profile, Run, RunData, Span
+    from stepscope.profiling.calltree import ProfileIndex
+    from stepscope.report.view import _explain_view
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    dur = rng.integers(900, 1100, n)
+    dur[rng.choice(n, 1000, replace=False)] *= rng.integers(3, 9, 1000)  # slow ones, many with equal durations
+    start = np.concatenate([[0], np.cumsum(dur + 50)[:-1]]) + 1000
+    spans = [Span(1, None, "run", "transaction", 0, int(start[-1] + dur[-1] + 10), 1)]
+    spans += [Span(k + 2, 1, "__main__.f", "function", int(a), int(a + d), 1,
+                   attrs={"diffusion.step": k % 7} if k % 500 == 3 else {}) for k, (a, d) in enumerate(zip(start, dur))]
+    data = RunData(Run("r", ["x"], start_ns=0, end_ns=spans[0].end_ns), spans, Profile(hz=100))
+    reps = repeats_of(data, "f")
+    old = [Repeat(i, f"#{i}" + (f" step {s.attrs['diffusion.step']}" if "diffusion.step" in s.attrs else ""),
+                  s.end_ns - s.start_ns, s.start_ns, s.end_ns, s.thread_id) for i, s in enumerate(spans[1:])]
+    assert list(reps) == old and reps[503] == old[503] and reps[-1] == old[-1] and reps[10:13] == old[10:13]
+    e = explain(data, "f")
+    groups = [r.group for r in e.repeats]
+    assert groups.count("slow") >= 900 and set(groups) <= {"slow", "fast", "warm-up"}
+    assert [r.index for r in e.slow] == [i for i, g in enumerate(groups) if g == "slow"]
+    assert e.slow[0].label == e.repeats[e.slow[0].index].label and len(e.slow) == groups.count("slow")
+    d = e.to_dict()
+    assert d["repeats"] == [dataclasses.asdict(r) for r in e.repeats]
+    assert {k: v for k, v in d.items() if k != "repeats"} == {
+        k: v for k, v in dataclasses.asdict(dataclasses.replace(e, repeats=[])).items() if k != "repeats"}
+    # the report's table (its own explain: the default unit, so no span with a step here)
+    plain = dataclasses.replace(data, spans=[dataclasses.replace(s, attrs={}) for s in spans])
+    view = _explain_view(plain, ProfileIndex(plain.profile), 0, {1: 0})
+    objs = list(explain(plain).repeats)
+    assert [r.group for r in objs] == groups
+    more = sorted((r for r in objs[HEAD_ROWS:] if r.group in ("slow", "warm-up")), key=lambda r: -r.duration_ns)
+    shown = objs[:HEAD_ROWS] + sorted(more[:MAX_ROWS - HEAD_ROWS], key=lambda r: r.index)
+    assert [r["index"] for r in view["repeats"]] == [r.index for r in shown]
+    assert view["repeats"][5]["label"] == "#5" and view["slow_total"] == groups.count("slow")
+    assert view["repeats_total"] == n and len(view["repeats"]) == MAX_ROWS < HEAD_ROWS + len(more)

@@ -56,6 +56,34 @@ def test_a_span_too_short_for_a_sample_says_so():
     assert (exact.entry, exact.exit, exact.peak, exact.exact_peak) == (180, 190, 195, True)
 
 
+def test_vectorised_windows_read_what_the_scalar_window_reads():
+    """``Lane.windows`` (every window at once: the step table, per name, explain's repeats) against ``Lane.window``
+    one at a time, on random lanes (gaps in the readings, equal times) and random windows: empty ones, zero-length
+    ones, ones before the first or after the last sample, ones holding only unread samples."""
+    import numpy as np
+
+    from stepscope.analysis.memory import Lane
+    from stepscope.model import MemoryTrack
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n = int(rng.integers(0, 60))
+        t = np.sort(rng.integers(0, 1_000, n)) * 1_000_000
+        rss = [None if rng.random() < 0.3 else int(v) for v in rng.integers(0, 1 << 30, n)]
+        cuda = [None if rng.random() < 0.6 else int(v) for v in rng.integers(0, 1 << 30, n)]
+        lane = Lane(MemoryTrack(t.tolist(), rss, cuda, [None] * n), hz=float(rng.choice([0, 100, 333])))
+        starts = rng.integers(-50, 1_050, 300) * 1_000_000 + rng.integers(0, 2, 300) * 500_000
+        ends = starts + rng.choice([0, 1, 3, 10, 40, 300], 300) * 1_000_000
+        for kind in ("rss", "cuda"):
+            got = lane.windows(starts, ends, kind)
+            for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+                w = lane.window(a, b, kind=kind)
+                want = tuple(-1 if v is None else v for v in (w.entry, w.exit, w.peak)) + (w.samples,)
+                assert tuple(int(c[k]) for c in got) == want, (trial, kind, a, b)
+    z = Lane(MemoryTrack([], [], [], []), hz=100).windows(np.array([1, 2]), np.array([3, 4]))
+    assert [c.tolist() for c in z] == [[-1, -1], [-1, -1], [-1, -1], [0, 0]]
+
+
 def test_out_of_memory_raised_in_a_traced_span_is_stored_with_the_span_and_memory(store, browser_page):
     r, doc = _run_json(store, "--trace", "__main__.grow", "--", sys.executable, GROW, "120", "oom")
     assert r.returncode == 1
@@ -218,6 +246,76 @@ def test_explain_says_when_slow_repeats_coincide_with_memory_growth():
     assert repeats_note(flat, reps) is None
 
 
+def _repeats_note_per_window(data, repeats):
+    """``repeats_note`` as it was before it was vectorised: ``Lane.window`` once per repeat (the reference)."""
+    import numpy as np
+
+    from stepscope.analysis import memory as m
+
+    lane = m.Lane(data.memory, data.profile.hz)
+    kind = "cuda" if lane.has_cuda else "rss"
+    what = "CUDA allocated memory" if kind == "cuda" else "RSS"
+    slow = [r for r in repeats if r.group == "slow"]
+    fast = [r for r in repeats if r.group == "fast"]
+    if not slow or not fast:
+        return None
+
+    def figs(rs):
+        ws = [lane.window(r.start_ns, r.end_ns, kind=kind) for r in rs]
+        g = [w.growth for w in ws if w.growth is not None]
+        e = [w.entry for w in ws if w.entry is not None]
+        return (float(np.mean(g)) if g else None), (float(np.mean(e)) if e else None), sum(w.samples for w in ws)
+
+    sg, se, _ = figs(slow)
+    fg, fe, _ = figs(fast)
+    if sg is None or fg is None:
+        return None
+    if sg - fg >= m.GROWTH_MIN_BYTES and sg >= m.GROWTH_RATIO * max(fg, 1.0):
+        return (f"the slow repeats coincide with memory growth: {what} rose {m.fmt_bytes(sg)} inside each slow repeat on "
+                f"average against {m.fmt_bytes(fg)} in the fast ones (sampled): allocation (page faults, the allocator "
+                "growing) is part of the extra time")
+    if se is not None and fe is not None and se - fe >= m.GROWTH_MIN_BYTES and se >= 1.25 * fe:
+        return (f"the slow repeats run at a higher memory level: {what} {m.fmt_bytes(se)} at their start against "
+                f"{m.fmt_bytes(fe)} for the fast ones (sampled): memory pressure may be part of the extra time")
+    return None
+
+
+def test_repeats_note_on_the_columns_says_what_the_per_window_code_said():
+    """Random lanes (unread samples, gaps) and random repeats (empty windows, windows with no memory sample, ones
+    before or after the lane): the vectorised note, from a list of ``Repeat`` or from ``Repeats`` columns, is the
+    per-window one, word for word (both the growth and the memory-level forms come up)."""
+    import numpy as np
+
+    from stepscope.analysis.explain import GROUPS, Repeat, Repeats
+    from stepscope.analysis.memory import repeats_note
+    from stepscope.model import MemoryTrack, Profile, Run, RunData
+
+    rng = np.random.default_rng(11)
+    said = set()
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        t = np.sort(rng.integers(0, 4_000, n)) * 1_000_000
+        base = rng.integers(50, 400, n) * MiB
+        high = rng.random() < 0.5  # slow repeats around a higher level, or growing inside
+        rss = [None if rng.random() < 0.15 else int(v) for v in base]
+        cuda = [None] * n if rng.random() < 0.7 else [None if rng.random() < 0.5 else int(v) for v in base]
+        data = RunData(Run("r", ["x"]), [], Profile(hz=float(rng.choice([0, 100]))), MemoryTrack(t.tolist(), rss, cuda, [None] * n))
+        k = int(rng.integers(2, 300))
+        starts = rng.integers(-100, 4_100, k) * 1_000_000
+        ends = starts + rng.choice([0, 1, 5, 30, 200], k) * 1_000_000
+        groups = rng.choice(GROUPS, k, p=[0.6, 0.3, 0.05, 0.05])
+        if high:  # the slow ones where memory is high
+            lvl = np.interp(starts, t, base) if n else np.zeros(k)
+            groups = np.where(lvl > np.median(lvl) if k else [], "slow", "fast")
+        reps = [Repeat(i, f"#{i}", int(b - a), int(a), int(b), 1, group=str(g))
+                for i, (a, b, g) in enumerate(zip(starts, ends, groups))]
+        cols = Repeats(np.arange(k), ends - starts, starts, ends, np.ones(k), group=[GROUPS.index(g) for g in groups])
+        want = _repeats_note_per_window(data, reps)
+        assert repeats_note(data, reps) == want and repeats_note(data, cols) == want, trial
+        said.add(want.split(":")[0] if want else None)
+    assert {None, "the slow repeats coincide with memory growth", "the slow repeats run at a higher memory level"} <= said
+
+
 def test_cuda_snapshot_of_the_documented_shape_is_summarised():
     """``torch.cuda.memory._snapshot()``'s dict (segments with blocks, device_traces) -> the largest live
     blocks with the Python stacks that allocated them, and the last events before the OOM."""
@@ -359,3 +457,110 @@ def test_what_reads_as_out_of_memory_under_an_address_space_limit(text, oom):
     from stepscope.bench.maxbatch import _is_oom_text
 
     assert _is_oom_text(text) is oom
+
+
+def _contradiction_run():
+    """A synthetic run (10 ms memory samples, RSS in MiB) where the samples next to several spans, read outside
+    them, are larger than anything inside: the sample right after ``step`` #0 ends (inside ``load``), the one right
+    before ``step`` #1 starts, the one after ``load`` ends; ``short`` holds no sample; ``step`` #2 carries exact
+    readings (its exit above every sample inside it)."""
+    from stepscope.model import MemoryTrack, Profile, Run, RunData, Span
+
+    ms = 1_000_000
+    level = {}
+    for t in range(0, 601, 10):
+        level[t] = (100 if t <= 90 else 233 if t <= 190 else 317 if t == 200 else 200 if t <= 290 else 400 if t == 300
+                    else 250 if t <= 390 else 450 if t == 400 else 270 if t <= 490 else 600 if t == 500
+                    else 300 if t <= 590 else 100)
+    ts = sorted(level)
+    track = MemoryTrack([t * ms for t in ts], [level[t] * MiB for t in ts], [None] * len(ts), [None] * len(ts))
+    spans = [Span(1, None, "run", "transaction", 0, 600 * ms, 1),
+             Span(2, 1, "__main__.step", "function", 95 * ms, 192 * ms, 1),
+             Span(3, 1, "__main__.load", "function", 195 * ms, 292 * ms, 1),
+             Span(4, 1, "__main__.step", "function", 305 * ms, 392 * ms, 1),
+             Span(5, 1, "__main__.short", "function", 393 * ms, 396 * ms, 1),
+             Span(6, 1, "__main__.step", "function", 405 * ms, 492 * ms, 1,
+                  attrs={"memory.rss_in": 260 * MiB, "memory.rss_out": 500 * MiB}),
+             Span(7, 1, "__main__.tail", "function", 505 * ms, 592 * ms, 1)]
+    return RunData(Run("r", ["x"], status="ok", start_ns=0, end_ns=600 * ms), spans, Profile(hz=100), track)
+
+
+def _consistent(w, where):
+    """A window's figures agree with each other: a known entry or exit comes with a peak at least as high."""
+    for k in ("entry", "exit"):
+        v = getattr(w, k) if not isinstance(w, dict) else w[k]
+        peak = w.peak if not isinstance(w, dict) else w["peak"]
+        if v is not None:
+            assert peak is not None and v <= peak, (where, k, v, peak)
+
+
+def test_memory_read_outside_a_span_is_never_its_own():
+    """Entry and exit never exceed the peak, on every path: a window, per name, stages, the largest stage, the step
+    table, the report's view; a sample taken after a span ended (inside the next one) is not its exit."""
+    from stepscope.analysis.memory import Lane, summarize_memory
+    from stepscope.analysis.summary import summarize
+    from stepscope.report.view import build_view
+
+    data = _contradiction_run()
+    lane = Lane(data.memory, 100)
+    w = {s.span_id: lane.window(s.start_ns, s.end_ns, s.attrs) for s in data.spans[1:]}
+    for k, v in w.items():
+        _consistent(v, f"span {k}")
+    assert (w[2].exit, w[2].peak) == (233 * MiB, 233 * MiB)  # not the 317 MiB sampled inside `load`, 5 ms after
+    assert w[2].entry == 100 * MiB and w[2].growth == 133 * MiB  # the sample just before, below the first inside
+    assert (w[3].entry, w[3].peak, w[3].exit) == (233 * MiB, 317 * MiB, 200 * MiB)  # not the 400 MiB after it
+    assert (w[4].entry, w[4].peak, w[4].exit) == (250 * MiB, 250 * MiB, 250 * MiB)  # not the 400 MiB before it
+    assert (w[5].entry, w[5].exit, w[5].peak) == (None, None, None) and "no memory sample inside" in w[5].note
+    assert (w[6].entry, w[6].exit, w[6].peak) == (260 * MiB, 500 * MiB, 500 * MiB) and w[6].exact_exit
+    assert (w[7].entry, w[7].peak) == (300 * MiB, 300 * MiB)
+    s = summarize(data)
+    m = s.memory
+    assert [g.label for g in m.stages] == ["repeat 0", "__main__.load", "repeat 1", "__main__.short", "repeat 2",
+                                           "__main__.tail"]
+    for g in m.stages + [m.largest]:
+        _consistent(g.rss, g.label)
+    for r in m.spans:
+        assert r.entry is None or (r.peak is not None and r.entry <= r.peak), r
+    tail = next(r for r in m.spans if r.name == "__main__.tail")
+    assert (tail.entry, tail.peak, tail.growth) == (300 * MiB, 300 * MiB, 0)
+    assert s.steps.kind == "repeat" and len(s.steps.rows) == 3
+    for r in s.steps.rows:
+        _consistent(r.memory, f"step row {r.step}")
+    assert s.steps.rows[0].memory.exit == 233 * MiB
+    view = build_view(data)
+    vm = view["summary"]["memory"]
+    for g in vm["stages"]:
+        _consistent(g["rss"], g["label"])
+    for r in view["summary"]["steps"]["rows"]:
+        _consistent(r["memory"], r["step"])
+    big = summarize_memory(data, s.steps).largest  # the 400, 450 and 600 MiB samples between spans are nobody's
+    assert (big.label, big.rss.peak, big.rss.exit) == ("__main__.load", 317 * MiB, 200 * MiB)
+
+
+def test_the_reports_span_memory_reads_only_inside_the_span(browser_page, tmp_path, monkeypatch):
+    """The page's memory line of a span (``spanMemory``) follows the same rule as the analysis: entry at most the
+    first sample inside, no figure for a span with no sample inside; with the lane downsampled (each point the
+    highest of its bucket) a bucket reaching past the span's end is not its peak."""
+    import stepscope.report.view as view
+    from stepscope.report.html import write_report
+
+    data = _contradiction_run()
+    page = browser_page
+    lane_view = view.memory_lane_view
+    # 61 samples; 21 points: buckets of 3 samples (0-20, 30-50 ... 390-410 ms: 390's holds the 450 MiB at 400)
+    for max_points, texts in ((None, ["100.0 MiB~ at entry, peak 233.0 MiB~ (+133.0 MiB)",
+                                      "250.0 MiB~ at entry, peak 250.0 MiB~ (+0 B)",
+                                      "260.0 MiB at entry, peak 500.0 MiB~ (+240.0 MiB), 500.0 MiB at exit"]),
+                              (21, ["233.0 MiB~ at entry, peak 233.0 MiB~ (+0 B)",
+                                    "250.0 MiB~ at entry, peak 250.0 MiB~ (+0 B)",
+                                    "260.0 MiB at entry, peak 500.0 MiB~ (+240.0 MiB), 500.0 MiB at exit"])):
+        out = tmp_path / f"r{max_points}.html"
+        monkeypatch.setattr(view, "memory_lane_view", lambda d, t0, k=max_points: lane_view(d, t0, *([k] if k else [])))
+        write_report(data, out)
+        page.goto(out.as_uri())
+        page.wait_for_function("window.stepscopeReport")
+        got = [page.evaluate(f"stepscopeReport.spanMemory(stepscopeReport.findSpan('__main__.step', {k}))") for k in range(3)]
+        assert [g.split(": ", 1)[1] for g in got] == texts, (max_points, got)
+        short = page.evaluate("stepscopeReport.spanMemory(stepscopeReport.findSpan('__main__.short', 0))")
+        assert short.startswith("memory (RSS): - at entry, peak no memory sample inside"), short
+        assert not page.errors

@@ -20,7 +20,8 @@ the explanation says so and which sampling rate would do.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -60,6 +61,75 @@ class Repeat:
     group: str = "fast"  # "slow", "fast" or "other"
 
 
+#: the groups a repeat can be in (``Repeats.group`` holds the index)
+GROUPS = ("fast", "slow", "warm-up", "other")
+
+
+class Repeats(Sequence):
+    """The repeats as columns (numpy, one row per repeat: a million repeats make no object each); indexing gives a
+    ``Repeat`` made on demand (changing it changes nothing here), a slice a list of them. ``index``: each row's
+    index among all the repeats (``where`` keeps a subset); ``duration_ns``, ``start_ns``, ``end_ns``,
+    ``thread_id``, ``samples``: as in ``Repeat``; ``group``: indices into ``GROUPS``. Labels: ``labels`` (one per
+    repeat of all, e.g. "step 3 (call 1)"), else "#i" and ``suffix`` (repeat index -> text, " step 3")."""
+
+    __slots__ = ("index", "duration_ns", "start_ns", "end_ns", "thread_id", "samples", "group", "labels", "suffix")
+
+    def __init__(self, index, duration_ns, start_ns, end_ns, thread_id, samples=None, group=None,
+                 labels: list[str] | None = None, suffix: dict[int, str] | None = None) -> None:
+        self.index = np.asarray(index, np.int64)
+        self.duration_ns = np.asarray(duration_ns, np.int64)
+        self.start_ns = np.asarray(start_ns, np.int64)
+        self.end_ns = np.asarray(end_ns, np.int64)
+        self.thread_id = np.asarray(thread_id, np.int64)
+        n = len(self.index)
+        self.samples = np.zeros(n, np.int64) if samples is None else np.asarray(samples, np.int64)
+        self.group = np.zeros(n, np.int8) if group is None else np.asarray(group, np.int8)
+        self.labels = labels
+        self.suffix = suffix or {}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def label(self, i: int) -> str:
+        """The label of repeat ``i`` (its index among all)."""
+        return self.labels[i] if self.labels is not None else f"#{i}{self.suffix.get(i, '')}"
+
+    def _one(self, k: int) -> Repeat:
+        i = int(self.index[k])
+        return Repeat(i, self.label(i), int(self.duration_ns[k]), int(self.start_ns[k]), int(self.end_ns[k]),
+                      int(self.thread_id[k]), int(self.samples[k]), GROUPS[int(self.group[k])])
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._one(j) for j in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return self._one(k)
+
+    def __iter__(self):
+        return (self._one(k) for k in range(len(self)))
+
+    def mask(self, group: str) -> np.ndarray:
+        """Rows in ``group`` ("slow", "fast", "warm-up", "other")."""
+        return self.group == GROUPS.index(group)
+
+    def where(self, rows) -> "Repeats":
+        """The rows ``rows`` (a mask or positions) as a ``Repeats`` of their own, indices and labels kept."""
+        return Repeats(self.index[rows], self.duration_ns[rows], self.start_ns[rows], self.end_ns[rows],
+                       self.thread_id[rows], self.samples[rows], self.group[rows], self.labels, self.suffix)
+
+    def dicts(self, rows=None) -> list[dict]:
+        """The rows (all, or positions ``rows``) as ``Repeat`` dicts (``dataclasses.asdict``'s), from the columns."""
+        sel = np.arange(len(self)) if rows is None else np.asarray(rows, np.int64)
+        cols = [self.index[sel].tolist(), self.duration_ns[sel].tolist(), self.start_ns[sel].tolist(),
+                self.end_ns[sel].tolist(), self.thread_id[sel].tolist(), self.samples[sel].tolist(),
+                self.group[sel].tolist()]
+        return [{"index": i, "label": self.label(i), "duration_ns": d, "start_ns": a, "end_ns": b, "thread_id": t,
+                 "samples": n, "group": GROUPS[g]} for i, d, a, b, t, n, g in zip(*cols)]
+
+
 @dataclass(slots=True)
 class Cause:
     """A function whose self time grew in the slow repeats. Times are ns per repeat (group means)."""
@@ -97,7 +167,7 @@ class Explanation:
     unit: str
     rule: str
     shape: str
-    repeats: list[Repeat]
+    repeats: Repeats
     median_ns: float
     slow_mean_ns: float
     fast_mean_ns: float
@@ -114,8 +184,18 @@ class Explanation:
     memory_note: str | None = None
 
     @property
-    def slow(self) -> list[Repeat]:
-        return [r for r in self.repeats if r.group == "slow"]
+    def slow(self) -> Repeats:
+        return self.repeats.where(self.repeats.mask("slow"))
+
+    def to_dict(self) -> dict:
+        """As ``dataclasses.asdict`` makes it (the repeats as a list of dicts, from the columns)."""
+        import dataclasses
+
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["repeats"] = None
+        out = dataclasses.asdict(Explanation(**d))
+        out["repeats"] = self.repeats.dicts()
+        return out
 
 
 def _has_steps(spans) -> bool:
@@ -147,16 +227,18 @@ def default_unit(data: RunData) -> str:
     return stats[0].name
 
 
-def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> list[Repeat]:
+def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> Repeats:
     """The repeats of ``unit``: "step" (denoising steps, windows as ``step_table`` draws them with
-    ``index``) or a span name (exact, or a unique suffix)."""
+    ``index``) or a span name (exact, or a unique suffix). Columns: no object per repeat."""
     t = as_table(data.spans)
     table = step_table(t, index=index, max_rows=None) if unit == "step" else None
     if unit == "step" and table is None and not any(n.endswith("step") for n in t.names):
         raise ExplainError("no span carries diffusion.step: trace the UNet forward and the scheduler step, or pass --span NAME")
     if table is not None:
-        return [Repeat(i, f"step {r.step}" + (f" (call {r.call})" if r.call else ""), r.wall_ns, r.start_ns, r.end_ns,
-                       r.thread_id) for i, r in enumerate(table.rows)]
+        rows = table.rows
+        return Repeats(np.arange(len(rows)), [r.wall_ns for r in rows], [r.start_ns for r in rows],
+                       [r.end_ns for r in rows], [r.thread_id for r in rows],
+                       labels=[f"step {r.step}" + (f" (call {r.call})" if r.call else "") for r in rows])
     names = set(t.names)
     if unit not in names:
         matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))
@@ -171,18 +253,21 @@ def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> l
         unit = matches[0]
     rows = np.flatnonzero(t.name == t.code(unit))  # in time order
     attrs = t.attrs
-    return [Repeat(i, f"#{i}" + (f" step {attrs[r]['diffusion.step']}" if r in attrs and "diffusion.step" in attrs[r] else ""),
-                   e - s, s, e, th)
-            for i, (r, s, e, th) in enumerate(zip(rows.tolist(), t.start[rows].tolist(), t.end[rows].tolist(),
-                                                  t.thread[rows].tolist()))]
+    suffix = {}  # the few rows with a step: their positions among the repeats (``rows`` is sorted)
+    tagged = np.array([r for r, a in attrs.items() if "diffusion.step" in a], np.int64)
+    if len(tagged) and len(rows):
+        k = np.searchsorted(rows, tagged)
+        hit = (k < len(rows)) & (rows[np.minimum(k, len(rows) - 1)] == tagged)
+        for r, i in zip(tagged[hit].tolist(), k[hit].tolist()):
+            suffix[i] = f" step {attrs[r]['diffusion.step']}"
+    start, end = t.start[rows], t.end[rows]
+    return Repeats(np.arange(len(rows)), end - start, start, end, t.thread[rows], suffix=suffix)
 
 
-def _window_samples(index: ProfileIndex, reps: list[Repeat]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _window_samples(index: ProfileIndex, reps: Repeats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each repeat, its samples (``ProfileIndex.select`` of its window and thread) as a range of ``pos``:
     ``(pos, lo, hi)``: repeat ``k``'s sample indices are ``pos[lo[k]:hi[k]]`` (one searchsorted per thread)."""
-    th = np.fromiter((r.thread_id for r in reps), np.int64, len(reps))
-    st = np.fromiter((r.start_ns for r in reps), np.int64, len(reps))
-    en = np.fromiter((r.end_ns for r in reps), np.int64, len(reps))
+    th, st, en = reps.thread_id, reps.start_ns, reps.end_ns
     order = np.lexsort((np.arange(len(index)), index.thread))
     pos = order  # samples grouped by thread, in time order within a thread
     lo = np.zeros(len(reps), np.int64)
@@ -198,7 +283,7 @@ def _window_samples(index: ProfileIndex, reps: list[Repeat]) -> tuple[np.ndarray
     return pos, lo, hi
 
 
-def _gather(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, which: list[int]) -> np.ndarray:
+def _gather(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, which) -> np.ndarray:
     """The sample indices of the repeats ``which``, concatenated in that order."""
     w = np.asarray(which, np.int64)
     c = hi[w] - lo[w]
@@ -241,7 +326,7 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         unit = _span_name(t, unit)
     if len(reps) < 2:
         raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")
-    dur = np.array([r.duration_ns for r in reps], dtype=np.float64)
+    dur = reps.duration_ns.astype(np.float64)
     verdict = call_slow(dur)
     mask, med, rule = verdict.mask, verdict.median, verdict.rule
     if slow is not None:
@@ -260,28 +345,27 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         fmask = np.zeros(len(reps), bool)
         fmask[_parse_indices(fast, len(reps), "fast")] = True
         fmask &= ~mask
-    for r, s, f, w in zip(reps, mask, fmask, warm):
-        r.group = "slow" if s else "fast" if f else "warm-up" if w else "other"
+    reps.group = np.where(mask, GROUPS.index("slow"), np.where(fmask, GROUPS.index("fast"), np.where(
+        warm, GROUPS.index("warm-up"), GROUPS.index("other")))).astype(np.int8)
     pos, lo, hi = _window_samples(index, reps)
-    for r, n in zip(reps, (hi - lo).tolist()):
-        r.samples = n
-    slow_r = [r for r in reps if r.group == "slow"]
-    fast_r = [r for r in reps if r.group == "fast"]
-    shape = shape_of([r.index for r in slow_r], len(reps))
-    slow_mean = float(np.mean([r.duration_ns for r in slow_r])) if slow_r else 0.0
-    fast_mean = float(np.mean([r.duration_ns for r in fast_r])) if fast_r else 0.0
+    reps.samples = hi - lo
+    slow_i = np.flatnonzero(mask)  # positions = repeat indices (``repeats_of`` gives every repeat, in order)
+    fast_i = np.flatnonzero(reps.group == GROUPS.index("fast"))
+    shape = shape_of(slow_i.tolist(), len(reps))
+    slow_mean = float(np.mean(reps.duration_ns[slow_i])) if len(slow_i) else 0.0
+    fast_mean = float(np.mean(reps.duration_ns[fast_i])) if len(fast_i) else 0.0
     gap = slow_mean - fast_mean
-    per_slow = float(np.mean([r.samples for r in slow_r])) if slow_r else 0.0
+    per_slow = float(np.mean(reps.samples[slow_i])) if len(slow_i) else 0.0
     from .memory import repeats_note
 
     base = dict(unit=unit, rule=rule, shape=shape, repeats=reps, median_ns=med, slow_mean_ns=slow_mean,
                 fast_mean_ns=fast_mean, gap_ns=gap, samples_per_slow_repeat=per_slow,
                 memory_note=repeats_note(data, reps))
-    if not slow_r or not fast_r:
-        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=bool(slow_r), tree=None,
+    if not len(slow_i) or not len(fast_i):
+        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=bool(len(slow_i)), tree=None,
                            advice=("too noisy to call: the fast repeats vary too much to tell slow ones apart "
                                    "(pass --slow to compare chosen repeats)" if verdict.noisy and slow is None else
-                                   "no slow repeats: every repeat is within the rule") if not slow_r
+                                   "no slow repeats: every repeat is within the rule") if not len(slow_i)
                            else "every repeat is slow: nothing fast to compare with (pass --fast)")
     if per_slow < MIN_SAMPLES:
         hz_now = data.profile.hz or 101
@@ -294,11 +378,11 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                                        if data.run.env.get("source") == "sentry" else
                                        f"record again with --hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}")
                                    + (" (or more repeats)" if need > HZ_MAX else "")))
-    s_idx = _gather(pos, lo, hi, [r.index for r in slow_r])
-    f_idx = _gather(pos, lo, hi, [r.index for r in fast_r])
+    s_idx = _gather(pos, lo, hi, slow_i)
+    f_idx = _gather(pos, lo, hi, fast_i)
     s_self, s_total = index.function_times(s_idx)
     f_self, f_total = index.function_times(f_idx)
-    ns, nf = len(slow_r), len(fast_r)
+    ns, nf = len(slow_i), len(fast_i)
     d_self = s_self / ns - f_self / nf
     d_total = s_total / ns - f_total / nf
     funcs = index.functions

@@ -4,12 +4,16 @@ about memory: from a run's memory lane (``model.MemoryTrack``, ``profiling.memor
 Figures are bytes. For each window (a span, a step):
 
 - **entry / exit**: exact where the span's probe read them (``attrs["memory.rss_in"]``...: step-level spans);
-  otherwise *sampled*: the last memory sample at or before the entry (the first at or after the exit), taken
-  within ``NEAR_PERIODS`` sampling periods of it, else unknown (None).
-- **peak**: the highest of the samples inside the window and of the exact entry/exit readings; exact where the
-  kernel's RSS high-water mark (CUDA: the allocator's peak) rose inside the span (a new high of the run). A
-  window with no sample inside and no exact reading has no peak: ``note`` says it is shorter than the
-  sampling period, rather than a figure being made up.
+  otherwise *sampled*, from the window's own samples only: a reading taken outside it belongs to whatever ran
+  then (a sample taken after a span ended is the next span's). Exit: the last sample inside. Entry: the last
+  sample at or before the start within ``NEAR_PERIODS`` sampling periods (the level the window began with: its
+  first sample inside comes after whatever its first C call allocated), but never above the first sample
+  inside (a level that fell before the start is not the window's), else the first sample inside. No sample
+  inside: unknown (None).
+- **peak**: the highest of the samples inside the window and of the exact entry/exit/peak readings, so never
+  below the entry or the exit; exact where the kernel's RSS high-water mark (CUDA: the allocator's peak) rose
+  inside the span (a new high of the run). A window with no sample inside and no exact reading has no figure:
+  ``note`` says it is shorter than the sampling period, rather than a figure being made up.
 - **growth**: peak minus entry: the memory the window needed on top of what was held when it began.
 
 RSS counts what the process holds from the OS: memory that the allocator keeps after a free is still counted,
@@ -91,12 +95,25 @@ class Lane:
     def column(self, kind: str) -> np.ndarray:
         return self.rss if kind == "rss" else self.cuda
 
+    def _valid_index(self, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(prev, next)`` for ``col``: per sample index, the nearest index at or before it (-1: none) / at or after
+        it (``len(col)``: none; one more entry, for an index past the end) holding a reading (>= 0)."""
+        n = len(col)
+        at = np.arange(n, dtype=np.int64)
+        valid = col >= 0
+        prev = np.maximum.accumulate(np.where(valid, at, -1)) if n else at
+        nxt = np.append(np.minimum.accumulate(np.where(valid, at, n)[::-1])[::-1], n)
+        return prev, nxt
+
     def windows(self, starts: np.ndarray, ends: np.ndarray, kind: str = "rss") -> tuple[np.ndarray, ...]:
-        """Sampled figures of many windows at once (clock ns; no exact readings): ``(entry, exit, peak, samples)``,
-        -1 where unknown. Vectorised: any number of windows in a few numpy passes."""
+        """Sampled figures of many windows at once (clock ns; no exact readings): ``(entry, exit, peak, samples)``
+        in bytes, -1 where unknown, each as ``window`` reads it without attrs. Vectorised: any number of windows in
+        a few numpy passes (searchsorted over all windows, ``np.maximum.reduceat`` for the peaks)."""
         col = self.column(kind)
+        starts = np.asarray(starts, np.int64)
+        ends = np.asarray(ends, np.int64)
         n = len(starts)
-        if not len(col):
+        if not len(col) or not n:
             z = np.full(n, -1, np.int64)
             return z, z.copy(), z.copy(), np.zeros(n, np.int64)
         near = NEAR_PERIODS * self.period_ns
@@ -104,24 +121,37 @@ class Lane:
         hi = np.searchsorted(self.t, ends, "right")
         valid = (col >= 0).astype(np.int64)
         cum = np.concatenate([[0], np.cumsum(valid)])
-        count = cum[hi] - cum[lo]
+        count = np.where(hi > lo, cum[hi] - cum[np.minimum(lo, hi)], 0)
+        has = count > 0
         peaks = np.full(n, -1, np.int64)
-        has = hi > lo
+        entry = np.full(n, -1, np.int64)
+        exit_ = np.full(n, -1, np.int64)
         if has.any():
             padded = np.append(col, -1)
             idx = np.empty(2 * int(has.sum()), np.int64)
             idx[0::2], idx[1::2] = lo[has], hi[has]
             peaks[has] = np.maximum.reduceat(padded, idx)[0::2]
-        prev = np.searchsorted(self.t, starts, "right") - 1
-        ok = (prev >= 0) & (starts - self.t[np.maximum(prev, 0)] <= near)
-        entry = np.where(ok, col[np.maximum(prev, 0)], -1)
-        nxt = np.searchsorted(self.t, ends, "left")
-        ok = (nxt < len(col)) & (self.t[np.minimum(nxt, len(col) - 1)] - ends <= near)
-        exit_ = np.where(ok, col[np.minimum(nxt, len(col) - 1)], -1)
+            prev, nxt = self._valid_index(col)
+            first = col[nxt[lo[has]]]  # the first reading inside (there is one: count > 0)
+            exit_[has] = col[prev[hi[has] - 1]]  # the last reading inside
+            # the last reading at or before the start, within NEAR_PERIODS: the level the window began at, never
+            # above the first reading inside (a level read before the start that fell by then is not the window's)
+            j = np.searchsorted(self.t, starts[has], "right") - 1
+            b = np.where(j >= 0, prev[np.maximum(j, 0)], -1)
+            ok = (b >= 0) & (starts[has] - self.t[np.maximum(b, 0)] <= near)
+            entry[has] = np.where(ok, np.minimum(col[np.maximum(b, 0)], first), first)
         return entry, exit_, peaks, count
 
     def window(self, start: int, end: int, attrs: dict | None = None, kind: str = "rss") -> WindowMemory:
-        """Memory of ``kind`` over ``[start, end]`` (clock ns), with a span's exact readings from ``attrs``."""
+        """Memory of ``kind`` over ``[start, end]`` (clock ns), with a span's exact readings from ``attrs``.
+
+        Only readings inside the window (or the span's own exact ones) are its figures: the exit is the last
+        sample inside (a sample after the end was taken in whatever ran next), the peak the highest inside; the
+        entry is the last sample at or before the start within ``NEAR_PERIODS`` periods (what the window began
+        with: a span's first sample inside comes after whatever it allocated in its first C call), but never
+        above the first sample inside (a level that fell before the start is not the window's), else the first
+        inside. A window with no sample inside and no exact reading has no figure. The peak is at least the
+        entry and the exit."""
         attrs = attrs or {}
         col = self.column(kind)
         out = WindowMemory(kind)
@@ -135,25 +165,18 @@ class Lane:
         v = attrs.get(f"memory.{key}_in")
         if isinstance(v, (int, float)) and v >= 0:
             out.entry, out.exact_entry = int(v), True
-        else:
+        elif len(inside):
+            out.entry = int(inside[0])
             j = int(np.searchsorted(self.t, start, "right")) - 1
             while j >= 0 and col[j] < 0 and start - self.t[j] <= near:
                 j -= 1
             if j >= 0 and col[j] >= 0 and start - self.t[j] <= near:
-                out.entry = int(col[j])
-            elif len(inside):
-                out.entry = int(inside[0])
+                out.entry = min(int(col[j]), out.entry)
         v = attrs.get(f"memory.{key}_out")
         if isinstance(v, (int, float)) and v >= 0:
             out.exit, out.exact_exit = int(v), True
-        else:
-            j = int(np.searchsorted(self.t, end, "left"))
-            while j < len(col) and col[j] < 0 and self.t[j] - end <= near:
-                j += 1
-            if j < len(col) and col[j] >= 0 and self.t[j] - end <= near:
-                out.exit = int(col[j])
-            elif len(inside):
-                out.exit = int(inside[-1])
+        elif len(inside):
+            out.exit = int(inside[-1])
         vals = list(inside.tolist())
         if out.exact_entry:
             vals.append(out.entry)
@@ -164,7 +187,7 @@ class Lane:
         if isinstance(v, (int, float)) and v >= 0:
             vals.append(int(v))
         if vals:
-            out.peak = int(max(vals))
+            out.peak = int(max(vals))  # >= the entry and the exit: they are among the values, or below inside[0]
             out.exact_peak = bool(exact_peak) and out.peak == int(v)
         else:
             dur = (end - start) / 1e6
@@ -262,14 +285,12 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     entry, _, peaks, _ = lane.windows(t.start[rows], t.end[rows], kind)
     exact = np.zeros(len(rows), bool)
     key = "cuda" if kind == "cuda" else "rss"
-    if t.attrs:  # exact readings of step-level spans (few): only the rows that have attributes
-        pos = {int(r): k for k, r in enumerate(rows.tolist())} if len(t.attrs) < len(rows) // 4 else None
-        for r, a in t.attrs.items():
-            if f"memory.{key}_in" not in a:
-                continue
-            k = pos.get(r) if pos is not None else int(np.searchsorted(rows, r))
-            if k is None or k >= len(rows) or rows[k] != r:
-                continue
+    read = np.array([r for r, a in t.attrs.items() if f"memory.{key}_in" in a], np.int64)
+    if len(read):  # exact readings of step-level spans (few): their positions among ``rows`` (sorted)
+        at = np.searchsorted(rows, read)
+        hit = (at < len(rows)) & (rows[np.minimum(at, len(rows) - 1)] == read)
+        for r, k in zip(read[hit].tolist(), at[hit].tolist()):
+            a = t.attrs[r]
             entry[k] = a[f"memory.{key}_in"]
             cand = [peaks[k], a.get(f"memory.{key}_out", -1), a[f"memory.{key}_in"], a.get(f"memory.{key}_peak", -1)]
             peaks[k] = max(int(c) for c in cand if c is not None)
@@ -478,8 +499,9 @@ def attach_steps(table, data: RunData, lane: Lane | None = None) -> None:
 
 
 def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str | None:
-    """For ``explain``: whether the slow repeats coincide with memory growth. ``repeats``: ``analysis.explain.Repeat``
-    with ``group``. Says so when the slow ones grew (peak minus entry) at least ``GROWTH_MIN_BYTES`` and
+    """For ``explain``: whether the slow repeats coincide with memory growth. ``repeats``: ``analysis.explain.Repeats``
+    (columns) or a list of ``Repeat``, with their groups; every repeat's window at once (``Lane.windows``: the
+    figures ``Lane.window`` reads, without a Python call per repeat). Says so when the slow ones grew (peak minus entry) at least ``GROWTH_MIN_BYTES`` and
     ``GROWTH_RATIO`` times more than the fast ones on average, or started from a memory level that much higher
     (memory pressure: the allocator or the OS reclaiming); None otherwise or without a memory lane."""
     if not len(data.memory):
@@ -487,19 +509,27 @@ def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str 
     lane = lane or Lane(data.memory, data.profile.hz)
     kind = "cuda" if lane.has_cuda else "rss"
     what = "CUDA allocated memory" if kind == "cuda" else "RSS"
-    slow = [r for r in repeats if r.group == "slow"]
-    fast = [r for r in repeats if r.group == "fast"]
-    if not slow or not fast:
+    if isinstance(getattr(repeats, "start_ns", None), np.ndarray):  # ``analysis.explain.Repeats``: its columns
+        st, en = repeats.start_ns, repeats.end_ns
+        in_group = {g: repeats.mask(g) for g in ("slow", "fast")}
+    else:
+        st = np.fromiter((r.start_ns for r in repeats), np.int64, len(repeats))
+        en = np.fromiter((r.end_ns for r in repeats), np.int64, len(repeats))
+        group = np.array([r.group for r in repeats], dtype=object)
+        in_group = {g: group == g for g in ("slow", "fast")}
+    if not in_group["slow"].any() or not in_group["fast"].any():
         return None
+    entry, _, peak, count = lane.windows(st, en, kind)  # every repeat at once (a million: a few numpy passes)
+    growth = np.where((peak >= 0) & (entry >= 0), np.maximum(peak - entry, 0), -1)
 
-    def figs(rs):
-        ws = [lane.window(r.start_ns, r.end_ns, kind=kind) for r in rs]
-        g = [w.growth for w in ws if w.growth is not None]
-        e = [w.entry for w in ws if w.entry is not None]
-        return (float(np.mean(g)) if g else None), (float(np.mean(e)) if e else None), sum(w.samples for w in ws)
+    def figs(which: str):
+        sel = in_group[which]
+        g, e = growth[sel], entry[sel]
+        g, e = g[g >= 0], e[e >= 0]
+        return (float(np.mean(g)) if len(g) else None), (float(np.mean(e)) if len(e) else None), int(count[sel].sum())
 
-    sg, se, sn = figs(slow)
-    fg, fe, fn = figs(fast)
+    sg, se, sn = figs("slow")
+    fg, fe, fn = figs("fast")
     if sg is None or fg is None:
         return None
     if sg - fg >= GROWTH_MIN_BYTES and sg >= GROWTH_RATIO * max(fg, 1.0):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -39,7 +38,7 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
     except ExplainError as err:
         raise UserError(str(err) + _listing(err.names)) from None
     if as_json:
-        print_json({"run_id": data.run.id, "explanation": dataclasses.asdict(e)})
+        print_json({"run_id": data.run.id, "explanation": e.to_dict()})
     else:
         out.print(f"[dim]run {data.run.id}[/dim]")
         print_explanation(e, out)

@@ -407,14 +407,17 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
     # a run of many repeats: the first ones, then the slow and warm-up ones (the page's table), up to MAX_ROWS
     from ..analysis.spans import HEAD_ROWS, MAX_ROWS
 
+    slow = reps.mask("slow")
     if len(reps) <= MAX_ROWS:
-        shown = reps
-    else:  # the first ones, then the slowest slow (or warm-up) ones, in order
-        more = sorted((r for r in reps[HEAD_ROWS:] if r.group in ("slow", "warm-up")), key=lambda r: -r.duration_ns)
-        shown = reps[:HEAD_ROWS] + sorted(more[:MAX_ROWS - HEAD_ROWS], key=lambda r: r.index)
-    d["repeats"] = [plain(r) for r in shown]
+        shown = np.arange(len(reps))
+    else:  # the first ones, then the slowest slow (or warm-up) ones, in order (on the columns)
+        more = np.flatnonzero(slow | reps.mask("warm-up"))
+        more = more[more >= HEAD_ROWS]
+        more = more[np.argsort(-reps.duration_ns[more], kind="stable")[:MAX_ROWS - HEAD_ROWS]]
+        shown = np.concatenate([np.arange(min(HEAD_ROWS, len(reps))), np.sort(more)])
+    d["repeats"] = reps.dicts(shown)
     d["repeats_total"] = len(reps)
-    d["slow_total"] = sum(1 for r in reps if r.group == "slow")
+    d["slow_total"] = int(slow.sum())
     d.pop("tree")
     d["tree"] = node(e.tree) if e.tree is not None else None
     for r in d["repeats"]:

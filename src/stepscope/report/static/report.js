@@ -132,14 +132,22 @@
   const wfHeight = Math.max(y + 4, 60);
   const MEM_SERIES = [["rss", "#00897b", "RSS"], ["reserved", "#ce93d8", "CUDA reserved"], ["cuda", "#6a1b9a", "CUDA allocated"]];
   const memPeriodUs = ML && ML.t.length > 1 ? (ML.t[ML.t.length - 1] - ML.t[0]) / (ML.t.length - 1) : 1e4;
-  // memory of a window (us): entry (last sample at or before t0, within 2.5 periods), peak inside, growth
+  // memory of a window (us), as analysis/memory.py reads it: only readings inside the window are its own (a
+  // sample after the end was taken in whatever ran next): peak, first and last inside; the entry is the last
+  // reading at or before t0 within 2.5 periods, never above the first inside, else the first inside; no reading
+  // inside: no figure. A downsampled lane's point is the highest of its bucket (up to the next point): only
+  // buckets that end inside the window count.
   function memWindow(t0, t1, key) {
     const col = ML && ML[key]; if (!col) return null;
-    const lo = lowerBound(ML.t, t0), hi = lowerBound(ML.t, t1 + 1e-9);
-    let peak = null, n = 0;
-    for (let j = lo; j < hi; j++) if (col[j] != null) { n++; if (peak == null || col[j] > peak) peak = col[j]; }
-    const j0 = lo > 0 && ML.t[lo] > t0 ? lo - 1 : lo;
-    const entry = j0 >= 0 && j0 < col.length && col[j0] != null && t0 - ML.t[j0] <= 2.5 * memPeriodUs ? col[j0] : null;
+    const lo = lowerBound(ML.t, t0);
+    let hi = lowerBound(ML.t, t1 + 1e-9);
+    if ((ML.every || 1) > 1) hi = Math.max(lo, hi - 1);
+    let peak = null, first = null, n = 0;
+    for (let j = lo; j < hi; j++) if (col[j] != null) { n++; if (first == null) first = col[j]; if (peak == null || col[j] > peak) peak = col[j]; }
+    let j0 = lo < ML.t.length && ML.t[lo] === t0 ? lo : lo - 1;
+    while (j0 >= 0 && col[j0] == null && t0 - ML.t[j0] <= 2.5 * memPeriodUs) j0--;
+    const before = j0 >= 0 && col[j0] != null && t0 - ML.t[j0] <= 2.5 * memPeriodUs ? col[j0] : null;
+    const entry = first == null ? null : before != null ? Math.min(before, first) : first;
     return { entry, peak, n, growth: peak != null && entry != null ? Math.max(peak - entry, 0) : null };
   }
   function memText(i) {
