@@ -1,0 +1,1 @@
+"""A node-graph SD web app (see README.md)."""
