@@ -143,6 +143,56 @@ def test_malformed_envelopes_get_400_with_the_reason_and_store_nothing(client, b
     assert runs(client.store) == []
 
 
+def _nested(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def _tx_with(eid: str, **where) -> bytes:
+    """transaction(eid) with a span's data/tags or a top-level field replaced by JSON text."""
+    doc = json.loads(transaction(eid))
+    marks = {}
+    for k, text in where.items():
+        marks[f"@{k}@"] = text
+        if k in ("data", "tags"):
+            doc["spans"][0][k] = {"x": f"@{k}@"}
+        else:
+            doc[k] = f"@{k}@"
+    out = json.dumps(doc)
+    for m, text in marks.items():
+        out = out.replace(f'"{m}"', text)
+    return out.encode()
+
+
+def test_deeply_nested_items_get_400_naming_the_field_and_store_nothing(client):
+    """What is kept of an item as it came (a span's data and tags, fields of the run's env) may nest 16 levels
+    (nesting.KEPT_DEPTH): deeper ones were stored, and a 1,000-level one was acknowledged and then failed to become a run
+    (json.dumps' RecursionError in the writer); a 1,000-level thread name was a 413 (str()'s RecursionError)."""
+    import sys
+
+    cases = [(_tx_with(EID, data=_nested(100)), "item 1 (transaction): spans[0].data: nested more than 16 levels deep"),
+             (_tx_with(EID, data=_nested(1000)), "item 1 (transaction): spans[0].data: nested more than 16 levels deep"),
+             (_tx_with(EID, tags=_nested(17)), "item 1 (transaction): spans[0].tags: nested more than 16 levels deep"),
+             (_tx_with(EID, release=_nested(50)), "item 1 (transaction): release: nested more than 16 levels deep"),
+             (_tx_with(EID, release=_nested(100_000)), "item 1 (transaction): payload is not JSON (depth limit exceeded")]
+    for body, reason in cases:
+        r = post(client, envelope([({"type": "transaction"}, body)]))
+        assert r.status_code == 400 and reason in r.json()["detail"], r.text
+    assert post(client, envelope([({"type": "transaction"}, _tx_with(EID, data=_nested(15)))])).status_code == 200
+    Store(client.store).delete_run(Store(client.store).resolve_id(None))
+    # a thread name str() cannot make text (orjson parses up to 1,024 levels; str() stops at Python's recursion limit)
+    prof = json.dumps({"version": "1", "platform": "python", "timestamp": 1_795_000_000.0,
+                       "transactions": [{"id": EID, "name": "tx", "active_thread_id": "7"}],
+                       "profile": {"frames": [], "stacks": [], "samples": [], "thread_metadata": {"7": {"name": "@"}}}})
+    r = post(client, envelope([({"type": "profile"}, prof.replace('"@"', _nested(1015)).encode())]))
+    if sys.version_info < (3, 12):  # (later Pythons' C recursion limit is higher: the name is then text, cut to 200)
+        assert r.status_code == 400 and "item 1 (profile): nested too deeply to read" in r.json()["detail"], r.text
+    else:
+        assert r.status_code in (200, 400), r.text
+    assert runs(client.store) == []
+    stats = client.get("/api/stats").json()
+    assert stats["spool"]["failed"] == 0 and stats["endpoint"]["too_large"] == 0
+
+
 def test_bodies_in_gzip_deflate_and_br(client):
     for i, (enc, fn) in enumerate([("gzip", gzip.compress), ("deflate", zlib.compress), ("br", brotli.compress),
                                    ("gzip, br", lambda b: brotli.compress(gzip.compress(b)))]):

@@ -18,6 +18,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore
 
 from . import limits
+from .nesting import TOO_DEEP
 from .tracing.patch import normalize_targets
 
 
@@ -37,6 +38,8 @@ def read_trace_file(path: str | Path) -> tuple[list[str], float | None]:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise TraceFileError(f"{p}: not valid TOML ({e})") from None
+        except RecursionError:  # (tomllib recurses a few frames per level of arrays or inline tables)
+            raise TraceFileError(f"{p}: {TOO_DEEP}") from None
         names = doc.get("functions_to_trace", [])
         if not isinstance(names, list):
             raise TraceFileError(f"{p}: functions_to_trace: expected a list of names")

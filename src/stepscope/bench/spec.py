@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import limits
+from ..nesting import TOO_DEEP
 
 ATTENTION = ("classic", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
 SD_DEFAULTS: dict[str, Any] = {"model": "tiny", "target": "pipeline", "attention": "sdpa", "compile": "off",
@@ -155,6 +156,8 @@ def from_toml(path: str | Path) -> Spec:
         raise SpecError(f"{p}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not valid TOML ({e})") from None
+    except RecursionError:  # (tomllib recurses a few frames per level of arrays or inline tables)
+        raise SpecError(f"{p}: {TOO_DEEP}") from None
     b = doc.get("bench", {})
     m = doc.get("matrix", {})
     if not isinstance(m, dict) or any(not isinstance(v, list) for v in m.values()):

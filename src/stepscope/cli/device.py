@@ -4,7 +4,6 @@ XLA profiler capture (``plugins/profile/<time>/`` or its ``<host>.trace.json.gz`
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -12,6 +11,7 @@ from typing import Optional
 import typer
 
 from .. import limits
+from ..nesting import small_json
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.kineto import TraceError
@@ -99,9 +99,9 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
         f = folder / fname
         if f.exists():
             try:
-                extras[key] = json.loads(f.read_text())
+                extras[key] = small_json(f.read_bytes(), str(f))
             except ValueError as e:
-                raise UserError(f"{f}: not JSON ({e})") from None
+                raise UserError(str(e)) from None
     xla = None
     if (folder / "xla_trace").is_dir():
         from ..device.xla import run_xla

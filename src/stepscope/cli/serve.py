@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from pathlib import Path
 from typing import Optional
@@ -33,6 +34,12 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     import uvicorn
 
     from ..web import ServerConfig, create_app
+    from ..web.headlimits import protocol
+
+    try:  # uvicorn's HTTP/1.1 parser (STEPSCOPE_HTTP=h11 for the pure-Python one), with the request head bounded
+        http = protocol(os.environ.get("STEPSCOPE_HTTP", "auto"))
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
     sock = _listen(host, port)  # before anything is printed: a port in use is a one-line error
     st = open_store(store, create=True)
@@ -56,7 +63,7 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     app = create_app(ServerConfig(store=path, open_mode=open_mode, max_body_bytes=int(max_body_mb * _MB),
                                   max_decoded_bytes=int(max_decoded_mb * _MB), host=host))
     # (no proxy headers: the server is for this machine; uvicorn's middleware for them costs every request)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+    server = uvicorn.Server(uvicorn.Config(app, http=http, log_level="warning", access_log=False, server_header=False,
                                            proxy_headers=False))
     from ..ingest.writer import quiet_gc
 

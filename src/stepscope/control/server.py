@@ -181,7 +181,9 @@ class ControlServer:
             try:
                 conn.settimeout(10)
                 req = json.loads(conn.makefile("r").readline() or "{}")
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # (a line nested ~1,000 levels deep: RecursionError)
+                return
+            if not isinstance(req, dict):  # nothing of a bad request reaches the program (its stderr included)
                 return
             if not hmac.compare_digest(str(req.get("token", "")), self.token):
                 return _send(conn, {"error": "bad token"})

@@ -37,6 +37,8 @@ import msgspec
 import numpy as np
 import orjson
 
+from ..nesting import KEPT_DEPTH, TOO_DEEP, within
+
 CATEGORIES = ("other", "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
               "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
@@ -97,7 +99,13 @@ class KinetoTrace:
 
     @property
     def device_name(self) -> str | None:
-        return self.device_properties[0].get("name") if self.device_properties else None
+        name = self.device_properties[0].get("name") if self.device_properties else None
+        return name if isinstance(name, str) else None
+
+
+def _properties(props) -> list[dict]:
+    """``deviceProperties``: the objects in it, each kept only ``within`` ``KEPT_DEPTH`` (``nesting``)."""
+    return [d for d in props if type(d) is dict and within(d)] if isinstance(props, list) else []
 
 
 def _id(v) -> int:
@@ -105,7 +113,7 @@ def _id(v) -> int:
         return v
     if isinstance(v, float):
         return int(v)
-    if v is None:
+    if v is None or isinstance(v, (list, dict)):  # (a list or object is no id)
         return -1
     return -(abs(hash(v)) % (1 << 40)) - 2
 
@@ -134,6 +142,8 @@ def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
         return _load_typed(raw, str(p))
     except (msgspec.ValidationError, _Untyped):
         pass  # a document of another shape: the general reader below says what is wrong, or reads it
+    except RecursionError:  # nested deeper than msgspec's decoder goes (Python's recursion limit, less the stack
+        pass                # in use): orjson's own limit (1,024 levels) refuses it naming the place, or reads it
     except msgspec.DecodeError as e:
         raise TraceError(f"{p}: not JSON ({e})") from None
     try:
@@ -145,7 +155,10 @@ def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(f"{p}: no traceEvents list (not a Chrome/Kineto trace)")
-    return from_events(doc["traceEvents"], str(p), doc)
+    try:
+        return from_events(doc["traceEvents"], str(p), doc)
+    except RecursionError:  # (a value too deep for Python that the bounds of ``from_events`` missed)
+        raise TraceError(f"{p}: {TOO_DEEP}") from None
 
 
 def gunzip(data: bytes) -> bytes:
@@ -319,12 +332,12 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
             a = args[j]
             if a.input_dims or a.concrete or a.input_type:
                 e = {}
-                if a.input_dims:
-                    e["Input Dims"] = msgspec.json.decode(a.input_dims)
-                if a.concrete:
-                    e["Concrete Inputs"] = msgspec.json.decode(a.concrete)
-                if a.input_type:
-                    e["Input type"] = msgspec.json.decode(a.input_type)
+                for key, raw in (("Input Dims", a.input_dims), ("Concrete Inputs", a.concrete),
+                                 ("Input type", a.input_type)):
+                    if raw:
+                        v = msgspec.json.decode(raw)
+                        if within(v, KEPT_DEPTH - 1):  # (as in ``from_events``: args is one level)
+                            e[key] = v
                 extra[n + j] = e
         n += m
     if col is None:
@@ -347,7 +360,7 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
         pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
         device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
-        device_properties=list(props) if isinstance(props, list) else [], metadata=meta)
+        device_properties=_properties(props), metadata=meta)
     trace.args = LazyArgs(trace, extra)
     return trace
 
@@ -384,11 +397,22 @@ def _ints(values, m: int) -> np.ndarray:
 
 
 def _int_col(values: list) -> np.ndarray:
-    """int64 column; non-integer ids (strings, None) are mapped by ``_id``."""
+    """int64 column; non-integer ids (strings, None, lists) are mapped by ``_id``."""
     try:
-        return np.asarray(values, dtype=np.int64)
+        col = np.asarray(values, dtype=np.int64)
+        if col.ndim == 1:  # (ids that are lists of one length make a 2-D array)
+            return col
     except (TypeError, ValueError, OverflowError):
-        return np.fromiter((v if type(v) is int else _id(v) for v in values), dtype=np.int64, count=len(values))
+        pass
+    return np.fromiter((v if type(v) is int else _id(v) for v in values), dtype=np.int64, count=len(values))
+
+
+def _name_text(v, path: str) -> str:
+    """A name that is not a string as text; TraceError for a list/object nested past ``KEPT_DEPTH`` (``str`` would
+    recurse into it)."""
+    if not within(v):
+        raise TraceError(f"{path}: a complete event's name is nested more than {KEPT_DEPTH} levels deep")
+    return str(v)
 
 
 def from_events(events: list, path: str = "<events>", doc: dict | None = None) -> KinetoTrace:
@@ -404,13 +428,15 @@ def from_events(events: list, path: str = "<events>", doc: dict | None = None) -
                    and not isinstance(e.get("dur", 0), (int, float)))
         raise TraceError(f"{path}: traceEvents[{bad}]: complete event without a numeric ts/dur") from None
     raw_names = [e.get("name", "") for e in xs]
-    raw_names = [n if type(n) is str else str(n) for n in raw_names]
+    raw_names = [n if type(n) is str else _name_text(n, path) for n in raw_names]
     names = list(dict.fromkeys(raw_names))
     name_idx = {n: i for i, n in enumerate(names)}
     args_out = [e.get("args") if type(e.get("args")) is dict else {} for e in xs]
+    for i in [i for i, a in enumerate(args_out) if not within(a)]:  # values nested past KEPT_DEPTH: dropped
+        args_out[i] = {k: v for k, v in args_out[i].items() if within(v, KEPT_DEPTH - 1)}
     cat_get = CAT.get
     cols = {
-        "cat": np.asarray([cat_get(e.get("cat", ""), 0) for e in xs], dtype=np.int8),
+        "cat": np.asarray([cat_get(c, 0) if type(c := e.get("cat", "")) is str else 0 for e in xs], dtype=np.int8),
         "name": np.asarray([name_idx[n] for n in raw_names], dtype=np.int32),
         "pid": _int_col([e.get("pid", -1) for e in xs]),
         "tid": _int_col([e.get("tid", -1) for e in xs]),
@@ -427,4 +453,4 @@ def from_events(events: list, path: str = "<events>", doc: dict | None = None) -
         path=path, names=names, cat=cols["cat"], name=cols["name"], ts=ts, dur=np.maximum(dur, 0), pid=cols["pid"],
         tid=cols["tid"], correlation=cols["corr"], external_id=cols["ext"], stream=cols["stream"], device=cols["dev"],
         nbytes=cols["bytes"], args=args_out,
-        base_ns=base_ns, device_properties=list(doc.get("deviceProperties") or []), metadata=meta)
+        base_ns=base_ns, device_properties=_properties(doc.get("deviceProperties")), metadata=meta)

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from ..nesting import KEPT_DEPTH, TOO_DEEP, small_json, within
 from .capture import MARKER
 from .kineto import TraceError
 
@@ -162,6 +163,13 @@ def is_xla(doc_or_events) -> bool:
 def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
     """Read a capture (a trace file or a folder, see ``trace_files``). Raises TraceError (one line naming
     the file) for unreadable input or (``require_xla``) a trace with none of PyTorch/XLA's events."""
+    try:
+        return _load_xla(path, require_xla)
+    except RecursionError:  # (a value too deep for Python that the checks below missed)
+        raise TraceError(f"{path}: {TOO_DEEP}") from None
+
+
+def _load_xla(path: str | os.PathLike, require_xla: bool) -> XlaTrace:
     files = trace_files(path)
     names: dict[str, int] = {}
     cols: dict[str, list] = {k: [] for k in ("name", "ts", "dur", "pid", "tid")}
@@ -181,9 +189,9 @@ def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
             if ph == "M":
                 a = e.get("args") if isinstance(e.get("args"), dict) else {}
                 if e.get("name") == "process_name":
-                    processes[_int(e.get("pid")) + shift] = str(a.get("name", ""))
+                    processes[_int(e.get("pid")) + shift] = _text(a.get("name", ""), f, k)
                 elif e.get("name") == "thread_name":
-                    threads[(_int(e.get("pid")) + shift, _int(e.get("tid")))] = str(a.get("name", ""))
+                    threads[(_int(e.get("pid")) + shift, _int(e.get("tid")))] = _text(a.get("name", ""), f, k)
                 continue
             if ph != "X":
                 continue
@@ -191,7 +199,7 @@ def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
             if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
                 raise TraceError(f"{f}: traceEvents[{k}]: complete event without a numeric ts/dur")
             n = e.get("name", "")
-            n = n if type(n) is str else str(n)
+            n = n if type(n) is str else _text(n, f, k)
             cols["name"].append(names.setdefault(n, len(names)))
             cols["ts"].append(ts)
             cols["dur"].append(dur)
@@ -209,11 +217,21 @@ def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
         processes=processes, threads=threads)
 
 
+def _text(v, f: Path, k: int) -> str:
+    """A name that is not a string as text; TraceError naming event ``k`` of ``f`` for a list/object nested past
+    ``nesting.KEPT_DEPTH`` (``str`` would recurse into it)."""
+    if not within(v):
+        raise TraceError(f"{f}: traceEvents[{k}]: a name nested more than {KEPT_DEPTH} levels deep")
+    return str(v)
+
+
 def _int(v) -> int:
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, (int, float)):
         return int(v)
+    if isinstance(v, (list, dict)):  # (a list or object is no id)
+        return -1
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -590,7 +608,8 @@ def analyze(tr: XlaTrace, spans: list[HostSpan] | None = None, snapshots: list[d
         g.span = sp.name if sp else None
         k = step_at(g.start_ns)
         g.step = windows[k][0] if k is not None else None
-    graphs = len({tr.args[i].get("graph_hash") for i in ev.compiles.tolist() if tr.args[i].get("graph_hash")})
+    graphs = len({h for i in ev.compiles.tolist() if isinstance(h := tr.args[i].get("graph_hash"), (str, int, float))
+                  and h})
     return XlaSummary(
         path=tr.path, hosts=len(tr.files), events=len(tr), span_ns=span_ns, total=total,
         graphs=graphs or len(ev.compiles), recompiles=recompiles, step_source=source, steps=steps_out,
@@ -776,8 +795,6 @@ def run_xla(data, run_dir: str | os.PathLike, top: int = 20) -> XlaSummary:
     """A run's XLA trace (``<run dir>/xla_trace``) joined with its spans, sync sites and metrics
     (``xla_metrics.json``). Raises TraceError for an unreadable trace, ``runview.AlignError`` for one
     without stepscope's clock markers."""
-    import json
-
     from .runview import AlignError, clock_map_from
 
     run_dir = Path(run_dir)
@@ -791,8 +808,8 @@ def run_xla(data, run_dir: str | os.PathLike, top: int = 20) -> XlaSummary:
     mf = run_dir / "xla_metrics.json"
     if mf.exists():
         try:
-            doc = json.loads(mf.read_text())
+            doc = small_json(mf.read_bytes(), str(mf))
         except ValueError as e:
-            raise TraceError(f"{mf}: not JSON ({e})") from None
+            raise TraceError(str(e)) from None
     return analyze(tr, run_spans(data, cmap, native_to_tid, tr), doc.get("snapshots") or [], cmap.to_trace, top,
                    doc.get("unmirrored") or {}, doc.get("error"))

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from ..nesting import KEPT_DEPTH, TOO_DEEP, within
 from .envelope import Envelope, EnvelopeError
 
 SENTRY_PYTHON_HZ = 101.0  # sentry_sdk.profiler: DEFAULT_SAMPLING_FREQUENCY
@@ -191,6 +192,14 @@ def _list(v, what: str) -> list:
     return v
 
 
+def _kept(v, what: str):
+    """``v``, a value kept as it came (a span's ``data``, ``tags``): EnvelopeError naming ``what`` when it nests past
+    ``nesting.KEPT_DEPTH`` (it would be stored, and meet Python's recursion limit or orjson's in every reader)."""
+    if (type(v) is dict or type(v) is list) and not within(v):
+        raise EnvelopeError(f"{what}: nested more than {KEPT_DEPTH} levels deep")
+    return v
+
+
 def _str(v, what: str, default: str | None = None) -> str | None:
     if v is None:
         return default
@@ -290,14 +299,19 @@ def transaction(doc: dict, what: str) -> TransactionRecord:
             _str(status, f"{what}: spans[{i}].status")
         attrs = {"sentry.span_id": sid}
         if s.get("tags"):
-            attrs["tags"] = _obj(s["tags"], f"{what}: spans[{i}].tags")
+            attrs["tags"] = _kept(_obj(s["tags"], f"{what}: spans[{i}].tags"), f"{what}: spans[{i}].tags")
         if len(data) > ("thread.id" in data) + ("thread.name" in data) + ("profiler_id" in data):
-            attrs["data"] = {k: v for k, v in data.items() if k not in ("thread.id", "thread.name", "profiler_id")}
+            attrs["data"] = _kept({k: v for k, v in data.items() if k not in ("thread.id", "thread.name", "profiler_id")},
+                                  f"{what}: spans[{i}].data")
         spans.append((sid, parent, name[:1000], op[:200] or "function", s0, s1, tid,
                       status if status not in (None, "ok") else None, attrs))
     prof = _obj(contexts.get("profile") or {}, f"{what}: contexts.profile")
     profiler_id = prof.get("profiler_id") or tdata.get("profiler_id")
     sdk = doc.get("sdk") if isinstance(doc.get("sdk"), dict) else {}
+    for k, v in (("contexts.trace.trace_id", trace.get("trace_id")), ("contexts.trace.op", trace.get("op")),
+                 ("platform", doc.get("platform")), ("environment", doc.get("environment")),
+                 ("release", doc.get("release")), ("server_name", doc.get("server_name"))):
+        _kept(v, f"{what}: {k}")  # (kept in the run's env as they are)
     meta = {"sentry.event_id": event_id, "sentry.trace_id": trace.get("trace_id"), "sentry.op": trace.get("op"),
             "sdk": f"{sdk.get('name', '?')} {sdk.get('version', '')}".strip(), "platform": doc.get("platform"),
             "environment": doc.get("environment"), "release": doc.get("release"),
@@ -481,7 +495,10 @@ def batch(env: Envelope) -> Batch:
             ignored[t] = ignored.get(t, 0) + 1
             continue
         what = f"item {i + 1} ({t})"
-        rec = conv(item.json(what), what)
+        try:
+            rec = conv(item.json(what), what)
+        except RecursionError:  # (str() of a value ~1,000 levels deep: a thread or frame name)
+            raise EnvelopeError(f"{what}: {TOO_DEEP}") from None
         (txs if t == "transaction" else profiles if t == "profile" else chunks).append(rec)
     eid = env.headers.get("event_id")
     return Batch(txs, profiles, chunks, counts, ignored, eid if isinstance(eid, str) else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -23,12 +24,17 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from ..device.kineto import TraceError
+from ..device.runview import AlignError
 from ..ingest.writer import Writer
 from ..store import keys as keystore
 from ..store.db import Store, StoreError
 from . import pages
 from .ingest import Counters, IngestEndpoint
 from .net import LOOPBACK_NAMES, is_loopback
+
+log = logging.getLogger("stepscope.serve")
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -132,6 +138,14 @@ def create_app(config: ServerConfig) -> Starlette:
             return Response(orjson.dumps({"detail": str(exc)}), status_code=404, media_type="application/json")
         return HTMLResponse(pages.error_page(str(exc), 404), status_code=404)
 
+    async def unreadable(request: Request, exc: ValueError) -> Response:
+        # a run's device trace that cannot be read (damaged, nested too deeply, no clock markers): its one line,
+        # as the CLI prints it, not a traceback
+        log.warning("%s: %s", request.url.path, exc)
+        if request.url.path.startswith("/api/"):
+            return Response(orjson.dumps({"detail": str(exc)}), status_code=500, media_type="application/json")
+        return HTMLResponse(pages.error_page(str(exc), 500), status_code=500)
+
     async def stats(request: Request) -> Response:
         # the writer made the ingest tables before the first request (lifespan)
         c = state.store().conn
@@ -156,5 +170,6 @@ def create_app(config: ServerConfig) -> Starlette:
     if is_loopback(config.host):
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=[*LOOPBACK_NAMES, config.host]))
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                     exception_handlers={404: not_found, 405: not_found, 400: not_found, StoreError: store_error})
+                     exception_handlers={404: not_found, 405: not_found, 400: not_found, StoreError: store_error,
+                                         TraceError: unreadable, AlignError: unreadable})
 

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from ..ingest import sentry
 from ..ingest.decode import BadEncoding, BodyTooLarge, decode_body
 from ..ingest.envelope import EnvelopeError, parse
+from ..nesting import TOO_DEEP
 from .net import local_origin
 
 log = logging.getLogger("stepscope.serve")
@@ -156,8 +157,10 @@ class IngestEndpoint:
             return sentry.batch(env), project
         except EnvelopeError as e:
             raise Refused(400, str(e)) from None
-        except (RecursionError, MemoryError):
-            raise Refused(413, "envelope too deeply nested or too large") from None
+        except RecursionError:  # (sentry.batch names the item; this is for anything it missed)
+            raise Refused(400, f"envelope {TOO_DEEP}") from None
+        except MemoryError:
+            raise Refused(413, "envelope too large to validate") from None
         except Exception as e:  # a validation we missed: still the client's envelope, never a 500
             log.warning("malformed envelope not caught by validation: %r", e)
             raise Refused(400, f"malformed envelope ({type(e).__name__}: {e})") from None
