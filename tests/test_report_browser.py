@@ -105,7 +105,8 @@ def test_report_device_lanes_show_syncs_with_their_line(page, tmp_path):
 
 
 def test_flame_graph_shows_wall_time_or_cpu_time(page, tmp_path):
-    """The toggle (issue 13): wall time counts the sleep, CPU time leaves it out (idle apart from running)."""
+    """The toggles (issues 13, 27): the run-wide graph opens on running time (the main thread's sleep is idle: its CPU
+    clock did not move), "idle" adds the waits back in wall time, CPU time leaves them out."""
     prog = tmp_path / "halves.py"
     prog.write_text("import time\n"
                     "def work():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.25:\n        pass\n"
@@ -120,6 +121,9 @@ def test_flame_graph_shows_wall_time_or_cpu_time(page, tmp_path):
     page.goto(out.as_uri())
     page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
     assert page.locator("#fg-mode").is_visible()
+    running = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
+    assert running["rest"] < 0.1 * running["work"], running
+    page.locator("#fg-idle").check()
     wall = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
     assert wall["rest"] > 0.7 * wall["work"] > 0, wall
     assert "of wall time" in page.locator("#fg-note").inner_text()

@@ -112,3 +112,16 @@ def test_reexported_names_trace_where_defined(tmp_path):
     (line,) = [ln for ln in r.stderr.splitlines() if "forwrd" in ln]
     assert "did you mean UNet2DConditionModel.forward" in line, r.stderr
     assert data.run.unresolved.keys() == {"diffusers.UNet2DConditionModel.forwrd"}
+
+
+def test_the_built_in_tokenizer_tokenizes_prompts():
+    """The demo pipelines' CLIP tokenizer (a byte-level vocabulary written locally) gives each prompt its own ids on
+    the installed transformers (5 built a 3-token vocabulary from the 4.x constructor's ``vocab_file=``)."""
+    from stepscope.pipelines.sd import _tokenizer
+
+    tok, size = _tokenizer()
+    assert len(tok) == size == 514 and tok.model_max_length == 77
+    a, b = tok("a photo of a cat").input_ids, tok("a photo of a dog").input_ids
+    assert a != b and len(set(a)) > 5
+    assert tok.convert_ids_to_tokens(a)[:3] == ["<|startoftext|>", "a</w>", "p"]
+    assert len(tok("x", padding="max_length", max_length=77).input_ids) == 77

@@ -268,3 +268,121 @@ def test_a_slow_first_step_beside_later_slow_ones_is_a_warm_up():
     rt = repeat_table(spans, "f")
     assert rt.rows[0].warmup and not rt.rows[0].slow and [r.step for r in rt.slow_rows] == [3, 7, 11]
     assert rt.shape == "every 4"
+
+
+def _request_spans(node: bool, steps=4, requests=2, gap_ms=600, wrap=False, slow_cb=(0, 1)):
+    """A worker thread serving ``requests`` generations, each a denoise node (traced when ``node``) running
+    ``steps`` UNet + scheduler steps with the step index counting on across requests (no pipeline call: the
+    recorder's one scope per thread), ``gap_ms`` idle between requests. ``wrap``: each UNet call inside a traced
+    ``UNet.__call__`` span (one step each: not a call of its own). ``slow_cb``: (request, step) after which an
+    untraced callback of the loop waits 300 ms (a slow step, not a new call)."""
+    spans, sid, t = [], iter(range(1, 10_000)), 100 * MS
+    root = Span(next(sid), None, "app.py", "transaction", 0, 0, 1)
+    spans.append(root)
+    k = 0
+    callbacks = []
+    for r in range(requests):
+        parent = root.span_id
+        nd = None
+        if node:
+            nd = Span(next(sid), root.span_id, "app.invocations.denoise.DenoiseInvocation.invoke", "function", t, 0, 7)
+            spans.append(nd)
+            parent = nd.span_id
+        t += MS
+        for j in range(steps):
+            up = parent
+            if wrap:
+                w = Span(next(sid), parent, "diffusers.UNet2DConditionModel.__call__", "function", t, t + 10 * MS, 7)
+                spans.append(w)
+                up = w.span_id
+            spans.append(Span(next(sid), up, UNET, "function", t, t + 10 * MS, 7, attrs={STEP_ATTR: k}))
+            t += 10 * MS
+            spans.append(Span(next(sid), parent, SCHED, "function", t, t + MS, 7, attrs={STEP_ATTR: k}))
+            t += MS
+            if (r, j) == slow_cb:
+                callbacks.append((t, t + 300 * MS))
+                t += 300 * MS
+            k += 1
+        t += 2 * MS
+        if nd is not None:
+            nd.end_ns = t
+        t += gap_ms * MS
+    root.end_ns = t
+    return spans, callbacks
+
+
+def _idle_between(spans, callbacks=()):
+    """Samples of the worker thread (7) every 5 ms: in the UNet inside the steps, in the loop's callback (waiting:
+    its CPU clock still) where ``callbacks`` say, waiting for the next request elsewhere."""
+    from stepscope.model import Frame, Profile
+
+    frames = [Frame("Thread.run", "threading", "/x/t.py", 1), Frame("SessionQueue._run", "app.queue", "/x/q.py", 1),
+              Frame("Condition.wait", "threading", "/x/t.py", 2),
+              Frame("DenoiseInvocation.invoke", "app.invocations.denoise", "/x/d.py", 1),
+              Frame("Module._call_impl", "torch.nn.modules.module", "/x/m.py", 1),
+              Frame("UNet2DConditionModel.forward", "diffusers.models.unets.unet_2d_condition", "/x/u.py", 1),
+              Frame("on_step_end", "app.callbacks", "/x/c.py", 1), Frame("sleep", "time", "", 0)]
+    stacks = [(0, 1, 2), (0, 1, 3, 4, 5), (0, 1, 3, 6, 7)]
+    t_end = max(s.end_ns for s in spans)
+    ts, st, wall, cpu = [], [], [], []
+    unet = [(s.start_ns, s.end_ns) for s in spans if s.name == UNET]
+    for t in range(5 * MS, t_end, 5 * MS):
+        busy = any(a <= t < b + 2 * MS for a, b in unet)
+        in_cb = any(a <= t < b for a, b in callbacks)
+        ts.append(t)
+        st.append(1 if busy else 2 if in_cb else 0)
+        wall.append(5 * MS)
+        cpu.append(5 * MS if busy else 20_000)
+    prof = Profile(frames=frames, stacks=stacks, sample_t_ns=ts, sample_thread=[7] * len(ts), sample_stack=st, hz=200.0,
+                   thread_names={7: "session-queue", 1: "MainThread"}, sample_wall_ns=wall, sample_cpu_ns=cpu)
+    return prof
+
+
+def test_steps_belong_to_the_call_that_drives_them():
+    """A web app's generations without a pipeline __call__ (issue 27): the step numbering restarts, and a step ends,
+    at the traced node around the steps; with nothing traced around them, where the worker leaves the function
+    that drives the steps (the samples: it waits for the next request). The time between requests is never a
+    step's; a slow callback inside the loop (the thread waiting in it) stays in its step and is slow."""
+    for node in (True, False):
+        spans, callbacks = _request_spans(node)
+        prof = _idle_between(spans, callbacks)
+        run = Run("r1", ["python", "app.py"], status="ok", start_ns=0, end_ns=max(s.end_ns for s in spans))
+        data = RunData(run, spans, prof)
+        tab = step_table(spans, index=ProfileIndex(data.profile))
+        got = [(r.call, r.step) for r in tab.rows]
+        assert got == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)], (node, got)
+        walls = [r.wall_ns for r in tab.rows]
+        assert walls[1] > 300 * MS and max(walls[:1] + walls[2:]) < 20 * MS, (node, walls)  # no idle between requests
+        assert [(r.call, r.step) for r in tab.slow_rows] == [(0, 1)], node
+    # without samples, and nothing traced around the steps: no way to tell the requests apart (one call)
+    spans, _ = _request_spans(False)
+    assert {r.call for r in step_table(spans).rows} == {0}
+    # a traced wrapper around each UNet call (one step inside it) is not a call: the node still is
+    spans, _ = _request_spans(True, wrap=True)
+    got = [(r.call, r.step) for r in step_table(spans).rows]
+    assert got == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)], got
+
+
+def test_idle_is_a_thread_whose_cpu_clock_did_not_move():
+    """Idle apart as py-spy does (issue 27): a sample is idle when its thread did not run, whatever Python line it
+    is on (a C wait has no idle leaf to tell it by); the main thread's wall ticks by the CPU ticks around them;
+    the event loop's select is idle; without CPU times, the leaf rule, for every thread."""
+    from stepscope.profiling.calltree import idle_mask
+
+    funcs = [type("F", (), {"name": n})() for n in ("app.worker.loop", "selectors.EpollSelector.select", "app.work.step")]
+    stack_funcs = [(0,), (1,), (2,)]
+    ms = MS
+    #            t       thread wall    cpu     stack
+    rows = [(10 * ms, 2, 10 * ms, 5_000, 0),       # sampler thread, blocked in C (no idle leaf): idle
+            (20 * ms, 2, 10 * ms, 9 * ms, 2),      # sampler thread, running: busy
+            (30 * ms, 2, 10 * ms, 2 * ms, 2),      # 20% of the interval on CPU: busy
+            (100 * ms, 1, 10 * ms, 0, 2),          # main: a wall tick next to a CPU tick: busy
+            (105 * ms, 1, 0, 20 * ms, 2),          # main: a CPU tick: never idle
+            (112 * ms, 1, 10 * ms, 0, 1),          # main: wall tick near the CPU tick, in the event loop's select: idle
+            (400 * ms, 1, 10 * ms, 0, 0),          # main: no CPU tick within a CPU period: idle
+            (500 * ms, 3, 10 * ms, float("nan"), 1),  # unknown CPU: a waiting leaf is idle, on any thread
+            (510 * ms, 3, 10 * ms, float("nan"), 2)]
+    t, th, w, c, st = (np.array(col) for col in zip(*rows))
+    got = idle_mask(t.astype(np.int64), th.astype(np.int64), w.astype(float), c.astype(float), st.astype(np.int64),
+                    stack_funcs, funcs)
+    assert got.tolist() == [True, False, False, False, False, True, True, True, False]

@@ -126,7 +126,7 @@ class Run:
     settings: dict[str, Any] = field(default_factory=dict)
     unresolved: dict[str, str] = field(default_factory=dict)
     sample_count: int = 0
-    span_count: int = 0
+    span_count: int = 0  # traced spans (the run's transactions not counted), as every command shows it
 
     @property
     def wall_time_ns(self) -> int | None:

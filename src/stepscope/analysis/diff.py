@@ -718,7 +718,9 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         else:
             parts = [index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps]
             idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return idx[~index.idle[idx]] if unit == "run" and len(idx) else idx  # whole runs: waiting threads left out
+        # whole runs: the waiting of threads other than the main one left out (a background thread's wait for work
+        # is no cost of the run; the main thread's waits, a sleep grown longer, are)
+        return idx[~(index.idle[idx] & ~index.main[idx])] if unit == "run" and len(idx) else idx
 
     sa, sb = sel(ia, ra), sel(ib, rb)
     na, nb = max(len(ra), 1), max(len(rb), 1)

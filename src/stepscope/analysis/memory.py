@@ -388,6 +388,15 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
                          "span", s.name, s.start_ns, s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs),
                          lane.window(s.start_ns, s.end_ns, s.attrs, "cuda") if lane.has_cuda else None))
     out.sort(key=lambda g: g.start_ns)
+    seen: dict[str, int] = {}
+    for g in out:  # a span's stages told apart: "invoke #1", "invoke #2" in time order (the call number of each)
+        if g.kind == "span":
+            seen[g.label] = seen.get(g.label, 0) + 1
+    nth: dict[str, int] = {}
+    for g in out:
+        if g.kind == "span" and seen[g.label] > 1:
+            nth[g.label] = nth.get(g.label, 0) + 1
+            g.label = f"{g.label} #{nth[g.label]}"
     if len(out) > MAX_STAGES:  # a long run: the steps and spans with the highest peaks (the largest among them)
         keep = sorted(out, key=lambda g: -(g.peak() if g.peak() is not None else -1))[:MAX_STAGES]
         out = sorted(keep, key=lambda g: g.start_ns)

@@ -14,7 +14,8 @@ from .slow import call_slow, shape_of, slow_cells
 
 @dataclass(slots=True)
 class SpanStat:
-    """Aggregate of all spans with one name. Times in ns; ``share`` = total / run wall time (0..1+)."""
+    """Aggregate of all spans with one name. Times in ns; ``share`` = total / the wall time given to ``span_stats``
+    (the summary gives the work's, start-up and shutdown apart, else the run's) (0..1+)."""
 
     name: str
     count: int
@@ -292,6 +293,44 @@ def _mark(rows: list[StepRow], shown: np.ndarray, verdict, cells: dict, index, i
             r.fill = untraced_fill(index, r.start_ns, r.end_ns, r.thread_id, intervals(k))
 
 
+def _driver(index, ms: list[Span]) -> int | None:
+    """The function that drives the steps ``ms`` (top-level tagged spans of one thread): the deepest frame that
+    every sample inside them has below the step's own functions (the denoising loop's function: a pipeline's
+    ``__call__``, a node's ``invoke``), torch's and diffusers' plumbing left out; None when the samples do not
+    tell (no sample, or nothing but the thread's root in common)."""
+    pick = ms if len(ms) <= 256 else [ms[k] for k in np.linspace(0, len(ms) - 1, 256).astype(int)]
+    idx, _ = index.select_many(np.array([s.start_ns for s in pick], np.int64), np.array([s.end_ns for s in pick], np.int64),
+                               np.array([s.thread_id for s in pick], np.int64))
+    if not len(idx):
+        return None
+    stacks = [index.stack_funcs[int(sid)] for sid in np.unique(index.stack[idx]).tolist()]
+    common = list(stacks[0])
+    for st in stacks[1:]:
+        n = 0
+        while n < len(common) and n < len(st) and common[n] == st[n]:
+            n += 1
+        del common[n:]
+    names = {s.name for s in ms}
+    funcs = index.functions
+    cut = next((k for k, f in enumerate(common) if funcs[f].name in names), len(common))
+    common = common[:cut]
+    while common and funcs[common[-1]].name.startswith(("torch.", "diffusers.utils.", "contextlib.", "functools.")):
+        common.pop()
+    if len(common) < 2:  # (the thread's root alone says nothing)
+        return None
+    return common[-1]
+
+
+def _left(index, thread: int, a: int, b: int, driver: int) -> bool:
+    """True when ``thread`` left the steps' driving function in ``[a, b)``: a sample of it there has ``driver``
+    nowhere on its stack (the loop returned: the worker took up other work or waited for the next request; a
+    slow callback called from the loop keeps it)."""
+    idx = index.select(a, b, thread)
+    if not len(idx):
+        return False
+    return any(driver not in index.stack_funcs[sid] for sid in np.unique(index.stack[idx]).tolist())
+
+
 def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = MAX_ROWS) -> StepTable | None:
     """Steps from the ``diffusion.step`` attribute, or None when no span carries it. ``spans``: Span objects
     or a ``SpanTable`` (only the tagged spans and their ancestors become objects).
@@ -299,7 +338,11 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
     A step is the outermost denoiser calls (and scheduler steps) with one index in one pipeline call: a
     denoiser span inside another denoiser span (``diffusion.nested``, or a tagged ancestor) belongs to
     the outer one's step, never a step or call of its own. A pipeline call is the nearest traced
-    pipeline ``__call__`` around the step (else the thread; a step index going back starts a new call).
+    pipeline ``__call__`` around the step; else the nearest traced span around more than one step (a node of a
+    node-graph app, a request handler: the call that drives the steps); else the thread, where a step index
+    going back, or the thread leaving the function that drives the steps between two of them (the samples' loop
+    function: a worker gone on to other nodes or waiting for the next request), starts a new call. Steps count
+    from 0 in each call.
     A step's window runs from its first span's start to the next step's first span's start, so that work
     between the traced calls (step callbacks, previews, Python glue) counts in its step; the last step of
     a call takes the traced calls that follow its spans and ran in the earlier steps too (a traced
@@ -325,39 +368,58 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
 
     tagged_ids = {s.span_id for s in tagged}
 
-    def outer_of(s: Span) -> tuple[bool, int | None]:
-        """(has a tagged ancestor, nearest pipeline-call ancestor id)."""
-        nested, call = False, None
+    def outer_of(s: Span) -> tuple[bool, int | None, list[int]]:
+        """(has a tagged ancestor, nearest pipeline-call ancestor id, the traced ancestors that are neither
+        tagged nor transactions, nearest first)."""
+        nested, call, chain = False, None, []
         p = get(s.parent_id)
         while p is not None:
             if p.span_id in tagged_ids:
                 nested = True
+            elif p.op != "transaction":
+                chain.append(p.span_id)
             if call is None and _is_pipeline_call(p.name):
                 call = p.span_id
             p = get(p.parent_id)
-        return nested, call
+        return nested, call, chain
 
-    members: dict = defaultdict(list)  # call key -> top-level tagged spans
+    tops = []  # (span, pipeline call, chain)
+    under: dict[int, set] = defaultdict(set)  # traced ancestor -> the step indices of the top-level steps inside it
     for s in sorted(tagged, key=lambda s: s.start_ns):
         if s.attrs.get(NESTED_ATTR):
             continue
-        nested, call = outer_of(s)
+        nested, call, chain = outer_of(s)
         if not nested:
-            members[call if call is not None else ("thread", s.thread_id)].append(s)
+            tops.append((s, call, chain))
+            for a in chain:
+                under[a].add(int(s.attrs[STEP_ATTR]))
+    members: dict = defaultdict(list)  # call key -> top-level tagged spans
+    for s, call, chain in tops:
+        if call is None:  # the nearest traced span around more than one step drives them (a node, a request)
+            call = next((a for a in chain if len(under[a]) > 1), None)
+        members[call if call is not None else ("thread", s.thread_id)].append(s)
     groups: list[tuple[int, int, list[Span], int | None]] = []  # (call, step, spans, limit ns)
     ncall = 0
     for key, ms in members.items():
         cur: dict[int, list[Span]] = {}
         last = -1
+        end = None
+        driver = _driver(index, ms) if isinstance(key, tuple) and index is not None and len(index) else None
+        limit = get(key).end_ns if not isinstance(key, tuple) else None
         for s in ms:
             k = int(s.attrs[STEP_ATTR])
-            if k < last:  # the index went back: another pipeline call
-                groups.extend((ncall, kk, v, None) for kk, v in cur.items())
+            # the index went back: another pipeline call; or, with no traced span around the steps, the thread
+            # left the function that drives them between two steps (a worker between two requests): another call
+            if k < last or (driver is not None and k != last and end is not None
+                            and _left(index, s.thread_id, end, s.start_ns, driver)):
+                base = min(cur)  # (the call ends where the next one starts, at the latest)
+                groups.extend((ncall, kk - base, v, s.start_ns if k >= last else None) for kk, v in cur.items())
                 ncall, cur, last = ncall + 1, {}, -1
             cur.setdefault(k, []).append(s)
             last = max(last, k)
-        limit = get(key).end_ns if not isinstance(key, tuple) else None
-        groups.extend((ncall, kk, v, limit) for kk, v in cur.items())
+            end = s.end_ns if end is None else max(end, s.end_ns)
+        base = min(cur)  # steps count from 0 in each call
+        groups.extend((ncall, kk - base, v, limit) for kk, v in cur.items())
         ncall += 1
     groups.sort(key=lambda g: (g[0], min(s.start_ns for s in g[2])))
     tr = _ThreadRows(t)

@@ -12,7 +12,7 @@ from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
-from .phases import startup_samples, work_samples
+from .phases import WORK, sample_phase, startup_samples, work_samples
 from .table import as_table
 from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
 
@@ -57,7 +57,8 @@ class PhaseSummary:
 
 @dataclass(slots=True)
 class Summary:
-    """Everything the summary shows. Times in ns. ``top_self``/``top_total`` cover the traced work
+    """Everything the summary shows. Times in ns. ``span_count``: the traced spans (the run's transactions not
+    counted, as ``stepscope runs`` counts them). ``top_self``/``top_total`` cover the traced work
     (start-up and shutdown apart, see ``phases``) when the run could be split."""
 
     run_id: str
@@ -77,6 +78,8 @@ class Summary:
     phases: PhaseSummary | None = None
     #: memory: peaks, per span name, per stage, the largest stage, the out-of-memory record (``analysis.memory``)
     memory: MemorySummary | None = None
+    #: sampled wall time (ns) of waiting threads (``ProfileIndex.idle``) in the window the top tables cover: left out
+    idle_ns: float = 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -122,15 +125,19 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     index = index or ProfileIndex(data.profile)
     data = dataclasses.replace(data, spans=as_table(data.spans))  # the columns once (a list of spans is converted
     # here); the rest of the run (its memory lane) kept
-    stats = span_stats(data.spans, run.wall_time_ns)
+    ph = run_phases(data, index)
+    # a span's share is of the work (start-up and shutdown apart: a server's start-up is not the requests' time)
+    stats = span_stats(data.spans, ph.work_ns if ph.split and ph.work_ns > 0 else run.wall_time_ns)
     steps = step_table(data.spans, index=index) or repeat_table(data.spans, index=index, stats=stats)
     attach_steps(steps, data)
-    ph = run_phases(data, index)
     # importing samples are start-up wherever they fall, also in a run with no work window (analysis.phases)
     by_self, by_total = top_functions(index, work_samples(index, ph), n=top)
+    in_work = sample_phase(index, ph) == WORK
+    idle_ns = float(index.weight[in_work & index.idle].sum())
     startup_top = top_functions(index, startup_samples(index, ph), n=5)[1]
     phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
                        ph.work_start_ns, ph.work_end_ns, startup_top, ph.entry)
-    return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, len(data.spans), len(index),
+    traced = len(data.spans) - int(data.spans.op_mask("transaction").sum())  # (as `runs` and the header count them)
+    return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, traced, len(index),
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
-                   dict(run.unresolved), phs, summarize_memory(data, steps))
+                   dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns)

@@ -360,7 +360,8 @@ def load_run(store, ref: str | None = None) -> RunData:
         hz=float(run.settings.get("profiles_hz") or 0.0),
     )
     store.load_threads(run_id, profile)
-    run.span_count, run.sample_count = len(table), len(s)
+    run.span_count = len(table) - int(table.op_mask("transaction").sum())  # traced spans: every command's count
+    run.sample_count = len(s)
     data = RunData(run, table, profile)  # type: ignore[arg-type]
     data.memory = store.load_memory(run_id)  # the memory lane (``profiling.memory``)
     return data

@@ -81,9 +81,14 @@ def write_tokenizer_files(folder: str | os.PathLike) -> tuple[Path, Path, int]:
 def _tokenizer():
     from transformers import CLIPTokenizer
 
+    # loaded as a saved tokenizer folder: transformers 4 and 5 both read vocab.json/merges.txt that way (their
+    # constructors differ: 5 takes vocab=/merges= and quietly builds a 3-token vocabulary from vocab_file=)
     with tempfile.TemporaryDirectory(prefix="stepscope-clip-") as folder:
         vocab, merges, size = write_tokenizer_files(folder)
-        tok = CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), model_max_length=77)
+        (Path(folder) / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 77}))
+        tok = CLIPTokenizer.from_pretrained(folder, local_files_only=True)
+    if len(tok) != size:
+        raise RuntimeError(f"the built-in CLIP tokenizer has {len(tok)} tokens, expected {size}")
     return tok, size
 
 

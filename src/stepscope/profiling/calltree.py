@@ -35,6 +35,54 @@ IDLE_LEAVES = frozenset({
 })
 
 
+#: A sample whose thread used less CPU time than this share of its wall interval is idle (the thread was
+#: waiting: a sleep, a lock, a queue, I/O, the event loop's select, a device sync that blocks), whatever
+#: Python line it was on, C waits included: py-spy's default view, which leaves out threads not running.
+IDLE_CPU_SHARE = 0.1
+
+
+def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarray:
+    """Per sample: True when its thread was waiting. Shapes: ``(N,)`` each (``t`` ns, sorted; ``thread`` ids;
+    ``weight``/``cpu``: wall and CPU ns, NaN CPU where unknown); ``stack``: stack ids into ``stack_funcs`` (tuples
+    of function ids into ``functions``).
+
+    - A sample that carries both times (the sampler thread's: the CPU time its thread used in the sample's wall
+      interval): idle when that CPU time is under ``IDLE_CPU_SHARE`` of the interval.
+    - The main thread sampled by timer signals (``profiling.signals``) has two kinds of samples: wall ticks (wall
+      time, no CPU time) and CPU ticks (CPU time, no wall time: a tick comes after each CPU period the thread
+      ran). A wall tick is idle when no CPU tick of its thread falls within one CPU period of it (the thread did
+      not run around it), or its leaf frame is a wait (``IDLE_LEAVES``: the event loop's select between two
+      requests). CPU ticks are never idle.
+    - Unknown CPU time (older runs, ingested profiles): idle when the leaf frame is a wait (``IDLE_LEAVES``).
+    """
+    n = len(t)
+    if not n:
+        return np.zeros(0, bool)
+    leaf = np.array([bool(s) and functions[s[-1]].name in IDLE_LEAVES for s in stack_funcs] or [False])[stack]
+    out = leaf.copy()
+    known = ~np.isnan(cpu)
+    both = known & (weight > 0) & (cpu > 0)
+    out[both] = cpu[both] < IDLE_CPU_SHARE * weight[both]
+    ticks = known & (weight <= 0) & (cpu > 0)
+    out[ticks] = False
+    walls = known & (weight > 0) & (cpu <= 0)  # (no CPU time in the sample's interval, or a wall tick)
+    if walls.any():
+        for tid in np.unique(thread[walls]).tolist():
+            mine = thread == tid
+            w = np.flatnonzero(walls & mine)
+            tk = np.flatnonzero(ticks & mine)
+            if not len(tk):  # the sampler thread's samples, or a thread that never ran a CPU period
+                out[w] = True
+                continue
+            tt = t[tk]
+            reach = float(np.median(cpu[tk]))
+            j = np.searchsorted(tt, t[w])
+            before = np.where(j > 0, t[w] - tt[np.maximum(j - 1, 0)], np.inf)
+            after = np.where(j < len(tt), tt[np.minimum(j, len(tt) - 1)] - t[w], np.inf)
+            out[w] = (np.minimum(before, after) > reach) | leaf[w]
+    return out
+
+
 @dataclass(slots=True)
 class Function:
     """A function as flame graphs show it: ``name`` (module.qualname), ``file``, first ``line`` seen."""
@@ -116,16 +164,18 @@ class ProfileIndex:
             self.frame_func[i] = fid
         ff = self.frame_func
         self.stack_funcs = [tuple(int(ff[i]) for i in s) for s in profile.stacks]
-        idle_stack = np.array([bool(s) and self.functions[s[-1]].name in IDLE_LEAVES for s in self.stack_funcs] or [False])
         main = [tid for tid, name in profile.thread_names.items() if name == "MainThread"]
-        #: True for samples of a thread other than the main one whose leaf frame is a wait (IDLE_LEAVES)
-        self.idle = idle_stack[self.stack] & (~np.isin(self.thread, main)) if len(self.t) else np.zeros(0, bool)
+        #: True for the samples of the main thread
+        self.main = np.isin(self.thread, main) if len(self.t) else np.zeros(0, bool)
+        #: True for the samples of a waiting thread (``idle_mask``), any thread, the main one too
+        self.idle = idle_mask(self.t, self.thread, self.weight, self.cpu, self.stack, self.stack_funcs, self.functions)
 
     def __len__(self) -> int:
         return len(self.t)
 
     def busy(self) -> np.ndarray:
-        """Indices of all samples but the idle ones (see ``idle``)."""
+        """Indices of all samples but the idle ones (see ``idle``, ``idle_mask``): the running time that the top
+        tables, ``suggest`` and the first screen rank."""
         return np.nonzero(~self.idle)[0]
 
     def select(self, start_ns: int | None = None, end_ns: int | None = None, thread: int | None = None) -> np.ndarray:

@@ -80,8 +80,7 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     """The summary of one run, as ``stepscope run`` prints it. Numbers are never cut: names give way
     (shortened from the left, then folded)."""
     status = s.status if s.exit_code in (None, 0) else f"{s.status} (exit {s.exit_code})"
-    traced = sum(st.count for st in s.spans)  # the run's own transaction span is not counted
-    spans = f"{traced} spans" if s.spans else "no function traced"
+    spans = f"{s.span_count} spans" if s.spans else "no function traced"  # (the run's transactions not counted)
     console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
                   f"{spans}  {s.sample_count} samples")
     ph = s.phases
@@ -118,6 +117,10 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
 
         print_memory(s.memory, console)
     if s.top_self:
+        if s.idle_ns > 0:
+            console.print(f"[dim]running time only: {fmt_ns(s.idle_ns)} of waiting threads (sleeps, locks, queues, the event "
+                          f"loop's select: their CPU clock did not move) left out, as py-spy does; the report's flame graph "
+                          f"shows wall time with them[/dim]")
         for title, items, key in (("Top functions by self time (sampled, traced work)", s.top_self, "self"),
                                   ("Top functions by total time (sampled, traced work)", s.top_total, "total")):
             if ph is None or not ph.split:
@@ -245,14 +248,29 @@ def unresolved_line(name: str, why: str) -> str:
     return f"[yellow]not traced:[/yellow] {name}: {why}"
 
 
+def command_text(command: list[str]) -> str:
+    """A run's command as a shell would take it back (quoted where needed), never cut; an interpreter given by
+    its path is named by its file name (``/venv/bin/python`` -> ``python``)."""
+    import os
+    import shlex
+
+    if not command:
+        return ""
+    first = command[0]
+    if os.sep in first and os.path.basename(first).startswith("python"):
+        first = os.path.basename(first)
+    return shlex.join([first, *command[1:]])
+
+
 def print_runs(runs: list[Run], console: Console) -> None:
     """The stored runs, newest first."""
     t = Table(show_edge=False)
     for col in ("run", "started", "wall", "status", "spans", "samples", "command"):
-        t.add_column(col, justify="right" if col in ("wall", "spans", "samples") else "left")
+        t.add_column(col, justify="right" if col in ("wall", "spans", "samples") else "left",
+                     overflow="fold" if col == "command" else "ellipsis", no_wrap=col != "command")
     for r in runs:
         started = dt.datetime.fromtimestamp(r.anchor_wall_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if r.anchor_wall_ns else "-"
         status = r.status if r.exit_code in (None, 0) else f"{r.status} ({r.exit_code})"
         t.add_row(r.id, started, fmt_ns(r.wall_time_ns), status, str(r.span_count), str(r.sample_count),
-                  " ".join(r.command)[:60])
+                  command_text(r.command))
     console.print(t)

@@ -279,7 +279,7 @@ class Store:
             q += f" LIMIT {int(limit)}"
         runs = [self._run(r) for r in self._rows(q)]
         for run in runs:
-            run.span_count = spanblock.count(self.conn, run.id)
+            run.span_count = spanblock.count(self.conn, run.id, transactions=False)  # (traced spans, as shown)
             run.sample_count = sampleblock.count(self.conn, run.id)
         return runs
 
@@ -318,7 +318,7 @@ class Store:
             hz=float(run.settings.get("profiles_hz") or 0.0),
         )
         self.load_threads(run_id, profile)
-        run.span_count, run.sample_count = len(spans), len(rows)
+        run.span_count, run.sample_count = sum(s.op != "transaction" for s in spans), len(rows)
         data = RunData(run, spans, profile)
         data.memory = self.load_memory(run_id)
         return data

@@ -183,9 +183,11 @@ def iter_spans(conn, run_id: str) -> Iterator[tuple]:
         yield (r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0, r[7], json.loads(r[8]) if r[8] else None)
 
 
-def count(conn, run_id: str) -> int:
-    """Spans stored for a run (rows and block entries)."""
-    return conn.execute("SELECT (SELECT count(*) FROM spans WHERE run_id = ?1)"
+def count(conn, run_id: str, transactions: bool = True) -> int:
+    """Spans stored for a run (rows and block entries); without ``transactions``, the traced spans only (the run's
+    transactions are rows: see ``split``): the count every command shows."""
+    rows = "count(*)" if transactions else "ifnull(sum(op != 'transaction'), 0)"
+    return conn.execute(f"SELECT (SELECT {rows} FROM spans WHERE run_id = ?1)"
                         " + ifnull((SELECT sum(n) FROM span_blocks WHERE run_id = ?1), 0)", (run_id,)).fetchone()[0]
 
 

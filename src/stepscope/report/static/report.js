@@ -517,6 +517,7 @@
   // The one place node weights come from, us per sample: wall time, or the CPU time the thread used (running
   // apart from idle: sleeping, waiting on I/O, a lock or the device), as py-spy's --idle toggles
   let fgMode = "wall";
+  let fgIdle = false;  // include the samples of waiting threads (py-spy's --idle): off, as the top tables
   const sampleWeight = (j) => fgMode === "cpu" ? P.cw[j] : P.w[j];
 
   function lowerBound(arr, v) { let lo = 0, hi = arr.length; while (lo < hi) { const m = (lo + hi) >> 1; if (arr[m] < v) lo = m + 1; else hi = m; } return lo; }
@@ -526,7 +527,7 @@
     if (win) { lo = lowerBound(P.t, win.t0); hi = lowerBound(P.t, win.t1); }
     for (let j = lo; j < hi; j++) {
       if (win && win.thread !== undefined && P.thread[j] !== win.thread) continue;
-      if ((!win || win.busy) && P.idle[j]) continue;  // the run-wide graphs leave out idle threads' waits
+      if ((!win || win.busy) && !fgIdle && P.idle[j]) continue;  // the run-wide graphs leave out waiting threads
       if (win && win.phase !== undefined && P.phase && P.phase[j] !== win.phase) continue;
       self[P.node[j]] += sampleWeight(j); n++;
     }
@@ -610,6 +611,8 @@
     $("fg-mode").hidden = false;
     for (const r of document.querySelectorAll('input[name="fg-mode"]'))
       r.addEventListener("change", () => { fgMode = r.value; setFlame(fgWin, $("fg-title").textContent); });
+    const idleBox = $("fg-idle");
+    if (idleBox) idleBox.addEventListener("change", () => { fgIdle = idleBox.checked; setFlame(fgWin, $("fg-title").textContent); });
   }
   $("fg-search").addEventListener("input", (ev) => { fgSearch = ev.target.value.trim().toLowerCase(); if (!fgSearch) setFlame(fgWin, $("fg-title").textContent); else drawFlame(); });
   // legend: what the colours mean
