@@ -1,5 +1,6 @@
 """Resolving qualified names and patching them, without running a program."""
 
+import importlib
 import os
 import pickle
 import sys
@@ -135,11 +136,149 @@ def test_functions_still_pickle_by_reference(patcher):
     assert pickle.loads(pickle.dumps(funcs.add)) is funcs.add
 
 
-def test_glob_matches_methods_defined_there_not_inherited(patcher):
-    from sstargets.classes import Base, Sub
+def test_glob_matches_methods_through_the_mro_each_under_its_class(patcher):
+    from sstargets.classes import Base, Other, Sub, SubSub
 
     patcher.add(["sstargets.classes.*.forward"])
-    assert "sstargets.classes.Sub.forward" not in patcher.resolved["sstargets.classes.*.forward"]
-    assert "sstargets.classes.Base.forward" in patcher.resolved["sstargets.classes.*.forward"]
+    assert sorted(patcher.resolved["sstargets.classes.*.forward"]) == [
+        "sstargets.classes.Base.forward", "sstargets.classes.Other.forward", "sstargets.classes.Sub.forward",
+        "sstargets.classes.SubSub.forward"]
+    assert "forward" not in vars(Sub)  # nothing set on the subclasses
     Sub().forward(1)
-    assert names(spans_now()) == ["sstargets.classes.Base.forward"]  # one span, under the defining class
+    SubSub().forward(1)
+    Other().forward(1)
+    Base().forward(1)
+    assert names(spans_now()) == ["sstargets.classes.Sub.forward", "sstargets.classes.SubSub.forward",
+                                  "sstargets.classes.Other.forward", "sstargets.classes.Base.forward"]
+
+
+# -- node graphs: decorator-made subclasses, overridden base methods, globs over packages (issue 27) ---------------
+
+NODEGRAPH = os.path.join(os.path.dirname(__file__), "programs", "nodegraph")
+
+
+def _forget_nodegraph():
+    for m in [m for m in sys.modules if m.partition(".")[0] in ("minigraph", "fakenn")]:
+        del sys.modules[m]
+
+
+@pytest.fixture
+def nodegraph():
+    """tests/programs/nodegraph importable, its modules not imported yet (and forgotten afterwards)."""
+    _forget_nodegraph()
+    sys.path.insert(0, NODEGRAPH)
+    yield
+    sys.path.remove(NODEGRAPH)
+    _forget_nodegraph()
+
+
+def _run_nodes(*types_, **fields):
+    from minigraph.invocations.baseinvocation import REGISTRY
+
+    context = []
+    return [REGISTRY[t](**fields).invoke_internal(context) for t in types_]
+
+
+def test_glob_over_a_package_traces_decorator_made_nodes_and_later_modules(patcher, nodegraph):
+    patcher.add(["minigraph.invocations.*.*.invoke"])  # before the program imports anything of it
+    import minigraph.invocations  # noqa: F401
+    from minigraph.invocations.basic import AddInvocation
+
+    assert "invoke" not in vars(AddInvocation)  # the decorator's subclass: invoke is on the user's class
+    assert sorted(patcher.resolved["minigraph.invocations.*.*.invoke"]) == [
+        "minigraph.invocations.baseinvocation.BaseInvocation.invoke",
+        "minigraph.invocations.basic.AddInvocation.invoke", "minigraph.invocations.basic.PassInvocation.invoke",
+        "minigraph.invocations.text.UpperInvocation.invoke"]
+    assert _run_nodes("add", "pass", "upper", a=1, b=2, text="x") == [{"sum": 3}, {"a": 1, "b": 2, "text": "x"},
+                                                                      {"text": "X"}]
+    assert names(spans_now()) == ["minigraph.invocations.basic.AddInvocation.invoke",
+                                  "minigraph.invocations.basic.PassInvocation.invoke",  # the base's, under its class
+                                  "minigraph.invocations.text.UpperInvocation.invoke"]
+    import minigraph.invocations.late  # a node module imported after the glob was resolved
+
+    assert "minigraph.invocations.late.LateInvocation.invoke" in patcher.resolved["minigraph.invocations.*.*.invoke"]
+    _run_nodes("late", "add", a=1, b=1)
+    assert names(spans_now()) == ["minigraph.invocations.late.LateInvocation.invoke",
+                                  "minigraph.invocations.basic.AddInvocation.invoke"]
+    importlib.reload(minigraph.invocations.basic)  # new classes, new functions, the same names
+    assert minigraph.invocations.basic.AddInvocation is not AddInvocation
+    _run_nodes("add", a=1, b=1)
+    assert names(spans_now()) == ["minigraph.invocations.basic.AddInvocation.invoke"]
+    assert patcher.unresolved == {}
+    assert len(patcher.resolved["minigraph.invocations.*.*.invoke"]) == 5
+
+
+def test_glob_in_one_module_finds_inherited_invoke(patcher, nodegraph):
+    import minigraph.invocations  # noqa: F401
+    from minigraph.invocations.baseinvocation import BaseInvocation
+
+    patcher.add(["minigraph.invocations.basic.*.invoke"])
+    assert sorted(patcher.resolved["minigraph.invocations.basic.*.invoke"]) == [
+        "minigraph.invocations.basic.AddInvocation.invoke", "minigraph.invocations.basic.PassInvocation.invoke"]
+    _run_nodes("add", "pass", "upper", a=1, b=2)
+    BaseInvocation().invoke([])  # the base's invoke on another class: not what was named
+    assert names(spans_now()) == ["minigraph.invocations.basic.AddInvocation.invoke",
+                                  "minigraph.invocations.basic.PassInvocation.invoke"]
+
+
+def test_glob_leaves_out_what_a_class_inherits_from_another_package(patcher, nodegraph):
+    from minigraph.models import Net
+
+    patcher.add(["minigraph.models.*.*", "minigraph.models.*.to", "minigraph.models.Net.train"])
+    assert sorted(patcher.resolved["minigraph.models.*.*"]) == ["minigraph.models.Net.__init__",
+                                                               "minigraph.models.Net.forward"]
+    net = Net(2).to("cpu").train(False)
+    assert net(3) == 6 and net.parameters() == [False, 2]
+    assert names(spans_now()) == ["minigraph.models.Net.__init__", "minigraph.models.Net.train",  # named in full
+                                  "minigraph.models.Net.forward"]
+    assert patcher.unresolved == {"minigraph.models.*.to": (
+        "no functions match '*.to' in minigraph.models: 1 class seen (Net), none defines or inherits to (a glob leaves"
+        " out what a class inherits from another package's class: Net.to is fakenn.Module.to; name it in full to"
+        " trace it)")}
+
+
+def test_base_method_name_traces_its_overrides_now_and_later(patcher, nodegraph):
+    from stepscope.tracing.patch import is_note
+
+    import minigraph.invocations  # noqa: F401
+    from minigraph.invocations.baseinvocation import BaseInvocation
+
+    base = "minigraph.invocations.baseinvocation.BaseInvocation.invoke"
+    patcher.add([base])
+    assert patcher.resolved[base] == [base, "minigraph.invocations.basic.AddInvocation.invoke",
+                                      "minigraph.invocations.text.UpperInvocation.invoke"]
+    import minigraph.invocations.late  # noqa: F401  (a subclass defined after the trace was set up)
+
+    assert patcher.resolved[base][-1] == "minigraph.invocations.late.LateInvocation.invoke"
+    assert _run_nodes("add", "pass", "upper", "late", a=1, b=2) == [{"sum": 3}, {"a": 1, "b": 2}, {"text": ""},
+                                                                    {"late": 4}]
+    assert names(spans_now()) == ["minigraph.invocations.basic.AddInvocation.invoke",
+                                  base,  # PassInvocation runs the base's own invoke
+                                  "minigraph.invocations.text.UpperInvocation.invoke",
+                                  "minigraph.invocations.late.LateInvocation.invoke"]
+    note = patcher.unresolved[base]
+    assert is_note(note) and note == (
+        "overridden in 3 subclasses: each override traced as a span of its own class"
+        " (minigraph.invocations.basic.AddInvocation.invoke, minigraph.invocations.text.UpperInvocation.invoke,"
+        " minigraph.invocations.late.LateInvocation.invoke)")
+    patcher.remove()
+    _run_nodes("add", "pass", a=1, b=2)
+    BaseInvocation().invoke([])
+    assert spans_now() == []
+
+
+def test_glob_that_matches_nothing_says_what_it_saw(patcher, nodegraph):
+    patcher.add(["minigraph.invocations.*.*.invok", "minigraph.invocations.*.nothing_*",
+                 "minigraph.invocations.*.*.invok_*"])
+    import minigraph.invocations  # noqa: F401
+
+    assert patcher.unresolved == {
+        "minigraph.invocations.*.*.invok": "no functions match '*.*.invok' in minigraph.invocations: 4 classes seen"
+        " (BaseInvocation, AddInvocation, PassInvocation, UpperInvocation), none defines or inherits invok",
+        "minigraph.invocations.*.nothing_*": "no functions match '*.nothing_*' in minigraph.invocations: 3 modules"
+        " seen (baseinvocation, basic, text), none defines a function or class matching 'nothing_*'",
+        "minigraph.invocations.*.*.invok_*": "no functions match '*.*.invok_*' in minigraph.invocations: 4 classes"
+        " seen (BaseInvocation, AddInvocation, PassInvocation, UpperInvocation), none defines or inherits a method"
+        " matching 'invok_*'"}
+    _run_nodes("add", a=1, b=2)
+    assert spans_now() == []

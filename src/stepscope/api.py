@@ -62,8 +62,13 @@ def start(settings: Settings, *, run_id: str | None = None, command: list[str] |
 
 
 def _report_unresolved(session: Session) -> None:
+    from .tracing.patch import is_note
+
     for name, why in (session.unresolved or session.patcher.unresolved).items():
-        print(f"stepscope: could not trace {name}: {why}", file=sys.stderr)
+        if is_note(why):  # traced: a remark about it (its overrides, a compiled region)
+            print(f"stepscope: {name}: {why}", file=sys.stderr)
+        else:
+            print(f"stepscope: could not trace {name}: {why}", file=sys.stderr)
 
 
 def current_session() -> Session | None:

@@ -199,7 +199,7 @@ class ControlServer:
     def _capture(self, req: dict, conn: socket.socket) -> None:
         from .. import api
         from ..session import Session, new_run_id
-        from ..tracing.patch import normalize_targets
+        from ..tracing.patch import is_note, normalize_targets
 
         if api.current_session() is not None:
             return _send(conn, {"error": "busy: the program is recording a run already (stepscope.init)"})
@@ -242,7 +242,7 @@ class ControlServer:
             session.on_finish(cap.stop)
         if span:
             unresolved = session.patcher.unresolved
-            why = [unresolved.get(t) for t in traces if span_traced(span, [t])]
+            why = [None if is_note(unresolved.get(t)) else unresolved.get(t) for t in traces if span_traced(span, [t])]
             if why and all(why):  # nothing that records the span could be patched
                 session.set_outcome("failed", None, why[0])
                 session.finish()

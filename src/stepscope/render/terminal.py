@@ -240,7 +240,10 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
 
 
 def unresolved_line(name: str, why: str) -> str:
-    """One line for a name that was not traced, or that ran inside a torch.compile region."""
+    """One line for a name that was not traced, that ran inside a torch.compile region, or whose overrides in
+    subclasses were traced too (``tracing.patch.is_note``)."""
+    if why.startswith("overridden in "):
+        return f"[cyan]overrides:[/cyan] {name}: {why}"
     if why.startswith("inside a compiled region"):
         return f"[cyan]compiled:[/cyan] {name}: {why}"
     if why.startswith("not mirrored"):

@@ -16,9 +16,21 @@ resolves:
   methods of nested classes ``pkg.mod.Outer.Inner.meth``;
 - inherited methods ``pkg.mod.Sub.forward`` where ``forward`` is defined on a base: calls whose ``self``
   is a ``Sub`` (or a subclass of it) are traced, others of the base are not; nothing is set on ``Sub``;
-- glob patterns (``fnmatch``) in any part after the module: ``diffusers.models.attention_processor.*.__call__``.
-  A glob matches only functions and methods *defined* there: a class's own ``__dict__``, and a module's
-  members whose ``__module__`` is that module; a class matched by a glob is expanded to its own methods.
+- overridden methods: a name of a method that subclasses override (an abstract ``Base.invoke``) traces
+  each override too, as a span named after the class that defines it (``pkg.nodes.Compel.invoke``), and
+  the method itself for the calls that reach it; subclasses that appear later (a module imported later
+  defines them) are looked for after each import of a module of the base's package or of a package that
+  holds one of its subclasses. The run's notes say so ("overridden in N subclasses ...", ``unresolved``);
+- glob patterns (``fnmatch``) in any part after the module: ``diffusers.models.attention_processor.*.__call__``,
+  ``app.invocations.*.*.invoke`` (see ``_members`` for the rule). In a module a glob matches what the
+  module defines (members whose ``__module__`` is that module) and its submodules; in a class, the
+  methods the class has through its MRO that come from the class itself or from classes of the class's
+  own top-level package: a node made by a decorator that returns a same-named subclass has its
+  ``invoke``, a ``torch.nn.Module`` subclass does not get every ``Module`` method. A method reached
+  through a base is traced for the matched class only (``Probe.by_class``) under its name. A class
+  matched by a glob's last part is expanded to those methods. A glob over a package goes on matching:
+  each submodule imported later is matched as it is imported. A glob that matches nothing says what it
+  saw ("4 classes seen (...), none defines or inherits invoke"). Overrides are not followed for globs.
 
 Names that cannot be resolved are kept with the reason and the nearest existing names
 (``Patcher.unresolved``), never raised. ``Patcher.remove()`` undoes everything (calls in flight finish
@@ -36,7 +48,7 @@ import inspect
 import sys
 import threading
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import mirror, probes, steps, syncs
@@ -46,6 +58,7 @@ from .wrappers import is_wrapper, wrap
 
 _GLOB = set("*?[")
 _MISSING = object()
+_OWN_PACKAGE = __name__.partition(".")[0]  # "stepscope"
 
 
 def normalize_targets(functions_to_trace: Iterable[Any] | None) -> list[str]:
@@ -84,6 +97,36 @@ class _Unresolved(Exception):
     pass
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What a glob walked, for the message when it matches nothing: module paths, class paths, and
+    matching names that a class has from another package's class (left out by ``_members``)."""
+
+    modules: dict = field(default_factory=dict)  # path -> None (an ordered set)
+    classes: dict = field(default_factory=dict)  # path -> class qualname
+    foreign: dict = field(default_factory=dict)  # "Cls.meth" -> the defining class's module.qualname
+
+
+@dataclass(slots=True)
+class _LiveGlob:
+    """A glob over a package: submodules imported later are matched as they are imported."""
+
+    prefix: str  # the package the glob starts in
+    rest: list  # the pattern's parts after it
+    seen: _Seen
+    done: dict = field(default_factory=dict)  # concrete name -> the value tried for it (a module reloaded: new ones)
+
+
+@dataclass(slots=True)
+class _LiveOverrides:
+    """A traced method whose subclasses' overrides are traced too (looked for again after imports)."""
+
+    cls: type
+    attr: str
+    packages: set  # top-level packages whose imports are watched: the base's, and those of its subclasses
+    overrides: list = field(default_factory=list)  # the overrides' concrete names, in the order found
+
+
 #: every function traced by a live Patcher -> its probe (one probe per function per process)
 _TRACED: dict = {}
 
@@ -108,6 +151,7 @@ class Patcher:
         self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
         self._mechanism = None  # made on first use (takes a sys.monitoring tool id)
         self._traced: dict[Any, Probe] = {}  # function -> its probe
+        self._live: dict[str, Any] = {}  # requested name -> _LiveGlob | _LiveOverrides (resolved again on imports)
 
     @property
     def mechanism(self):
@@ -136,6 +180,9 @@ class Patcher:
                             pmod, last, parent + ".", name[len(mod):])
                 else:
                     out[name] = f"module {mod!r} was never imported"
+            for name, live in self._live.items():
+                if isinstance(live, _LiveOverrides) and live.overrides:
+                    out.setdefault(name, _overrides_note(live))
             return out
 
     @property
@@ -149,11 +196,11 @@ class Patcher:
         with self._lock:
             batch: list[_Patch] = []
             for name in names:
-                if name in self._resolved or name in self._pending:
+                if name in self._resolved or name in self._pending or name in self._live:
                     continue
                 self._try(name, batch)
             self._rebind_imports(batch)
-            if self._pending and self._hook is None:
+            if (self._pending or self._live) and self._hook is None:
                 self._hook = _ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
@@ -215,6 +262,7 @@ class Patcher:
                 self._mechanism = None
             self._pending.clear()
             self._callbacks.clear()
+            self._live.clear()
 
     # -- resolution ------------------------------------------------------------------------------
     def _try(self, name: str, batch: list[_Patch]) -> None:
@@ -242,50 +290,138 @@ class Patcher:
                 break
         if mod_i == 0:
             raise _Pending(parts[0])
-        module = sys.modules[".".join(parts[:mod_i])]
+        where = ".".join(parts[:mod_i])
+        module = sys.modules[where]
+        rest = parts[mod_i:]
         targets: list[tuple[Any, str, str]] = []  # (owner, attr, concrete name)
-        self._expand(module, ".".join(parts[:mod_i]), parts[mod_i:], targets)
+        seen = _Seen()
+        self._expand(module, where, rest, targets, seen)
+        if limit < len(parts) and getattr(module, "__path__", None) is not None:  # a glob over a package
+            live = _LiveGlob(where, rest, seen, {t[2]: _raw_attr(t[0], t[1]) for t in targets})
+            self._live[name] = live
         if not targets:
-            raise _Unresolved(f"no functions match {'.'.join(parts[mod_i:])!r} in {'.'.join(parts[:mod_i])}")
+            raise _Unresolved(_nothing_matched(rest, where, seen))
+        done = self._patch_all(name, targets, batch)
+        if limit == len(parts) and isinstance(targets[0][0], type):  # a method by name: its overrides too
+            owner, attr, _ = targets[0]
+            fn = _function_of(_raw_attr(owner, attr))
+            if fn is not None and fn in self._traced:
+                live = _LiveOverrides(owner, attr, {_top(owner)})
+                self._live[name] = live
+                done += self._scan_overrides(live)
+        return done
+
+    def _patch_all(self, name: str, targets: list, batch: list[_Patch]) -> list[str]:
+        """Patch ``targets`` for ``name``; the concrete names done. Those that fail are kept under
+        ``name (in part)``; raises _Unresolved when none could be patched."""
         done = []
         errors = []
         for owner, attr, concrete in targets:
             try:
                 self._patch(owner, attr, concrete, batch)
             except _Unresolved as e:
-                if len(targets) == 1:
+                if len(targets) == 1 and name not in self._resolved:
                     raise
                 errors.append(f"{concrete}: {e}")
                 continue
             done.append(concrete)
         if errors:
-            self._unresolved[name + " (in part)"] = "; ".join(errors)
-        if not done:
+            key = name + " (in part)"
+            self._unresolved[key] = "; ".join(filter(None, [self._unresolved.get(key)] + errors))
+        if not done and name not in self._resolved:
             raise _Unresolved("; ".join(errors))
         return done
 
-    def _expand(self, obj: Any, path: str, rest: list[str], out: list) -> None:
+    def _grow(self, name: str, live: _LiveGlob, module_name: str, batch: list[_Patch]) -> None:
+        """A module of a live glob's package was imported: match the glob in it."""
+        rel = module_name[len(live.prefix) + 1:].split(".")
+        if len(rel) >= len(live.rest) or not all(fnmatch.fnmatchcase(r, p) for r, p in zip(rel, live.rest)):
+            return
+        module = sys.modules.get(module_name)
+        if module is None:
+            return
+        targets: list = []
+        try:
+            self._expand(module, module_name, live.rest[len(rel):], targets, live.seen)
+        except (_Pending, _Unresolved):
+            pass  # (this module has no such member: nothing of it matches)
+        targets = [t for t in targets if live.done.get(t[2], _MISSING) is not _raw_attr(t[0], t[1])]
+        live.done.update({t[2]: _raw_attr(t[0], t[1]) for t in targets})
+        try:
+            done = self._patch_all(name, targets, batch) if targets else []
+        except _Unresolved as e:
+            self._unresolved[name] = str(e)
+            return
+        if done:
+            self._unresolved.pop(name, None)
+            have = self._resolved.setdefault(name, [])
+            have.extend(c for c in done if c not in have)
+        elif name not in self._resolved:
+            self._unresolved[name] = _nothing_matched(live.rest, live.prefix, live.seen)
+
+    def _scan_overrides(self, live: _LiveOverrides) -> list[str]:
+        """Trace the overrides of ``live.attr`` in ``live.cls``'s subclasses not traced yet; their names.
+        An override is a Python function (a static or class method's too) in a subclass's own ``__dict__``;
+        stepscope's own classes are left out."""
+        new = []
+        for sub in _subclasses(live.cls):
+            top = _top(sub)
+            if top == _OWN_PACKAGE:
+                continue
+            live.packages.add(top)
+            v = _own(sub, live.attr)
+            fn = _function_of(v, glob=True) if v is not _MISSING else None
+            if fn is None or fn in self._traced or fn in _TRACED:
+                continue  # not an override, not Python code, or traced already
+            mod, qual = getattr(sub, "__module__", None), getattr(sub, "__qualname__", None)
+            concrete = f"{mod}.{qual}.{live.attr}" if isinstance(mod, str) and isinstance(qual, str) else \
+                f"{getattr(sub, '__name__', '?')}.{live.attr}"
+            try:
+                hooks = steps.hooks_for(sub, live.attr)
+            except Exception:  # a class with an odd __module__
+                hooks = None
+            try:
+                self._probe(sub, live.attr, fn, _raw_attr(sub, live.attr), hooks, concrete)
+            except _Unresolved:
+                continue
+            live.overrides.append(concrete)
+            new.append(concrete)
+        return new
+
+    def _expand(self, obj: Any, path: str, rest: list[str], out: list, seen: _Seen) -> None:
         head, tail = rest[0], rest[1:]
         if _GLOB & set(head):
-            names = sorted(n for n in _defined_names(obj, path) if fnmatch.fnmatchcase(n, head))
-            for n in names:
+            if isinstance(obj, type):
+                seen.classes[path] = getattr(obj, "__qualname__", path)
+            else:
+                seen.modules[path] = None
+            members = _glob_members(obj, path)
+            for n in sorted(k for k in members if fnmatch.fnmatchcase(k, head)):
+                child = members[n]
                 if tail:
-                    child = _own(obj, n)
-                    if child is _MISSING or not isinstance(child, (type, types.ModuleType)):
+                    if isinstance(child, types.ModuleType):
+                        if not (_GLOB & set(tail[0])) and _peek(child, tail[0]) is _MISSING:
+                            seen.modules[f"{path}.{n}"] = None
+                            continue
+                    elif isinstance(child, type):
+                        if not (_GLOB & set(tail[0])):
+                            if len(tail) == 1:
+                                seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
+                            if tail[0] not in _members(child):
+                                _note_foreign(child, tail[0], seen)
+                                continue
+                    else:
                         continue
-                    if tail and (_GLOB & set(tail[0])) == set() and not _has(child, tail[0]):
-                        continue
-                    if len(tail) == 1 and isinstance(child, type) and _own(child, tail[0]) is _MISSING:
-                        continue  # a glob matches what is defined there, not what a class inherits
-                    self._expand(child, f"{path}.{n}", tail, out)
-                else:
-                    raw = _raw_attr(obj, n)
-                    if isinstance(raw, type):  # a class: its own methods, never the class itself
-                        for m, v in list(vars(raw).items()):
-                            if _function_of(v, glob=True) is not None:
-                                out.append((raw, m, f"{path}.{n}.{m}"))
-                    elif _function_of(raw, glob=True) is not None:
-                        out.append((obj, n, f"{path}.{n}"))
+                    self._expand(child, f"{path}.{n}", tail, out, seen)
+                elif isinstance(child, type):  # a class: its methods (``_members``), never the class itself
+                    seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
+                    for m, v in _members(child).items():
+                        if _function_of(v, glob=True) is not None:
+                            out.append((child, m, f"{path}.{n}.{m}"))
+                elif not isinstance(child, types.ModuleType) and _function_of(child, glob=True) is not None:
+                    out.append((obj, n, f"{path}.{n}"))
+            if isinstance(obj, type):
+                _note_foreign(obj, head, seen)
             return
         if isinstance(obj, types.ModuleType):
             # only what the module has defined so far: a getattr could make a lazy package
@@ -304,7 +440,7 @@ class Patcher:
         if not tail:
             out.append((obj, head, f"{path}.{head}"))
             return
-        self._expand(child, f"{path}.{head}", tail, out)
+        self._expand(child, f"{path}.{head}", tail, out, seen)
 
     @staticmethod
     def _missing(obj: Any, path: str, attr: str):
@@ -453,6 +589,17 @@ class Patcher:
             batch: list[_Patch] = []
             for n in names:
                 self._try(n, batch)
+            for n, live in list(self._live.items()):  # globs over packages, overridden methods
+                try:
+                    if isinstance(live, _LiveGlob):
+                        if module_name.startswith(live.prefix + "."):
+                            self._grow(n, live, module_name, batch)
+                    else:
+                        new = self._scan_overrides(live)
+                        if new:
+                            self._resolved.setdefault(n, []).extend(new)
+                except Exception:  # never into the program's import
+                    pass
             self._rebind_imports(batch)
 
     def watches(self, module_name: str) -> bool:
@@ -460,7 +607,12 @@ class Patcher:
             if module_name in self._callbacks:
                 return True
             top = module_name.partition(".")[0]
-            return any(n.startswith(module_name + ".") or n.partition(".")[0] == top for n in self._pending)
+            if any(n.startswith(module_name + ".") or n.partition(".")[0] == top for n in self._pending):
+                return True
+            for live in self._live.values():
+                if module_name.startswith(live.prefix + ".") if isinstance(live, _LiveGlob) else top in live.packages:
+                    return True
+            return False
 
 
 def _function_of(v: Any, glob: bool = False) -> types.FunctionType | None:
@@ -558,10 +710,6 @@ def _own(obj: Any, attr: str) -> Any:
         return _MISSING
 
 
-def _has(obj: Any, attr: str) -> bool:
-    return _raw_attr(obj, attr) is not _MISSING
-
-
 def _raw_attr(obj: Any, attr: str) -> Any:
     """The attribute as stored (descriptors not applied): own dict first, then the MRO for classes."""
     if isinstance(obj, type):
@@ -594,12 +742,140 @@ def _unwrapped(fn: Any) -> Any:
     return fn
 
 
-def _defined_names(obj: Any, path: str) -> list[str]:
+def _module_of(v: Any) -> Any:
+    """``v.__module__``, or None (never raises: a lazy proxy's attribute access may)."""
+    try:
+        return getattr(v, "__module__", None)
+    except Exception:
+        return None
+
+
+def _top(obj: Any) -> str:
+    """The top-level package of a class (of its ``__module__``), or of a module name."""
+    mod = obj if isinstance(obj, str) else _module_of(obj)
+    return mod.partition(".")[0] if isinstance(mod, str) else ""
+
+
+def _members(cls: type) -> dict[str, Any]:
+    """The attributes a glob sees on ``cls``: name -> the value as stored (descriptors not applied).
+
+    The rule: an attribute counts as the class has it through its MRO (the first class of the MRO that
+    defines it), when that class is ``cls`` itself or a class of ``cls``'s own top-level package
+    (``app`` for ``app.invocations.compel.Compel``), never ``object`` nor a builtin type. So a node that a
+    decorator made as a same-named subclass of the user's class has the user's ``invoke``, and the app's
+    own base classes count, while what comes from another package's classes (``torch.nn.Module.to``,
+    pydantic's ``BaseModel`` methods, ``enum.Enum``'s) is the framework's plumbing and is left out: name it
+    in full (``app.models.Net.to``) to trace it on that class."""
+    top = _top(cls)
+    out: dict[str, Any] = {}
+    taken: set = set()
+    for klass in getattr(cls, "__mro__", (cls,)):
+        d = getattr(klass, "__dict__", None)
+        if d is None:
+            continue
+        ours = klass is cls or (klass is not object and top not in ("", "builtins") and _top(klass) == top)
+        for k, v in list(d.items()):
+            if k in taken:
+                continue
+            taken.add(k)
+            if ours:
+                out[k] = v
+    return out
+
+
+def _glob_members(obj: Any, path: str) -> dict[str, Any]:
+    """What a glob part matches in ``obj``: a module's members whose ``__module__`` is the module, and its
+    submodules that are loaded (also those still executing); a class's ``_members``."""
+    if isinstance(obj, type):
+        return _members(obj)
     d = getattr(obj, "__dict__", None) or {}
-    if isinstance(obj, types.ModuleType):
-        modname = getattr(obj, "__name__", path)
-        return [k for k, v in list(d.items()) if getattr(v, "__module__", None) in (path, modname)]
-    return list(d.keys())
+    if not isinstance(obj, types.ModuleType):
+        return dict(d)
+    modname = getattr(obj, "__name__", path)
+    out = {}
+    for k, v in list(d.items()):
+        if isinstance(v, types.ModuleType):
+            if getattr(v, "__name__", None) in (f"{path}.{k}", f"{modname}.{k}"):
+                out[k] = v
+        elif _module_of(v) in (path, modname):
+            out[k] = v
+    if getattr(obj, "__path__", None) is not None:  # submodules not bound on the package yet
+        for full in [m for m in list(sys.modules) if m.startswith(modname + ".")]:
+            k = full[len(modname) + 1:]
+            if "." not in k and k not in out and sys.modules.get(full) is not None:
+                out[k] = sys.modules[full]
+    return out
+
+
+def _note_foreign(cls: type, pattern: str, seen: _Seen) -> None:
+    """Keep in ``seen`` the methods matching ``pattern`` that ``cls`` has from another package's class."""
+    ours = _members(cls)
+    for klass in getattr(cls, "__mro__", ())[1:]:
+        for k, v in list(getattr(klass, "__dict__", {}).items()):
+            if k not in ours and fnmatch.fnmatchcase(k, pattern) and _function_of(v, glob=True) is not None:
+                key = f"{getattr(cls, '__qualname__', '?')}.{k}"
+                if len(seen.foreign) < 8:
+                    seen.foreign.setdefault(key, f"{klass.__module__}.{klass.__qualname__}")
+
+
+def _nothing_matched(rest: list[str], where: str, seen: _Seen) -> str:
+    """Why a glob matched nothing, with what it saw."""
+    msg = f"no functions match {'.'.join(rest)!r} in {where}"
+    last = rest[-1]
+    target = f"a method matching {last!r}" if _GLOB & set(last) else last
+    classes = list(dict.fromkeys(seen.classes.values()))
+    modules = [m[len(where) + 1:] for m in seen.modules if m != where]
+    if classes:
+        shown = ", ".join(classes[:4]) + (", ..." if len(classes) > 4 else "")
+        msg += (f": {len(classes)} class{'es' if len(classes) != 1 else ''} seen ({shown}), none defines or"
+                f" inherits {target}")
+        if seen.foreign:
+            k, definer = next(iter(seen.foreign.items()))
+            msg += (f" (a glob leaves out what a class inherits from another package's class: {k} is"
+                    f" {definer}.{k.rpartition('.')[2]}; name it in full to trace it)")
+    elif modules:
+        shown = ", ".join(modules[:4]) + (", ..." if len(modules) > 4 else "")
+        target = f"a function or class matching {last!r}" if _GLOB & set(last) else last
+        msg += f": {len(modules)} module{'s' if len(modules) != 1 else ''} seen ({shown}), none defines {target}"
+    else:
+        msg += f": nothing defined in {where} matches {rest[0]!r}"
+    return msg
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` (transitively), each once, parents before children."""
+    out: list[type] = []
+    seen: set = {id(cls)}
+    todo = [cls]
+    while todo:
+        c = todo.pop(0)
+        try:
+            subs = type.__subclasses__(c)
+        except TypeError:
+            continue
+        for sub in subs:
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                out.append(sub)
+                todo.append(sub)
+    return out
+
+
+def _overrides_note(live: _LiveOverrides) -> str:
+    n = len(live.overrides)
+    shown = ", ".join(live.overrides[:4]) + (", ..." if n > 4 else "")
+    return (f"overridden in {n} subclass{'es' if n != 1 else ''}: each override traced as a span of its own"
+            f" class ({shown})")
+
+
+#: how the reasons of notes about traced names begin (``Patcher.unresolved`` holds both: these are not failures)
+NOTE_PREFIXES = ("overridden in ", "inside a compiled region", "not mirrored")
+
+
+def is_note(why: str) -> bool:
+    """Whether an entry of ``Patcher.unresolved`` / a run's ``unresolved`` is a note about a name that is
+    traced (its overrides, a compiled region, an unmirrored span), not a name that could not be traced."""
+    return isinstance(why, str) and why.startswith(NOTE_PREFIXES)
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):

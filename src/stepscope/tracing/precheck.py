@@ -6,13 +6,16 @@ parses the module (``ast``) to see whether the rest of the name is defined there
 reported: a module that is found but does not define the name, no ``__getattr__``, no ``import *``, and
 the name appearing nowhere in its source (so lazy re-exports, which name it in a string, pass); a
 method missing from a class whose bases are all known to lack it is not claimed (it may be inherited).
-Everything else is left to the run itself, which reports what it could not trace at the end.
+A glob's first part after the module is checked the same way: nothing the module binds (and, for a
+package, no submodule file or folder) matches it. Everything else is left to the run itself, which
+reports what it could not trace at the end (a glob with what it saw there).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import fnmatch
 import importlib.util
 import os
 import re
@@ -78,7 +81,7 @@ def _check(name: str, extra_path: list[str]) -> str | None:
         tree = ast.parse(source, origin)
     except (OSError, SyntaxError, ValueError):
         return None
-    return _in_module(tree, source, path, parts[i:])
+    return _in_module(tree, source, path, parts[i:], search)
 
 
 def _defined(body) -> dict[str, ast.AST]:
@@ -105,14 +108,36 @@ def _defined(body) -> dict[str, ast.AST]:
     return names
 
 
-def _in_module(tree: ast.Module, source: bytes, path: str, rest: list[str]) -> str | None:
+def _submodules(search: list[str] | None) -> set[str]:
+    """The names a package's folders could import as submodules (files and folders, whatever their kind)."""
+    out: set[str] = set()
+    for d in search or ():
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            if e.startswith((".", "__")):
+                continue
+            out.add(e.partition(".")[0])
+    return out
+
+
+def _in_module(tree: ast.Module, source: bytes, path: str, rest: list[str],
+               search: list[str] | None = None) -> str | None:
     head = rest[0]
-    if _GLOB & set(head):
-        return None
     names = _defined(tree.body)
     if "__getattr__" in names or any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
                                      for n in ast.walk(tree)):
         return None
+    if _GLOB & set(head):
+        there = set(names) | _submodules(search)
+        if any(fnmatch.fnmatchcase(n, head) for n in there):
+            return None
+        shown = sorted(n for n in there if not n.startswith("_"))
+        listing = f" (it has {', '.join(shown[:6])}{', ...' if len(shown) > 6 else ''})" if shown else ""
+        return (f"no functions match {'.'.join(rest)!r} in {path}: nothing in {path} matches {head!r}"
+                + listing)
     node = names.get(head)
     if node is None:
         if re.search(rb"(?<![A-Za-z0-9_])" + re.escape(head.encode()) + rb"(?![A-Za-z0-9_])", source):

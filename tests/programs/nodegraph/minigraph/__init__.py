@@ -1,0 +1,1 @@
+"""A node-graph program (see README.md)."""
