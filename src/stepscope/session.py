@@ -248,6 +248,10 @@ def _call_soon_in_main(fn, frame=None) -> bool:
         return False
 
 
+#: Looks at which no thread but the main one had run (the sampler thread's), after which the recorder looks at 10 Hz
+QUIET_LOOKS = 10
+
+
 class _ForkWatch:
     """The ``os.register_at_fork`` hooks, registered once per process, acting on the session recording now."""
 
@@ -620,6 +624,10 @@ class Session:
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
+        # consecutive looks at which no other thread had run: past QUIET_LOOKS the recorder looks at 10 Hz only (a
+        # server between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is
+        # charged the wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
+        quiet = 0
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
@@ -650,7 +658,10 @@ class Session:
                     self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                next_t += period if others else max(period, idle_poll)
+                    quiet = quiet + 1 if self.sampler.walked == 0 else 0
+                elif others:
+                    quiet += 1
+                next_t += period if others and quiet < QUIET_LOOKS else max(period, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):

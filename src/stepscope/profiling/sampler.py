@@ -95,6 +95,8 @@ class Sampler:
         self.truncated = 0
         #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
+        #: threads whose stacks the last ``sample()`` walked (they had run since their previous sample)
+        self.walked = 0
         self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @staticmethod
@@ -127,6 +129,7 @@ class Sampler:
             cap = MAX_PERIODS * self.period_ns
             last = self._last
             n = 0
+            walked = 0
             c = self._cols
             for tid, f in frames.items():
                 if tid == me or tid in OWN_THREADS or tid in skip:
@@ -146,16 +149,29 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
+                walked += 1
                 if prev is None:
                     wall, used = self.period_ns, -1
                 else:
-                    wall = min(t - prev[0], cap)
+                    gap = t - prev[0]
+                    wall = min(gap, cap)
                     used = min(cpu - prev[1], wall) if cpu >= 0 and prev[1] >= 0 else -1
+                    if gap > cap and 0 <= cpu - prev[1] < gap // 2:
+                        # it waited most of the gap (the recorder looked rarely while every thread waited), then ran:
+                        # the wait is charged at its previous stack, the run (at least its CPU time) at this one
+                        run = min(gap, max(cpu - prev[1], self.period_ns))
+                        c[0].append(t - run)
+                        c[1].append(tid)
+                        c[2].append(prev[2])
+                        c[3].append(gap - run)
+                        c[4].append(0)
+                        wall, used = run, cpu - prev[1]
                 last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
             for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
                 del last[gone]                                        # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
             self.last_threads = list(frames)
+            self.walked = walked
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n

@@ -1,0 +1,111 @@
+"""A long-running SD server with many threads, for ``server_overhead.py``: the main thread runs an asyncio event
+loop (idle in its select between requests), a session worker thread runs each request's generation (the tiny
+pipeline's UNet and scheduler, step by step), ``--idle-threads`` background threads wait in C (a SimpleQueue, an
+Event, a socket accept), and the loop's default executor adds its waiting threads. Phases: ``--idle`` seconds
+with every thread waiting, then ``--gens`` requests one after another; repeated ``--phases`` times.
+
+Prints one JSON line per phase: the idle phase's process CPU seconds per second (what the threads cost while
+nothing happens) and each generation's wall and process CPU seconds."""
+from __future__ import annotations
+
+import _queue
+import argparse
+import asyncio
+import json
+import queue
+import socket
+import threading
+import time
+
+
+def build():
+    import torch
+
+    from stepscope.pipelines.sd import build_pipeline
+
+    torch.manual_seed(0)
+    return build_pipeline("tiny")
+
+
+def generate(pipe, steps: int, seed: int) -> float:
+    import torch
+
+    sched, unet = pipe.scheduler, pipe.unet
+    g = torch.Generator().manual_seed(seed)
+    cond = torch.randn((2, 77, unet.config.cross_attention_dim), generator=g)
+    sched.set_timesteps(steps)
+    latents = torch.randn((1, unet.config.in_channels, 8, 8), generator=g) * sched.init_noise_sigma
+    with torch.no_grad():
+        for t in sched.timesteps:
+            inp = sched.scale_model_input(torch.cat([latents] * 2), t)
+            pred = unet(inp, t, encoder_hidden_states=cond).sample
+            uncond, text = pred.chunk(2)
+            latents = sched.step(uncond + 7.5 * (text - uncond), t, latents).prev_sample
+    return float(latents.mean())
+
+
+def idle_threads(n: int) -> list:
+    out, socks = [], []
+    for i in range(n):
+        kind = i % 3
+        if kind == 0:
+            target = _queue.SimpleQueue().get
+        elif kind == 1:
+            target = threading.Event().wait
+        else:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            socks.append(s)
+            target = s.accept
+        th = threading.Thread(target=target, name=f"idle-{i}", daemon=True)
+        th.start()
+        out.append(th)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--idle-threads", type=int, default=9)
+    ap.add_argument("--phases", type=int, default=3)
+    ap.add_argument("--idle", type=float, default=2.0)
+    ap.add_argument("--gens", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10)
+    a = ap.parse_args()
+    pipe = build()
+    generate(pipe, 2, 0)  # warm-up
+    jobs: queue.Queue = queue.Queue()
+
+    def worker():
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            seed, done = job
+            c0, t0 = time.process_time(), time.perf_counter()
+            generate(pipe, a.steps, seed)
+            done.put((time.perf_counter() - t0, time.process_time() - c0))
+
+    threading.Thread(target=worker, name="session-worker", daemon=True).start()
+    idle_threads(a.idle_threads)
+
+    async def serve():
+        loop = asyncio.get_running_loop()
+        for p in range(a.phases):
+            c0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.sleep(a.idle)
+            idle_cpu = (time.process_time() - c0) / (time.perf_counter() - t0)
+            gens = []
+            for k in range(a.gens):
+                done: queue.Queue = queue.Queue(maxsize=1)
+                jobs.put((k, done))
+                gens.append(await loop.run_in_executor(None, done.get))
+            print(json.dumps({"phase": p, "threads": threading.active_count(), "idle_cpu_per_s": idle_cpu,
+                              "gen_wall": [g[0] for g in gens], "gen_cpu": [g[1] for g in gens]}), flush=True)
+        jobs.put(None)
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

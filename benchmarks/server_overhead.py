@@ -1,0 +1,81 @@
+"""Overhead of sampling and the memory lane on a long-running server with many threads (issue 27).
+
+Runs ``server_app.py`` (12 Python threads: an asyncio loop, a session worker generating with the tiny SD UNet,
+idle threads waiting in C, the loop's executor) plain, under ``stepscope run`` at the defaults (101 Hz, memory
+lane on; the UNet and the scheduler's step traced), and under ``stepscope run --hz 0 --no-memory`` (the traces
+alone), interleaved, and prints per configuration: the median generation wall time and process CPU time (all the
+process's threads, stepscope's included) and their ratio to the plain runs of the same invocation, and the CPU the
+process uses per second while every thread waits.
+
+    python benchmarks/server_overhead.py --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRACES = ["diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
+          "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step"]
+
+
+def run(cmd: list[str], env: dict) -> list[dict]:
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
+    return [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the three configurations")
+    ap.add_argument("--phases", type=int, default=3)
+    ap.add_argument("--gens", type=int, default=6)
+    ap.add_argument("--idle", type=float, default=2.0)
+    ap.add_argument("--idle-threads", type=int, default=9)
+    ap.add_argument("--hz", type=float, default=101.0)
+    a = ap.parse_args()
+    app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
+           "--idle", str(a.idle), "--idle-threads", str(a.idle_threads)]
+    store = tempfile.mkdtemp(prefix="stepscope-server-overhead-")
+    base = [sys.executable, "-m", "stepscope", "run", "-q", "--store", store]
+    for t in TRACES:
+        base += ["--trace", t]
+    configs = {"plain": app, f"stepscope {a.hz:g} Hz + memory lane": base + ["--hz", str(a.hz), "--", *app],
+               "stepscope traces only (--hz 0 --no-memory)": base + ["--hz", "0", "--no-memory", "--", *app]}
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    got: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": [], "idle": [], "threads": []} for k in configs}
+    run(app, env)  # warm the file cache
+    for r in range(a.rounds):
+        for name, cmd in configs.items():
+            for ph in run(cmd, env)[1:]:  # the first phase warms up (allocator, caches)
+                got[name]["wall"] += ph["gen_wall"]
+                got[name]["cpu"] += ph["gen_cpu"]
+                got[name]["idle"].append(ph["idle_cpu_per_s"])
+                got[name]["threads"].append(ph["threads"])
+        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+    plain = got["plain"]
+    pw, pc = statistics.median(plain["wall"]), statistics.median(plain["cpu"])
+    print(f"{max(plain['threads'])} Python threads, {a.rounds} rounds x {a.phases - 1} measured phases x {a.gens} "
+          f"generations, {a.idle:g} s idle per phase; OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    for name, g in got.items():
+        w, c = statistics.median(g["wall"]), statistics.median(g["cpu"])
+        line = f"{name:44s} generation wall {1e3 * w:7.1f} ms"
+        if name != "plain":
+            line += f" ({100 * (w / pw - 1):+5.1f}%)"
+        line += f"  process CPU {1e3 * c:7.1f} ms"
+        if name != "plain":
+            line += f" ({100 * (c / pc - 1):+5.1f}%)"
+        line += f"  idle: {1e3 * statistics.median(g['idle']):5.2f} ms CPU per s"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
