@@ -230,6 +230,11 @@ def main() -> None:
         from .control.server import start_server
 
         start_server(store=settings.store)
+        if cfg.get("signal_fd") is not None:  # `stepscope run` waits to say the server is ready (runner._server_watch)
+            try:
+                os.kill(os.getppid(), signal.SIGCHLD)
+            except OSError:
+                pass
         if settings.sampler != "thread":  # capture windows start in the server's thread: handlers set here
             from .profiling import signals
 

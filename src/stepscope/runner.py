@@ -120,11 +120,14 @@ def _same_interpreter(exe: str) -> bool:
 
 
 def run_program(command: list[str], settings: Settings, store: Store, *, run_id: str | None = None,
-                env: dict[str, str] | None = None, server_only: bool = False) -> Outcome:
+                env: dict[str, str] | None = None, server_only: bool = False, on_server=None) -> Outcome:
     """Run ``command`` recorded with ``settings`` into ``store``; wait for it; return how it ended.
 
     ``server_only``: record nothing, only start the control server in the program (``stepscope capture``
-    records windows of it on demand); no run is created. The program inherits stdin/stdout/stderr
+    records windows of it on demand); no run is created. ``on_server(info)`` is then called once (in this
+    process) as soon as the server accepts captures: its token file is published (``info``: its contents,
+    ``control.client.find_server``); ``launch`` tells this process by a SIGCHLD of its own, sent after the
+    server started and before the program's code runs. The program inherits stdin/stdout/stderr
     untouched. Raises CommandError for a command that is not a Python program (before anything runs).
     """
     argv = child_argv(command)
@@ -157,7 +160,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
             relay.close()
             store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
             raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
-        returncode = relay.wait(proc)
+        returncode = relay.wait(proc, _server_watch(proc.pid, on_server) if server_only and on_server else None)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -167,6 +170,22 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         store.delete_run(run_id)
         return Outcome("", returncode)
     return Outcome(run_id, returncode, _settle(store, run_id, returncode, oom_kills))
+
+
+def _server_watch(pid: int, on_server):
+    """A ``_Relay.wait`` ``ready`` check: calls ``on_server(info)`` once the server of ``pid`` is published;
+    True once it has, or once the child said it is done starting one (``told``) and none was published
+    (the child said why on its stderr)."""
+    from .control.client import find_server
+
+    def check(told: bool) -> bool:
+        info = find_server(pid)
+        if info is not None:
+            on_server(info)
+            return True
+        return told
+
+    return check
 
 
 def oom_kill_count() -> int | None:
@@ -221,6 +240,7 @@ def _settle(store: Store, run_id: str, returncode: int, oom_kills: int | None = 
 RELAYED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
                 if hasattr(signal, n))
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent: the terminal's Ctrl-C, Ctrl-backslash, hangup (to its group)
+_SI_USER = 0  # si_code of a signal sent by kill()
 _PR_SET_PDEATHSIG = 1
 
 
@@ -294,8 +314,10 @@ class _Relay:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
             self.old_mask = None
 
-    def wait(self, proc: subprocess.Popen) -> int:
-        """Wait for ``proc`` to end, relaying signals; its return code."""
+    def wait(self, proc: subprocess.Popen, ready=None) -> int:
+        """Wait for ``proc`` to end, relaying signals; its return code. ``ready(told)``: called when the child
+        sends this process a SIGCHLD of its own (``told`` True: ``launch``'s "the control server started") and
+        once a second meanwhile (False), until it returns True."""
         os.close(self.child_fd)
         self.child_fd = -1
         try:
@@ -306,6 +328,10 @@ class _Relay:
                 timeout = max(0.0, min(waiting) - time.monotonic()) if waiting else 1.0
                 info = signal.sigtimedwait(self.watch, timeout)
                 now = time.monotonic()
+                if ready is not None and (info is None or info.si_signo == signal.SIGCHLD):
+                    told = info is not None and info.si_code == _SI_USER and info.si_pid == proc.pid
+                    if (told or info is None) and ready(told):
+                        ready = None
                 self._read_child(now)
                 if info is not None and info.si_signo != signal.SIGCHLD:
                     self._received(proc, info.si_signo, info.si_code, info.si_pid, now)

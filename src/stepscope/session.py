@@ -294,15 +294,20 @@ _forks = _ForkWatch()
 
 
 class Session:
-    """One run being recorded in this process. Use ``start()`` once, ``finish()`` once."""
+    """One run being recorded in this process. Use ``start()`` once, ``finish()`` once.
+
+    ``cut_open`` (a capture window of ``control.server``): the traced calls still running when the session
+    finishes are stored as spans ending there, marked ``attrs["stepscope.cut"]`` (``cut_spans``); without it
+    they leave no span (a program's run ends when its calls have)."""
 
     def __init__(self, settings: Settings, run_id: str | None = None, command: list[str] | None = None,
-                 owns_run: bool = True) -> None:
+                 owns_run: bool = True, cut_open: bool = False) -> None:
         self.settings = settings
         self.run_id = run_id or new_run_id()
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
-        self.patcher = Patcher(mirror=settings.device_trace)
+        self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open)
+        self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
         hz = settings.profiles_hz
         self.sampler = Sampler(settings.max_stack_depth, int(1e9 / hz) if hz > 0 else 10_000_000)
         #: the main thread sampled by timer signal (``profiling.signals``); other threads by the recorder
@@ -440,6 +445,8 @@ class Session:
             self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
         mechanism = getattr(self.patcher._mechanism, "name", None)  # (None when nothing was traced)
         self.patcher.remove()
+        if self.patcher.live is not None:  # no call is traced from here on: those still open end now
+            self._cut = self.cut_spans(clock.now_ns())
         self._flush()
         end = clock.now_ns()
         status, error = self.status, self.error
@@ -702,6 +709,22 @@ class Session:
             rec = rec[7]
         return out
 
+    def cut_spans(self, end_ns: int) -> list[tuple]:
+        """The traced calls open now (``Patcher.live``: every thread's, suspended coroutines' too) as span
+        tuples ending at ``end_ns``, marked ``attrs["stepscope.cut"]`` = True, outermost first."""
+        live = dict(self.patcher.live or {})  # (one C-level copy: other threads go on entering and leaving)
+        out = []
+        for sid, (rec, tid) in live.items():
+            if sid is None or rec[5] is None or not rec[1]:
+                continue
+            probe = rec[3]
+            attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+            attrs["stepscope.cut"] = True
+            out.append((sid, rec[2], rec[5], probe.op if probe is not None else "function", rec[1],
+                        max(end_ns, rec[1]), tid, None, attrs))
+        out.sort(key=lambda s: (s[4], s[0]))
+        return out
+
     def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
         """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
         that spans can be joined with the OS-thread-keyed device trace by time."""
@@ -724,6 +747,10 @@ class Session:
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
             open_spans = self._open_chain() if not self.finished or self._dying else []
             spans = buffer.take()
+            if self._cut:  # (a call that ended meanwhile keeps its own span)
+                ended = {s[0] for s in spans}
+                spans.extend(s for s in self._cut if s[0] not in ended)
+                self._cut = []
             memory = self.memory.drain() if self.memory is not None else []
             if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
                 return

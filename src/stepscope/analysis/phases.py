@@ -15,6 +15,11 @@ handlers).
 A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls, also
 in a run with no work window: a lazy import inside the work is start-up work, not the work's.
 
+A window recorded by ``stepscope capture`` (the run's ``settings["extra"]["capture"]``) has no start-up and
+no shutdown: the program was running before it opened and goes on after it closed. The same windows are
+named for what they are there (``Phases.capture``): the time before the first traced call is the app idle
+or serving (``BEFORE_CAPTURE``), the time after the last one too.
+
 Views (summary, flame graph, explain) show the work by default, start-up as one labelled block.
 """
 
@@ -29,13 +34,23 @@ from .table import NO_PARENT, as_table
 
 STARTUP, WORK, SHUTDOWN = 0, 1, 2
 NAMES = ("start-up", "work", "shutdown")
+#: what the time around the work is in a capture window (``Phases.capture``), in words
+BEFORE_CAPTURE = "the app idle or serving"
+
+
+def is_capture(run) -> bool:
+    """Whether ``run`` is a window recorded by ``stepscope capture`` (its settings say so)."""
+    extra = (run.settings or {}).get("extra") if isinstance(run.settings, dict) else None
+    return bool(isinstance(extra, dict) and extra.get("capture"))
 
 
 @dataclass(slots=True)
 class Phases:
     """The phase windows on the run's clock (ns). ``split``: False when no work window could be told
     apart (then ``work`` is the whole run, importing samples still start-up). ``entry``: the well-known entry
-    point (``WORK_ENTRIES``) whose samples set the work window when no span did, else None. Durations:
+    point (``WORK_ENTRIES``) whose samples set the work window when no span did, else None. ``capture``: a
+    window of ``stepscope capture`` (``is_capture``): what precedes the work is the app idle or serving, not
+    start-up, and what follows it is not shutdown. Durations:
     ``startup_ns``, ``work_ns``, ``shutdown_ns``; ``startup_sampled_ns``/``shutdown_sampled_ns``: sampled time
     (busy samples) in them (start-up's includes the imports inside the work window)."""
 
@@ -47,6 +62,7 @@ class Phases:
     startup_sampled_ns: float = 0.0
     shutdown_sampled_ns: float = 0.0
     entry: str | None = None
+    capture: bool = False
 
     @property
     def startup_ns(self) -> int:
@@ -97,6 +113,7 @@ def phases(data: RunData, index=None) -> Phases:
     if not len(work):
         ph = _entry_phases(index, r0, r1) if index is not None and len(index) else None
         ph = ph or Phases(r0, r0, r1, r1, False)
+        ph.capture = is_capture(run)
         _sampled(index, ph)
         return ph
     w0 = int(t.start[work].min())
@@ -104,7 +121,7 @@ def phases(data: RunData, index=None) -> Phases:
     outer = _first(t, work)
     if t.names[t.name[outer]].startswith("__main__.") and len(work) > 1 and t.end[outer] >= w1:
         w0 = int(t.start[work[work != outer]].min())  # the script's main(): its work starts at the first call it makes
-    ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1)
+    ph = Phases(r0, max(w0, r0), min(max(w1, w0), r1), r1, w0 > r0 or w1 < r1, capture=is_capture(run))
     _sampled(index, ph)
     return ph
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..control.procs import app_label
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from .memory import MemorySummary, attach_steps, summarize_memory
@@ -37,7 +38,8 @@ class PhaseSummary:
     start-up's sampled time and its top functions by total time (what the start-up block holds; in a run
     that was not split, its imports). ``entry``: the well-known entry point whose samples set the work
     window when no traced span did (``Phases.entry``), else None; ``work_from`` says what the work starts at,
-    in words."""
+    in words. ``capture``: a window of ``stepscope capture`` (``Phases.capture``): "start-up" is the app idle
+    or serving before the work, "shutdown" the same after it."""
 
     split: bool
     startup_ns: int
@@ -49,6 +51,7 @@ class PhaseSummary:
     work_end_ns: int
     startup_top: list[FunctionTime]
     entry: str | None = None
+    capture: bool = False
 
     @property
     def work_from(self) -> str:
@@ -59,7 +62,11 @@ class PhaseSummary:
 class Summary:
     """Everything the summary shows. Times in ns. ``span_count``: the traced spans (the run's transactions not
     counted, as ``stepscope runs`` counts them). ``top_self``/``top_total`` cover the traced work
-    (start-up and shutdown apart, see ``phases``) when the run could be split."""
+    (start-up and shutdown apart, see ``phases``) when the run could be split. ``capture``: the capture's
+    settings (``pid``, ``span``, ``steps``, ``duration_s``, ``method``) for a window of ``stepscope capture``,
+    else None; ``app``: the program's script or module and arguments (``control.procs.app_label``);
+    ``cut_spans``: spans still running when a capture window ended, stored cut at its end
+    (``attrs["stepscope.cut"]``; counted in ``span_count`` and the span statistics)."""
 
     run_id: str
     status: str
@@ -80,6 +87,9 @@ class Summary:
     memory: MemorySummary | None = None
     #: sampled wall time (ns) of waiting threads (``ProfileIndex.idle``) in the window the top tables cover: left out
     idle_ns: float = 0.0
+    capture: dict | None = None
+    app: str = ""
+    cut_spans: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -136,8 +146,11 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     idle_ns = float(index.weight[in_work & index.idle].sum())
     startup_top = top_functions(index, startup_samples(index, ph), n=5)[1]
     phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
-                       ph.work_start_ns, ph.work_end_ns, startup_top, ph.entry)
+                       ph.work_start_ns, ph.work_end_ns, startup_top, ph.entry, ph.capture)
+    capture = (run.settings.get("extra") or {}).get("capture") if ph.capture else None
+    cut = len(data.spans.rows_with_attr("stepscope.cut")) if data.spans.attrs else 0
     traced = len(data.spans) - int(data.spans.op_mask("transaction").sum())  # (as `runs` and the header count them)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, traced, len(index),
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
-                   dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns)
+                   dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns, capture,
+                   app_label(run.command) if run.command else "", cut)

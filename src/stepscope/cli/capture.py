@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from .. import limits
 from ..analysis.summary import summarize
 from ..analysis.table import load_run
-from ..control.client import CaptureError, capture, find_server, parse_duration, pid_alive
+from ..control import procs
+from ..control.client import CaptureError, app_of, capture, find_server, locate, parse_duration, pid_alive
 from ..control.server import DEFAULT_TIMEOUT_S, span_traced
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
@@ -19,7 +21,8 @@ from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, ope
 
 
 @handles_errors
-def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The process to capture."),
+def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The process to capture: the program, its "
+                                                 "`stepscope run`, or a shell or script above them."),
                 address: Optional[str] = typer.Option(None, "--address", help="HOST:PORT of its control server."),
                 duration: Optional[str] = typer.Option(None, "--duration", help="Window length: 10s, 500ms, 2m."),
                 steps: Optional[int] = typer.Option(None, "--steps", help="End after N completed calls of --span."),
@@ -33,8 +36,10 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Capture a window of a running program: traces on, sampler on, then everything off again.
 
-    The program calls stepscope.start_server() (or runs with STEPSCOPE_SERVER=1); a process with no
-    server is sampled from outside with py-spy (--duration only)."""
+    The program runs under `stepscope run --server`, calls stepscope.start_server() (or runs with
+    STEPSCOPE_SERVER=1); a process with no server is sampled from outside with py-spy (--duration only).
+    --pid may name the program, its `stepscope run`, or a process above them: the one program below it
+    with a server (or, for py-spy, the one Python program) is captured."""
     if (pid is None) == (address is None):
         raise UserError("give --pid PID or --address HOST:PORT")
     if pid is not None:
@@ -52,24 +57,35 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     window = parse_duration(duration) if duration else None
     timed_out = False
     limit = parse_duration(timeout, "--timeout") if timeout else max(DEFAULT_TIMEOUT_S, window or 0)
-    info = find_server(pid, address)
+    try:
+        info = locate(pid) if pid is not None else find_server(None, address)
+    except CaptureError as e:
+        raise UserError(str(e)) from None
     t0 = time.perf_counter()
     if info is None:
         if address is not None:
             raise UserError(f"no stepscope control server known at {address}")
         if not pid_alive(pid):
             raise UserError(f"no process {pid}")
-        if window is None or device_trace:
-            raise UserError(f"process {pid} started no stepscope server: --steps and --device-trace need one; "
-                            "py-spy takes --duration")
-        if hz == 0:
-            raise UserError(f"--hz: must be between 1 and {limits.HZ_MAX} for py-spy (process {pid} started no "
-                            "stepscope server: sampling is all that can be recorded), got 0")
-        from ..control.pyspy import PySpyError, record
+        from ..control.pyspy import PySpyError, record, target
 
-        st = open_store(store, create=True)
         try:
-            run_id = record(pid, window, hz, st)
+            app_pid = target(pid)  # the Python program below a `stepscope run` or a shell
+        except PySpyError as e:
+            raise UserError(str(e)) from None
+        app = procs.label_of(app_pid, 60)
+        if window is None or device_trace:
+            raise UserError(f"process {app_pid} ({app}) started no stepscope server: --steps and --device-trace need "
+                            "one (`stepscope run --server`); py-spy takes --duration")
+        if hz == 0:
+            raise UserError(f"--hz: must be between 1 and {limits.HZ_MAX} for py-spy (process {app_pid} ({app}) started "
+                            "no stepscope server: sampling is all that can be recorded), got 0")
+        st = open_store(store, create=True)
+        if not as_json:
+            err.print(f"sampling {escape(app)} (pid {app_pid}{_under(app_pid, pid)}) with py-spy for {window:g} s: "
+                      "it runs no stepscope server...")
+        try:
+            run_id = record(app_pid, window, hz, st)
         except PySpyError as e:
             raise UserError(str(e)) from None
         store_path = st.path
@@ -77,7 +93,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span,
                    "device_trace": device_trace, "timeout_s": limit}
         if not as_json:
-            err.print(f"capturing pid {info['pid']} ({' '.join(info.get('argv', []))[:60]})...")
+            err.print(f"capturing {escape(app_of(info))} (pid {info['pid']}{_under(int(info['pid']), pid)})...")
         try:  # the server ends the window by the timeout; the rest bounds writing it out
             reply = capture(info, request, on_recording=(lambda r: err.print(f"recording run {r['run_id']}"))
                             if not as_json else None, timeout=limit + 120)
@@ -97,3 +113,8 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     if info is not None and timed_out:
         what = f"{reply.get('steps_done', 0)} of {steps} steps of {span}" if steps else "the window"
         fail(f"capture timed out after {limit:g} s with {what}; run {run_id} stored as timeout", 1)
+
+
+def _under(found: int, given: int | None) -> str:
+    """``, below pid N`` when the process captured is not the one the user named."""
+    return f", below pid {given}" if given is not None and found != given else ""

@@ -123,14 +123,17 @@ def run(
     as_json: bool = JsonOpt,
     json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
                                              "(--json prints it on stdout after the program's own output)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends (with --server: "
+                               "not the line that says it is ready for capture either)."),
     auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
     device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler (Kineto) timeline."),
     device_steps: Optional[int] = typer.Option(None, "--device-steps", help="Record only N denoising steps (after 1 warm-up)."),
     device_stacks: bool = typer.Option(False, "--device-stacks", help="Python stacks in the device trace (large)."),
     syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
     compile_report: bool = typer.Option(False, "--compile-report", help="Record torch.compile graph breaks and recompilations."),
-    server: bool = typer.Option(False, "--server", help="Also start the control server (stepscope capture --pid)."),
+    server: bool = typer.Option(False, "--server", help="Record nothing; start the control server in the program "
+                                "and say when it is ready: `stepscope capture --pid` (this process's pid, the "
+                                "program's, or a parent's) records windows on demand."),
     sampler: str = typer.Option("auto", "--sampler", help="How the main thread is sampled: auto (a timer signal "
                                 "read inside it, Linux; else a sampler thread) or thread (a sampler thread only)."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="The memory lane: RSS (and CUDA's allocated and "
@@ -173,7 +176,8 @@ def run(
             raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
         st = open_store(store, create=True)
         try:
-            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler), st, server_only=True)
+            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler), st, server_only=True,
+                                  on_server=None if quiet else _serving_line)
         except CommandError as e:
             raise UserError(str(e)) from None
         die_like(outcome.returncode)
@@ -184,6 +188,23 @@ def run(
         outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, **device)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
     raise typer.Exit(outcome.exit_code)
+
+
+def _serving_line(info: dict) -> None:
+    """``stepscope run --server``: once the program's control server accepts captures (before the program's
+    own code runs), one line on this process's stderr saying which program, its pid, and the command that
+    captures it (by this process's pid, which ``$!`` gives). Written in one ``write``: never split by the
+    program's output."""
+    from ..control.client import app_of
+
+    line = (f"stepscope: serving {app_of(info)} (pid {info['pid']}) for capture: "
+            f"stepscope capture --pid {os.getpid()} --duration 10s\n")
+    sys.stderr.flush()
+    try:
+        os.write(sys.stderr.fileno(), line.encode(errors="replace"))
+    except (OSError, ValueError, AttributeError):  # (a stderr with no descriptor)
+        sys.stderr.write(line)
+        sys.stderr.flush()
 
 
 def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,

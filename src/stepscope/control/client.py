@@ -1,4 +1,9 @@
-"""The client side of ``stepscope capture``: find a process's control server and run a capture."""
+"""The client side of ``stepscope capture``: find a process's control server and run a capture.
+
+The pid a user has may not be the program's: ``$!`` after ``stepscope run --server -- python app.py &`` is
+``stepscope run``'s, and a shell or a launcher script may sit above both. ``locate`` takes any of them: the
+process that published a server under that pid, else the one descendant of it that did (several: a
+one-line error naming them)."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import json
 import socket
 from pathlib import Path
 
+from . import procs
 from .server import RuntimeDirError, private_dir, runtime_dirs
 
 
@@ -31,6 +37,46 @@ def find_server(pid: int | None = None, address: str | None = None) -> dict | No
             if pid is not None or (str(info.get("port")) == port and (not host or host in (info.get("host"), "localhost"))):
                 return info
     return None
+
+
+def servers() -> list[dict]:
+    """The published info of every server of a live process, from the runtime folders private to this user."""
+    out, seen = [], set()
+    for d in runtime_dirs():
+        try:
+            private_dir(d, create=False)
+        except RuntimeDirError:
+            continue
+        for p in sorted(d.glob("*.json")):
+            try:
+                info = json.loads(p.read_text())
+                pid = int(info["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if pid not in seen and procs.alive(pid):
+                seen.add(pid)
+                out.append(info)
+    return out
+
+
+def app_of(info: dict) -> str:
+    """The program a server runs in, in words (``procs.app_label``): its script or module and arguments."""
+    return procs.app_label(info.get("command") or info.get("argv") or [], 60)
+
+
+def locate(pid: int) -> dict | None:
+    """The published info of the server that ``pid`` runs, or of the one process below ``pid`` that runs one
+    (``pid`` a ``stepscope run --server``, a shell, a launcher script); then ``info["under"]`` is ``pid``.
+    None when neither. Raises CaptureError when several processes below ``pid`` run one."""
+    info = find_server(pid)
+    if info is not None:
+        return info
+    below = [i for i in servers() if int(i["pid"]) != pid and procs.is_descendant(int(i["pid"]), pid)]
+    if len(below) > 1:
+        which = ", ".join(f"{i['pid']} ({app_of(i)})" for i in sorted(below, key=lambda i: int(i["pid"])))
+        raise CaptureError(f"several programs under pid {pid} run a stepscope control server: {which}; "
+                           "give one of them with --pid")
+    return dict(below[0], under=pid) if below else None
 
 
 def capture(info: dict, request: dict, on_recording=None, timeout: float | None = None) -> dict:
@@ -81,4 +127,5 @@ def parse_duration(text: str, option: str = "--duration") -> float:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
     return Path(f"/proc/{pid}").exists()

@@ -5,6 +5,9 @@ result as a stepscope run.
 a shared frame table, stacks root first, a weight per sample, in time order). Samples get timestamps
 by accumulating the weights from the window's start (py-spy records no per-sample time); frames keep
 py-spy's function name, file and line.
+
+The pid given may be a parent of the program (``stepscope run``, a shell): ``target`` picks the program
+below it. The run's command is the program's own (``procs.app_command``: stepscope's launcher left out).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .. import clock
 from ..model import Run
 from ..session import new_run_id
 from ..store.db import Store
+from . import procs
 
 
 class PySpyError(Exception):
@@ -37,12 +41,34 @@ def pyspy_path() -> str | None:
     return exe
 
 
+def target(pid: int) -> int:
+    """The Python program to sample for ``pid``: ``pid`` when it runs under stepscope's launcher; else the one
+    process below it that does (``pid`` is ``stepscope run`` or a shell above it); else ``pid`` when it is a
+    Python process; else the one Python process below it; else ``pid`` (py-spy says why not). Raises
+    PySpyError naming them when several are below it."""
+    argv = procs.cmdline(pid)
+    if procs.runs_launcher(argv):
+        return pid
+    me = os.getpid()  # (`stepscope capture --pid $$` from a shell: this process is below it too)
+    below = [c for c in procs.descendants(pid) if c != me and not procs.is_descendant(c, me)]
+    for pick in (procs.runs_launcher, procs.is_python):
+        if pick is procs.is_python and procs.is_python(argv):
+            return pid
+        found = [c for c in below if pick(procs.cmdline(c))]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            which = ", ".join(f"{c} ({procs.label_of(c, 60)})" for c in found[:8]) + (" ..." if len(found) > 8 else "")
+            raise PySpyError(f"several Python programs under pid {pid}: {which}; give one of them with --pid")
+    return pid
+
+
 def record(pid: int, duration_s: float, hz: float, store: Store) -> str:
     """Sample ``pid`` for ``duration_s`` at ``hz`` with py-spy; store and return the run id."""
     exe = pyspy_path()
     if exe is None:
-        raise PySpyError(f"process {pid} started no stepscope server, and py-spy is not installed to sample it "
-                         "from outside (pip install py-spy)")
+        raise PySpyError(f"process {pid} ({procs.label_of(pid, 60)}) started no stepscope server, and py-spy is not "
+                         "installed to sample it from outside (pip install py-spy)")
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "p.json"
         anchor = clock.Anchor.take()
@@ -53,7 +79,7 @@ def record(pid: int, duration_s: float, hz: float, store: Store) -> str:
             why = (p.stderr.strip().splitlines() or ["py-spy failed"])[-1]
             if "ermission" in why or "ptrace" in why.lower():
                 why += " (sampling another process needs ptrace: run as the same user with kernel.yama.ptrace_scope=0, or as root)"
-            raise PySpyError(f"py-spy could not sample pid {pid}: {why}")
+            raise PySpyError(f"py-spy could not sample pid {pid} ({procs.label_of(pid, 60)}): {why}")
         doc = json.loads(out.read_text())
     return _store(doc, pid, hz, anchor, store)
 
@@ -74,11 +100,7 @@ def _store(doc: dict, pid: int, hz: float, anchor: clock.Anchor, store: Store) -
             sid = stacks.setdefault(key, len(stacks))
             samples.append((int(t), tid, sid))
             t += w * scale
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        command = [c.decode(errors="replace") for c in cmd if c]
-    except OSError:
-        command = [f"pid {pid}"]
+    command = procs.app_command(procs.cmdline(pid) or []) or [f"pid {pid}"]
     run_id = new_run_id()
     end = max([s[0] for s in samples], default=anchor.mono_ns)
     store.create_run(Run(id=run_id, command=command, pid=pid, status="ok", start_ns=anchor.mono_ns,

@@ -6,8 +6,14 @@ While idle it is one thread blocked in ``accept()``: no sampler, nothing patched
 and then no server starts: one line on stderr, never an exception into the program); the capture opens
 a recording session (the named traces patched in, the sampler on), waits for ``duration_s`` or for
 ``steps`` steps of ``span``, and closes it:
-everything is unpatched (calls in flight finish normally), the run is in the store. A second request
-during a capture gets ``{"error": "busy"}``; a client that disconnects ends the window at once.
+everything is unpatched (calls in flight finish normally), the run is in the store. A traced call still
+running when the window ends is stored cut at the window's end (``attrs["stepscope.cut"]``: the session
+keeps the calls open, ``Session(cut_open=True)``). A second request during a capture gets ``{"error":
+"busy"}``; a client that disconnects ends the window at once.
+
+The token file also names the program: ``command`` (its command line as the user gave it, stepscope's
+launcher left out: ``procs.app_command``), which is each window's run command too; ``stepscope capture
+--pid`` finds the file from the program's pid or from a parent's (``client.locate``).
 
 Every window is bounded: it ends after ``timeout_s`` at the latest (default: 10 minutes, or the duration
 if longer), and then the run is stored with status ``timeout``. ``steps`` counts denoising steps as the
@@ -134,11 +140,22 @@ def runtime_dir() -> Path:
     raise RuntimeDirError("; ".join(why))
 
 
-class ControlServer:
-    """Listens on ``host:port`` (0: any free port) and captures on request into ``store``."""
+def program_command() -> list[str]:
+    """This program's command line as the user gave it: the interpreter's own argv (``sys.orig_argv``)
+    without stepscope's launcher (``procs.app_command``)."""
+    from .procs import app_command
 
-    def __init__(self, store: str | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    return app_command(list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]))
+
+
+class ControlServer:
+    """Listens on ``host:port`` (0: any free port) and captures on request into ``store``. ``command``: the
+    program's command line, for the runs and messages (default: ``program_command()``)."""
+
+    def __init__(self, store: str | None = None, host: str = "127.0.0.1", port: int = 0,
+                 command: list[str] | None = None) -> None:
         self.store = str(Path(store or os.environ.get("STEPSCOPE_STORE") or ".stepscope").resolve())
+        self.command = list(command) if command else program_command()
         self.token = secrets.token_hex(16)
         self._busy = threading.Lock()
         self.info_file = runtime_dir() / f"{os.getpid()}.json"  # first: a refused folder opens no socket
@@ -149,7 +166,7 @@ class ControlServer:
         fd = os.open(self.info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pid": os.getpid(), "host": self.address[0], "port": self.address[1], "token": self.token,
-                       "store": self.store, "argv": sys.argv}, f)
+                       "store": self.store, "argv": sys.argv, "command": self.command}, f)
         self._thread = threading.Thread(target=self._serve, name="stepscope-control", daemon=True)
         self._thread.start()
 
@@ -235,7 +252,7 @@ class ControlServer:
 
                 cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
             cap.start()
-        session = Session(settings, run_id=run_id, command=list(sys.argv)).start()
+        session = Session(settings, run_id=run_id, command=list(self.command), cut_open=True).start()
         if cap is not None:
             if hasattr(cap, "note"):
                 cap.note = session.patcher.note

@@ -6,9 +6,11 @@ import datetime as dt
 import os
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.phases import BEFORE_CAPTURE
 from ..analysis.summary import Summary
 from ..model import Run
 
@@ -81,17 +83,29 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     (shortened from the left, then folded)."""
     status = s.status if s.exit_code in (None, 0) else f"{s.status} (exit {s.exit_code})"
     spans = f"{s.span_count} spans" if s.spans else "no function traced"  # (the run's transactions not counted)
-    console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
-                  f"{spans}  {s.sample_count} samples")
+    if s.capture is not None:  # a window of a running program: name the program
+        what = f" of {escape(s.app)}" if s.app else ""
+        pid = f" (pid {s.capture['pid']})" if s.capture.get("pid") else ""
+        console.print(f"[bold]stepscope capture {s.run_id}[/bold]{what}{pid}  window {fmt_ns(s.wall_ns)}  status {status}  "
+                      f"{spans}  {s.sample_count} samples")
+    else:
+        console.print(f"[bold]stepscope run {s.run_id}[/bold]  wall {fmt_ns(s.wall_ns)}  status {status}  "
+                      f"{spans}  {s.sample_count} samples")
     ph = s.phases
     work = "traced work" if ph is None or not ph.entry else "work"
-    if ph is not None and ph.split:
+    if ph is not None and ph.split and ph.capture:  # no start-up or shutdown in a window of a running program
+        console.print(f"[dim]before {ph.work_from} {fmt_ns(ph.startup_ns)} ({BEFORE_CAPTURE}), {work} "
+                      f"{fmt_ns(ph.work_ns)}, after the {work} {fmt_ns(ph.shutdown_ns)}; the tables below cover the "
+                      f"{work}[/dim]")
+    elif ph is not None and ph.split:
         console.print(f"[dim]start-up {fmt_ns(ph.startup_ns)} (imports, model building: before {ph.work_from}), "
                       f"{work} {fmt_ns(ph.work_ns)}, shutdown {fmt_ns(ph.shutdown_ns)}; the tables below cover the "
                       f"{work}[/dim]")
     elif ph is not None and ph.startup_sampled_ns > 0:
-        console.print(f"[dim]imports {fmt_ns(ph.startup_sampled_ns)} (sampled) are start-up: the tables below leave "
-                      f"them out[/dim]")
+        console.print(f"[dim]imports {fmt_ns(ph.startup_sampled_ns)} (sampled) are "
+                      f"{'set apart' if ph.capture else 'start-up'}: the tables below leave them out[/dim]")
+    if s.cut_spans:
+        console.print(cut_line(s.cut_spans))
     if s.spans:
         rows = s.spans[: max(top, 12)]
         cells = [[fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns), fmt_ns(st.p95_ns), fmt_ns(st.max_ns),
@@ -146,6 +160,12 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         console.print("No samples (sampling off, or the program ended within one sampling period).")
     for name, why in s.unresolved.items():
         console.print(unresolved_line(name, why))
+
+
+def cut_line(n: int) -> str:
+    """The note on spans still running when a capture window ended (``Summary.cut_spans``)."""
+    return (f"{n} span{' was' if n == 1 else 's were'} still running when the window ended: cut at its end "
+            f"(marked stepscope.cut; counted above)")
 
 
 def shape_words(shape: str) -> str:

@@ -428,7 +428,8 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
 
 
 def _phases_view(s: Summary, t0: int) -> dict | None:
-    """Start-up / work / shutdown on the page's time axis (us from the run's start)."""
+    """Start-up / work / shutdown on the page's time axis (us from the run's start); ``capture``: a window of
+    ``stepscope capture``, where they are the app idle or serving before and after the work."""
     ph = s.phases
     if ph is None:
         return None
@@ -436,7 +437,7 @@ def _phases_view(s: Summary, t0: int) -> dict | None:
             "startup_us": _r(ph.startup_ns / 1e3), "work_us": _r(ph.work_ns / 1e3), "shutdown_us": _r(ph.shutdown_ns / 1e3),
             "startup_sampled_us": _r(ph.startup_sampled_ns / 1e3), "shutdown_sampled_us": _r(ph.shutdown_sampled_ns / 1e3),
             "startup_top": [{"name": f.name, "total_us": _r(f.total_ns / 1e3)} for f in ph.startup_top],
-            "work_from": ph.work_from, "entry": ph.entry}
+            "work_from": ph.work_from, "entry": ph.entry, "capture": ph.capture}
 
 
 MAX_MEMORY_POINTS = 20_000

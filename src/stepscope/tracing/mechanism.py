@@ -75,10 +75,10 @@ class CodeMechanism(Mechanism):
 class MonitoringMechanism(Mechanism):
     name = "monitoring"
 
-    def __init__(self) -> None:
+    def __init__(self, every_call: bool = False) -> None:
         from .monitoring import Monitor
 
-        self._monitor = Monitor()
+        self._monitor = Monitor(every_call)
         self._traced: dict = {}  # fn -> code
 
     def trace(self, fn, probe):
@@ -110,12 +110,14 @@ class MonitoringMechanism(Mechanism):
         self._traced.clear()
 
 
-def choose() -> Mechanism:
-    """The mechanism for this interpreter (see the module docstring)."""
+def choose(every_call: bool = False) -> Mechanism:
+    """The mechanism for this interpreter (see the module docstring). ``every_call``: the probes' own
+    ``enter``/``exit`` run for every call (``probes.TrackingProbe``: a session that cuts the spans still
+    open at its end)."""
     want = os.environ.get("STEPSCOPE_TRACING", "")
     if want != "code" and hasattr(sys, "monitoring"):
         try:
-            return MonitoringMechanism()
+            return MonitoringMechanism(every_call)
         except RuntimeError:
             pass
     return CodeMechanism()

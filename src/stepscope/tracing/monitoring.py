@@ -25,9 +25,11 @@ _getframe = sys._getframe
 
 
 class Monitor:
-    """One ``sys.monitoring`` tool for stepscope's probes. Raises RuntimeError when no tool id is free."""
+    """One ``sys.monitoring`` tool for stepscope's probes. Raises RuntimeError when no tool id is free.
+    ``every_call``: every start and return goes through the probe's ``enter``/``exit`` (its subclass's:
+    ``probes.TrackingProbe``), none through the inlined common case."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_call: bool = False) -> None:
         mon = sys.monitoring
         self._mon = mon
         ev = mon.events
@@ -75,6 +77,19 @@ class Monitor:
                 if rec[0] is not None:
                     append((rec[0], rec[2], rec[5], p.op, rec[1], end, get_ident(), rec[6], rec[4]))
                 set_(rec[7])
+
+        if every_call:  # (the probes keep count of the calls open: no inlined case)
+            def on_start(code, offset):
+                p = probes.get(id(code))
+                if p is None:
+                    return DISABLE
+                p.enter(_getframe(1))
+
+            def on_return(code, offset, retval):
+                p = probes.get(id(code))
+                if p is None:
+                    return DISABLE
+                p.exit(id(_getframe(1)) if p.generator else None)
 
         def on_yield(code, offset, retval):
             p = probes.get(id(code))

@@ -140,8 +140,11 @@ def is_traced(fn: Any) -> bool:
 class Patcher:
     """Resolves qualified names and puts probes on them (wraps builtins in place); thread-safe."""
 
-    def __init__(self, mirror: bool = False) -> None:
+    def __init__(self, mirror: bool = False, track_open: bool = False) -> None:
         self.mirror = mirror  # also open record_function/NVTX ranges (see tracing.mirror)
+        #: with ``track_open``: the traced calls open now, span id -> (open-span record, thread ident), kept by
+        #: ``probes.TrackingProbe`` (a capture window stores those still running at its end, cut there)
+        self.live: dict | None = {} if track_open else None
         self._lock = threading.RLock()
         self._patches: list[_Patch] = []
         self._pending: dict[str, str] = {}  # name -> module awaited
@@ -157,7 +160,7 @@ class Patcher:
     def mechanism(self):
         """The tracing mechanism in use (``tracing.mechanism``)."""
         if self._mechanism is None:
-            self._mechanism = choose()
+            self._mechanism = choose(every_call=self.live is not None)
         return self._mechanism
 
     # -- public ----------------------------------------------------------------------------------
@@ -221,6 +224,12 @@ class Patcher:
         profiler could not mirror."""
         with self._lock:
             self._unresolved.setdefault(name, why)
+
+    def _new_probe(self, *args, **kw) -> Probe:
+        """A new probe (a ``TrackingProbe`` that keeps ``live`` when the calls open are tracked)."""
+        if self.live is not None:
+            return probes.TrackingProbe(*args, live=self.live, **kw)
+        return Probe(*args, **kw)
 
     def forked(self) -> None:
         """In a forked child that records nothing: a fresh lock (the parent's may have been held by a thread the
@@ -493,8 +502,8 @@ class Patcher:
             hooks = mirror.Mirror(name, hooks)
         code = fn.__code__
         generator = bool(code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR))
-        probe = Probe(None if inherited else name, hooks=hooks, by_class=[(owner, name)] if inherited else None,
-                      generator=generator, code=code)
+        probe = self._new_probe(None if inherited else name, hooks=hooks, by_class=[(owner, name)] if inherited else None,
+                                generator=generator, code=code)
         try:
             self.mechanism.trace(fn, probe)
         except CannotInstrument as e:
@@ -546,7 +555,7 @@ class Patcher:
                         if qual not in defs:
                             generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
                             hooks = mirror.Mirror(f"__main__.{qual}") if self.mirror else None
-                            defs[qual] = Probe(f"__main__.{qual}", hooks=hooks, generator=generator)
+                            defs[qual] = self._new_probe(f"__main__.{qual}", hooks=hooks, generator=generator)
                         hit.setdefault(name, []).append(f"__main__.{qual}")
             code = self.mechanism.compile_main(source, filename, defs)
             for name, concrete in hit.items():

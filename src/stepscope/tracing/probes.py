@@ -109,15 +109,16 @@ class Probe:
             attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
 
-    def enter_as(self, first) -> None:
-        """``enter`` for a probe with ``by_class``, given the call's first argument (3.11 mechanism)."""
+    def enter_as(self, first, frame=None) -> None:
+        """``enter`` for a probe with ``by_class``, given the call's first argument (3.11 mechanism).
+        ``frame``: the traced frame (default: the caller's)."""
         prev = _get()
         name = self._name_of(first)
         if name is None:
             _set([None, 0, None, self, None, None, None, prev])
             return
         mem = _memory_in() if span_memory is not None and self.hooks is not None else None
-        attrs = _hook_attrs(self.hooks, _getframe(1)) if self.hooks is not None else None
+        attrs = _hook_attrs(self.hooks, frame if frame is not None else _getframe(1)) if self.hooks is not None else None
         if mem is not None:
             attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
@@ -209,6 +210,42 @@ class Probe:
 
     def __repr__(self) -> str:
         return f"<stepscope probe {self.name or self.by_class!r}>"
+
+
+class TrackingProbe(Probe):
+    """A ``Probe`` that also keeps the calls open now in ``live`` (span id -> ``(record, thread ident)``), so
+    that the session can store the spans still running when it ends, cut at its end (a capture window:
+    ``Session(cut_open=True)``). A dict insert and delete per call more than ``Probe``: only capture windows
+    use it (the ``monitoring`` mechanism then sends every call through ``enter``/``exit``)."""
+
+    __slots__ = ("live",)
+
+    def __init__(self, *args, live: dict, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.live = live
+
+    def enter(self, frame=None) -> None:
+        Probe.enter(self, frame if frame is not None else _getframe(1))
+        rec = _get()
+        if rec is not None and rec[0] is not None:
+            self.live[rec[0]] = (rec, get_ident())
+
+    def enter_as(self, first, frame=None) -> None:
+        Probe.enter_as(self, first, frame if frame is not None else _getframe(1))
+        rec = _get()
+        if rec is not None and rec[0] is not None:
+            self.live[rec[0]] = (rec, get_ident())
+
+    def exit(self, fid: int | None = None) -> None:
+        if self.generator:
+            if fid is None:
+                fid = id(_getframe(1))
+            rec = self._record(fid, False)
+        else:
+            rec = _get()
+        Probe.exit(self, fid)
+        if rec is not None and rec.__class__ is list and rec[3] is self and rec[0] is not None:
+            self.live.pop(rec[0], None)
 
 
 def _hook_attrs(hooks, frame):

@@ -47,7 +47,8 @@
   // ---- run header
   const R = D.run;
   $("runinfo").textContent =
-    `${R.command.join(" ")}  ·  wall ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}` +
+    (D.phases && D.phases.capture ? "capture of " : "") +
+    `${R.command.join(" ")}  ·  ${D.phases && D.phases.capture ? "window" : "wall"} ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}` +
     (R.status === "incomplete" || R.status === "lost" ? ` (${R.error})` : "") + `  ·  ` +
     `${AGG ? AGG.total.toLocaleString("en") + " spans (" + NS.toLocaleString("en") + " shown one by one)" : NS + " spans"}  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
@@ -65,6 +66,13 @@
   const WORK_NAME = D.phases && D.phases.entry ? "work" : "traced work";
   // a run with no work window: its imports are still start-up, left out of the flame graph and top functions
   const IMPORTS_APART = !PH && D.phases && D.phases.startup_sampled_us > 0;
+  // a window of `stepscope capture`: no start-up or shutdown, the program ran before and goes on after; the time
+  // before the work is the app idle or serving (analysis.phases)
+  const CAPTURE = !!(D.phases && D.phases.capture);
+  const BEFORE = CAPTURE ? `before ${WORK_FROM}` : "start-up";
+  const BEFORE_WHAT = CAPTURE ? "the app idle or serving" : `imports, model building: before ${WORK_FROM}`;
+  const AFTER = CAPTURE ? `after the ${WORK_NAME}` : "shutdown";
+  const cap1 = (t) => t[0].toUpperCase() + t.slice(1);
 
   // ---- the verdict: what is slow and why, in words, first
   const E = D.explain, SM = D.summary, ST = SM.steps;
@@ -102,11 +110,16 @@
   if (PH && PH.startup_us > 0) {
     const n = $("phase-note");
     n.hidden = false;
-    n.textContent = `Start-up ${fmt(PH.startup_us)} (imports, model building: before ${WORK_FROM}) and shutdown ${fmt(PH.shutdown_us)} are kept apart: the waterfall, flame graph and top functions open on the ${WORK_NAME} (${fmt(PH.work_us)}).`;
+    n.textContent = `${cap1(BEFORE)} ${fmt(PH.startup_us)} (${BEFORE_WHAT}) and ${AFTER} ${fmt(PH.shutdown_us)} are kept apart: the waterfall, flame graph and top functions open on the ${WORK_NAME} (${fmt(PH.work_us)}).`;
   } else if (IMPORTS_APART) {
     const n = $("phase-note");
     n.hidden = false;
-    n.textContent = `Imports (${fmt(D.phases.startup_sampled_us)} sampled) are start-up: the flame graph and top functions leave them out.`;
+    n.textContent = `Imports (${fmt(D.phases.startup_sampled_us)} sampled) are ${CAPTURE ? "set apart" : "start-up"}: the flame graph and top functions leave them out.`;
+  }
+  if (D.summary.cut_spans) {  // spans still running when a capture window ended (session.cut_spans)
+    const n = $("phase-note"), k = D.summary.cut_spans;
+    n.hidden = false;
+    n.textContent = (n.textContent ? n.textContent + " " : "") + `${k} span${k === 1 ? " was" : "s were"} still running when the window ended: cut at its end.`;
   }
 
   // ---- waterfall layout: a label gutter, per thread a header row, then one row per depth
@@ -206,7 +219,7 @@
     const whole = view.t0 <= 0 && view.t1 >= spanEnd - 1;
     const range = `${fmt(Math.max(view.t0, 0))} – ${fmt(view.t1)}`;
     $("selection").textContent = whole ? `Whole run: 0 – ${fmt(spanEnd)}` :
-      atHome && WORK ? `${WORK_NAME[0].toUpperCase() + WORK_NAME.slice(1)}: ${fmt(WORK.t0)} – ${fmt(WORK.t1)} (start-up ${fmt(PH.startup_us)} before it; double-click: whole run)` :
+      atHome && WORK ? `${WORK_NAME[0].toUpperCase() + WORK_NAME.slice(1)}: ${fmt(WORK.t0)} – ${fmt(WORK.t1)} (${CAPTURE ? "idle or serving" : "start-up"} ${fmt(PH.startup_us)} before it; double-click: whole run)` :
       atHome ? `Traced spans: ${range} (double-click: whole run)` : `Showing ${range} of the run (double-click: traced work)`;
   }
   function drawWaterfall() {
@@ -223,7 +236,7 @@
     if (WORK && view.t0 < WORK.t0) {  // start-up shaded
       const x1 = Math.min(X(WORK.t0), W);
       g.fillStyle = "rgba(120,130,150,0.12)"; g.fillRect(LABEL_W, 12, Math.max(x1 - LABEL_W, 0), wfHeight);
-      if (x1 - LABEL_W > 60) { g.fillStyle = "#667"; g.font = "11px system-ui"; g.fillText("start-up", LABEL_W + 4, 24); }
+      if (x1 - LABEL_W > 60) { g.fillStyle = "#667"; g.font = "11px system-ui"; g.fillText(CAPTURE ? "idle or serving" : "start-up", LABEL_W + 4, 24); }
     }
     if (selWindow) {
       g.fillStyle = "rgba(255,193,7,0.18)"; g.fillRect(X(selWindow.t0), 12, Math.max((selWindow.t1 - selWindow.t0) * scale, 2), wfHeight);
@@ -465,8 +478,9 @@
     wf.style.cursor = "pointer";
     let txt = `${NAMES[S.name[i]]}\n${fmt(S.dur[i])}  (starts at ${fmt(S.start[i])})`;
     if (S.error[i]) txt += `\nerror: ${S.error[i]}`;
-    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) if (!k.startsWith("memory.") && k !== "stepscope.open") txt += `\n${k} = ${v}`;
+    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) if (!k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut") txt += `\n${k} = ${v}`;
     if (S.attrs[i] && S.attrs[i]["stepscope.open"]) txt += "\nstill open when the process ended (killed inside it)";
+    if (S.attrs[i] && S.attrs[i]["stepscope.cut"]) txt += "\nstill running when the capture window ended: cut at its end";
     const mt = memText(i); if (mt) txt += "\n" + mt;
     showTip(ev, txt);
   });
@@ -622,6 +636,8 @@
   function startupLabel(open) {
     const named = (PH.startup_top || []).filter((f) => !/<module>|^importlib\.|_bootstrap|^runpy\.|^stepscope\./.test(f.name));
     const top = named.length ? " · in " + named.slice(0, 3).map((f) => short(f.name, 2)).join(", ") : "";
+    if (CAPTURE) return open ? `\u25be ${BEFORE} ${fmt(PH.startup_us)} shown (the app idle or serving) · click: back to the ${WORK_NAME}`
+      : `\u25b8 ${BEFORE} ${fmt(PH.startup_us)} (the app idle or serving, and imports after it; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
     return open ? `\u25be start-up ${fmt(PH.startup_us)} shown (imports, model building) · click: back to the ${WORK_NAME}`
       : `\u25b8 start-up ${fmt(PH.startup_us)} (imports and model building before ${WORK_FROM}, and imports after it; ${fmt(PH.startup_sampled_us)} sampled)${top} · not in this graph: click to open`;
   }
@@ -630,7 +646,7 @@
     startBtn.addEventListener("click", () => {
       const open = startBtn.dataset.open !== "1";
       startBtn.dataset.open = open ? "1" : "0"; startBtn.textContent = startupLabel(open);
-      if (open) setFlame({ t0: -Infinity, t1: Infinity, busy: true, phase: 0 }, "start-up"); else setFlame(defaultWin(), DEFAULT_TITLE);
+      if (open) setFlame({ t0: -Infinity, t1: Infinity, busy: true, phase: 0 }, BEFORE); else setFlame(defaultWin(), DEFAULT_TITLE);
     });
   }
 
@@ -673,7 +689,7 @@
     selected = i; selWindow = null; drawWaterfall();
     const name = NAMES[S.name[i]];
     let txt = `${name}  ${fmt(S.dur[i])}  at ${fmt(S.start[i])}  thread ${D.threads[S.thread[i]].name}`;
-    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).filter(([k]) => !k.startsWith("memory.") && k !== "stepscope.open").map(([k, v]) => `${k}=${v}`).join(" ");
+    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).filter(([k]) => !k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut").map(([k, v]) => `${k}=${v}`).join(" ");
     if (S.error[i]) txt += `  error: ${S.error[i]}`;
     const mt = memText(i); if (mt) txt += "  · " + mt;
     $("selection").textContent = txt;
@@ -739,7 +755,7 @@
   const fnRow = (f, ns, share) => `<tr><td title="${esc(f.file)}:${f.line}">${esc(short(f.name, 3))}</td><td>${fmtNs(ns)}</td><td>${(100 * share).toFixed(1)}%</td></tr>`;
   table($("topself"), ["function (self time)", "self", "share"], SM.top_self.slice(0, 15).map((f) => fnRow(f, f.self_ns, f.self_share)));
   table($("toptotal"), ["function (total time)", "total", "share"], SM.top_total.slice(0, 15).map((f) => fnRow(f, f.total_ns, f.total_share)));
-  $("top-scope").textContent = PH ? `${WORK_NAME} only (start-up ${fmt(PH.startup_us)} apart)` : IMPORTS_APART ? "imports apart" : "";
+  $("top-scope").textContent = PH ? `${WORK_NAME} only (${BEFORE} ${fmt(PH.startup_us)} apart)` : IMPORTS_APART ? "imports apart" : "";
 
   // ---- memory: the out-of-memory record first, then memory by stage and by span
   const MS = SM.memory;
