@@ -522,6 +522,8 @@ class Session:
             info["recorder_error"] = self.recorder_error
         if ms.pauses:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
+        if ms.rests:
+            info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
         return info
 
     def _atexit(self) -> None:
@@ -654,18 +656,21 @@ class Session:
                     if self._gen != gen:  # parked for a fork while paused: give the lock back first
                         return
                 continue
-            by_signal = main_sampler.active
+            # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
+            by_signal = main_sampler.active and not main_sampler.resting
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
                 if others and (not by_signal or t - last_full >= idle_poll
-                               or not self.sampler.sample_blocked((main,))):
+                               or not self.sampler.sample_blocked((main,) if by_signal else ())):
                     self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
                     quiet = quiet + 1 if self.sampler.walked == 0 else 0
+                    if main_sampler.resting and main in self.sampler.ran:  # the main thread runs again
+                        main_sampler.wake()
                 elif others:
                     quiet += 1
                 next_t += period if others and quiet < QUIET_LOOKS else max(period, idle_poll)

@@ -97,6 +97,13 @@ class Sampler:
         self.last_threads: list[int] = []
         #: threads whose stacks the last ``sample()`` walked (they had run since their previous sample)
         self.walked = 0
+        #: the thread ids the last ``sample()`` walked
+        self.ran: list[int] = []
+        #: thread id -> CPU ns it may use and still count as not run (``hand_over``: a resting main thread, whose
+        #: own signal returns and wake-ups cost a little CPU); its previous CPU reading is kept until it is exceeded
+        self.slack: dict[int, int] = {}
+        #: the stack index of the last recorded sample (``_record``)
+        self.last_stack = -1
         self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @staticmethod
@@ -130,6 +137,8 @@ class Sampler:
             last = self._last
             n = 0
             walked = 0
+            ran = []
+            slack = self.slack
             c = self._cols
             for tid, f in frames.items():
                 if tid == me or tid in OWN_THREADS or tid in skip:
@@ -141,8 +150,8 @@ class Sampler:
                 cpu = thread_cpu_ns(native)
                 prev = last.get(tid)
                 n += 1
-                if prev is not None and cpu >= 0 and cpu == prev[1]:  # blocked since: the same stack
-                    last[tid] = (t, cpu, prev[2])
+                if prev is not None and cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+                    last[tid] = (t, prev[1], prev[2])  # blocked since: the same stack
                     c[0].append(t)
                     c[1].append(tid)
                     c[2].append(prev[2])
@@ -150,6 +159,7 @@ class Sampler:
                     c[4].append(0)
                     continue
                 walked += 1
+                ran.append(tid)
                 if prev is None:
                     wall, used = self.period_ns, -1
                 else:
@@ -172,6 +182,7 @@ class Sampler:
                 self._native.pop(gone, None)
             self.last_threads = list(frames)
             self.walked = walked
+            self.ran = ran
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
@@ -190,11 +201,12 @@ class Sampler:
         native = self._native
         last = self._last
         now = []
+        slack = self.slack
         for tid, prev in list(last.items()):
             if tid in skip:
                 continue
             cpu = thread_cpu_ns(native.get(tid, 0))
-            if cpu < 0 or cpu != prev[1]:
+            if cpu < 0 or (cpu != prev[1] and not 0 <= cpu - prev[1] <= slack.get(tid, -1)):
                 return False
             now.append((tid, prev))
         if not self.lock.acquire(timeout=1.0):
@@ -213,6 +225,50 @@ class Sampler:
         finally:
             self.lock.release()
         return True
+
+    def hand_over(self, thread_id: int, t_ns: int, cpu_ns: int, slack: int = 0) -> None:
+        """From now on ``sample()`` reads ``thread_id`` too (the main thread, resting: ``signals.MainThreadSampler.rest``):
+        its previous sample is the last one its own handler recorded (``last_stack``, at ``t_ns``, its CPU clock then
+        ``cpu_ns``), so the time from there is charged at that stack while it waits; ``slack``: CPU ns it may use
+        meanwhile and still count as waiting."""
+        with self.lock:
+            if self.last_stack >= 0:
+                self._last[thread_id] = (t_ns, cpu_ns, self.last_stack)
+            else:
+                self._last.pop(thread_id, None)
+            self._native.setdefault(thread_id, threading.main_thread().native_id
+                                    if thread_id == threading.main_thread().ident else 0)
+            self.slack[thread_id] = slack
+
+    def take_back(self, thread_id: int, frame=None, t_ns: int = 0, cpu_ns: int = -1) -> None:
+        """``sample()`` stops reading ``thread_id`` (its own handler samples it again). With ``frame`` (called from inside
+        that thread, at ``t_ns`` with its CPU clock at ``cpu_ns``): the time since its last sample is charged now,
+        the wait at the previous stack and the run (its CPU time since, at least) at ``frame``'s stack."""
+        if not self.lock.acquire(False):  # (a signal handler inside a sample of this thread: nothing to charge)
+            self.slack.pop(thread_id, None)
+            self._last.pop(thread_id, None)
+            return
+        try:
+            self.slack.pop(thread_id, None)
+            prev = self._last.pop(thread_id, None)
+            if frame is None or prev is None:
+                return
+            gap = t_ns - prev[0]
+            used = cpu_ns - prev[1] if cpu_ns >= 0 and prev[1] >= 0 else -1
+            if gap <= 0:
+                return
+            run = min(gap, max(used, 0)) if used >= 0 else min(gap, self.period_ns)
+            if gap - run > 0:
+                c = self._cols
+                c[0].append(t_ns - run)
+                c[1].append(thread_id)
+                c[2].append(prev[2])
+                c[3].append(gap - run)
+                c[4].append(0)
+            if run > 0:
+                self._record(frame, thread_id, t_ns, run, 0)
+        finally:
+            self.lock.release()
 
     def sample_frame(self, frame, thread_id: int, t_ns: int, wall_ns: int, cpu_ns: int) -> bool:
         """Record ``frame``'s stack (leaf first through ``f_back``) as a sample of ``thread_id`` read at
@@ -258,6 +314,7 @@ class Sampler:
         c[2].append(sidx)
         c[3].append(wall)
         c[4].append(cpu)
+        self.last_stack = sidx
         return sidx
 
     def _add_frame(self, key: tuple, f) -> int:

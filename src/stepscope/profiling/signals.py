@@ -68,6 +68,15 @@ CPU_PERIOD_MIN_NS = 10_000_000
 #: cost about as much as a sample (measured at --hz 1000: the handler's time doubled with a reading every tick).
 MEMORY_PERIOD_MIN_NS = 9_000_000
 
+#: Rest: after this many wall ticks in a row at which the main thread had used under ``REST_CPU_NS`` of CPU since the
+#: previous one (it waits: an event loop between requests, a worker's join), the wall timer is disarmed and the
+#: recorder thread samples the main thread from outside (``MainThreadSampler.rest``) until it runs again: each
+#: tick is a wake-up of a waiting thread (~30 us of CPU, as much as the sample itself).
+REST_TICKS = 10
+REST_CPU_NS = 200_000
+#: While the main thread rests, the recorder wakes it up once it used this much CPU (ns) since it began resting.
+WAKE_CPU_NS = 1_000_000
+
 _installed: list[int] = []  # [wall signal, CPU signal] with the handler installed (process-wide)
 _active: "MainThreadSampler | None" = None
 _busy = False
@@ -124,6 +133,8 @@ def _handler(signum, frame) -> None:
                 fn(*args)
             return
         if signum == s.signum:
+            if s.resting:  # an expiration that was pending when the timer was disarmed
+                return
             s.current = _span_now()  # the open span now (the recorder writes it: the span a killed run died in)
             s.tick(frame)
             if s.memory is not None:  # the memory lane (``profiling.memory``): ~10 us, at most ~100 times a second
@@ -137,6 +148,8 @@ def _handler(signum, frame) -> None:
             s.cpu_last = cpu
             if used > 0:
                 s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
+            if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
+                s.wake(frame, t)
         while s.missed and s.active:  # a wall tick came while this ran: it is this stack's too
             s.missed = False
             s.tick(frame)
@@ -182,6 +195,54 @@ class MainThreadSampler:
             self.wall_timer.arm_at(due, self.interval)
         self.left = n
         self.carry = 0 if self.sampler.sample_frame(frame, self.thread_id, t, wall, 0) else wall
+        cpu = time.thread_time_ns()
+        if self._tick_cpu >= 0 and cpu - self._tick_cpu < REST_CPU_NS:
+            self._quiet_ticks += 1
+            if self._quiet_ticks >= REST_TICKS and self.carry == 0:
+                self.rest(t, cpu)
+        else:
+            self._quiet_ticks = 0
+        self._tick_cpu = cpu
+
+    def rest(self, t_ns: int, cpu_ns: int) -> None:
+        """The main thread has waited for ``REST_TICKS`` ticks: disarm the wall timer and hand the main thread to the
+        recorder thread (``Sampler.hand_over``: its stack as of this tick, the time from here charged there while its
+        CPU clock stands still). The CPU timer stays armed: the first CPU period it runs ends the rest (``wake``), as
+        does the recorder seeing it use ``WAKE_CPU_NS``."""
+        if not self.active or self.resting or self.wall_timer is None:
+            return
+        fn, args = self.wall_timer.disarm_call
+        fn(*args)
+        self.resting = True
+        self.rests += 1
+        self._quiet_ticks = 0
+        self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
+
+    def wake(self, frame=None, t_ns: int | None = None) -> bool:
+        """End a rest: re-arm the wall timer on a fresh schedule from now. From the main thread's CPU-timer handler
+        (``frame``: its stack, charged the time since the recorder's last look, split into the wait at the old stack
+        and the run at this one) or from the recorder thread (which has just sampled the main thread). False when
+        the other side is ending it right now."""
+        if not self.rest_lock.acquire(False):
+            return False
+        try:
+            if not self.resting:
+                return True
+            if frame is not None:
+                self.sampler.take_back(self.thread_id, frame, t_ns if t_ns is not None else time.perf_counter_ns(),
+                                       time.thread_time_ns())
+            else:
+                self.sampler.take_back(self.thread_id)
+            self.resting = False
+            self._tick_cpu = -1
+            if self.active and self.wall_timer is not None:
+                delay = self.draw()
+                self.waited, self.due = delay, time.perf_counter_ns() + delay
+                self.interval, self.left, self.carry, self.missed = self.draw(), BLOCK, 0, False
+                self.wall_timer.arm_at(self.due, self.interval)
+            return True
+        finally:
+            self.rest_lock.release()
 
     def draw(self) -> int:
         """The next wait (ns): uniform in [0.5, 1.5) periods."""
@@ -215,6 +276,13 @@ class MainThreadSampler:
         self.pauses = 0  # how often the program's own profiler paused it
         self._signums: list[int] = []
         self._timers: list[ThreadTimer] = []
+        #: the wall timer is disarmed while the main thread waits (``rest``): the recorder samples it meanwhile
+        self.resting = False
+        #: held by the recorder while it samples a resting main thread, and by ``wake``
+        self.rest_lock = threading.Lock()
+        self.rests = 0  # times it rested
+        self._quiet_ticks = 0
+        self._tick_cpu = -1
 
     def start(self, period_ns: int) -> bool:
         """Arm the timers; False (and ``note`` says why) where this cannot sample the main thread."""
@@ -282,6 +350,7 @@ class MainThreadSampler:
         sampler for the rest of the run."""
         self.paused = True
         self.active = False
+        self.resting = False
         self.resumable = hasattr(sys, "monitoring")
         self.pauses += 1
         if not self.resumable and self.note is None:
@@ -305,6 +374,7 @@ class MainThreadSampler:
             self.note = note
         self.active = False
         self.paused = False
+        self.resting = False
         if _active is self:
             _active = None
         self._close_timers()
@@ -316,6 +386,7 @@ class MainThreadSampler:
         global _active
         self.active = False
         self.paused = False
+        self.resting = False
         self._timers = []
         if _active is self:
             _active = None

@@ -1,0 +1,38 @@
+"""The main thread waits (an Event, a select), spins, waits again: `spin` is 0.6 s of CPU between 1 s waits.
+A second thread waits all along. Prints nothing."""
+import selectors
+import socket
+import threading
+import time
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+    return x
+
+
+def wait_select(seconds):
+    sel = selectors.DefaultSelector()
+    a, b = socket.socketpair()
+    sel.register(a, selectors.EVENT_READ)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sel.select(end - time.perf_counter())
+    sel.close()
+    a.close()
+    b.close()
+
+
+def main():
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    threading.Event().wait(1.0)
+    spin(0.6)
+    wait_select(1.0)
+    spin(0.6)
+    time.sleep(0.5)
+
+
+main()
