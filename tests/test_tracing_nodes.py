@@ -6,6 +6,7 @@ stepscope. Then the node-graph web app (tests/programs/nodeapp: uvicorn, a sessi
 serving two requests, each of its four nodes timed from one glob."""
 
 import collections
+import json
 import os
 import sqlite3
 import subprocess
@@ -95,18 +96,23 @@ def test_node_graph_traced_per_node(python, case, tmp_path):
 
 
 def test_nodeapp_each_node_timed_from_one_glob(tmp_path):
-    """The web app under `stepscope run --trace 'nodeapp.invocations.*.*.invoke'`, two requests through
-    client.py: two spans of each of the four nodes, named after each node's class."""
+    """The web app under `stepscope run --trace 'nodeapp.invocations.*.*.invoke'` (and the UNet and the scheduler's
+    step), two requests through client.py 1.5 s apart: two spans of each of the four nodes, named after each
+    node's class; the steps numbered per request (the denoise node drives them), the idle time between the
+    requests in no step; the top functions running time (issue 27: no idle thread's or event loop's wait)."""
     for mod in ("torch", "diffusers", "transformers", "uvicorn", "starlette"):
         pytest.importorskip(mod)
     store, portfile = tmp_path / "store", tmp_path / "port"
     env = _env(store, NODEAPP, SRC)
     app = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "-q", "--trace", "nodeapp.invocations.*.*.invoke",
+                            "--trace", "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
+                            "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
+                            "--json-file", str(tmp_path / "run.json"),
                             "--", sys.executable, "-m", "nodeapp.main", str(portfile)],
                            cwd=NODEAPP, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # client.py waits for the port file with a deadline of its own (--timeout), then shuts the app down
-        client = subprocess.run([sys.executable, str(NODEAPP / "client.py"), str(portfile), "2", "--gap", "0.1",
+        client = subprocess.run([sys.executable, str(NODEAPP / "client.py"), str(portfile), "2", "--gap", "1.5",
                                  "--timeout", "240"], env=env, capture_output=True, text=True, timeout=300)
         assert client.returncode == 0, client.stderr + (app.stderr.read() if app.poll() is not None else "")
         assert [ln.startswith('{"status":"ok"') for ln in client.stdout.splitlines()] == [True, True], client.stdout
@@ -119,9 +125,19 @@ def test_nodeapp_each_node_timed_from_one_glob(tmp_path):
     assert app.returncode == 0, err
     assert out.strip() == "served"
     assert "not traced" not in err, err
-    assert _span_counts(store) == {f"nodeapp.invocations.{mod}.{cls}.invoke": 2 for mod, cls in (
+    nodes = {f"nodeapp.invocations.{mod}.{cls}.invoke": 2 for mod, cls in (
         ("noise", "NoiseInvocation"), ("compel", "CompelInvocation"), ("denoise", "DenoiseLatentsInvocation"),
         ("latents", "LatentsToImageInvocation"))}
+    counts = _span_counts(store)
+    assert {k: v for k, v in counts.items() if k in nodes} == nodes, counts
+    run = json.loads((tmp_path / "run.json").read_text())["run"]
+    rows = run["steps"]["rows"]
+    assert [(r["call"], r["step"]) for r in rows] == [(c, k) for c in (0, 1) for k in range(4)], rows
+    assert max(r["wall_ns"] for r in rows) < 1.5e9, rows  # the 1.5 s between the requests is no step's
+    top = [f["name"] for f in run["top_self"] + run["top_total"]]
+    waits = ("threading.", "selectors.", "queue.", "asyncio.base_events", "socket.", "_queue.")
+    assert not [n for n in top if n.startswith(waits)], top
+    assert run["idle_ns"] > 1.0e9, run["idle_ns"]  # the waits left out, and said
 
 
 def test_a_glob_certain_to_match_nothing_is_said_before_the_program_starts(tmp_path):

@@ -47,7 +47,8 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
     of function ids into ``functions``).
 
     - A sample that carries both times (the sampler thread's: the CPU time its thread used in the sample's wall
-      interval): idle when that CPU time is under ``IDLE_CPU_SHARE`` of the interval.
+      interval): idle when that CPU time is under ``IDLE_CPU_SHARE`` of the interval, or its leaf frame is a wait
+      (``IDLE_LEAVES``: waiting now, whatever ran earlier in the interval ran in another stack).
     - The main thread sampled by timer signals (``profiling.signals``) has two kinds of samples: wall ticks (wall
       time, no CPU time) and CPU ticks (CPU time, no wall time: a tick comes after each CPU period the thread
       ran). A wall tick is idle when no CPU tick of its thread falls within one CPU period of it (the thread did
@@ -62,7 +63,7 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
     out = leaf.copy()
     known = ~np.isnan(cpu)
     both = known & (weight > 0) & (cpu > 0)
-    out[both] = cpu[both] < IDLE_CPU_SHARE * weight[both]
+    out[both] = (cpu[both] < IDLE_CPU_SHARE * weight[both]) | leaf[both]  # (waiting now: what ran was elsewhere)
     ticks = known & (weight <= 0) & (cpu > 0)
     out[ticks] = False
     walls = known & (weight > 0) & (cpu <= 0)  # (no CPU time in the sample's interval, or a wall tick)

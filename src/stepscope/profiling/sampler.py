@@ -160,8 +160,8 @@ class Sampler:
                     continue
                 walked += 1
                 ran.append(tid)
-                if prev is None:
-                    wall, used = self.period_ns, -1
+                if prev is None:  # its CPU time so far stands for its last period (a thread started waiting: ~0)
+                    wall, used = self.period_ns, min(cpu, self.period_ns) if cpu >= 0 else -1
                 else:
                     gap = t - prev[0]
                     wall = min(gap, cap)
