@@ -40,15 +40,19 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=2.0)
     ap.add_argument("--idle-threads", type=int, default=9)
     ap.add_argument("--hz", type=float, default=101.0)
+    ap.add_argument("--configs", default="plain,full,traces", help="which to run: plain, full, traces, nomem (comma list)")
+    ap.add_argument("--steps", type=int, default=10)
     a = ap.parse_args()
     app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
-           "--idle", str(a.idle), "--idle-threads", str(a.idle_threads)]
+           "--idle", str(a.idle), "--idle-threads", str(a.idle_threads), "--steps", str(a.steps)]
     store = tempfile.mkdtemp(prefix="stepscope-server-overhead-")
     base = [sys.executable, "-m", "stepscope", "run", "-q", "--store", store]
     for t in TRACES:
         base += ["--trace", t]
-    configs = {"plain": app, f"stepscope {a.hz:g} Hz + memory lane": base + ["--hz", str(a.hz), "--", *app],
-               "stepscope traces only (--hz 0 --no-memory)": base + ["--hz", "0", "--no-memory", "--", *app]}
+    every = {"plain": ("plain", app), "full": (f"stepscope {a.hz:g} Hz + memory lane", base + ["--hz", str(a.hz), "--", *app]),
+             "nomem": (f"stepscope {a.hz:g} Hz, no memory lane", base + ["--hz", str(a.hz), "--no-memory", "--", *app]),
+             "traces": ("stepscope traces only (--hz 0 --no-memory)", base + ["--hz", "0", "--no-memory", "--", *app])}
+    configs = dict(every[k.strip()] for k in ["plain"] + [c for c in a.configs.split(",") if c.strip() != "plain"])
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     got: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": [], "idle": [], "threads": []} for k in configs}
     run(app, env)  # warm the file cache
