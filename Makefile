@@ -28,7 +28,7 @@ xla-venv:
 test-xla:
 	scripts/test_xla.sh
 
-# The GPU check (issue 16; README: GPU check). gpu-wheels runs here, with the package registry: the wheels that
+# The GPU check (issue 16; docs/device.md: GPU check). gpu-wheels runs here, with the package registry: the wheels that
 # gpu-check installs with no index on a GPU machine (never torch: it uses the machine's). gpu-check: one line and
 # exit 2 without CUDA; otherwise .gpu-venv (system site-packages) and the checks' one table ($OUT: JSON + markdown).
 GPU_WHEELS_SKIP ?=

@@ -58,7 +58,7 @@ def no_cuda_line(info: dict, python: str) -> str:
         why = f"{python} cannot import torch ({info.get('error')})"
     else:
         why = f"torch.cuda.is_available() is False (torch {info['torch']}, Python {info.get('python')})"
-    return f"gpu-check: no CUDA GPU here: {why}; nothing was checked (run it on a GPU machine, see README: GPU check)"
+    return f"gpu-check: no CUDA GPU here: {why}; nothing was checked (run it on a GPU machine, see docs/device.md: GPU check)"
 
 
 def _requirements(wheels: Path) -> list[str]:

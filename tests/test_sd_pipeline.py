@@ -100,7 +100,7 @@ def test_demo_from_a_local_model_folder(tmp_path):
 
 
 def test_reexported_names_trace_where_defined(tmp_path):
-    """The README's Sentry-shaped names (package re-exports through diffusers' lazy modules) trace the
+    """The Sentry-shaped names of docs/usage.md (package re-exports through diffusers' lazy modules) trace the
     same functions, under the defining module's names; a misspelt name gets the nearest existing one."""
     store = tmp_path / "store"
     r = run_cli(["run", "-q", "--trace", "diffusers.UNet2DConditionModel.forward",

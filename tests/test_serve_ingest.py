@@ -449,7 +449,7 @@ def test_a_reader_waits_for_acknowledged_envelopes_only_while_a_writer_works_on_
 
 
 def test_the_web_uis_lists_wait_for_acknowledged_envelopes_too(tmp_path):
-    """README: a reader of the store, `stepscope runs` or the web UI, waits for what was acknowledged before it
+    """docs/serve.md: a reader of the store, `stepscope runs` or the web UI, waits for what was acknowledged before it
     asked. The transaction list (``/``, ``/api/transactions``) and the compare page's run pickers read the runs as
     ``list_runs`` does: with an acknowledged envelope in the spool and no writer working on it, each holds on for
     the stall limit first (they read at once before, and missed a run the writer was still making)."""

@@ -72,7 +72,7 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
     version = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True,
                              text=True).stdout.strip()
     if new_only and int(version) < 12:
-        pytest.skip("on 3.11 a program's own profilers see stepscope's probe calls (README)")
+        pytest.skip("on 3.11 a program's own profilers see stepscope's probe calls (docs/usage.md)")
     if case.startswith("torch") and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode:
         pytest.skip("torch is installed for this project's 3.11 only")
     work = tmp_path / "work"

@@ -29,7 +29,7 @@ CPU-timer samples CPU time and no wall time, so the flame graph shows either, un
 The handlers are installed with ``SA_RESTART`` (``signal.siginterrupt(sig, False)``) and only the main
 thread is signalled: other threads never see EINTR.
 
-Limits (README): Linux only; the signal handler can only be installed from the main thread (a session started
+Limits (docs/sampling.md): Linux only; the signal handler can only be installed from the main thread (a session started
 elsewhere, as a ``capture`` window of a program started without ``--server``, samples with the thread
 sampler); a program that installs its own handler for the signal, or starts its own tracer or profiler
 (``sys.settrace``/``setprofile``, cProfile, a debugger, coverage: they would see the handler's calls), makes
