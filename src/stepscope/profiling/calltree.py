@@ -52,7 +52,8 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
     - The main thread sampled by timer signals (``profiling.signals``) has two kinds of samples: wall ticks (wall
       time, no CPU time) and CPU ticks (CPU time, no wall time: a tick comes after each CPU period the thread
       ran). A wall tick is idle when no CPU tick of its thread falls within one CPU period of it (the thread did
-      not run around it), or its leaf frame is a wait (``IDLE_LEAVES``: the event loop's select between two
+      not run around it; within 2 ms for a sample charged several periods: a C call's CPU tick comes in the same
+      burst, a wait's does not), or its leaf frame is a wait (``IDLE_LEAVES``: the event loop's select between two
       requests). CPU ticks are never idle.
     - Unknown CPU time (older runs, ingested profiles): idle when the leaf frame is a wait (``IDLE_LEAVES``).
     """
@@ -80,7 +81,12 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
             j = np.searchsorted(tt, t[w])
             before = np.where(j > 0, t[w] - tt[np.maximum(j - 1, 0)], np.inf)
             after = np.where(j < len(tt), tt[np.minimum(j, len(tt) - 1)] - t[w], np.inf)
-            out[w] = (np.minimum(before, after) > reach) | leaf[w]
+            dist = np.minimum(before, after)
+            # a wall sample charged several periods is a long stretch in one place: a C call holding the thread
+            # (its CPU tick is handled in the same burst, within ~2 ms) or a wait (the recorder's rows of a resting
+            # main thread): busy only with a CPU tick right at it
+            big = weight[w] > 2.5 * float(np.median(weight[w]))
+            out[w] = np.where(big, dist > 2_000_000, dist > reach) | leaf[w]
     return out
 
 
