@@ -42,6 +42,36 @@ def test_waterfall_click_shows_that_spans_flame_graph(page, sd_report):
     assert page.errors == []
 
 
+def test_view_of_another_version_shows_one_line_not_a_broken_page(page, sd_report, tmp_path):
+    """The script reads view model version 1 (docs/report-view-model.md): data of another version, or of none,
+    shows one line that says so instead of the sections, with no error."""
+    html = sd_report.read_text(encoding="utf-8")
+    tag = '<script id="stepscope-data" type="application/json">'
+    assert html.count(tag + '{"version":1,') == 1
+    for k, (data, shown) in enumerate((('{"version":2,', "version 2"), ("{", "version (none)"))):
+        out = tmp_path / f"v{k}.html"
+        out.write_text(html.replace(tag + '{"version":1,', tag + data), encoding="utf-8")
+        page.goto(out.as_uri())
+        box = page.locator("#view-error")
+        box.wait_for(state="visible")
+        assert shown in box.inner_text() and "reads version 1" in box.inner_text()
+        assert not page.locator("#verdict-section").is_visible() and not page.locator("#waterfall-section").is_visible()
+        assert page.evaluate("window.stepscopeReport") is None
+    assert page.errors == []
+
+
+def test_report_script_is_its_parts_joined():
+    """report.js is the parts of report/static joined in one scope (no build tool); each part stays short."""
+    from stepscope.report.html import SCRIPT_PARTS, report_script, static_text
+
+    text = static_text("report.js")
+    assert text == report_script() and text.startswith("// stepscope report") and text.endswith("})();\n")
+    at = [text.index(f"// ==== {name}\n") for name in SCRIPT_PARTS]
+    assert at == sorted(at)
+    for name in SCRIPT_PARTS:
+        assert static_text(name) in text and len(static_text(name).splitlines()) < 600
+
+
 def test_report_with_ten_thousand_spans_renders(page, tmp_path):
     prog = tmp_path / "many.py"
     prog.write_text("from sstargets import funcs\nfor i in range(10000):\n    funcs.inner(i)\n")

@@ -14,12 +14,39 @@ from .view import build_view
 _env = Environment(loader=PackageLoader("stepscope.report", "templates"), autoescape=select_autoescape(["html", "j2"]))
 
 
+#: what the report page loads: inlined in a self-contained file, served at ``/static/NAME`` by the web UI
 STATIC_FILES = ("report.css", "report.js")
+
+#: The parts of ``report.js``, in the order ``report_script`` joins them. They share one function scope: a part
+#: may use at its top level what the parts before it declare (functions from any part, as they are hoisted).
+SCRIPT_PARTS = ("core.js", "verdict.js", "waterfall.js", "lod.js", "spantree.js", "flame.js", "tables.js", "main.js")
+
+_SCRIPT_HEAD = """// stepscope report: what is slow first (verdict, steps), then the waterfall with its span tree and the
+// flame graph of any window (traced work by default, start-up one click away), from the embedded view model
+// (docs/report-view-model.md). Joined by stepscope.report.html from report/static/{parts}.
+(function () {{
+  "use strict";
+"""
+
+
+def _static_file(name: str) -> str:
+    return resources.files("stepscope.report").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def report_script() -> str:
+    """The report's script: the ``SCRIPT_PARTS`` joined in order inside one function (no build tool). Raises
+    ValueError if the text could end the ``<script>`` element it is inlined in."""
+    text = _SCRIPT_HEAD.format(parts=", ".join(SCRIPT_PARTS)) + \
+        "".join(f"\n  // ==== {name}\n{_static_file(name)}" for name in SCRIPT_PARTS) + "})();\n"
+    low = text.lower()
+    if "</script" in low or "<!--" in low:
+        raise ValueError("the report script holds '</script' or '<!--': it cannot be inlined")
+    return text
 
 
 def static_text(name: str) -> str:
-    """One of the report's static files (``STATIC_FILES``) as text."""
-    return resources.files("stepscope.report").joinpath("static", name).read_text()
+    """One of the report's static files (``STATIC_FILES``) as text; ``report.js`` is ``report_script()``."""
+    return report_script() if name == "report.js" else _static_file(name)
 
 
 # characters that could end a <script> element early or change how the HTML parser reads its text

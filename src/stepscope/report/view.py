@@ -1,4 +1,5 @@
-"""The report's view model: compact, columnar JSON the page draws from (the web UI can reuse it).
+"""The report's view model: compact, columnar JSON the page draws from (the web UI can reuse it). Its
+fields, types and units: docs/report-view-model.md (``VIEW_VERSION``).
 
 Times are microseconds (float) from the run's start. The profile is sent as a prefix tree of call
 paths: node ``i`` has ``parent[i]`` (-1 at the top) and ``func[i]``; the first level is one node per
@@ -23,6 +24,10 @@ from ..analysis.phases import sample_phase
 from ..analysis.slow import RULE_TEXT
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+
+#: The version of the view model (``build_view``), specified in docs/report-view-model.md; the page's script
+#: reads this version only (another: one line says so). Change it with any change a reader must know of.
+VIEW_VERSION = 1
 
 MAX_SAMPLES = 100_000
 #: A run with more spans than this gets an aggregated view (``aggregate``)
@@ -299,6 +304,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         tid_index(tid)
     thread_names = [data.profile.thread_names.get(t, str(t)) for t in thread_ids]
     return {
+        "version": VIEW_VERSION,
         "run": {
             "id": run.id, "command": run.command, "status": run.status, "exit_code": run.exit_code, "error": run.error,
             "wall_us": _r((run.wall_time_ns or 0) / 1e3), "start_wall_ms": run.anchor_wall_ns / 1e6 if run.anchor_wall_ns else None,
