@@ -6,7 +6,7 @@
     (D.phases && D.phases.capture ? "capture of " : "") +
     `${R.command.join(" ")}  ·  ${D.phases && D.phases.capture ? "window" : "wall"} ${fmt(R.wall_us)}  ·  ${R.status}${R.exit_code ? " (exit " + R.exit_code + ")" : ""}` +
     (R.status === "incomplete" || R.status === "lost" ? ` (${R.error})` : "") + `  ·  ` +
-    `${AGG ? AGG.total.toLocaleString("en") + " spans (" + NS.toLocaleString("en") + " shown one by one)" : NS + " spans"}  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
+    `${D.summary.span_count ? D.summary.span_count.toLocaleString("en") + " spans" : "no function traced"}${AGG ? " (" + NS.toLocaleString("en") + " shown one by one)" : ""}  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
     (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "") +
     (R.env && R.env.source === "sentry" ? `  ·  from ${R.env.sdk || "a Sentry SDK"}` : "");
