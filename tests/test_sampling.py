@@ -153,7 +153,7 @@ def test_a_failing_recorder_thread_never_reaches_the_program_and_spans_are_kept(
 def test_a_blocked_thread_keeps_one_stack_at_the_full_rate_and_its_wall_time(tmp_path):
     """While the main thread is sampled by its timer signal, a thread blocked in a wait (a progress bar's
     monitor) uses no CPU: the recorder repeats its stack without walking it (its CPU clock has not moved), at
-    10 Hz once no other thread has run for ``QUIET_LOOKS`` looks (each look is a wake-up: issue 27), and its wall
+    10 Hz once no other thread has run for ``QUIET_NS`` (each look is a wake-up: issue 27), and its wall
     time adds up."""
     prog = tmp_path / "prog.py"
     prog.write_text(
@@ -179,7 +179,7 @@ def test_a_blocked_thread_keeps_one_stack_at_the_full_rate_and_its_wall_time(tmp
 
 
 def test_a_waiting_main_thread_rests_and_its_time_still_adds_up(store):
-    """While the main thread waits (an Event, a select, a sleep), its wall timer rests after ``REST_TICKS`` ticks and the
+    """While the main thread waits (an Event, a select, a sleep), its wall timer rests after ``REST_NS`` of ticks and the
     recorder samples it from outside; it wakes when the thread runs again (issue 27: each tick of a waiting thread
     is a wake-up). The main thread's samples still add up to the run's wall time, the spins are sampled as running
     time, and the waits are idle."""

@@ -248,8 +248,9 @@ def _call_soon_in_main(fn, frame=None) -> bool:
         return False
 
 
-#: Looks at which no thread but the main one had run (the sampler thread's), after which the recorder looks at 10 Hz
-QUIET_LOOKS = 10
+#: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
+#: looks at 10 Hz; a shorter wait (a worker's sleep inside a step) keeps the full rate
+QUIET_NS = 1_000_000_000
 
 
 class _ForkWatch:
@@ -633,7 +634,7 @@ class Session:
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
-        # consecutive looks at which no other thread had run: past QUIET_LOOKS the recorder looks at 10 Hz only (a
+        # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a
         # server between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is
         # charged the wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
@@ -673,7 +674,7 @@ class Session:
                         main_sampler.wake()
                 elif others:
                     quiet += 1
-                next_t += period if others and quiet < QUIET_LOOKS else max(period, idle_poll)
+                next_t += period if others and quiet * period < QUIET_NS else max(period, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):

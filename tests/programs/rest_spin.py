@@ -1,4 +1,4 @@
-"""The main thread waits (an Event, a select), spins, waits again: `spin` is 0.6 s of CPU between 1 s waits.
+"""The main thread waits (an Event, a select), spins, waits again: `spin` is 0.6 s of CPU between 2 s waits.
 A second thread waits all along. Prints nothing."""
 import selectors
 import socket
@@ -28,9 +28,9 @@ def wait_select(seconds):
 
 def main():
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-    threading.Event().wait(1.0)
+    threading.Event().wait(2.0)
     spin(0.6)
-    wait_select(1.0)
+    wait_select(2.0)
     spin(0.6)
     time.sleep(0.5)
 

@@ -68,11 +68,12 @@ CPU_PERIOD_MIN_NS = 10_000_000
 #: cost about as much as a sample (measured at --hz 1000: the handler's time doubled with a reading every tick).
 MEMORY_PERIOD_MIN_NS = 9_000_000
 
-#: Rest: after this many wall ticks in a row at which the main thread had used under ``REST_CPU_NS`` of CPU since the
-#: previous one (it waits: an event loop between requests, a worker's join), the wall timer is disarmed and the
-#: recorder thread samples the main thread from outside (``MainThreadSampler.rest``) until it runs again: each
-#: tick is a wake-up of a waiting thread (~30 us of CPU, as much as the sample itself).
-REST_TICKS = 10
+#: Rest: after wall ticks covering this long (ns; at least 10 ticks) in a row at which the main thread had used under
+#: ``REST_CPU_NS`` of CPU since the previous one (it waits: an event loop between requests), the wall timer is
+#: disarmed and the recorder thread samples the main thread from outside (``MainThreadSampler.rest``) until it runs
+#: again: each tick is a wake-up of a waiting thread (~30 us of CPU, as much as the sample itself). A wait shorter than
+#: this (a sleep or a sync inside a step) keeps the full rate: ``explain`` times it per step.
+REST_NS = 1_000_000_000
 REST_CPU_NS = 200_000
 #: While the main thread rests, the recorder wakes it up once it used this much CPU (ns) since it began resting.
 WAKE_CPU_NS = 1_000_000
@@ -198,14 +199,14 @@ class MainThreadSampler:
         cpu = time.thread_time_ns()
         if self._tick_cpu >= 0 and cpu - self._tick_cpu < REST_CPU_NS:
             self._quiet_ticks += 1
-            if self._quiet_ticks >= REST_TICKS and self.carry == 0:
+            if self._quiet_ticks >= max(10, REST_NS // max(self.period_ns, 1)) and self.carry == 0:
                 self.rest(t, cpu)
         else:
             self._quiet_ticks = 0
         self._tick_cpu = cpu
 
     def rest(self, t_ns: int, cpu_ns: int) -> None:
-        """The main thread has waited for ``REST_TICKS`` ticks: disarm the wall timer and hand the main thread to the
+        """The main thread has waited for ``REST_NS``: disarm the wall timer and hand the main thread to the
         recorder thread (``Sampler.hand_over``: its stack as of this tick, the time from here charged there while its
         CPU clock stands still). The CPU timer stays armed: the first CPU period it runs ends the rest (``wake``), as
         does the recorder seeing it use ``WAKE_CPU_NS``."""
