@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROGRAMS, wait_until
+from test_transparency import INTERPRETERS
 
 from stepscope.store import spanblock
 
@@ -22,15 +23,6 @@ SRC = Path(__file__).parent.parent / "src"
 NODEGRAPH = PROGRAMS / "nodegraph"
 NODEAPP = PROGRAMS / "nodeapp"
 INV = "minigraph.invocations"
-
-
-def _interpreters():
-    out = [pytest.param(sys.executable, id=f"py{sys.version_info[0]}.{sys.version_info[1]}")]
-    for version, exe in (("3.12.1", "python3.12"), ("3.13.0", "python3.13")):
-        path = Path.home() / ".pyenv" / "versions" / version / "bin" / exe
-        if path.exists():
-            out.append(pytest.param(str(path), id=exe))
-    return out
 
 
 def _env(store: Path | None, *paths) -> dict:
@@ -76,7 +68,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("python", _interpreters())
+@pytest.mark.parametrize("python", INTERPRETERS)
 def test_node_graph_traced_per_node(python, case, tmp_path):
     names, counts, note = CASES[case]
     plain = subprocess.run([python, "-m", "minigraph.main"], cwd=NODEGRAPH, env=_env(None, NODEGRAPH),
