@@ -21,6 +21,7 @@ from stepscope.model import Run
 from stepscope.profiling.calltree import ProfileIndex
 from stepscope.report.html import render_report
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 
 def synthesize(store: Store, n_samples: int, n_spans: int) -> str:
@@ -67,7 +68,7 @@ def main() -> None:
     store = Store(tempfile.mkdtemp(prefix="stepscope-speed-"))
     run_id = synthesize(store, args.samples, args.spans)
     print(f"{args.samples} samples, {args.spans} spans")
-    data = timed("load from store", lambda: store.load(run_id))
+    data = timed("load from store", lambda: load_run(store, run_id))
     index = timed("index profile", lambda: ProfileIndex(data.profile))
     summary = timed("summary", lambda: summarize(data, index))
     s = data.spans[5]

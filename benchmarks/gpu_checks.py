@@ -150,7 +150,8 @@ def traced_run(ctx: Ctx) -> None:
     --json`` document, the stored trace and the clock map in ``ctx.facts``."""
     from stepscope.device.kineto import load
     from stepscope.device.runview import clock_map
-    from stepscope.store.db import Store
+    from stepscope.store.db import DEVICE_TRACE, Store
+    from stepscope.store.reader import load_run
 
     jf = ctx.workdir / "run.json"
     cmd = ctx.stepscope("run", "--device-trace", "--syncs", "-q", "--store", str(ctx.store), "--json-file", str(jf),
@@ -164,8 +165,8 @@ def traced_run(ctx: Ctx) -> None:
         txt = run(ctx.stepscope("device", run_id, "--store", str(ctx.store), "--top", "15"), ctx.left()).stdout
         (ctx.out / "stepscope_device.txt").write_text(txt)
     st = Store(ctx.store)
-    data = st.load(run_id)
-    trace_path = ctx.store / "runs" / run_id / "device_trace.json.gz"
+    data = load_run(st, run_id)
+    trace_path = st.run_file(run_id, DEVICE_TRACE)
     trace = load(trace_path)
     ctx.facts.update(run_id=run_id, dev=dev, data=data, trace=trace, trace_path=trace_path, cmap=clock_map(trace),
                      run_s=time.monotonic() - t, env=st.get_run(run_id).env or {})

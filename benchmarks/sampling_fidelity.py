@@ -140,8 +140,9 @@ def run_stepscope(prog: Path, rounds: int, per_ms: int, hz: int, tmp: Path) -> R
     wall = time.perf_counter() - t0
     from stepscope.profiling.calltree import ProfileIndex
     from stepscope.store import Store
+    from stepscope.store.reader import load_run
 
-    data = Store(store).load()
+    data = load_run(Store(store))
     index = ProfileIndex(data.profile)
     out = []
     for mode in ("wall", "cpu"):

@@ -27,6 +27,7 @@ from pathlib import Path
 from _serve import serving
 
 from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -90,7 +91,7 @@ def main() -> None:
         print(f"ingest: one envelope of {len(body) / 1e6:.1f} MB gzip: {1e3 * (time.perf_counter() - t0):.0f} ms "
               f"(HTTP {r.status}, {res['samples']} samples)")
         run_id = res["runs"][0]
-        n = Store(store).load(run_id)
+        n = load_run(Store(store), run_id)
         print(f"run {run_id}: {len(n.spans)} spans, {len(n.profile)} samples")
         report = Path(d) / "report.html"
         subprocess.run([sys.executable, "-m", "stepscope", "report", run_id, "-o", str(report)],

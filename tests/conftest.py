@@ -31,6 +31,25 @@ def spans_now():
     return [dict(zip(buffer.SPAN_FIELDS, s)) for s in buffer.take()]
 
 
+def span_objects(st, run_id: str) -> list:
+    """Run ``run_id``'s spans as ``Span`` objects in ``(start_ns, span_id)`` order, read by
+    ``store.spanblock.iter_spans`` (the stdlib reader of rows and blocks, a tuple a span): the reference that the
+    store's column reader (``store.reader.load_run``) and the analyses on its columns are checked against."""
+    from stepscope.model import Span
+    from stepscope.store import spanblock
+
+    rows = sorted(spanblock.iter_spans(st.conn, run_id), key=lambda r: (r[4], r[0]))
+    return [Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0, "error" if r[7] else "ok", r[7],
+                 r[8] or {}) for r in rows]
+
+
+def with_span_objects(st, data):
+    """``data`` (a ``load_run`` result) with its spans as a list of ``Span`` objects (``span_objects``) in place of
+    the columns: what an analysis gives on objects, to compare with what it gives on the columns."""
+    data.spans = span_objects(st, data.run.id)
+    return data
+
+
 def wait_until(cond, timeout: float, what, *, interval: float = 0.05, ignore: tuple = ()):
     """Poll ``cond()`` until it returns something truthy and return that value; once ``timeout`` s pass first,
     fail the test saying that ``what`` did not happen (a string, or a callable giving one then, to say how far

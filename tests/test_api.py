@@ -7,6 +7,7 @@ import sys
 from conftest import cli_env
 
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 PROGRAM = r'''
 import time
@@ -36,7 +37,7 @@ def test_init_records_a_run_at_exit(store, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "5\n"
     assert r.stderr.strip() == "stepscope: could not trace nope.nothing: module 'nope' was never imported"
-    data = Store(store).load()
+    data = load_run(Store(store))
     by = {s.name: s for s in data.spans}
     assert by["vae decode"].parent_id == by["txt2img"].span_id and by["vae decode"].attrs == {"step": 1}
     assert by["sstargets.funcs.outer"].parent_id == by["vae decode"].span_id

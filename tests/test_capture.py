@@ -15,6 +15,7 @@ from conftest import PROGRAMS, cli_env, run_cli, wait_until
 
 from stepscope.profiling.calltree import ProfileIndex
 from stepscope.store import Store, StoreError
+from stepscope.store.reader import load_run
 
 pytest.importorskip("diffusers")
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
@@ -78,7 +79,7 @@ def test_capture_three_unet_steps_while_serving(service, store):
     wait_until(lambda: len(service.latencies) >= max(3, n + 1), 120, "the service to answer a /gen after the window")
     service.stop()
     assert service.failures == 0 and len(service.latencies) >= 3
-    data = Store(store).load(doc["run"]["run_id"])
+    data = load_run(Store(store), doc["run"]["run_id"])
     unets = [s for s in data.spans if s.name == UNET]
     assert len(unets) >= 3 and all(s.end_ns > s.start_ns for s in unets)
     index = ProfileIndex(data.profile)
@@ -163,7 +164,7 @@ def test_unmodified_program_under_stepscope_run_server(tmp_path, store):
         if p.poll() is None:
             p.kill()
             p.wait(10)
-    data = Store(store).load(json.loads(r.stdout)["run"]["run_id"])
+    data = load_run(Store(store), json.loads(r.stdout)["run"]["run_id"])
     assert sum(1 for s in data.spans if s.name == "sstargets.funcs.outer") >= 5
     assert len(Store(store).list_runs()) == 1  # the server-only run itself records nothing
     bad = run_cli(["run", "--server", "--trace", "a.b", "--", sys.executable, str(prog)], store)
@@ -205,7 +206,7 @@ def test_steps_are_counted_as_the_pipeline_counts_them(cfg_worker, store):
                         "UNet2DConditionModel.forward", "--trace", UNET, "--json"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load(json.loads(r.stdout)["run"]["run_id"])
+    data = load_run(Store(store), json.loads(r.stdout)["run"]["run_id"])
     calls = {}
     for s in data.spans:
         if s.name == UNET:

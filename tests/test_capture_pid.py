@@ -17,6 +17,7 @@ from conftest import PROGRAMS, cli_env, process_ended, run_cli, wait_until
 
 from stepscope.control import procs
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 NODEAPP = PROGRAMS / "nodeapp"
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
@@ -100,7 +101,7 @@ def test_capture_by_the_pid_a_user_has(nodeapp, who):
     # a capture window has no start-up: the time before the first traced call is the app idle or serving
     assert lines[3].startswith("before the first traced call ") and "(the app idle or serving)" in lines[3]
     assert "start-up" not in r.stderr and "imports, model building" not in r.stderr
-    data = Store(nodeapp.store).load(run_id)
+    data = load_run(Store(nodeapp.store), run_id)
     whole = [s for s in data.spans if s.name == UNET and not s.attrs.get("stepscope.cut")]
     assert len(whole) >= 2 and all("diffusion.step" in s.attrs for s in whole)
     assert data.run.command[1:3] == ["-m", "nodeapp.main"]  # the app's command: stepscope's launcher left out
@@ -154,7 +155,7 @@ def test_span_still_running_when_the_window_ends_is_cut_there(tmp_path, store):
     run_id = re.search(r"recording run (\S+)", text).group(1)
     assert re.search(rf"stepscope capture {run_id} of \S*capture_cut\.py .* 1 spans ", text)
     assert "1 span was still running when the window ended: cut at its end" in text
-    data = Store(store).load(run_id)
+    data = load_run(Store(store), run_id)
     [span] = [s for s in data.spans if s.name == "__main__.long_call"]
     assert span.attrs["stepscope.cut"] is True and span.status == "ok"
     # cut at the window's end (3 s after it opened), not when the call returned (after the capture)

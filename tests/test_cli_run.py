@@ -9,6 +9,7 @@ import pytest
 from conftest import PROGRAMS, cli_env, run_cli
 
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 
 def plain(args, store):
@@ -24,7 +25,7 @@ def test_program_behaves_exactly_as_without_stepscope(store, mode):
     assert traced.returncode == base.returncode
     assert traced.stdout == base.stdout
     assert traced.stderr == base.stderr  # tracebacks too: stepscope's frames are not in them
-    run = Store(store).load()
+    run = load_run(Store(store))
     assert run.run.exit_code == base.returncode
     assert run.run.status == ("ok" if base.returncode == 0 else "error")
     if mode == "raise":
@@ -40,7 +41,7 @@ def test_keyboard_interrupt_ends_like_python(store):
     assert base.returncode == -signal.SIGINT
     assert traced.returncode == -signal.SIGINT  # stepscope dies by SIGINT too, as python does
     assert traced.stderr == base.stderr
-    assert Store(store).load().run.status == "interrupted"
+    assert load_run(Store(store)).run.status == "interrupted"
 
 
 def test_spans_threads_and_root_transaction(store):
@@ -50,7 +51,7 @@ def test_spans_threads_and_root_transaction(store):
     doc = json.loads(r.stdout.splitlines()[-1])
     stats = {s["name"]: s for s in doc["run"]["spans"]}
     assert stats["sstargets.funcs.add"]["count"] == 6
-    data = Store(store).load()
+    data = load_run(Store(store))
     txn = [s for s in data.spans if s.op == "transaction"]
     assert len(txn) == 1 and txn[0].name.endswith("behaviour.py")
     adds = [s for s in data.spans if s.name == "sstargets.funcs.add"]
@@ -67,7 +68,7 @@ def test_module_mode_and_trace_file(store, tmp_path):
     assert r.stdout == "6\n"
     assert r.returncode == 0, r.stderr
     assert "not traced: sstargets.nope.f" in r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.settings["profiles_hz"] == 199
     assert data.run.unresolved == {"sstargets.nope.f": "sstargets has no attribute or submodule 'nope'"}
 
@@ -102,7 +103,7 @@ def test_sigterm_keeps_what_was_recorded(store):
 
     os.kill(int(child[0]), signal.SIGTERM)
     assert proc.wait(30) == -signal.SIGTERM  # stepscope dies by the program's signal
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.status == "terminated" and data.run.exit_code == 128 + signal.SIGTERM
     assert sum(1 for s in data.spans if s.name == "sstargets.funcs.add") == 5
     assert len(data.profile) > 0

@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PROGRAMS, cli_env, run_cli
+from conftest import PROGRAMS, cli_env, run_cli, with_span_objects
 
 from stepscope.device.kineto import CAT, load
 from stepscope.device.runview import clock_map
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 pytest.importorskip("diffusers")
 EULER = "diffusers.schedulers.scheduling_euler_discrete.EulerDiscreteScheduler.step"
@@ -30,7 +31,7 @@ def euler_run(tmp_path_factory):
 
 def test_trace_is_stored_and_rebased(euler_run):
     st = Store(euler_run)
-    data = st.load()
+    data = load_run(st)
     trace = load(st.path / "runs" / data.run.id / "device_trace.json.gz")
     cmap = clock_map(trace)
     assert len(cmap.at) >= 2
@@ -120,7 +121,7 @@ def test_traced_functions_cause_no_graph_break_under_torch_compile(tmp_path):
     assert "Dynamo does not know how to trace" not in r.stderr
     dev = json.loads(run_cli(["device", "--json"], store).stdout)["device"]
     assert not [g for g in dev["compile"]["graph_breaks"] if "stepscope" in g["file"]]
-    data = Store(store).load()
+    data = load_run(Store(store))
     # the compiled forward runs as a graph: reported as such, never silently dropped
     assert data.run.unresolved[UNET].startswith("inside a compiled region: timed as part of"), data.run.unresolved
     assert f"compiled: {UNET}" in r.stderr
@@ -146,7 +147,6 @@ def test_run_view_on_the_span_columns_is_the_object_view(tmp_path):
     objects, sync sites (--syncs) and calls outside the recorded steps included."""
     import dataclasses
 
-    from stepscope.analysis.table import load_run
     from stepscope.device.runview import run_device
 
     store = tmp_path / "store"
@@ -156,7 +156,7 @@ def test_run_view_on_the_span_columns_is_the_object_view(tmp_path):
     assert r.returncode == 0, r.stderr
     st = Store(store)
     try:
-        objs, cols = st.load(), load_run(st)
+        objs, cols = with_span_objects(st, load_run(st)), load_run(st)
         trace = load(st.path / "runs" / objs.run.id / "device_trace.json.gz")
         a, b = run_device(objs, trace), run_device(cols, load(st.path / "runs" / objs.run.id / "device_trace.json.gz"))
         assert dataclasses.asdict(a) == dataclasses.asdict(b)

@@ -112,7 +112,7 @@ def test_run_joined_with_its_xla_trace(tmp_path):
              Span(5, 1, "torch.Tensor.item", "sync", mono0 + 1240 * us, mono0 + 1360 * us, 55,
                   attrs={"sync": ".item()", "code.filepath": "/x/sched.py", "code.lineno": 42, "code.function": "step"})]
     data = RunData(Run(id="r", command=["x"], start_ns=mono0, end_ns=mono0 + 10 * ms), spans, Profile(native_ids={55: 777}))
-    s = run_xla(data, run_dir)
+    s = run_xla(data, run_dir / "xla_trace", run_dir / "xla_metrics.json")
     assert s.step_source.startswith("denoising steps")
     steps = {st.label: st for st in s.steps}
     assert steps["0"].figures.executions == 2 and steps["0"].figures.reads == 1 and steps["0"].figures.compiles == 1

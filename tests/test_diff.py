@@ -12,6 +12,7 @@ from conftest import PROGRAMS, run_cli
 from stepscope.analysis.diff import env_changes, program_key
 from stepscope.analysis.spans import step_table
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 PIPE = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
@@ -34,7 +35,7 @@ def diff(store, *args) -> dict:
 def measured_sign(store, a: str, b: str) -> float:
     """The sign of the change of the median step time, from the stored spans (not from the diff)."""
     st = Store(store)
-    med = [np.median([r.wall_ns for r in step_table(st.load(x).spans).rows]) for x in (a, b)]
+    med = [np.median([r.wall_ns for r in step_table(load_run(st, x).spans).rows]) for x in (a, b)]
     return float(np.sign(med[1] - med[0]))
 
 
@@ -206,7 +207,7 @@ def test_ingested_sentry_runs_diff_like_any_other(tmp_path):
     assert d["headline"]["significant"] and d["headline"]["change"] > 1.0
     assert d["verdict"].startswith("torch.dtype: float16 -> float32: a denoising step is 2.") and "slower" in d["verdict"]
     assert any("no samples" in n for n in d["notes"])
-    run = Store(store).load()
+    run = load_run(Store(store))
     assert run.run.env["modules"] == {"torch": "2.4.0+cu121", "diffusers": "0.30.0"}
 
 

@@ -9,6 +9,7 @@ from conftest import PROGRAMS, run_cli
 
 from stepscope.analysis.explain import classify, shape_of
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 UNET = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
 
@@ -107,7 +108,7 @@ def test_auto_trace_runs_twice_and_links_the_runs(tmp_path):
     assert second["settings"]["extra"]["auto_trace"]["first_run"] == first["id"]
     assert first["settings"]["extra"]["auto_trace"]["second_run"] == second["id"]
     assert len(added) == 3 and "__main__.heavy_postprocess" in added
-    data = Store(store).load(second["id"])
+    data = load_run(Store(store), second["id"])
     assert {s.name for s in data.spans if s.op != "transaction"} == set(added)
 
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import cli_env, process_ended, run_cli, wait_until
 
 from stepscope.store import Store, sampleblock, spanblock
+from stepscope.store.reader import load_run
 
 pytest.importorskip("diffusers")
 
@@ -65,7 +66,7 @@ def _check_store(store, work, before: set) -> None:
         out = work / f"{run_id}.html"
         rep = run_cli(["report", run_id, "-o", str(out)], store, cwd=work)
         assert rep.returncode == 0 and out.stat().st_size > 0, rep.stderr
-        data = Store(store).load(run_id)
+        data = load_run(Store(store), run_id)
         assert sum(s.op != "transaction" for s in data.spans) == runs[run_id]["span_count"]  # (traced spans)
 
 

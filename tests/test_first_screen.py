@@ -13,6 +13,7 @@ import pytest
 from conftest import PROGRAMS, run_cli
 
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 pytest.importorskip("diffusers")
 
@@ -87,7 +88,7 @@ def test_step_table_agrees_and_names_the_untraced_time(preview):
     assert sum(UNET in rows[k]["slow_cells"] for k in (3, 7, 11)) <= 1
     assert not any(rows[k]["slow"] for k in range(12) if k not in (3, 7, 11))
     # the traced functions that run in a step have their column (which ones auto-trace picked: see above)
-    data = Store(store).load(summary["run_id"])
+    data = load_run(Store(store), summary["run_id"])
     unets = {s.attrs["diffusion.step"] for s in data.spans if s.name == UNET}
     assert UNET in steps["columns"] and unets == set(range(12))
     in_steps = {s.name for s in data.spans if "diffusion.step" in s.attrs}
@@ -240,7 +241,7 @@ def test_explain_page_leads_with_the_explanation(browser_page, preview, tmp_path
     from stepscope.report.html import render_report
 
     store = preview[0]
-    data = Store(store).load()
+    data = load_run(Store(store))
     out = tmp_path / "explain.html"
     out.write_text(render_report(data, page="explain"), encoding="utf-8")
     page = browser_page

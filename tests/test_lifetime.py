@@ -18,6 +18,7 @@ from conftest import PROGRAMS, cli_env, process_ended, run_cli, wait_until
 from sstargets import funcs
 
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 ADD = "sstargets.funcs.add"
 SIGNALS = str(PROGRAMS / "signals.py")
@@ -60,7 +61,7 @@ def test_signal_to_stepscope_reaches_the_program_once(store, sig, to, handled):
         os.kill(proc.pid, signo)
     out, err = proc.communicate(timeout=60)
     assert gone(child)
-    data = Store(store).load()
+    data = load_run(Store(store))
     if handled:  # the program's own handler ran, once; it exited 3 and so did stepscope
         assert out == f"got {sig}\n", err
         assert proc.returncode == 3 and (data.run.status, data.run.exit_code) == ("error", 3)
@@ -114,7 +115,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_program_once(store, handled):
         proc.wait(60)
     finally:
         os.close(master)
-    data = Store(store).load()
+    data = load_run(Store(store))
     if handled:
         assert out.count(b"got SIGINT") == 1, out
         assert proc.returncode == 3 and data.run.status == "error"
@@ -125,7 +126,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_program_once(store, handled):
 
 def adds_stored(store) -> int:
     """How many calls of ``ADD`` the store holds for the newest run (as a reader sees it while it runs)."""
-    return sum(1 for s in Store(store).load().spans if s.name == ADD)
+    return sum(1 for s in load_run(Store(store)).spans if s.name == ADD)
 
 
 def test_sigkill_of_stepscope_takes_the_program_with_it(store):
@@ -135,7 +136,7 @@ def test_sigkill_of_stepscope_takes_the_program_with_it(store):
     proc.kill()
     proc.wait(30)
     assert gone(child)  # PR_SET_PDEATHSIG
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.status == "lost"  # nobody is left to settle it: shown as lost, not running forever
     assert sum(1 for s in data.spans if s.name == ADD) == 5
     listed = json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]
@@ -152,7 +153,7 @@ def test_flush_every_second_whatever_the_sampling_rate(store):
     os.kill(child, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert (data.run.status, data.run.error) == ("killed", "SIGKILL (out of memory?)")
     assert sum(1 for s in data.spans if s.name == ADD) == 5
 
@@ -178,7 +179,7 @@ def test_full_disk_never_reaches_the_program(full_fs, tmp_path):
     store = full_fs / "store"
     r = run_cli(["run", "-q", "--trace", ADD, "--", sys.executable, str(prog)], store, cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, "done\n")  # the program ran to its end
-    data = Store(store).load()
+    data = load_run(Store(store))
     spans, samples = len(data.spans), len(data.profile)
     assert 0 < spans < 6000 and data.run.status == "incomplete" and data.run.exit_code == 0
     # the program's stderr holds nothing of stepscope's; the CLI says it in one line
@@ -213,7 +214,7 @@ def test_json_file_leaves_stdout_to_the_program(store, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"hello from the program\n{funcs.add(1)}\n"  # the program's stdout, untouched
     doc = json.loads(out.read_text())
-    assert doc["run"]["run_id"] == Store(store).load().run.id and doc["run"]["status"] == "ok"
+    assert doc["run"]["run_id"] == load_run(Store(store)).run.id and doc["run"]["status"] == "ok"
     assert {s["name"]: s["count"] for s in doc["run"]["spans"]}[ADD] == 1
     assert "stepscope run " in r.stderr  # the summary still goes to stderr
     r = run_cli(["run", "-q", "--json-file", str(tmp_path / "no" / "such" / "dir.json"), "--", sys.executable,

@@ -14,6 +14,7 @@ from conftest import PROGRAMS, cli_env, run_cli, wait_until
 
 from stepscope.pipelines.sd import demo_traces
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 GROW = str(PROGRAMS / "memory_grow.py")
 MiB = 1 << 20
@@ -37,7 +38,7 @@ def test_span_peak_within_ten_percent_of_what_it_allocates(store, n_mib):
     assert abs(stage["rss"]["growth"] - n_mib * MiB) <= 0.1 * n_mib * MiB and not stage["rss"]["exact_peak"]
     assert mem["largest"]["name"] == "__main__.grow"
     # the lane is stored on the run's clock, inside the run
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert len(data.memory) == mem["samples"]
     assert data.run.start_ns <= data.memory.t_ns[0] and data.memory.t_ns[-1] <= data.run.end_ns
     assert all(v is None for v in data.memory.cuda_allocated)  # no CUDA here: never read, never invented
@@ -95,7 +96,7 @@ def test_out_of_memory_raised_in_a_traced_span_is_stored_with_the_span_and_memor
     assert "Tried to allocate 120 MiB" in oom["message"]
     assert oom["memory"]["rss"] >= 120 * MiB  # read when the error reached the top: the block was still alive
     assert oom["last"] and oom["last"][-1][1] > 0
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.status == "oom" and data.run.env["memory"]["oom"]["error"] == "torch.OutOfMemoryError"
     # the terminal summary says it first, the report shows it above the verdict and links the span
     text = run_cli(["report", "-o", str(store.parent / "oom.html")], store)
@@ -121,7 +122,7 @@ def test_a_run_killed_by_sigkill_keeps_the_span_it_died_in_and_its_memory(store)
     assert proc.stdout.readline().strip() == "ready"
 
     def flushed():  # a periodic flush has written the open span and a memory sample taken with the block alive
-        data = Store(store).load()
+        data = load_run(Store(store))
         return (any(s.name == "__main__.grow" and s.attrs.get("stepscope.open") for s in data.spans)
                 and max((r for r in data.memory.rss if r is not None), default=0) >= 200 * MiB)
 
@@ -130,7 +131,7 @@ def test_a_run_killed_by_sigkill_keeps_the_span_it_died_in_and_its_memory(store)
     os.kill(child, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.status in ("killed", "oom") and data.run.error.startswith("SIGKILL")
     opened = [s for s in data.spans if s.attrs.get("stepscope.open")]
     assert [s.name for s in opened if s.op != "transaction"] == ["__main__.grow"]
@@ -159,13 +160,13 @@ def test_an_open_span_finished_later_keeps_its_real_row(store):
     st.append("r1", open_spans=[(7, None, "f", "function", 10, 20, 1, None, {"stepscope.open": True})])
     st.append("r1", spans=[(7, None, "f", "function", 10, 30, 1, None, {"diffusion.step": 2})])
     st.append("r1", open_spans=[(7, None, "f", "function", 10, 40, 1, None, {"stepscope.open": True})])  # stale
-    [s] = st.load("r1").spans
+    [s] = load_run(st, "r1").spans
     assert (s.end_ns, s.attrs) == (30, {"diffusion.step": 2})
     st.append("r1", open_spans=[(8, None, "g", "function", 50, 60, 1, None, {"stepscope.open": True})])
     st.append("r1", open_spans=[(8, None, "g", "function", 50, 70, 1, None, {"stepscope.open": True})])
-    assert [s.end_ns for s in st.load("r1").spans] == [30, 70]
+    assert [s.end_ns for s in load_run(st, "r1").spans] == [30, 70]
     st.append("r1", drop_open=True)
-    assert [s.name for s in st.load("r1").spans] == ["f"]
+    assert [s.name for s in load_run(st, "r1").spans] == ["f"]
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_the_tiny_pipelines_vae_decode_is_its_largest_stage_of_memory(tiny_run):
     # the step table carries each step's memory; step-level spans carry exact readings at entry and exit
     rows = doc["run"]["steps"]["rows"]
     assert all(r["memory"]["peak"] > 0 for r in rows)
-    data = Store(store).load()
+    data = load_run(Store(store))
     unet = [s for s in data.spans if s.name.endswith("UNet2DConditionModel.forward")]
     assert unet and all(s.attrs["memory.rss_in"] > 100 * MiB and s.attrs["memory.rss_out"] > 0 for s in unet)
     from rich.console import Console
@@ -215,9 +216,9 @@ def test_report_draws_the_memory_lane_under_the_waterfall(tiny_run, browser_page
     page.goto(out.as_uri())
     page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
     lane = page.evaluate("stepscopeReport.memoryLane()")
-    assert lane["series"] == ["RSS"] and lane["max"] * MiB == pytest.approx(max(Store(store).load().memory.rss), rel=0.01)
+    assert lane["series"] == ["RSS"] and lane["max"] * MiB == pytest.approx(max(load_run(Store(store)).memory.rss), rel=0.01)
     big = doc["run"]["memory"]["largest"]
-    t_mid = ((big["start_ns"] + big["end_ns"]) / 2 - Store(store).load().run.start_ns) / 1e3
+    t_mid = ((big["start_ns"] + big["end_ns"]) / 2 - load_run(Store(store)).run.start_ns) / 1e3
     assert page.evaluate(f"stepscopeReport.memoryAt({t_mid})").startswith("memory at ")
     assert "RSS" in page.evaluate(f"stepscopeReport.memoryAt({t_mid})")
     assert page.locator("#memory-section").is_visible()

@@ -7,12 +7,13 @@ from conftest import PROGRAMS, run_cli
 from stepscope.analysis.summary import top_functions
 from stepscope.profiling.calltree import ProfileIndex
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 
 def test_function_with_70_percent_of_time_holds_60_to_80_percent_of_samples(store):
     r = run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "shape.py"), "2.0"], store)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     index = ProfileIndex(data.profile)
     _, by_total = top_functions(index, n=50)
     share = {f.name: f.total_share for f in by_total}
@@ -28,7 +29,7 @@ def test_per_span_flame_graph_holds_only_that_span(store):
     r = run_cli(["run", "-q", "--hz", "499", "--trace", "__main__.hot", "--trace", "__main__.cold", "--",
                  sys.executable, str(PROGRAMS / "shape.py"), "1.0"], store)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     index = ProfileIndex(data.profile)
     hot = [s for s in data.spans if s.name == "__main__.hot"]
     assert len(hot) == 10
@@ -144,7 +145,7 @@ def test_a_failing_recorder_thread_never_reaches_the_program_and_spans_are_kept(
         "print('done')\n")
     r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "done\n" and r.stderr == "", (r.stdout, r.stderr)
-    data = Store(tmp_path / "store").load()
+    data = load_run(Store(tmp_path / "store"))
     assert len([s for s in data.spans if s.name == "__main__.work"]) == 40
     assert "injected" in data.run.env["sampler"]["recorder_error"]
     assert len(data.profile) > 20  # the main thread, by its timer signal
@@ -168,7 +169,7 @@ def test_a_blocked_thread_keeps_one_stack_at_the_full_rate_and_its_wall_time(tmp
         "ev.set(); th.join()\n")
     r = run_cli(["run", "-q", "--", sys.executable, str(prog)], tmp_path / "store")
     assert r.returncode == 0, r.stderr
-    data = Store(tmp_path / "store").load()
+    data = load_run(Store(tmp_path / "store"))
     p = data.profile
     tid = next(t for t, n in p.thread_names.items() if n == "monitor")
     rows = [i for i in range(len(p)) if p.sample_thread[i] == tid]
@@ -187,7 +188,7 @@ def test_a_waiting_main_thread_rests_and_its_time_still_adds_up(store):
 
     r = run_cli(["run", "-q", "--trace", "__main__.spin", "--", sys.executable, str(PROGRAMS / "rest_spin.py")], store)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     index = ProfileIndex(data.profile)
     main = [tid for tid, n in data.profile.thread_names.items() if n == "MainThread"][0]
     m = index.thread == main

@@ -14,6 +14,7 @@ from conftest import run_cli
 
 from stepscope.profiling.calltree import ProfileIndex
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 BENCH = Path(__file__).parent.parent / "benchmarks" / "sampling_fidelity.py"
 _spec = importlib.util.spec_from_file_location("sampling_fidelity", BENCH)
@@ -49,7 +50,7 @@ def test_shares_within_5_points_of_the_truth(program, hz, per_ms, tmp_path, stor
     r = run_cli(["run", "-q", "--hz", str(hz), "--", sys.executable, str(prog), str(rounds), str(per_ms)], store)
     assert r.returncode == 0, r.stderr
     truth = fidelity._truth(r.stdout)
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.env["sampler"]["main"] == "signal", data.run.env["sampler"]
     index = ProfileIndex(data.profile)
     got = _shares(index, "wall", sorted(truth))
@@ -76,7 +77,7 @@ def test_thread_sampler_on_request(tmp_path, store, per_ms):
     prog.write_text(source)
     r = run_cli(["run", "-q", "--sampler", "thread", "--", sys.executable, str(prog), "50", str(per_ms)], store)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert data.run.env["sampler"] == {"main": "thread", "note": "--sampler thread"}
     assert len(data.profile) > 10
     bad = run_cli(["run", "--sampler", "nope", "--", sys.executable, str(prog)], store)

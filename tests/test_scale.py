@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, with_span_objects
 from serve_helpers import Server
 
 PROGRAM = """import time
@@ -141,17 +141,18 @@ def test_explain_and_exports_on_the_large_run(big):
     assert sum(1 for e in doc["traceEvents"] if e["ph"] == "X") == N + 1
 
 
-def test_span_table_reads_what_store_load_reads_and_depths_match(big):
+def test_span_table_reads_what_the_row_reader_reads_and_depths_match(big):
     from stepscope.analysis.spans import depths
-    from stepscope.analysis.table import SpanTable, load_run
     from stepscope.report.view import aggregate, table_depths, window_spans
+    from stepscope.spantable import SpanTable
     from stepscope.store import Store
+    from stepscope.store.reader import load_run
 
     _, store, _ = big
     st = Store(store)
     try:
-        data = st.load()
         t = load_run(st).spans
+        data = with_span_objects(st, load_run(st))  # the same run's spans as Span objects (spanblock.iter_spans)
         assert isinstance(t, SpanTable) and len(t) == len(data.spans)
         for k in (0, 1, 17, len(t) // 2, len(t) - 1):
             assert t[k] == data.spans[k]
@@ -185,8 +186,8 @@ def test_diff_and_suggest_of_two_large_runs_work_on_the_columns(big):
 
     from stepscope.analysis.diff import diff_runs
     from stepscope.analysis.suggest import suggest
-    from stepscope.analysis.table import load_run
     from stepscope.store import Store
+    from stepscope.store.reader import load_run
 
     work, store, _ = big
     r = run_cli(["run", "-t", "__main__.batch", "--", sys.executable, str(work / "calls.py")], store)  # item untraced
@@ -204,8 +205,8 @@ def test_diff_and_suggest_of_two_large_runs_work_on_the_columns(big):
     try:
         runs = [x.id for x in st.list_runs()][:2]  # newest first
         cols = diff_runs(load_run(st, runs[1]), load_run(st, runs[0]))
-        objs = diff_runs(st.load(runs[1]), st.load(runs[0]))
+        objs = diff_runs(with_span_objects(st, load_run(st, runs[1])), with_span_objects(st, load_run(st, runs[0])))
         assert dataclasses.asdict(cols) == dataclasses.asdict(objs)
-        assert suggest(load_run(st, runs[0])) == suggest(st.load(runs[0]))
+        assert suggest(load_run(st, runs[0])) == suggest(with_span_objects(st, load_run(st, runs[0])))
     finally:
         st.close()

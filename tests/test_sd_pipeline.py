@@ -8,6 +8,7 @@ import pytest
 from conftest import PROGRAMS, run_cli
 
 from stepscope.store import Store
+from stepscope.store.reader import load_run
 
 pytest.importorskip("diffusers")
 
@@ -27,7 +28,7 @@ def demo_run(tmp_path_factory):
 
 def test_demo_spans_nest_and_carry_steps(demo_run):
     work, store, docs = demo_run
-    data = Store(store).load(docs[-1]["run_id"])
+    data = load_run(Store(store), docs[-1]["run_id"])
     by_id = {s.span_id: s for s in data.spans}
     names = [s.name for s in data.spans]
     (txn,) = [s for s in data.spans if s.op == "transaction"]
@@ -92,7 +93,7 @@ def test_demo_from_a_local_model_folder(tmp_path):
     r = run_cli(["demo", "--json", "--model", str(folder), "--steps", "2", "--size", "64", "--scheduler", "euler",
                  "--report", str(tmp_path / "r.html")], store, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert [s.attrs["diffusion.step"] for s in data.spans if s.name == UNET] == [0, 1]
     assert sum(1 for s in data.spans if s.name.endswith("EulerDiscreteScheduler.step")) == 2
     r = run_cli(["demo", "--model", str(tmp_path / "nope")], store, cwd=tmp_path)
@@ -109,7 +110,7 @@ def test_reexported_names_trace_where_defined(tmp_path):
                  sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "3", "--slow", ""], store)
     assert r.returncode == 0, r.stderr
     assert "image (64, 64)" in r.stdout
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert [s.attrs["diffusion.step"] for s in data.spans if s.name == UNET] == [0, 1, 2]
     assert sum(1 for s in data.spans if s.name == PIPE) == 1
     (line,) = [ln for ln in r.stderr.splitlines() if "forwrd" in ln]

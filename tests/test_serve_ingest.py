@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from stepscope.store import keys as keystore
 from stepscope.store import spanblock
 from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 from stepscope.web import ServerConfig, create_app
 
 EID = "a" * 32
@@ -51,7 +52,7 @@ def test_transaction_becomes_a_run_on_its_own_clock(client):
     r = post(client, envelope([({"type": "transaction"}, transaction(EID, "txt2img", n_spans=3))], {"event_id": EID}))
     assert r.status_code == 200, r.text
     assert r.json()["id"] == EID
-    data = Store(client.store).load()
+    data = load_run(Store(client.store))
     assert data.run.command == ["txt2img"] and data.run.env["source"] == "sentry"
     assert data.run.start_ns == 0 and data.run.wall_time_ns == 500_000_000
     assert data.run.anchor_wall_ns == 1_795_000_000 * 10**9
@@ -233,12 +234,12 @@ def test_v1_profile_is_linked_to_its_transaction_in_either_order(client):
     assert post(client, envelope([({"type": "profile"}, prof)])).status_code == 200  # the profile first
     assert runs(client.store) == []
     assert post(client, envelope([({"type": "transaction"}, transaction(EID))])).status_code == 200
-    data = Store(client.store).load()
+    data = load_run(Store(client.store))
     assert len(data.profile) == 40 and data.profile.sample_t_ns[1] == 10_000_000
     assert [data.profile.frames[i].function for i in data.profile.stacks[0]] == ["main", "f0"]  # root first
     assert data.profile.thread_names[7] == "MainThread" and data.profile.hz == 100.0
     assert post(client, envelope([({"type": "profile"}, prof)])).status_code == 200  # re-sent: stored once
-    assert len(Store(client.store).load().profile) == 40
+    assert len(load_run(Store(client.store)).profile) == 40
 
 
 def test_chunks_link_by_profiler_id_and_keep_only_samples_inside_the_transaction(client):
@@ -247,11 +248,11 @@ def test_chunks_link_by_profiler_id_and_keep_only_samples_inside_the_transaction
     # the chunk covers [t0 - 0.2, t0 + 0.8) at 100 Hz; the transaction is [t0, t0 + 0.5]
     assert post(client, envelope([({"type": "profile_chunk"}, chunk("1" * 32, pid, t0 - 0.2, n=100))])).status_code == 200
     assert post(client, envelope([({"type": "transaction"}, transaction(EID, start=t0, profiler_id=pid))])).status_code == 200
-    assert len(Store(client.store).load().profile) == 51
+    assert len(load_run(Store(client.store)).profile) == 51
     # a second transaction, then its chunk (the SDK sends chunks when the profiler stops)
     assert post(client, envelope([({"type": "transaction"}, transaction("b" * 32, start=t0 + 10, profiler_id=pid))])).status_code == 200
     assert post(client, envelope([({"type": "profile_chunk"}, chunk("2" * 32, pid, t0 + 10, n=30))])).status_code == 200
-    data = Store(client.store).load("last")
+    data = load_run(Store(client.store), "last")
     assert len(data.profile) == 30 and 0 <= min(data.profile.sample_t_ns) and max(data.profile.sample_t_ns) <= 500_000_000
 
 

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from stepscope.store import bench as bench_store
 from stepscope.store import keys as keystore
 from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 from stepscope.web import ServerConfig, create_app
 
 
@@ -167,7 +168,7 @@ from test_device_capture import euler_run  # noqa: E402,F401
 def test_device_page_shows_the_syncs_with_their_python_line(browser_page, euler_run):  # noqa: F811
     srv = Server(euler_run)
     try:
-        rid = Store(euler_run).load().run.id
+        rid = load_run(Store(euler_run)).run.id
         page = browser_page
         page.goto(f"{srv.url}/runs/{rid}/device")
         page.wait_for_function("window.stepscopeReport !== undefined")

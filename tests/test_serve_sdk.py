@@ -15,6 +15,7 @@ from serve_helpers import Server, auth, envelope, transaction
 
 from stepscope.store import spanblock
 from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 
 
 def new_key(store) -> str:
@@ -44,7 +45,7 @@ def sd_server(tmp_path_factory):
 
 def test_the_seeds_snippet_is_stored_as_a_run_that_every_command_reads(sd_server):
     st = Store(sd_server.store)
-    data = st.load()
+    data = load_run(st)
     assert data.run.command == ["txt2img"] and data.run.env["source"] == "sentry"
     names = [s.name for s in data.spans]
     # Sentry names a span by where the function is defined
@@ -90,7 +91,7 @@ def test_profile_chunks_in_br_bodies(tmp_path):
         assert stats["endpoint"]["encodings"].get("br", 0) >= 2
         assert stats["items"]["profile_chunk"]["stored"] >= 1
         st = Store(store)
-        loaded = [st.load(r.id) for r in st.list_runs()]
+        loaded = [load_run(st, r.id) for r in st.list_runs()]
         assert sorted(d.run.command[0] for d in loaded) == ["loop-0", "loop-1"]
         for d in loaded:
             assert len(d.profile) >= 3  # chunk samples inside each transaction (~120 ms of work each)
@@ -121,7 +122,7 @@ def test_spotlight_true_with_serve_open(tmp_path):
     try:
         assert "open mode" in srv.log.read_text()
         client(store, "--profiles", "v1", "--spotlight", "true", env={"SENTRY_SPOTLIGHT": f"http://localhost:{srv.port}/stream"})
-        data = Store(store).load()
+        data = load_run(Store(store))
         assert data.run.command == ["loop-0"] and len(data.profile) > 0
     finally:
         srv.stop()

@@ -1,19 +1,21 @@
 """Span and sample blocks (store schema 4): spans other than transactions, and samples, are stored as binary
-column blocks; what goes in comes out the same through both loaders, old row-stored runs still read, a provisional
+column blocks; what goes in comes out the same through both readers (the store's column reader, ``load_run``, and
+the stdlib row readers ``spanblock.iter_spans``/``sampleblock.rows``), old row-stored runs still read, a provisional
 row loses to its finished span, and a damaged block is refused in one line. Profile blocks (schema 5): frames and
-stacks in blocks and rows read in index order through both loaders; a schema-4 store gains the table."""
+stacks in blocks and rows read in index order; a schema-4 store gains the table."""
 
 import json
 import sys
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, span_objects
 
-from stepscope.analysis.table import NO_PARENT, load_run, read_spans
 from stepscope.model import Run
+from stepscope.spantable import NO_PARENT
 from stepscope.store import profileblock, sampleblock, spanblock
 from stepscope.store.db import Store, StoreError
+from stepscope.store.reader import load_run, read_spans
 from stepscope.store.schema import SCHEMA_VERSION
 
 BIG = 2 ** 63 - 1
@@ -61,7 +63,7 @@ def _run(st: Store, rid: str) -> None:
                       end_ns=2_000, anchor_mono_ns=0, anchor_wall_ns=0, env={}, settings={}, unresolved={}), 0)
 
 
-def test_rows_blocks_and_a_provisional_row_read_the_same_through_both_loaders(tmp_path):
+def test_rows_blocks_and_a_provisional_row_read_the_same_through_both_readers(tmp_path):
     st = Store(tmp_path)
     _run(st, "r")
     tx = (100, None, "run", "transaction", 0, 2_000, 7, None, None)
@@ -77,7 +79,7 @@ def test_rows_blocks_and_a_provisional_row_read_the_same_through_both_loaders(tm
     # a run lost with a stale provisional row of a span whose block entry exists: the block wins
     st.conn.execute("INSERT INTO spans VALUES ('r', 4, 3, 'naïve.名前', 'function', 600, 1999, 3, NULL,"
                     " '{\"stepscope.open\": true}')")
-    objs = st.load("r").spans
+    objs = span_objects(st, "r")
     table = load_run(st, "r").spans
     assert len(objs) == len(table) == 6
     for a, b in zip(objs, table):
@@ -127,14 +129,14 @@ def test_a_schema_3_store_with_row_spans_gains_block_runs_beside_them(tmp_path):
     st.close()
     st = Store(store)  # migrated: the table is back, the old rows read as before
     assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == str(SCHEMA_VERSION)
-    t = read_spans(st.conn, "old")
+    t = read_spans(st, "old")
     assert [s.name for s in t] == ["a", "b"] and t.get(2).attrs == {"k": 1}
     _run(st, "new")
     st.append("new", spans=[(1, None, "a", "function", 0, 10, 1, None, None)])
-    assert [s.name for s in st.load("new").spans] == ["a"]
+    assert [s.name for s in load_run(st, "new").spans] == ["a"]
 
 
-def test_samples_in_rows_and_blocks_read_the_same_through_both_loaders_in_time_order(tmp_path):
+def test_samples_in_rows_and_blocks_read_the_same_through_both_readers_in_time_order(tmp_path):
     st = Store(tmp_path)
     _run(st, "r")
     # an old row (schema 3), then two flushes as blocks, out of order across them
@@ -146,22 +148,20 @@ def test_samples_in_rows_and_blocks_read_the_same_through_both_loaders_in_time_o
     want = [(100, 8, 0, None, None), (150, 7, 0, 1000, None), (200, 7, 2, None, None), (250, 8, 1, 9_000_000, 0),
             (300, 7, 1, 10_000_000, 5_000_000)]
     assert sampleblock.rows(st.conn, "r") == want
-    objs = st.load("r").profile
-    assert list(zip(objs.sample_t_ns, objs.sample_thread, objs.sample_stack, objs.sample_wall_ns,
-                    objs.sample_cpu_ns)) == want
     cols = load_run(st, "r").profile
     assert cols.sample_t_ns.tolist() == [w[0] for w in want] and cols.sample_stack.tolist() == [w[2] for w in want]
     assert [None if np.isnan(x) else int(x) for x in cols.sample_cpu_ns] == [w[4] for w in want]
     assert [None if np.isnan(x) else int(x) for x in cols.sample_wall_ns] == [w[3] for w in want]
     st.conn.execute("UPDATE sample_blocks SET body = substr(body, 1, 20) WHERE rowid = (SELECT min(rowid) FROM sample_blocks)")
-    for load in (st.load, lambda r: load_run(st, r)):
-        with pytest.raises(StoreError, match="runs.db: run r: sample block of 3 samples has 20 bytes"):
-            load("r")
+    with pytest.raises(StoreError, match="runs.db: run r: sample block of 3 samples has 20 bytes"):
+        load_run(st, "r")
+    with pytest.raises(sampleblock.BlockError, match="sample block of 3 samples has 20 bytes"):
+        sampleblock.rows(st.conn, "r")
     st.delete_run("r")
     assert sampleblock.count_all(st.conn) == 0
 
 
-def test_frames_and_stacks_in_rows_and_blocks_read_in_index_order_through_both_loaders(tmp_path):
+def test_frames_and_stacks_in_rows_and_blocks_read_in_index_order(tmp_path):
     st = Store(tmp_path)
     _run(st, "r")
     st.conn.executemany("INSERT INTO frames VALUES ('r',?,?,?,?,?)", [(0, "main", "app", "/app.py", 1),
@@ -173,18 +173,17 @@ def test_frames_and_stacks_in_rows_and_blocks_read_in_index_order_through_both_l
     want_frames = [("main", "app", "/app.py", 1), ("f", "app", "/app.py", 5), ("g", "mod", "/mod.py", 9),
                    ("naïve", "m", "/m.py", 2 ** 31)]
     want_stacks = [(0, 1), (0, 2), (0, 2, 3), (), (0, 1, 3)]
-    for data in (st.load("r"), load_run(st, "r")):
-        assert [(f.function, f.module, f.file, f.line) for f in data.profile.frames] == want_frames
-        assert [tuple(s) for s in data.profile.stacks] == want_stacks
+    data = load_run(st, "r")
+    assert [(f.function, f.module, f.file, f.line) for f in data.profile.frames] == want_frames
+    assert [tuple(s) for s in data.profile.stacks] == want_stacks
 
 
 def test_a_damaged_profile_block_is_refused_in_one_line(tmp_path):
     st = Store(tmp_path)
     _run(st, "r")
     st.conn.execute("INSERT INTO profile_blocks VALUES ('r', 'frames', 0, ?)", (b'[["f", "m"]]',))
-    for load in (st.load, lambda rid: load_run(st, rid)):
-        with pytest.raises(StoreError, match="runs.db: run r: a frames block"):
-            load("r")
+    with pytest.raises(StoreError, match="runs.db: run r: a frames block"):
+        load_run(st, "r")
 
 
 def test_a_schema_4_store_gains_profile_blocks_and_keeps_its_rows(tmp_path):
@@ -197,7 +196,7 @@ def test_a_schema_4_store_gains_profile_blocks_and_keeps_its_rows(tmp_path):
     st.close()
     st = Store(tmp_path)
     assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "5"
-    data = st.load("old")
+    data = load_run(st, "old")
     assert [f.function for f in data.profile.frames] == ["f"] and data.profile.stacks == [(0,)]
     st.delete_run("old")
     assert st.conn.execute("SELECT count(*) FROM frames").fetchone()[0] == 0

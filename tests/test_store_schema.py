@@ -13,6 +13,7 @@ from conftest import run_cli
 from serve_helpers import free_port
 
 from stepscope.store.db import Store, StoreError
+from stepscope.store.reader import load_run
 from stepscope.store.schema import SCHEMA_VERSION
 
 # the layout of the first stepscope stores (format_version 1): threads without native_id, no os_threads;
@@ -68,7 +69,7 @@ def test_an_old_store_is_migrated_forward_and_reads_as_before(tmp_path):
     assert "native_id" in columns(db, "threads") and columns(db, "os_threads")
     assert "received_wall_ns" in columns(db, "ingest_chunks")
     assert run_cli(["report", "-o", str(tmp_path / "old.html")], store).returncode == 0
-    data = Store(store).load()
+    data = load_run(Store(store))
     assert [s.name for s in data.spans] == ["old.work", "old.inner"] and data.profile.thread_names == {7: "MainThread"}
     assert {"wall_ns", "cpu_ns"} <= set(columns(db, "samples"))
     from stepscope.profiling.calltree import ProfileIndex

@@ -318,9 +318,12 @@ def _start_device_capture(session, settings) -> None:
         return
     try:
         from .device.capture import DeviceCapture
+        from .store.db import DEVICE_PROBE, DEVICE_TRACE
 
-        cap = DeviceCapture(session.store.run_dir(session.run_id) / "device_trace.json.gz",
-                            with_stack=settings.device_stacks, steps=settings.device_steps)
+        st = session.store
+        cap = DeviceCapture(st.run_file(session.run_id, DEVICE_TRACE, create=True),
+                            st.run_file(session.run_id, DEVICE_PROBE), with_stack=settings.device_stacks,
+                            steps=settings.device_steps)
         cap.start()
     except ImportError as e:
         print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
@@ -331,8 +334,11 @@ def _start_device_capture(session, settings) -> None:
 def _start_xla_capture(session) -> None:
     """Start the XLA profiler (the program has just imported torch_xla); a failure is one line on stderr."""
     from .device.xla_capture import XlaCapture
+    from .store.db import XLA_METRICS, XLA_TRACE_DIR
 
-    cap = XlaCapture(session.store.run_dir(session.run_id), note=session.patcher.note)
+    st = session.store
+    cap = XlaCapture(st.run_file(session.run_id, XLA_TRACE_DIR, create=True), st.run_file(session.run_id, XLA_METRICS),
+                     note=session.patcher.note)
     try:
         cap.start()
     except Exception as e:
@@ -350,7 +356,9 @@ def _start_compile_report(session) -> None:
     except ImportError as e:
         print(f"stepscope: --compile-report needs torch ({e}); recording without it", file=sys.stderr)
         return
-    path = session.store.run_dir(session.run_id) / "compile_report.json"
+    from .store.db import COMPILE_REPORT
+
+    path = session.store.run_file(session.run_id, COMPILE_REPORT, create=True)
     session.on_finish(lambda: rec.stop(path))
 
 

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from .launch import ENV_VAR, signal_status
 from .model import Run
 from .session import new_run_id
 from .settings import Settings
-from .store.db import Store, write_error_text
+from .store.db import DbError, Store, write_error_text
 
 # interpreter options that take a value (python --help)
 _OPTS_WITH_VALUE = {"-W", "-X", "-Q", "--check-hash-based-pycs"}
@@ -231,7 +230,7 @@ def _settle(store: Store, run_id: str, returncode: int, oom_kills: int | None = 
             fields["end_ns"] = clock.now_ns()
     try:
         store.update_run(run_id, **fields)
-    except sqlite3.Error as e:
+    except DbError as e:
         return write_error_text(e, store.path)
     return None
 

@@ -29,7 +29,7 @@ from .profiling import memory as _memory
 from .profiling.sampler import OWN_THREADS, Sampler
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .settings import Settings
-from .store.db import Store, write_error_text
+from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .tracing import buffer, probes, workfacts
 from .tracing.patch import Patcher
 
@@ -364,7 +364,7 @@ class Session:
             self.main_sampler.memory = self.memory
             probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
         if self.settings.memory_history:
-            self.history = _memory.History(self.store.run_dir(self.run_id))
+            self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
             self.patcher.when_imported("torch", self.history.start)
         self.patcher.add(self.settings.functions_to_trace)
         self.patcher.when_imported("torch._dynamo", _dynamo_loaded(self.patcher))

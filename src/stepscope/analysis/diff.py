@@ -46,10 +46,10 @@ import numpy as np
 from ..bench.stats import compare
 from ..model import RunData
 from ..profiling.calltree import CallNode, ProfileIndex
+from ..spantable import as_table
 from ..tracing.steps import STEP_ATTR, kind_of_name
 from .explain import ExplainError, Repeat, default_unit, repeats_of
 from .spans import step_table
-from .table import as_table
 
 NEGLIGIBLE = 0.05
 NOISE_K = 1.5
@@ -784,13 +784,15 @@ def program_key(command: list[str]) -> str:
     return command[0]
 
 
+#: how many runs before B ``pick_runs`` looks through for one of the same program (else the one just before B)
+EARLIER_RUNS = 500
+
+
 def pick_runs(store, ref_a: str | None = None, ref_b: str | None = None) -> tuple[str, str]:
     """The run ids to compare, ``(A, B)``. Both given: as given (ids or prefixes; not one run twice). Only
     ``ref_a``: A against the newest run. Neither: B is the newest run and A the newest run before it of the same
     command (``program_key``), else the run just before it. Only ``ref_b``: A is chosen for B the same way.
     Raises StoreError for an unknown id, DiffError when the store holds fewer than two runs."""
-    import json
-
     b = store.resolve_id(ref_b)
     if ref_a:
         a = store.resolve_id(ref_a)
@@ -798,18 +800,17 @@ def pick_runs(store, ref_a: str | None = None, ref_b: str | None = None) -> tupl
             raise DiffError(f"A and B are the same run ({a}): name the run to compare it with" if ref_b else
                             f"run {a} is the newest run: name the run to compare it with (stepscope diff {a[:15]} RUN_B)")
         return a, b
-    row = store.conn.execute("SELECT command, created_wall_ns FROM runs WHERE id = ?", (b,)).fetchone()
-    key = program_key(json.loads(row[0] or "[]"))
-    earlier = store.conn.execute(
-        "SELECT id, command FROM runs WHERE id != ? AND (created_wall_ns < ? OR (created_wall_ns = ? AND id < ?)) "
-        "ORDER BY created_wall_ns DESC, id DESC LIMIT 500", (b, row[1], row[1], b)).fetchall()
+    key = program_key(store.get_run(b).command)
+    earlier = store.runs_before(b, EARLIER_RUNS)
     if not earlier:
         raise DiffError(f"run {b} has no earlier run to compare with: record another (stepscope run ...) or name two runs")
-    same = next((r[0] for r in earlier if program_key(json.loads(r[1] or "[]")) == key), None)
+    same = next((rid for rid, command in earlier if program_key(command) == key), None)
     return same or earlier[0][0], b
 
 
 def device_trace_path(store, run_id: str) -> str | None:
-    """The run's device trace file (``<store>/runs/<id>/device_trace.json.gz``), or None without one."""
-    p = store.path / "runs" / run_id / "device_trace.json.gz"
+    """The run's device trace file (``Store.run_file(run_id, DEVICE_TRACE)``), or None without one."""
+    from ..store.db import DEVICE_TRACE
+
+    p = store.run_file(run_id, DEVICE_TRACE)
     return str(p) if p.exists() else None

@@ -28,10 +28,10 @@ import numpy as np
 from ..limits import HZ_MAX
 from ..model import RunData, Span
 from ..profiling.calltree import CallNode, ProfileIndex
+from ..spantable import SpanTable, as_table
 from ..tracing.steps import STEP_ATTR
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats, step_table
-from .table import SpanTable, as_table
 
 COVER = 0.8
 MIN_SAMPLES = 8

@@ -268,7 +268,7 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth.
     ``spans``: Span objects or a ``SpanTable``; on the columns, any number of spans in a few numpy passes and no
     object per span (a 1M-span run)."""
-    from .table import as_table
+    from ..spantable import as_table
 
     t = as_table(spans)
     kind = "cuda" if lane.has_cuda else "rss"
@@ -326,7 +326,7 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
     from ..tracing.steps import STEP_ATTR
 
-    from .table import as_table
+    from ..spantable import as_table
 
     t = as_table(data.spans)  # columns: no object per span (a 1M-span run)
     live = np.ones(len(t), bool)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import Span
-from .table import NO_PARENT, SpanTable, as_table
+from ..spantable import NO_PARENT, SpanTable, as_table
 from ..tracing.steps import NESTED_ATTR, STEP_ATTR, kind_of_name
 from .slow import call_slow, shape_of, slow_cells
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
-from .table import as_table
+from ..spantable import as_table
 
 #: Never suggested: tracing them would trace everything or nothing useful.
 PLUMBING = frozenset({

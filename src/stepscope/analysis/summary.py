@@ -11,10 +11,10 @@ import numpy as np
 from ..control.procs import app_label
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from ..spantable import as_table
 from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
 from .phases import WORK, sample_phase, startup_samples, work_samples
-from .table import as_table
 from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
 
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from .. import limits
 from ..analysis.summary import summarize
-from ..analysis.table import load_run
+from ..store.reader import load_run
 from ..control import procs
 from ..control.client import CaptureError, app_of, capture, find_server, locate, parse_duration, pid_alive
 from ..control.server import DEFAULT_TIMEOUT_S, span_traced

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -12,7 +11,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from ..store.db import Store, StoreError
+from ..store.db import DatabaseError, Store, StoreError
 from ..store.schema import damaged
 
 StoreOpt = typer.Option(None, "--store", help="Store folder (default: $STEPSCOPE_STORE or ./.stepscope).",
@@ -49,7 +48,7 @@ def handles_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except (UserError, StoreError, ValueError, OSError) as e:
             fail(str(e))
-        except sqlite3.DatabaseError as e:  # a store that opened but is damaged further in
+        except DatabaseError as e:  # a store that opened but is damaged further in
             fail(damaged(_opened[-1] if _opened else "the store's runs.db", e))
 
     return wrapper

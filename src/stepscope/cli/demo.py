@@ -10,9 +10,10 @@ import typer
 
 from .. import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
-from ..analysis.table import load_run
 from ..report.html import write_report
 from ..runner import die_like
+from ..store.db import DEMO_IMAGE
+from ..store.reader import load_run
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 from .run import record
 
@@ -48,7 +49,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
     if outcome.exit_code != 0:
         die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)
-    run_image = st.run_dir(outcome.run_id) / "image.png"
+    run_image = st.run_file(outcome.run_id, DEMO_IMAGE, create=True)
     if image.exists():
         image.replace(run_image)
     path = write_report(load_run(st, outcome.run_id), report or Path(f"stepscope-{outcome.run_id}.html"))

@@ -15,9 +15,8 @@ from ..nesting import small_json
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.kineto import TraceError
+from ..store.db import COMPILE_REPORT, DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
-
-TRACE_NAME = "device_trace.json.gz"
 
 
 def looks_like_file(arg: str) -> bool:
@@ -87,27 +86,27 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     from ..device.runview import AlignError, run_device
     from ..render.device import print_run_device, print_xla
 
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     st = open_store(store)
     data = load_run(st, target)  # spans as columns: only those the device trace covers become objects
-    folder = st.path / "runs" / data.run.id
-    p = folder / TRACE_NAME
+    p = st.run_file(data.run.id, DEVICE_TRACE)
     trace = load(p) if p.exists() else None
     extras = {}
-    for key, fname in (("peak", "device_probe.json"), ("compile", "compile_report.json")):
-        f = folder / fname
+    for key, fname in (("peak", DEVICE_PROBE), ("compile", COMPILE_REPORT)):
+        f = st.run_file(data.run.id, fname)
         if f.exists():
             try:
                 extras[key] = small_json(f.read_bytes(), str(f))
             except ValueError as e:
                 raise UserError(str(e)) from None
     xla = None
-    if (folder / "xla_trace").is_dir():
+    xla_trace = st.run_file(data.run.id, XLA_TRACE_DIR)
+    if xla_trace.is_dir():
         from ..device.xla import run_xla
 
         try:
-            xla = run_xla(data, folder, top=max(top, 20))
+            xla = run_xla(data, xla_trace, st.run_file(data.run.id, XLA_METRICS), top=max(top, 20))
         except (AlignError, TraceError) as e:
             raise UserError(str(e)) from None
     try:

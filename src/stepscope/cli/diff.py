@@ -15,7 +15,7 @@ from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, ou
 
 def load_diff(store, ref_a: str | None, ref_b: str | None, span: str | None = None):
     """``Diff`` of the runs ``pick_runs`` chooses. Raises UserError (DiffError's message) or StoreError."""
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     a_id, b_id = pick_runs(store, ref_a, ref_b)
     a, b = load_run(store, a_id), load_run(store, b_id)  # spans as columns: no object per span

@@ -30,7 +30,7 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Find the slow repeats of a span (or of the denoising steps) and name the functions that make them slow."""
     st = open_store(store)
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     data = load_run(st, run_id)
     try:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..export import FORMATS, WRITERS
+from ..store.db import DEVICE_TRACE
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 _SUFFIX = {"speedscope": ".speedscope.json", "chrome": ".trace.json"}
@@ -24,11 +25,11 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     if fmt not in FORMATS:
         raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     st = open_store(store)
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     data = load_run(st, run_id)
     device = None
-    trace_file = st.path / "runs" / data.run.id / "device_trace.json.gz"
+    trace_file = st.run_file(data.run.id, DEVICE_TRACE)
     if fmt == "chrome" and trace_file.exists():
         from ..device.kineto import load
         from ..device.runview import clock_map

@@ -35,7 +35,7 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
             out.print(f"comparison: {path} ({path.stat().st_size / 1e6:.2f} MB)")
             out.print(f"verdict: {d.verdict}", markup=False)
         return
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     data = load_run(st, run_id)
     path = write_report(data, output or Path(f"stepscope-{data.run.id}.html"), device=device_for(st, data))

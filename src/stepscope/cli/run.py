@@ -73,7 +73,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
                 err.print(unresolved_line(name, why))
         store.close()
         return outcome
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     data = load_run(store, outcome.run_id)  # spans as columns: no object per span
     summary = summarize(data, ProfileIndex(data.profile))
@@ -211,7 +211,7 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
                 n: int, device: dict, json_file: Optional[Path] = None) -> Outcome:
     """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
     from ..analysis.suggest import suggest
-    from ..analysis.table import load_run
+    from ..store.reader import load_run
 
     first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
     if not first.run_id:

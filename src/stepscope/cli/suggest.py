@@ -10,7 +10,7 @@ import typer
 
 from .. import limits
 from ..analysis.suggest import suggest
-from ..analysis.table import load_run
+from ..store.reader import load_run
 from ..render.explain import print_suggestions
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 

@@ -36,7 +36,6 @@ import json
 import os
 import secrets
 import socket
-import sqlite3
 import stat
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
+from ..store.db import DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR, Store, StoreError, run_path
 
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -246,11 +246,11 @@ class ControlServer:
             if "torch_xla" in sys.modules:  # a PyTorch/XLA program: the XLA profiler (device.xla_capture)
                 from ..device.xla_capture import XlaCapture
 
-                cap = XlaCapture(Path(self.store) / "runs" / run_id)
+                cap = XlaCapture(run_path(self.store, run_id, XLA_TRACE_DIR), run_path(self.store, run_id, XLA_METRICS))
             else:
                 from ..device.capture import DeviceCapture
 
-                cap = DeviceCapture(Path(self.store) / "runs" / run_id / "device_trace.json.gz")
+                cap = DeviceCapture(run_path(self.store, run_id, DEVICE_TRACE), run_path(self.store, run_id, DEVICE_PROBE))
             cap.start()
         session = Session(settings, run_id=run_id, command=list(self.command), cut_open=True).start()
         if cap is not None:
@@ -266,7 +266,7 @@ class ControlServer:
                 _drop_run(self.store, run_id)
                 return _send(conn, {"error": f"cannot trace --span {span}: {why[0]}"})
         _send(conn, {"status": "recording", "run_id": session.run_id, "store": self.store})
-        counter = sqlite3.connect(Path(self.store) / "runs.db", timeout=30)
+        counter = Store(self.store)
         start = time.monotonic()
         reason = "duration"
         done = 0
@@ -300,21 +300,17 @@ class ControlServer:
                      "steps_done": done, "timeout_s": timeout})
 
 
-def _count_steps(db: sqlite3.Connection, run_id: str, span: str) -> int:
+def _count_steps(store: Store, run_id: str, span: str) -> int:
     from ..tracing.steps import STEP_ATTR
 
-    from ..store.spanblock import BlockError, named
-
     try:
-        rows = sorted(named(db, run_id, lambda n: n == span or n.endswith("." + span)), key=lambda s: s[4])
-    except BlockError:
+        rows = sorted(store.spans_named(run_id, lambda n: n == span or n.endswith("." + span)), key=lambda s: s[4])
+    except StoreError:
         rows = []
     return completed_steps((s[6], s[8].get(STEP_ATTR) if s[8] else None) for s in rows)
 
 
 def _drop_run(store: str, run_id: str) -> None:
-    from ..store.db import Store
-
     try:
         st = Store(store)
         st.delete_run(run_id)

@@ -39,11 +39,14 @@ MARK_EVERY_S = 0.1
 
 
 class DeviceCapture:
-    """One torch profiler session. ``start()`` then ``stop()``; ``stop`` writes ``out_path``."""
+    """One torch profiler session. ``start()`` then ``stop()``; ``stop`` writes ``out_path`` (the trace) and
+    ``probe_path`` (the matmul peaks: ``_probe``), the run's ``DEVICE_TRACE`` and ``DEVICE_PROBE``
+    (``Store.run_file``)."""
 
-    def __init__(self, out_path: str | os.PathLike, with_stack: bool = False, steps: int | None = None,
-                 wait: int = 0) -> None:
+    def __init__(self, out_path: str | os.PathLike, probe_path: str | os.PathLike, with_stack: bool = False,
+                 steps: int | None = None, wait: int = 0) -> None:
         self.out_path = Path(out_path)
+        self.probe_path = Path(probe_path)
         self.with_stack = with_stack
         self.steps = steps
         self.wait = wait
@@ -121,7 +124,7 @@ class DeviceCapture:
         self._probe()
 
     def _probe(self) -> None:
-        """Measure this device's matmul peak (FLOP/s) next to the trace (``device_probe.json``): ``peak_flops``
+        """Measure this device's matmul peak (FLOP/s) into ``probe_path`` (``device_probe.json``): ``peak_flops``
         (float32) and ``peaks`` per dtype (``flops.probe_peaks``: float16 and bfloat16 too on a GPU)."""
         import json
 
@@ -133,7 +136,7 @@ class DeviceCapture:
         peaks = probe_peaks(dev)
         info = {"device": dev, "name": name, "dtype": "float32", "peak_flops": peaks["float32"], "peaks": peaks,
                 "threads": torch.get_num_threads()}
-        (self.out_path.parent / "device_probe.json").write_text(json.dumps(info))
+        self.probe_path.write_text(json.dumps(info))
 
     def _write(self, prof) -> None:
         if self.written:

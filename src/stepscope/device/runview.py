@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analysis.table import as_table
+from ..spantable import as_table
 from ..model import RunData, Span
 from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
 from .capture import MARKER
@@ -217,7 +217,7 @@ def run_device(data: RunData, trace: KinetoTrace | None, peak: dict | None = Non
     t_hi = int(trace.end.max()) if len(trace) else 0
     r_lo, r_hi = (int(cmap.to_run(t_lo)), int(cmap.to_run(t_hi))) if len(trace) else (0, -1)
     near = work & (t.end >= r_lo - MATCH_TOLERANCE_NS) & (t.start <= r_hi + MATCH_TOLERANCE_NS)
-    sync_spans = t.spans(np.flatnonzero(near & is_sync))  # (table order: start, then id, as Store.load)
+    sync_spans = t.spans(np.flatnonzero(near & is_sync))  # (table order: start, then id, as the store's reader gives them)
     plain = t.spans(np.flatnonzero(near & ~is_sync))
     for sp in summary.syncs:
         tid = by_native.get(sp.tid)

@@ -791,22 +791,22 @@ def run_spans(data, cmap, native_to_tid: dict[int, int], tr: XlaTrace | None = N
     return out
 
 
-def run_xla(data, run_dir: str | os.PathLike, top: int = 20) -> XlaSummary:
-    """A run's XLA trace (``<run dir>/xla_trace``) joined with its spans, sync sites and metrics
-    (``xla_metrics.json``). Raises TraceError for an unreadable trace, ``runview.AlignError`` for one
-    without stepscope's clock markers."""
+def run_xla(data, trace_dir: str | os.PathLike, metrics_path: str | os.PathLike | None = None,
+            top: int = 20) -> XlaSummary:
+    """A run's XLA trace (``trace_dir``: the run's ``XLA_TRACE_DIR``) joined with its spans, sync sites and
+    metrics (``metrics_path``: the run's ``XLA_METRICS``, when it exists). Raises TraceError for an unreadable
+    trace, ``runview.AlignError`` for one without stepscope's clock markers."""
     from .runview import AlignError, clock_map_from
 
-    run_dir = Path(run_dir)
-    tr = load_xla(run_dir / "xla_trace", require_xla=False)
+    tr = load_xla(Path(trace_dir), require_xla=False)
     pts, tids = clock_points(tr)
     if not pts:
         raise AlignError(f"{tr.files[0]}: no {MARKER} markers; record with `stepscope run --device-trace`")
     cmap = clock_map_from(pts)
     native_to_tid = {native: tid for tid, native in tids.items()}
     doc: dict = {}
-    mf = run_dir / "xla_metrics.json"
-    if mf.exists():
+    mf = Path(metrics_path) if metrics_path is not None else None
+    if mf is not None and mf.exists():
         try:
             doc = small_json(mf.read_bytes(), str(mf))
         except ValueError as e:

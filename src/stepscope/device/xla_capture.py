@@ -41,8 +41,6 @@ from ..tracing import steps as step_hooks
 from .capture import MARKER
 
 MARK_EVERY_S = 0.1
-TRACE_DIR = "xla_trace"
-METRICS_FILE = "xla_metrics.json"
 METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "InboundData",
            "OutboundData")
 
@@ -55,12 +53,13 @@ def uses_xla() -> bool:
 
 
 class XlaCapture:
-    """One XLA profiler session for a run folder. ``start()`` then ``stop()``; ``stop`` writes the trace
-    under ``<run_dir>/xla_trace`` and ``<run_dir>/xla_metrics.json``. ``note(name, why)`` (optional) is
-    told, at ``stop``, of each span left unmirrored."""
+    """One XLA profiler session for a run. ``start()`` then ``stop()``; ``stop`` writes the trace under
+    ``trace_dir`` and the metrics readings to ``metrics_path`` (the run's ``XLA_TRACE_DIR`` and ``XLA_METRICS``:
+    ``Store.run_file``). ``note(name, why)`` (optional) is told, at ``stop``, of each span left unmirrored."""
 
-    def __init__(self, run_dir: str | os.PathLike, note=None) -> None:
-        self.run_dir = Path(run_dir)
+    def __init__(self, trace_dir: str | os.PathLike, metrics_path: str | os.PathLike, note=None) -> None:
+        self.trace_dir = Path(trace_dir)
+        self.metrics_path = Path(metrics_path)
         self.note = note
         self.session = None
         self.error: str | None = None
@@ -75,7 +74,6 @@ class XlaCapture:
 
         self._met = met
         self._tm = torch_xla._XLAC.profiler.TraceMe
-        self.trace_dir = self.run_dir / TRACE_DIR
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.session = torch_xla._XLAC.profiler.TslProfilerSessionWrapper()
@@ -189,7 +187,7 @@ class XlaCapture:
         mirror.disable_xla()
         doc = {"snapshots": self.snapshots, "unmirrored": unmirrored, "error": self.error}
         self.snapshots = None
-        (self.run_dir / METRICS_FILE).write_text(json.dumps(doc))
+        self.metrics_path.write_text(json.dumps(doc))
         if self.note is not None:
             for name, why in unmirrored.items():
                 try:

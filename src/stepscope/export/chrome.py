@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from .. import __version__
-from ..analysis.table import NO_PARENT, as_table
+from ..spantable import NO_PARENT, as_table
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 

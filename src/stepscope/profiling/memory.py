@@ -323,8 +323,8 @@ class History:
     ``max_entries`` events kept (a ring buffer), Python stacks of each allocation; ``snapshot(path)``
     pickles ``torch.cuda.memory._snapshot()`` (the format memory_viz reads) once."""
 
-    def __init__(self, folder, max_entries: int = 100_000) -> None:
-        self.folder = folder
+    def __init__(self, path, max_entries: int = 100_000) -> None:
+        self.path = path  # where the snapshot goes: the run's ``MEMORY_SNAPSHOT`` (``Store.run_file``)
         self.max_entries = max_entries
         self.on = False
         self.note: str | None = None
@@ -354,7 +354,7 @@ class History:
                 pass
 
     def snapshot(self, why: str = "oom"):
-        """Write ``memory_snapshot.pickle`` into the run's folder (once); its path, or None."""
+        """Write the snapshot (``memory_snapshot.pickle`` in the run's folder) to ``path`` (once); its path, or None."""
         if not self.on or self.written is not None:
             return self.written
         torch = sys.modules.get("torch")
@@ -364,7 +364,7 @@ class History:
             import pickle
 
             snap = torch.cuda.memory._snapshot()
-            path = os.path.join(str(self.folder), "memory_snapshot.pickle")
+            path = str(self.path)
             with open(path, "wb") as f:
                 pickle.dump(snap, f)
             self.written = path

@@ -98,7 +98,9 @@ def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, s
 
 def device_for(store, data: RunData):
     """The run's device view and ``(trace, clock map)`` for the report, or None without a device trace."""
-    p = store.path / "runs" / data.run.id / "device_trace.json.gz"
+    from ..store.db import DEVICE_TRACE
+
+    p = store.run_file(data.run.id, DEVICE_TRACE)
     if not p.exists():
         return None
     from ..device.kineto import load

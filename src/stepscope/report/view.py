@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.slow import limit_of
-from ..analysis.table import NO_PARENT, SpanTable, as_table
+from ..spantable import NO_PARENT, SpanTable, as_table
 from ..analysis.summary import Summary, summarize
 from ..analysis.phases import phases as run_phases
 from ..analysis.phases import sample_phase

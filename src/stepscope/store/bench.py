@@ -49,6 +49,15 @@ def resolve(store: Store, ref: str | None) -> str:
     return rows[0]
 
 
+def list_benches(store: Store) -> list[dict]:
+    """Every benchmark, newest first: ``{"id", "created_wall_ns", "status", "labels"}`` (``labels``: one per
+    configuration). Raises StoreError for an unreadable store."""
+    with store._reading():
+        _ensure(store)
+        rows = store.conn.execute("SELECT id, created_wall_ns, status, labels FROM bench ORDER BY created_wall_ns DESC").fetchall()
+    return [{"id": r[0], "created_wall_ns": r[1], "status": r[2], "labels": json.loads(r[3] or "[]")} for r in rows]
+
+
 def load(store: Store, bench_id: str) -> dict:
     """``{"id", "spec", "env", "status", "labels", "notes", "runs": [...]}`` for one benchmark."""
     _ensure(store)

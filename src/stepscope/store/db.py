@@ -1,8 +1,10 @@
 """SQLite schema and queries for the run store (stdlib only: the recording process writes here).
 
 Layout: ``<store>/runs.db`` (SQLite, WAL journal so readers never block the writer) and
-``<store>/runs/<run id>/`` for files that belong to a run (images, device traces).
-Raw records only: flame graphs, step tables and diffs are computed on load.
+``<store>/runs/<run id>/`` for files that belong to a run (images, device traces): ``run_path`` and
+``Store.run_file`` are the one place a run's path is made, from the names below.
+Raw records only: flame graphs, step tables and diffs are computed on load (``store.reader.load_run``).
+Every SQL statement of stepscope lives in ``store/`` (and the ingest writer, ``ingest/writer.py``, ``ingest/apply.py``).
 """
 
 from __future__ import annotations
@@ -13,15 +15,47 @@ import os
 import socket
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
-from ..model import Frame, MemoryTrack, Profile, Run, RunData, Span
-from . import profileblock, sampleblock, schema, spanblock
+from ..model import MemoryTrack, Profile, Run
+from . import sampleblock, schema, spanblock
 
 
 _HOST = socket.gethostname()
 _SQLITE_FULL = 13
+
+#: the folder of the runs' files in a store folder (``run_path``)
+RUNS_DIR = "runs"
+# files of a run's folder (``Store.run_file(run_id, NAME)``)
+#: the torch profiler's trace of the run (Kineto JSON, gzipped: ``device.capture``)
+DEVICE_TRACE = "device_trace.json.gz"
+#: the device's measured matmul peaks, written beside the trace (``device.capture``)
+DEVICE_PROBE = "device_probe.json"
+#: Dynamo's graph breaks and recompiles (``--compile-report``: ``device.compile_report``)
+COMPILE_REPORT = "compile_report.json"
+#: the XLA profiler's capture folder (``plugins/profile/<time>/``: ``device.xla_capture``)
+XLA_TRACE_DIR = "xla_trace"
+#: torch_xla metrics readings of the run (``device.xla_capture``)
+XLA_METRICS = "xla_metrics.json"
+#: the CUDA allocator's snapshot at an out-of-memory error (``--memory-history``: ``profiling.memory.History``)
+MEMORY_SNAPSHOT = "memory_snapshot.pickle"
+#: the demo's image (``stepscope demo``)
+DEMO_IMAGE = "image.png"
+
+#: any SQLite error a store call may raise beyond ``StoreError`` (a failed write: ``write_error_text``)
+DbError = sqlite3.Error
+#: an SQLite error of a store that opened but is damaged further in (``schema.damaged`` names the file)
+DatabaseError = sqlite3.DatabaseError
+
+
+def run_path(store_path: str | os.PathLike, run_id: str, name: str | None = None) -> Path:
+    """The folder of run ``run_id``'s files in the store folder ``store_path``, or the file ``name`` (one of
+    the names above) in it; nothing is created. For code that has the store's folder but no ``Store`` (the
+    control server inside the program); otherwise ``Store.run_dir``/``Store.run_file``."""
+    d = Path(store_path) / RUNS_DIR / run_id
+    return d if name is None else d / name
 
 
 def _json_insert(head: str, n: int) -> str:
@@ -97,9 +131,23 @@ class Store:
 
     def run_dir(self, run_id: str) -> Path:
         """The folder for a run's files (created on demand)."""
-        d = self.path / "runs" / run_id
+        d = run_path(self.path, run_id)
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def run_file(self, run_id: str, name: str, create: bool = False) -> Path:
+        """The file ``name`` (``DEVICE_TRACE``, ``DEVICE_PROBE``, ``COMPILE_REPORT``, ``XLA_TRACE_DIR``,
+        ``XLA_METRICS``, ``MEMORY_SNAPSHOT``, ``DEMO_IMAGE``) of run ``run_id``'s folder; with ``create`` the
+        folder is made (for a writer), else nothing is (the file may not exist)."""
+        return (self.run_dir(run_id) if create else run_path(self.path, run_id)) / name
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """An SQLite error met inside becomes ``StoreError``: one line naming ``runs.db``."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise StoreError(schema.damaged(self.path / "runs.db", e)) from None
 
     # -- writing ---------------------------------------------------------------------------------
     def create_run(self, run: Run, created_wall_ns: int) -> None:
@@ -221,7 +269,7 @@ class Store:
             c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
         c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         c.execute("COMMIT")
-        d = self.path / "runs" / run_id
+        d = run_path(self.path, run_id)
         if d.exists():
             import shutil
 
@@ -290,38 +338,50 @@ class Store:
             raise StoreError(f"no run {run_id!r} in store {self.path}")
         return self._run_row(rows[0]) if as_stored else self._run(rows[0])
 
-    def load(self, ref: str | None = None) -> RunData:
-        """Everything recorded for a run (see ``resolve_id`` for ``ref``)."""
-        run_id = self.resolve_id(ref)
-        run = self.get_run(run_id)
-        c = self.conn
-        try:
-            rows = sorted(spanblock.iter_spans(c, run_id), key=lambda r: (r[4], r[0]))
-        except spanblock.BlockError as e:
-            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
-        spans = [Span(r[0], r[1], r[2], r[3] or "function", r[4], r[5], r[6] or 0, "error" if r[7] else "ok", r[7],
-                      r[8] or {}) for r in rows]
-        del rows
-        try:
-            frames = [Frame(*r) for r in profileblock.frames(c, run_id)]
-            stacks = list(map(profileblock.parse_stack, profileblock.stacks(c, run_id)))
-        except profileblock.BlockError as e:
-            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
-        try:
-            rows = sampleblock.rows(c, run_id)
-        except sampleblock.BlockError as e:
-            raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
-        profile = Profile(
-            frames=frames, stacks=stacks,
-            sample_t_ns=[r[0] for r in rows], sample_thread=[r[1] for r in rows], sample_stack=[r[2] for r in rows],
-            sample_wall_ns=[r[3] for r in rows], sample_cpu_ns=[r[4] for r in rows],
-            hz=float(run.settings.get("profiles_hz") or 0.0),
-        )
-        self.load_threads(run_id, profile)
-        run.span_count, run.sample_count = sum(s.op != "transaction" for s in spans), len(rows)
-        data = RunData(run, spans, profile)
-        data.memory = self.load_memory(run_id)
-        return data
+    def runs_before(self, run_id: str, limit: int) -> list[tuple[str, list]]:
+        """The ``limit`` runs created before run ``run_id`` (same creation time: a smaller id), newest first, as
+        ``(id, command)``. Raises StoreError for an unknown run or an unreadable store."""
+        with self._reading():
+            row = self.conn.execute("SELECT created_wall_ns FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no run {run_id!r} in store {self.path}")
+            rows = self.conn.execute(
+                "SELECT id, command FROM runs WHERE id != ? AND (created_wall_ns < ? OR (created_wall_ns = ? AND id < ?)) "
+                "ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (run_id, row[0], row[0], run_id, int(limit))).fetchall()
+        return [(r[0], json.loads(r[1] or "[]")) for r in rows]
+
+    def recent_runs_for_picker(self, limit: int) -> list[tuple[str, list, int | None, str]]:
+        """The newest ``limit`` runs as ``(id, command, start wall-clock ns, source)`` (source: "run", or the
+        env's ``source``: "sentry" for ingested runs), newest first; the envelopes ``stepscope serve`` has
+        acknowledged are waited for first (``settle_ingest``). Raises StoreError for an unreadable store."""
+        with self._reading():
+            self.settle_ingest()
+            rows = self.conn.execute(
+                "SELECT id, command, anchor_wall_ns + (start_ns - anchor_mono_ns), "
+                "coalesce(json_extract(env, '$.source'), 'run') "
+                "FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (int(limit),)).fetchall()
+        return [(r[0], json.loads(r[1] or "[]"), r[2], r[3]) for r in rows]
+
+    def ingest_stats(self) -> tuple[dict[str, tuple[int, int]], int, int]:
+        """``stepscope serve``'s counters: ``({item type: (received, stored)}, waiting, failed)``: waiting, the
+        acknowledged envelopes not yet runs (the writer's backlog); failed, those that failed to become runs
+        (kept, tried again when the writer starts next). The ingest tables must exist (the writer makes them).
+        Raises StoreError for an unreadable store."""
+        with self._reading():
+            rows = self.conn.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall()
+            waiting, failed = self.conn.execute(
+                "SELECT count(*) - count(error), count(error) FROM ingest_spool").fetchone()
+        return {t: (r, s) for t, r, s in rows}, waiting, failed
+
+    def spans_named(self, run_id: str, match: Callable[[str], bool]) -> list[tuple]:
+        """The run's spans whose name ``match`` accepts, as tuples (``SPAN_FIELDS`` order, ``attrs`` a dict or
+        None), in no particular order, without building the other spans' (``spanblock.named``). Raises StoreError
+        for a damaged block or an unreadable store."""
+        with self._reading():
+            try:
+                return list(spanblock.named(self.conn, run_id, match))
+            except spanblock.BlockError as e:
+                raise StoreError(f"{self.path / 'runs.db'}: run {run_id}: {e}") from None
 
     def load_threads(self, run_id: str, profile: Profile) -> None:
         """Fill ``profile``'s thread names, OS thread ids and ``os_threads`` (each Python thread id's OS threads in

@@ -4,7 +4,7 @@ stdlib only: the recording process and the ingest writer write them).
 Why: an ingested profile of 200 samples took 0.55 ms to insert as 200 rows of ``samples`` (each with its run id
 text in the table and in the ``(run_id, t_ns)`` index) and 0.04 ms as one block; the recorder's flush writes one
 block where it wrote a JSON array per flush. Stores of schema 3 and earlier have only rows of ``samples``;
-readers read both (``rows``, ``count``; numpy in ``analysis.table.load_run``).
+readers read both (``rows``, ``count``; numpy in ``store.reader.load_run``).
 
 Block layout (little-endian), one ``body`` BLOB::
 

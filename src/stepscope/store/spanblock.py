@@ -3,7 +3,7 @@ process and the ingest writer write them).
 
 Why: a million spans as a million rows of the ``spans`` table cost ~2.2 s to insert and ~0.9 s to read back
 (SQLite steps every row, Python builds a tuple per row); as 16 blocks they take ~0.3 s to encode and
-insert, and numpy reads them without a Python object per span (``analysis.table.read_spans``).
+insert, and numpy reads them without a Python object per span (``store.reader.read_spans``).
 
 Where spans go: a finished span whose op is not ``"transaction"`` goes into a block (``span_blocks``, at most
 ``BLOCK_SPANS`` spans a row, in the order the spans ended). Transactions (the root span of a run, each

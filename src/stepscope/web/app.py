@@ -148,13 +148,11 @@ def create_app(config: ServerConfig) -> Starlette:
 
     async def stats(request: Request) -> Response:
         # the writer made the ingest tables before the first request (lifespan)
-        c = state.store().conn
-        rows = c.execute("SELECT item_type, received, stored FROM ingest_counts").fetchall()
-        # acknowledged envelopes not yet runs (the writer's backlog), and those that failed to become runs (kept,
-        # tried again when the writer starts next)
-        waiting, failed = c.execute("SELECT count(*) - count(error), count(error) FROM ingest_spool").fetchone()
+        # items: (received, stored) per item type; spool: acknowledged envelopes not yet runs (the writer's
+        # backlog), and those that failed to become runs (kept, tried again when the writer starts next)
+        items, waiting, failed = state.store().ingest_stats()
         return Response(orjson.dumps({"endpoint": dataclasses.asdict(state.counters),
-                                      "items": {t: {"received": r, "stored": s} for t, r, s in rows},
+                                      "items": {t: {"received": r, "stored": s} for t, (r, s) in items.items()},
                                       "spool": {"waiting": waiting, "failed": failed}}),
                         media_type="application/json")
 

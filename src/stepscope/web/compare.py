@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.responses import HTMLResponse
 
 from ..store.db import StoreError
@@ -16,13 +14,9 @@ def run_choices(store, limit: int = PICKER_RUNS) -> list[dict]:
     envelopes ``stepscope serve`` has acknowledged are waited for first, as ``Store.list_runs`` does."""
     from .templating import fmt_wall
 
-    store.settle_ingest()
-    rows = store.conn.execute(
-        "SELECT id, command, anchor_wall_ns + (start_ns - anchor_mono_ns), coalesce(json_extract(env, '$.source'), 'run') "
-        "FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (int(limit),)).fetchall()
     out = []
-    for rid, command, wall, source in rows:
-        cmd = " ".join(json.loads(command or "[]"))
+    for rid, command, wall, source in store.recent_runs_for_picker(limit):
+        cmd = " ".join(command)
         if len(cmd) > 90:
             cmd = "…" + cmd[-89:]
         out.append({"id": rid, "label": f"{rid} · {fmt_wall(wall or 0)} · {source} · {cmd}"})
@@ -34,8 +28,8 @@ def compare_response(store, params, diff_error: type) -> HTMLResponse:
     diff`` picks them; ``span``). An unknown run answers 404, runs with nothing to compare 400, each with
     the pickers and the reason on the page."""
     from ..analysis.diff import device_trace_path, diff_runs, pick_runs
-    from ..analysis.table import load_run
     from ..report.compare import compare_page
+    from ..store.reader import load_run
 
     a_ref, b_ref = params.get("a") or None, params.get("b") or None
     span = (params.get("span") or "").strip()[:300]

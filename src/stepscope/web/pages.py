@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..analysis.table import load_run
 from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
-from ..store.db import StoreError
+from ..store.db import DEVICE_TRACE, StoreError
+from ..store.reader import load_run
 from .templating import bench_page, env, ui_css
 
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -103,7 +103,7 @@ def routes(state) -> list[Route]:
             rid = st.resolve_id(ref)
         except StoreError as e:
             raise HTTPException(404, str(e)) from None
-        dev = st.path / "runs" / rid / "device_trace.json.gz"
+        dev = st.run_file(rid, DEVICE_TRACE)
         key = (rid, *st.counts(rid),
                dev.stat().st_mtime_ns if dev.exists() else 0)
         with views_lock:
@@ -154,7 +154,7 @@ def routes(state) -> list[Route]:
     def api_spans(request: Request) -> Response:
         """``GET /api/runs/{id}/spans?t0=&t1=``: the spans of a window (us from the run's start), for the
         waterfall of a large run when zoomed (``report.view.window_spans``)."""
-        from ..analysis.table import read_spans
+        from ..store.reader import read_spans
         from ..report.view import table_depths, window_spans
 
         st = state.store()
@@ -174,7 +174,7 @@ def routes(state) -> list[Route]:
             if hit is not None:
                 tables.move_to_end(key)
         if hit is None:
-            t = read_spans(st.conn, rid)
+            t = read_spans(st, rid)
             hit = (t, table_depths(t), st.get_run(rid).start_ns)
             with tables_lock:
                 tables[key] = hit
@@ -191,9 +191,8 @@ def routes(state) -> list[Route]:
     def bench_list(request: Request) -> HTMLResponse:
         from ..store import bench as bench_store
 
-        bench_store._ensure(state.store())
-        rows = state.store().conn.execute("SELECT id, created_wall_ns, status, labels FROM bench ORDER BY created_wall_ns DESC").fetchall()
-        items = [{"id": r[0], "created": r[1], "status": r[2], "configs": len(orjson.loads(r[3] or "[]"))} for r in rows]
+        items = [{"id": b["id"], "created": b["created_wall_ns"], "status": b["status"], "configs": len(b["labels"])}
+                 for b in bench_store.list_benches(state.store())]
         return HTMLResponse(env.get_template("benches.html.j2").render(title="benchmarks", items=items))
 
     def _bench(bench_id: str):
