@@ -136,6 +136,7 @@ class DeviceCapture:
         peaks = probe_peaks(dev)
         info = {"device": dev, "name": name, "dtype": "float32", "peak_flops": peaks["float32"], "peaks": peaks,
                 "threads": torch.get_num_threads()}
+        self.probe_path.parent.mkdir(parents=True, exist_ok=True)
         self.probe_path.write_text(json.dumps(info))
 
     def _write(self, prof) -> None:
