@@ -20,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-import types
 from typing import Any
 
 from . import clock
@@ -32,6 +31,8 @@ from .settings import Settings
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .tracing import buffer, probes, workfacts
 from .tracing.patch import Patcher
+from .dynamo_hooks import dynamo_loaded
+from .forks import call_soon_in_main, forks, os_thread_count
 
 
 def new_run_id() -> str:
@@ -121,177 +122,9 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def _own_codes(modules) -> list:
-    """Every code object of the functions and methods defined in ``modules`` (nested code included)."""
-    out: list = []
-    seen: set = set()
-
-    def add(code) -> None:
-        if id(code) in seen:
-            return
-        seen.add(id(code))
-        out.append(code)
-        for k in code.co_consts:
-            if isinstance(k, types.CodeType):
-                add(k)
-
-    for mod in modules:
-        for obj in list(vars(mod).values()):
-            objs = [obj]
-            if isinstance(obj, type) and obj.__module__ == mod.__name__:
-                objs = list(vars(obj).values())
-            for o in objs:
-                o = getattr(o, "__func__", o)  # classmethod / staticmethod
-                code = getattr(o, "__code__", None)
-                if isinstance(code, types.CodeType) and getattr(o, "__module__", None) == mod.__name__:
-                    add(code)
-    return out
-
-
-def _skip_own_code(skip) -> None:
-    """Mark the recording side's code as "never convert this frame" for Dynamo (``skip(code)``:
-    ``torch._dynamo.eval_frame.skip_code``). ``probes.compiled`` stays visible: Dynamo calls it through
-    ``assume_constant_result`` while it traces a traced function's compile-time branch."""
-    from .profiling import sampler as _sampler, signals as _signals
-    from .tracing import buffer as _buffer, probes as _probes
-
-    keep = {_probes.compiled.__code__, _probes.note_compiled.__code__}
-    mods = [_probes, _buffer, _sampler, _signals, _memory]
-    mon = sys.modules.get("stepscope.tracing.monitoring")
-    if mon is not None:
-        mods.append(mon)
-    for code in _own_codes(mods):
-        if code not in keep:
-            try:
-                skip(code)
-            except Exception:
-                pass
-
-
-def _dynamo_loaded(patcher: Patcher):
-    """When torch.compile (Dynamo) is imported: make the traced code's compile-time branch visible to it
-    (3.11 mechanism: the original body, no probe, no graph break), note traced functions that it compiles
-    (they run as part of a graph: "inside a compiled region"), and let it run the remaining span wrappers
-    (builtins, ``stepscope.trace``) as they are."""
-
-    def on_import(dynamo) -> None:
-        import torch
-        from torch._dynamo import trace_rules
-
-        from .tracing import codeswap, probes
-
-        for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs",
-                       "stepscope.tracing.mirror", "stepscope.api"):
-            trace_rules.add(module)
-        codeswap.dynamo_loaded(torch.compiler.is_compiling, torch._dynamo.assume_constant_result(probes.compiled))
-        # stepscope's own frames are run as they are, never converted into a graph: the timer-signal handler
-        # (between any two bytecodes, also while Dynamo's frame hook is set), and the probes, which run as a
-        # frame of their own when Dynamo skips the traced code's frame (``nn.Module._wrapped_call_impl``,
-        # an inherited ``__call__`` traced through a subclass) and would otherwise be the frame it converts
-        skip = getattr(getattr(torch._dynamo, "eval_frame", None), "skip_code", None)
-        if skip is not None:
-            _skip_own_code(skip)
-        monitor = getattr(patcher.mechanism, "_monitor", None)
-        register = getattr(getattr(dynamo, "convert_frame", None), "register_bytecode_hook", None)
-        if monitor is not None and register is not None:  # 3.12+: compiled frames emit no events
-            def on_bytecode(code, new_code):
-                p = monitor.probes.get(code)
-                if p is not None:
-                    probes.note_compiled(p.name or p.by_class[0][1])
-                return None
-
-            register(on_bytecode)
-
-    return on_import
-
-
-def _os_thread_count() -> int:
-    """The process's OS threads now (``/proc/self/task``; else the threads Python knows of)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-_pending_calls: list = []  # the ctypes callbacks waiting for the main thread (kept alive until they ran)
-
-
-def _call_soon_in_main(fn, frame=None) -> bool:
-    """Run ``fn()`` in the main thread at the interpreter's next pending-call check (``Py_AddPendingCall``,
-    through ctypes); with ``frame``, once the main thread runs that frame again (a check inside other code,
-    such as another at-fork hook, puts the call back). False when it cannot be scheduled."""
-    try:
-        import ctypes
-
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-        left = [10_000]
-
-        def run(_arg) -> int:
-            try:
-                if frame is not None and left[0] > 0 and sys._getframe(1) is not frame:
-                    left[0] -= 1
-                    if ctypes.pythonapi.Py_AddPendingCall(cb, None) == 0:
-                        return 0
-                _pending_calls.remove(cb)
-                fn()
-            except Exception:
-                pass
-            return 0
-
-        cb = proto(run)
-        _pending_calls.append(cb)
-        if ctypes.pythonapi.Py_AddPendingCall(cb, None) != 0:
-            _pending_calls.remove(cb)
-            return False
-        return True
-    except Exception:
-        return False
-
-
 #: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
 #: looks at 10 Hz; a shorter wait (a worker's sleep inside a step) keeps the full rate
 QUIET_NS = 1_000_000_000
-
-
-class _ForkWatch:
-    """The ``os.register_at_fork`` hooks, registered once per process, acting on the session recording now."""
-
-    def __init__(self) -> None:
-        self.session: "Session | None" = None
-        self._registered = False
-
-    def watch(self, session: "Session") -> None:
-        self.session = session
-        if not self._registered and hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=self._before, after_in_parent=self._parent, after_in_child=self._child)
-            self._registered = True
-
-    def _before(self) -> None:
-        s = self.session
-        if s is not None:
-            try:
-                s.before_fork(sys._getframe(1))
-            except Exception:  # never into the program's fork
-                pass
-
-    def _parent(self) -> None:
-        s = self.session
-        if s is not None:
-            try:
-                s.after_fork_in_parent()
-            except Exception:
-                pass
-
-    def _child(self) -> None:
-        s, self.session = self.session, None
-        if s is not None:
-            try:
-                s.after_fork_in_child()
-            except Exception:
-                pass
-
-
-_forks = _ForkWatch()
 
 
 class Session:
@@ -367,7 +200,7 @@ class Session:
             self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
             self.patcher.when_imported("torch", self.history.start)
         self.patcher.add(self.settings.functions_to_trace)
-        self.patcher.when_imported("torch._dynamo", _dynamo_loaded(self.patcher))
+        self.patcher.when_imported("torch._dynamo", dynamo_loaded(self.patcher))
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
         if self.settings.profiles_hz > 0 and self.settings.sampler != "thread":
@@ -377,7 +210,7 @@ class Session:
         self.recorder_error: str | None = None
         self._start_recorder()
         atexit.register(self._atexit)
-        _forks.watch(self)
+        forks.watch(self)
         return self
 
     def _start_recorder(self) -> None:
@@ -574,7 +407,7 @@ class Session:
         except RuntimeError:
             pass
         th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
-        self._alone_at_fork = sys.version_info >= (3, 13) and _os_thread_count() == 1
+        self._alone_at_fork = sys.version_info >= (3, 13) and os_thread_count() == 1
 
     def after_fork_in_parent(self) -> None:
         """The fork is done (this is the parent): start the recorder again. Python 3.13+ counts the threads for
@@ -583,7 +416,7 @@ class Session:
         forking thread is the main thread, the only one)."""
         if self.finished or os.getpid() != self._pid:
             return
-        if getattr(self, "_alone_at_fork", False) and _call_soon_in_main(self._restart_recorder, self._fork_frame):
+        if getattr(self, "_alone_at_fork", False) and call_soon_in_main(self._restart_recorder, self._fork_frame):
             self._fork_frame = None
             return
         self._fork_frame = None
