@@ -129,3 +129,20 @@ def test_the_built_in_tokenizer_tokenizes_prompts():
     assert a != b and len(set(a)) > 5
     assert tok.convert_ids_to_tokens(a)[:3] == ["<|startoftext|>", "a</w>", "p"]
     assert len(tok("x", padding="max_length", max_length=77).input_ids) == 77
+
+
+def test_a_scheduler_override_calling_super_is_one_step(tmp_path):
+    """Naming `DDIMScheduler.step` traces a subclass's override too (issue 27's overrides); the override calling
+    `super().step()` is one denoising step: indices 0, 1, 2, the inner call tagged nested (XLA's guide scheduler read
+    steps 0, 2, 4)."""
+    import json
+
+    store = tmp_path / "store"
+    r = run_cli(["run", "-q", "--json-file", str(tmp_path / "run.json"), "--trace", UNET, "--trace",
+                 "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step", "--", sys.executable,
+                 str(PROGRAMS / "sd_sched_override.py")], store)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run.json").read_text())["run"]
+    assert [(row["call"], row["step"]) for row in run["steps"]["rows"]] == [(0, 0), (0, 1), (0, 2)], run["steps"]["rows"]
+    names = {s["name"]: s["count"] for s in run["spans"]}
+    assert names.get("__main__.LoggingDDIM.step") == 3 or any(n.endswith("LoggingDDIM.step") for n in names), names

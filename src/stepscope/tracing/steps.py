@@ -38,7 +38,7 @@ _DENOISER_MODULES = ("diffusers.models.unets", "diffusers.models.transformers", 
                      "diffusers.models.controlnet")
 
 class _Scope:
-    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun")
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun", "marking")
 
     def __init__(self, outer: "_Scope | None") -> None:
         self.begun = -1  # the last step whose start listeners were called
@@ -47,6 +47,7 @@ class _Scope:
         self.marked = False  # a scheduler step ran in this scope
         self.last_t = None  # the denoiser's last timestep argument (identity only)
         self.seen = 0  # distinct timesteps the denoiser saw
+        self.marking = 0  # scheduler steps open now (a subclass's step calling super().step(): one step)
 
 
 # The innermost step scope.
@@ -131,13 +132,20 @@ class StepMarker:
     def enter(self, args: tuple, kwargs: dict) -> dict:
         s = _current()
         s.marked = True
+        s.marking += 1
+        if s.marking > 1:  # inside another scheduler step (an override calling super().step()): the same step
+            return {STEP_ATTR: s.counter, NESTED_ATTR: True}
         return {STEP_ATTR: s.counter}
 
     def enter_frame(self, frame) -> dict:
         return self.enter((), {})
 
     def exit(self) -> None:
-        _current().counter += 1
+        s = _current()
+        s.marking = max(0, s.marking - 1)
+        if s.marking:  # the inner call of one step: the outer one advances the counter
+            return
+        s.counter += 1
         for fn in tuple(_listeners):
             try:
                 fn()
