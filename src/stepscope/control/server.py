@@ -182,18 +182,29 @@ class ControlServer:
     def _serve(self) -> None:
         from ..profiling.sampler import OWN_THREADS
 
-        OWN_THREADS.add(threading.get_ident())
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), name="stepscope-capture", daemon=True).start()
+        me = threading.get_ident()
+        OWN_THREADS.add(me)
+        try:
+            while True:
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    return
+                threading.Thread(target=self._handle, args=(conn,), name="stepscope-capture", daemon=True).start()
+        finally:
+            OWN_THREADS.discard(me)  # (an ident comes back for a new thread of the program's: that one is sampled)
 
     def _handle(self, conn: socket.socket) -> None:
         from ..profiling.sampler import OWN_THREADS
 
-        OWN_THREADS.add(threading.get_ident())
+        me = threading.get_ident()
+        OWN_THREADS.add(me)
+        try:
+            self._handle_conn(conn)
+        finally:
+            OWN_THREADS.discard(me)
+
+    def _handle_conn(self, conn: socket.socket) -> None:
         with conn:
             try:
                 conn.settimeout(10)
