@@ -87,6 +87,8 @@ def _default_in_forked_child(sigs: list, handler) -> None:
     one sent to the child before its handler is reset waits in the kernel and then acts by default: Python
     drops a signal its C handler caught before its after-fork clean-up, and one caught after it would run
     ``handler`` late or not at all."""
+    from .profiling.signals import default_where  # (imported here, not in the forked child)
+
     saved: list = []
 
     def before() -> None:
@@ -104,12 +106,7 @@ def _default_in_forked_child(sigs: list, handler) -> None:
                 pass
 
     def in_child() -> None:
-        for sig in sigs:
-            try:
-                if signal.getsignal(sig) is handler:
-                    signal.signal(sig, signal.SIG_DFL)
-            except (OSError, ValueError):
-                pass
+        default_where(sigs, handler)
         restore()  # a signal that came meanwhile acts now, by default
 
     if sigs and hasattr(signal, "pthread_sigmask"):

@@ -502,7 +502,7 @@ class Session:
                     self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    quiet = quiet + 1 if self.sampler.walked == 0 else 0
+                    quiet = 0 if self.sampler.ran else quiet + 1
                     if main_sampler.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:

@@ -157,8 +157,7 @@ def _entry_phases(index, r0: int, r1: int) -> Phases | None:
     fids = {i for i, f in enumerate(index.functions) if _is_entry(f.name)}
     if not fids:
         return None
-    per_stack = np.array([any(f in fids for f in st) for st in index.stack_funcs] or [False])
-    hit = np.flatnonzero(per_stack[index.stack] & ~index.idle)  # (an import inside the call is inside it)
+    hit = np.flatnonzero(_on_stack(index, fids) & ~index.idle)  # (an import inside the call is inside it)
     if not len(hit):
         return None
     first, last = int(hit[0]), int(hit[-1])
@@ -178,13 +177,22 @@ IMPORT_FUNCS = ("importlib._bootstrap._find_and_load", "importlib._bootstrap._lo
                 "importlib._bootstrap._handle_fromlist", "_frozen_importlib._handle_fromlist")
 
 
-def importing(index) -> np.ndarray:
-    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``)."""
-    fids = {i for i, f in enumerate(index.functions) if f.name in IMPORT_FUNCS}
+def _on_stack(index, fids: set) -> np.ndarray:
+    """Per sample of ``index``: True when one of the functions ``fids`` is on its stack."""
     if not fids or not len(index):
         return np.zeros(len(index), bool)
     per_stack = np.array([any(f in fids for f in st) for st in index.stack_funcs] or [False])
     return per_stack[index.stack]
+
+
+def importing(index) -> np.ndarray:
+    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``). Computed once
+    per index (every phase view asks for it)."""
+    got = getattr(index, "_importing", None)
+    if got is None or len(got) != len(index):
+        got = _on_stack(index, {i for i, f in enumerate(index.functions) if f.name in IMPORT_FUNCS})
+        index._importing = got
+    return got
 
 
 def sample_phase(index, ph: Phases) -> np.ndarray:

@@ -95,9 +95,7 @@ class Sampler:
         self.truncated = 0
         #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
-        #: threads whose stacks the last ``sample()`` walked (they had run since their previous sample)
-        self.walked = 0
-        #: the thread ids the last ``sample()`` walked
+        #: the thread ids whose stacks the last ``sample()`` walked (they had run since their previous sample)
         self.ran: list[int] = []
         #: thread id -> CPU ns it may use and still count as not run (``hand_over``: a resting main thread, whose
         #: own signal returns and wake-ups cost a little CPU); its previous CPU reading is kept until it is exceeded
@@ -136,7 +134,6 @@ class Sampler:
             cap = MAX_PERIODS * self.period_ns
             last = self._last
             n = 0
-            walked = 0
             ran = []
             slack = self.slack
             c = self._cols
@@ -158,7 +155,6 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
-                walked += 1
                 ran.append(tid)
                 if prev is None:  # its CPU time so far stands for its last period (a thread started waiting: ~0)
                     wall, used = self.period_ns, min(cpu, self.period_ns) if cpu >= 0 else -1
@@ -181,7 +177,6 @@ class Sampler:
                 del last[gone]                                        # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
             self.last_threads = list(frames)
-            self.walked = walked
             self.ran = ran
             self._n_active = len(threading._active)
             del frames, f

@@ -391,12 +391,7 @@ class MainThreadSampler:
         self._timers = []
         if _active is self:
             _active = None
-        for s in _installed:
-            try:
-                if signal.getsignal(s) is _handler:
-                    signal.signal(s, signal.SIG_DFL)
-            except (OSError, ValueError):
-                pass
+        default_where(_installed, _handler)
         _installed.clear()
 
     def _close_timers(self) -> None:
@@ -406,6 +401,16 @@ class MainThreadSampler:
                 t.close()
             except OSError:
                 pass
+
+
+def default_where(sigs, handler) -> None:
+    """Give each of ``sigs`` whose handler is still ``handler`` its default action (``SIG_DFL``): a forked child's."""
+    for s in sigs:
+        try:
+            if signal.getsignal(s) is handler:
+                signal.signal(s, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
 
 
 def sampler_cpu(native_id: int) -> int:
