@@ -47,9 +47,17 @@ finished: deque[tuple] = deque(maxlen=MAX_PENDING)
 
 
 def take() -> list[tuple]:
-    """Remove and return the spans finished so far (oldest first)."""
+    """Remove and return the spans finished so far (oldest first). Safe beside another taker (a program or a
+    benchmark that drains the buffer itself while the recorder flushes): what it took is not returned here."""
     pop = finished.popleft
-    return [pop() for _ in range(len(finished))]
+    out: list[tuple] = []
+    append = out.append
+    try:
+        for _ in range(len(finished)):
+            append(pop())
+    except IndexError:  # the other taker emptied it meanwhile
+        pass
+    return out
 
 
 def full() -> bool:
