@@ -190,7 +190,11 @@ def test_diff_and_suggest_of_two_large_runs_work_on_the_columns(big):
     from stepscope.store.reader import load_run
 
     work, store, _ = big
-    r = run_cli(["run", "-t", "__main__.batch", "--", sys.executable, str(work / "calls.py")], store)  # item untraced
+    # item untraced; it does more work than in the first run (~200 samples, not 8, land in it: suggest needs samples),
+    # the calls are the same
+    slow = work / "calls_slow.py"
+    slow.write_text(PROGRAM.replace("    return i\n", "    for _ in range(300):\n        pass\n    return i\n"))
+    r = run_cli(["run", "--hz", "400", "-t", "__main__.batch", "--", sys.executable, str(slow)], store)
     assert r.returncode == 0, r.stderr
     r = run_cli(["diff", "--json"], store)
     assert r.returncode == 0, r.stderr
