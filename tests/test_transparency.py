@@ -51,7 +51,11 @@ CASES = {
     # a forking program (os.fork, a fork pool): the child as an unprofiled program's child, no 3.12 fork warning
     "fork": (["case_fork.py"], ["__main__.work"], {"__main__.work"}, False),
     "main-m": (["-m", "case_main_plain"], ["__main__.g"], {"__main__.g"}, False),
+    # the processes a program starts (os.fork, fork and spawn pools, subprocess of python) recorded with it
+    "children": (["case_children.py"], ["__main__.work", "tpmod.handle"], {"__main__.work", "tpmod.handle"}, False),
 }
+#: stepscope run's options per case: the fork case checks --no-children's child, that of an unprofiled program
+FLAGS = {"fork": ["--no-children"]}
 
 
 def _env(extra_path: str | None = None) -> dict:
@@ -82,7 +86,7 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
     plain = _run([python, *args], env, work)
     store = tmp_path / "store"
     cli_env = dict(env, STEPSCOPE_STORE=str(store), PYTHONPATH=os.pathsep.join([str(work), str(SRC)]))
-    traced_cmd = [sys.executable, "-m", "stepscope", "run", "-q"]
+    traced_cmd = [sys.executable, "-m", "stepscope", "run", "-q", *FLAGS.get(case, [])]
     for n in names:
         traced_cmd += ["--trace", n]
     traced = _run([*traced_cmd, "--", python, *args], cli_env, work)

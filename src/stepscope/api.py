@@ -61,6 +61,12 @@ def start(settings: Settings, *, run_id: str | None = None, command: list[str] |
         return _session.start()
 
 
+def adopt(session: Session) -> None:
+    """Make ``session`` (started by stepscope itself, e.g. in a forked child: ``processes.follow_fork``) the active one."""
+    global _session
+    _session = session
+
+
 def _report_unresolved(session: Session) -> None:
     from .tracing.patch import is_note
 

@@ -93,7 +93,11 @@ class ForkWatch:
             try:
                 s.after_fork_in_child()
             except Exception:
-                pass
+                return
+            if s.follow_forks:
+                from .processes import follow_fork
+
+                follow_fork(s)
 
 
 forks = ForkWatch()

@@ -68,14 +68,16 @@ def signal_status(sig: int) -> str:
 _FATAL = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, n))
 
 
-def _end_by_signal(session) -> None:
+def end_by_signal(session) -> None:
     """Write the run, then die by the signal as the program would have (it left the default action)."""
     def on_signal(signum, frame):
         session.flush_on_signal(signal_status(signum), -signum, signal.Signals(signum).name)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    ours = [sig for sig in _FATAL if signal.getsignal(sig) is signal.SIG_DFL]
+    on_signal.stepscope_stop = True  # (a forked child's new session takes over its parent's: ``processes``)
+    ours = [sig for sig in _FATAL if signal.getsignal(sig) is signal.SIG_DFL
+            or getattr(signal.getsignal(sig), "stepscope_stop", False)]
     for sig in ours:
         signal.signal(sig, on_signal)
     _default_in_forked_child(ours, on_signal)
@@ -238,8 +240,16 @@ def main() -> None:
             signals.install()
         session = _NoSession()
     else:
-        session = api.start(settings, run_id=cfg.get("run_id"), command=cfg.get("command") or sys.argv,
-                            _owns_run=not cfg.get("run_id"))
+        run_id = cfg.get("run_id")
+        if cfg.get("parent_run"):  # a process that the program started (``processes``): a process run of its own
+            run_id = _process_run(cfg, settings)
+        session = api.start(settings, run_id=run_id, command=cfg.get("command") or sys.argv,
+                            _owns_run=not run_id)
+        session.top_run = cfg.get("parent_run") or session.run_id
+        session.follow_forks = settings.children
+        from .processes import trace_collectives
+
+        trace_collectives(session.patcher)
 
     if not cfg.get("server_only"):
         if settings.device_trace:
@@ -248,7 +258,7 @@ def main() -> None:
             _start_compile_report(session)
 
     if not cfg.get("server_only"):
-        _end_by_signal(session)
+        end_by_signal(session)
 
     try:
         _run(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
@@ -282,6 +292,32 @@ def main() -> None:
         sys.exit(1)
     else:
         session.set_outcome("ok", 0)
+
+
+def _process_run(cfg: dict, settings) -> str | None:
+    """Create the run of this process of a job (``cfg``: ``parent_run``, ``command``, ``process``: set by
+    ``processes.at_startup``); its id, or None when the store cannot be written (the process then records a run
+    of its own, as ``stepscope.init`` would)."""
+    from . import clock
+    from .model import Run
+    from .session import new_run_id
+    from .store.db import Store
+
+    run_id = new_run_id()
+    anchor = clock.Anchor.take()
+    try:
+        st = Store(settings.store)
+        try:
+            st.create_run(Run(id=run_id, command=list(cfg.get("command") or sys.argv), cwd=os.getcwd(),
+                              host=cfg.get("process", {}).get("host", ""), pid=os.getpid(), start_ns=anchor.mono_ns,
+                              anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
+                              settings=settings.to_dict(), parent_run=cfg["parent_run"],
+                              process=dict(cfg.get("process") or {})), anchor.wall_ns)
+        finally:
+            st.close()
+    except Exception:
+        return None
+    return run_id
 
 
 class _NoSession:
@@ -405,6 +441,10 @@ def _run(kind: str, target: str, rest: list, main_mod, session) -> None:
         sys.path[0] = ""
         code = compile_main(target, "<string>") if compile_main else compile(target, "<string>", "exec",
                                                                               dont_inherit=True)
+        if sys.version_info >= (3, 13):  # 3.13+ keeps the -c source for tracebacks' lines, under "<string>"
+            import linecache
+
+            linecache.cache["<string>"] = (len(target), None, [ln + "\n" for ln in target.splitlines()], "<string>")
         exec(code, main_mod.__dict__)
     else:
         sys.argv = [target, *rest]

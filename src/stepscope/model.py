@@ -127,6 +127,10 @@ class Run:
     unresolved: dict[str, str] = field(default_factory=dict)
     sample_count: int = 0
     span_count: int = 0  # traced spans (the run's transactions not counted), as every command shows it
+    #: the top run of the job this run is a process of (None: a top run); ``process``: ``ppid`` and, for a
+    #: torch.distributed rank, ``rank``, ``local_rank``, ``world_size``, ``role`` (``stepscope.processes``)
+    parent_run: str | None = None
+    process: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wall_time_ns(self) -> int | None:
@@ -159,3 +163,6 @@ class RunData:
     spans: list[Span]
     profile: Profile
     memory: MemoryTrack = field(default_factory=MemoryTrack)
+    #: the runs of the job's other processes, joined into ``spans`` and ``profile`` (``store.jobjoin``); [] for a
+    #: run of one process
+    processes: list[Run] = field(default_factory=list)

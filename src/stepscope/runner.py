@@ -28,6 +28,7 @@ from pathlib import Path
 from . import clock
 from .launch import ENV_VAR, signal_status
 from .model import Run
+from .processes import FOLLOW_VAR, SITECUSTOMIZE, follow_env
 from .session import new_run_id
 from .settings import Settings
 from .store.db import DbError, Store, write_error_text
@@ -142,10 +143,15 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
     child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
                                      "server_only": server_only})
     tmp = None
-    if not _same_interpreter(argv[0]):
-        # make this stepscope importable by another interpreter (the collect side is stdlib-only)
+    follow = settings.children and not server_only
+    if follow or not _same_interpreter(argv[0]):
+        # make this stepscope importable by another interpreter (the collect side is stdlib-only); with
+        # ``settings.children``, the program's Python processes record themselves (``processes.at_startup``)
         tmp = tempfile.mkdtemp(prefix="stepscope-path-")
         os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
+        if follow:
+            (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
+            child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict)
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
     relay = _Relay()
     oom_kills = oom_kill_count()
@@ -230,9 +236,20 @@ def _settle(store: Store, run_id: str, returncode: int, oom_kills: int | None = 
             fields["end_ns"] = clock.now_ns()
     try:
         store.update_run(run_id, **fields)
+        _settle_processes(store, run_id)
     except DbError as e:
         return write_error_text(e, store.path)
     return None
+
+
+def _settle_processes(store: Store, run_id: str) -> None:
+    """The job's process runs that are still "running" once the program has ended: one whose process is gone ended
+    without writing its end (SIGKILL, or ``os._exit`` outside multiprocessing): "killed", ended at its last
+    record; one still alive (a daemon the program left behind) stays "running"."""
+    for run in store.process_runs(run_id):
+        if run.status == "lost":  # (read "running" with its process gone)
+            store.update_run(run.id, status="killed", error="ended without writing its end (SIGKILL or os._exit)",
+                             end_ns=store.last_record_ns(run.id) or run.start_ns)
 
 
 #: Signals passed on to the program when this process gets them.

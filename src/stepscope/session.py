@@ -25,7 +25,7 @@ from typing import Any
 from . import clock
 from .model import Run
 from .profiling import memory as _memory
-from .profiling.sampler import OWN_THREADS, Sampler
+from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .settings import Settings
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
@@ -140,6 +140,10 @@ class Session:
         self.run_id = run_id or new_run_id()
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
+        #: the job's top run (this run, or the run whose program started this process: ``processes``); with
+        #: ``follow_forks`` a forked child is recorded as a process run of it (``processes.follow_fork``)
+        self.top_run = self.run_id
+        self.follow_forks = False
         self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open)
         self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
         hz = settings.profiles_hz
@@ -176,6 +180,8 @@ class Session:
         self.error: str | None = None
         self.oom: dict | None = None  # the out-of-memory error the program ended by (``note_oom``)
         self._dying = False  # finishing from a fatal signal's handler: the open spans stay open
+        self._finishing: int | None = None  # the thread in ``finish`` (a signal handler on it completes the write)
+        self._completed = False  # ``_complete`` ran (the final write is done once)
         self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -263,8 +269,17 @@ class Session:
             self._wake.release()
         except RuntimeError:
             pass
+        self._finishing = threading.get_ident()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._complete()
+
+    def _complete(self) -> None:
+        """The rest of ``finish`` once the recorder stopped (or a signal cut the wait short): the final write, once."""
+        with self._lock:
+            if self._completed:
+                return
+            self._completed = True
         self._close_root()
         for fn in self._finishers:
             try:
@@ -371,11 +386,17 @@ class Session:
         self.set_outcome(status, exit_code, error or status)
         self._dying = True
         self.main_sampler.current = buffer.current_span.get()  # this handler runs in the main thread
+        if self.finished and self._finishing == threading.get_ident():
+            # the signal came while this thread was finishing (the program's exit: atexit), before the final
+            # write: write now, the process dies after this handler
+            self._complete()
+            return
         self.finish()
 
     # -- recorder thread -------------------------------------------------------------------------
     def _loop(self, gen: int) -> None:
         me = threading.get_ident()
+        keep_signals_off_this_thread()
         try:
             self._record_loop(gen)
         except Exception as e:  # a bug of stepscope's: never printed into the program, and spans still flushed

@@ -44,6 +44,8 @@ class Settings:
     memory: bool = True
     cuda_peaks: str = "safe"
     memory_history: bool = False
+    #: record every Python process the program starts as a process of the run (``processes``; ``--no-children``)
+    children: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

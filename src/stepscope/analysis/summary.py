@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from ..spantable import as_table
 from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
 from .phases import WORK, sample_phase, startup_samples, work_samples
+from .ranks import ProcessRow, RankSteps, process_rows, rank_steps
 from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
 
 
@@ -90,6 +91,9 @@ class Summary:
     capture: dict | None = None
     app: str = ""
     cut_spans: int = 0
+    #: the job's processes (``analysis.ranks.process_rows``; [] for one process) and its steps rank by rank
+    processes: list[ProcessRow] = field(default_factory=list)
+    ranks: RankSteps | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -153,4 +157,4 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, traced, len(index),
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
                    dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns, capture,
-                   app_label(run.command) if run.command else "", cut)
+                   app_label(run.command) if run.command else "", cut, process_rows(data), rank_steps(data, index))

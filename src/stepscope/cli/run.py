@@ -140,6 +140,9 @@ def run(
                                 "reserved bytes) at the sampling rate, memory at step-level spans' entry and exit."),
     memory_history: bool = typer.Option(False, "--memory-history", help="CUDA: record the allocator's history (bounded) "
                                         "and keep its snapshot when the program runs out of memory."),
+    children: bool = typer.Option(True, "--children/--no-children", help="Record every Python process the program "
+                                  "starts (subprocess, multiprocessing, torchrun/accelerate workers, DataLoader "
+                                  "workers) as a process of the run."),
     cuda_peaks: str = typer.Option("safe", "--cuda-peaks", help="CUDA per-span peaks: safe (never reset the allocator's "
                                    "peak counter) or reset (exact per step-level span; the program's own "
                                    "max_memory_allocated then reads since the last one)."),
@@ -170,13 +173,13 @@ def run(
     rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
                   device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
-                  memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks)
+                  memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
     if server:
         if names or auto_trace or device["device_trace"] or compile_report or syncs:
             raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
         st = open_store(store, create=True)
         try:
-            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler), st, server_only=True,
+            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler, children=False), st, server_only=True,
                                   on_server=None if quiet else _serving_line)
         except CommandError as e:
             raise UserError(str(e)) from None

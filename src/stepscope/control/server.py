@@ -180,7 +180,8 @@ class ControlServer:
                 pass
 
     def _serve(self) -> None:
-        from ..profiling.sampler import OWN_THREADS
+        from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread
+        keep_signals_off_this_thread()
 
         me = threading.get_ident()
         OWN_THREADS.add(me)
@@ -195,7 +196,8 @@ class ControlServer:
             OWN_THREADS.discard(me)  # (an ident comes back for a new thread of the program's: that one is sampled)
 
     def _handle(self, conn: socket.socket) -> None:
-        from ..profiling.sampler import OWN_THREADS
+        from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread
+        keep_signals_off_this_thread()
 
         me = threading.get_ident()
         OWN_THREADS.add(me)

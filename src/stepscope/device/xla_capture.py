@@ -91,7 +91,8 @@ class XlaCapture:
         self._marker.start()
 
     def _mark_loop(self) -> None:
-        from ..profiling.sampler import OWN_THREADS
+        from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread
+        keep_signals_off_this_thread()
 
         OWN_THREADS.add(threading.get_ident())
         while not self._stop.wait(MARK_EVERY_S):

@@ -171,7 +171,8 @@ class ProfileIndex:
             self.frame_func[i] = fid
         ff = self.frame_func
         self.stack_funcs = [tuple(int(ff[i]) for i in s) for s in profile.stacks]
-        main = [tid for tid, name in profile.thread_names.items() if name == "MainThread"]
+        # (each process's main thread in a job's joined run: "rank 1 (pid 42) · MainThread", ``store.jobjoin``)
+        main = [tid for tid, name in profile.thread_names.items() if name.rpartition(" · ")[2] == "MainThread"]
         #: True for the samples of the main thread
         self.main = np.isin(self.thread, main) if len(self.t) else np.zeros(0, bool)
         #: True for the samples of a waiting thread (``idle_mask``), any thread, the main one too

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -357,3 +358,18 @@ class Sampler:
             if locked:
                 self.lock.release()
         return frames, stacks, list(zip(*cols))
+
+
+#: signals that end or interrupt a program: a thread of stepscope's blocks them, so that the kernel hands one sent to
+#: the process to a thread of the program's (the main thread, as without stepscope): one taken by a thread of ours
+#: would leave a main thread blocked in a C call (``sem_wait``, ``lock.acquire``) waiting forever for its handler
+STOP_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                         if hasattr(signal, n))
+
+
+def keep_signals_off_this_thread() -> None:
+    """Block ``STOP_SIGNALS`` in the calling thread (one of stepscope's); never raises."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        pass

@@ -106,6 +106,11 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
                       f"{'set apart' if ph.capture else 'start-up'}: the tables below leave them out[/dim]")
     if s.cut_spans:
         console.print(cut_line(s.cut_spans))
+    if s.processes:
+        from .processes import print_processes, print_rank_steps
+
+        print_processes(s.processes, console)
+        print_rank_steps(s.ranks, console)
     if s.spans:
         rows = s.spans[: max(top, 12)]
         cells = [[fmt_ns(st.total_ns), fmt_ns(st.mean_ns), fmt_ns(st.p50_ns), fmt_ns(st.p95_ns), fmt_ns(st.max_ns),

@@ -153,10 +153,11 @@ class Store:
     def create_run(self, run: Run, created_wall_ns: int) -> None:
         self.conn.execute(
             "INSERT INTO runs (id, command, cwd, host, pid, status, start_ns, anchor_mono_ns, anchor_wall_ns,"
-            " env, settings, unresolved, created_wall_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " env, settings, unresolved, created_wall_ns, parent_run, process) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run.id, json.dumps(run.command), run.cwd, run.host, run.pid, run.status, run.start_ns,
              run.anchor_mono_ns, run.anchor_wall_ns, json.dumps(run.env), json.dumps(run.settings),
-             json.dumps(run.unresolved), created_wall_ns),
+             json.dumps(run.unresolved), created_wall_ns, run.parent_run,
+             json.dumps(run.process) if run.process else None),
         )
 
     def update_run(self, run_id: str, **fields) -> None:
@@ -259,7 +260,17 @@ class Store:
         c = self.conn
         return spanblock.count(c, run_id), sampleblock.count(c, run_id)
 
+    def last_record_ns(self, run_id: str) -> int | None:
+        """The latest clock reading among a run's memory samples and span rows (ns; None: neither): where a run
+        that ended without writing its end is taken to have ended."""
+        row = self.conn.execute("SELECT max(t) FROM (SELECT max(t_ns) AS t FROM memory WHERE run_id = ? UNION ALL "
+                                "SELECT max(end_ns) FROM spans WHERE run_id = ?)", (run_id, run_id)).fetchone()
+        return row[0] if row else None
+
     def delete_run(self, run_id: str) -> None:
+        """Delete a run with its files and its process runs."""
+        for (child,) in self.conn.execute("SELECT id FROM runs WHERE parent_run = ?", (run_id,)).fetchall():
+            self.delete_run(child)
         c = self.conn
         c.execute("BEGIN")
         for table in ("spans", "span_blocks", "frames", "stacks", "profile_blocks", "samples", "sample_blocks", "threads",
@@ -283,7 +294,8 @@ class Store:
         """
         self.settle_ingest()
         if ref in (None, "", "last", "latest"):
-            row = self.conn.execute("SELECT id FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT 1").fetchone()
+            row = self.conn.execute("SELECT id FROM runs WHERE parent_run IS NULL ORDER BY created_wall_ns DESC, id DESC"
+                                    " LIMIT 1").fetchone()
             if row is None:
                 raise StoreError(f"no runs in store {self.path}")
             return row[0]
@@ -322,7 +334,7 @@ class Store:
 
     def list_runs(self, limit: int | None = None) -> list[Run]:
         self.settle_ingest()
-        q = "SELECT * FROM runs ORDER BY created_wall_ns DESC, id DESC"
+        q = "SELECT * FROM runs WHERE parent_run IS NULL ORDER BY created_wall_ns DESC, id DESC"
         if limit:
             q += f" LIMIT {int(limit)}"
         runs = [self._run(r) for r in self._rows(q)]
@@ -330,6 +342,12 @@ class Store:
             run.span_count = spanblock.count(self.conn, run.id, transactions=False)  # (traced spans, as shown)
             run.sample_count = sampleblock.count(self.conn, run.id)
         return runs
+
+    def process_runs(self, run_id: str) -> list[Run]:
+        """The runs of the other processes of run ``run_id``'s job (``Run.parent_run`` = ``run_id``: every Python
+        process its program started, directly or further down), in start order; [] for a run of one process."""
+        return [self._run(r) for r in self._rows("SELECT * FROM runs WHERE parent_run = ? ORDER BY start_ns, id",
+                                                  (run_id,))]
 
     def get_run(self, run_id: str, as_stored: bool = False) -> Run:
         """A run; a "running" run whose process is gone reads as "lost" unless ``as_stored``."""
@@ -346,7 +364,8 @@ class Store:
             if row is None:
                 raise StoreError(f"no run {run_id!r} in store {self.path}")
             rows = self.conn.execute(
-                "SELECT id, command FROM runs WHERE id != ? AND (created_wall_ns < ? OR (created_wall_ns = ? AND id < ?)) "
+                "SELECT id, command FROM runs WHERE id != ? AND parent_run IS NULL AND (created_wall_ns < ? OR "
+                "(created_wall_ns = ? AND id < ?)) "
                 "ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (run_id, row[0], row[0], run_id, int(limit))).fetchall()
         return [(r[0], json.loads(r[1] or "[]")) for r in rows]
 
@@ -359,7 +378,7 @@ class Store:
             rows = self.conn.execute(
                 "SELECT id, command, anchor_wall_ns + (start_ns - anchor_mono_ns), "
                 "coalesce(json_extract(env, '$.source'), 'run') "
-                "FROM runs ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (int(limit),)).fetchall()
+                "FROM runs WHERE parent_run IS NULL ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (int(limit),)).fetchall()
         return [(r[0], json.loads(r[1] or "[]"), r[2], r[3]) for r in rows]
 
     def ingest_stats(self) -> tuple[dict[str, tuple[int, int]], int, int]:
@@ -421,4 +440,5 @@ class Store:
             start_ns=r["start_ns"] or 0, end_ns=r["end_ns"], anchor_mono_ns=r["anchor_mono_ns"] or 0,
             anchor_wall_ns=r["anchor_wall_ns"] or 0, env=json.loads(r["env"] or "{}"),
             settings=json.loads(r["settings"] or "{}"), unresolved=json.loads(r["unresolved"] or "{}"),
+            parent_run=r.get("parent_run"), process=json.loads(r.get("process") or "{}"),
         )

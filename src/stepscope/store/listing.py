@@ -46,12 +46,12 @@ def transactions(store: Store, q: str = "", sort: str = "start", descending: boo
              r.anchor_wall_ns + (s.start_ns - r.anchor_mono_ns) AS wall_ns, s.end_ns - s.start_ns AS dur_ns,
              CASE WHEN s.error_type IS NOT NULL THEN 'error' ELSE r.status END AS status,
              coalesce(json_extract(r.env, '$.source'), 'run') AS source
-        FROM spans s JOIN runs r ON r.id = s.run_id WHERE s.op = 'transaction'
+        FROM spans s JOIN runs r ON r.id = s.run_id WHERE s.op = 'transaction' AND r.parent_run IS NULL
       UNION ALL
       SELECT r.id, NULL, json_extract(r.command, '$[0]') || CASE WHEN json_array_length(r.command) > 1 THEN ' …' ELSE '' END,
              r.anchor_wall_ns + (r.start_ns - r.anchor_mono_ns), r.end_ns - r.start_ns, r.status,
              coalesce(json_extract(r.env, '$.source'), 'run')
-        FROM runs r WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.op = 'transaction' AND s.run_id = r.id)
+        FROM runs r WHERE r.parent_run IS NULL AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.op = 'transaction' AND s.run_id = r.id)
     """
     where = "WHERE lower(name) LIKE ? OR lower(run_id) LIKE ?"
     total = store.conn.execute(f"SELECT count(*) FROM ({base}) {where}", (like, like)).fetchone()[0]

@@ -160,6 +160,16 @@ def load_run(store: Store, ref: str | None = None) -> RunData:
 
 def _load_run(store: Store, ref: str | None) -> RunData:
     run_id = store.resolve_id(ref)
+    data = _load_one(store, run_id)
+    procs = store.process_runs(run_id) if data.run.parent_run is None else []
+    if procs:
+        from .jobjoin import join
+
+        data = join(data, [_load_one(store, r.id) for r in procs])
+    return data
+
+
+def _load_one(store: Store, run_id: str) -> RunData:
     run = store.get_run(run_id)
     c = store.conn
     table = _read_spans(c, run_id)

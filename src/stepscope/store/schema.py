@@ -19,6 +19,11 @@
 - **5**: a run's frames and stacks may also be blocks (``profile_blocks``, layout in ``store.profileblock``): the
   ingest writes an ingested profile's frames and stacks as one row each. A store of version 4 is migrated by adding
   the table; a stepscope of version 4 refuses a version-5 store (it would not see those frames and stacks).
+- **6**: a run may have process runs (``runs.parent_run``: the run whose program started them, directly or further
+  down; ``runs.process``: JSON with ``ppid`` and, for a torch.distributed rank, ``rank``, ``local_rank``,
+  ``world_size``...): every Python process of a job is recorded as a run of its own, read together with its top run
+  (``store.reader.load_run``). A store of version 5 is migrated by adding the columns; a stepscope of version 5
+  refuses a version-6 store (it would list each process as a run of its own).
 
 Opening a store: an empty file (or none) gets the core tables and the version; an older version is
 migrated forward in one transaction (missing tables and nullable columns added); a newer version, a file
@@ -34,7 +39,7 @@ import functools
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 CORE = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -42,7 +47,7 @@ CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY, command TEXT NOT NULL, cwd TEXT, host TEXT, pid INTEGER,
   status TEXT NOT NULL, exit_code INTEGER, error TEXT,
   start_ns INTEGER, end_ns INTEGER, anchor_mono_ns INTEGER, anchor_wall_ns INTEGER,
-  env TEXT, settings TEXT, unresolved TEXT, created_wall_ns INTEGER
+  env TEXT, settings TEXT, unresolved TEXT, created_wall_ns INTEGER, parent_run TEXT, process TEXT
 );
 CREATE TABLE IF NOT EXISTS spans (
   run_id TEXT NOT NULL, span_id INTEGER NOT NULL, parent_id INTEGER, name TEXT NOT NULL, op TEXT,
@@ -74,6 +79,11 @@ CREATE TABLE IF NOT EXISTS os_threads (run_id TEXT NOT NULL, thread_id INTEGER, 
 CREATE TABLE IF NOT EXISTS memory (run_id TEXT NOT NULL, t_ns INTEGER NOT NULL, rss INTEGER, cuda_allocated INTEGER,
   cuda_reserved INTEGER);
 CREATE INDEX IF NOT EXISTS memory_run ON memory (run_id, t_ns);
+"""
+
+#: indexes on columns that a migration may have just added (made after the columns)
+LATE_INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run);
 """
 
 KEYS = """
@@ -201,6 +211,8 @@ def prepare(conn: sqlite3.Connection, db: Path) -> int:
             for table, cols in ({} if found.empty else found.missing).items():
                 for name, decl, _, _ in cols:
                     conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {decl}')
+            for stmt in _statements(LATE_INDEXES):
+                conn.execute(stmt)
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('format_version', ?)", (str(SCHEMA_VERSION),))
         conn.execute("COMMIT")
     except BaseException as e:

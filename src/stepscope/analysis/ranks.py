@@ -1,0 +1,223 @@
+"""The processes of a job and, for a torch.distributed job, its steps rank by rank: which rank held each step up, by
+how much, what it did meanwhile and how long the others waited for it.
+
+A *step* is one call of the repeated span that every rank runs: the denoising step (``diffusion.step``) where the
+ranks have one, else the traced name that every rank called at least twice with the most total time (a training
+step); the i-th outermost call on each rank is step i. Per step and rank (numpy, ns):
+
+- ``wall``: the call's duration; ``busy``: the sampled time its thread ran in it (the wall time of its samples that
+  are not idle, ``profiling.calltree.idle_mask``: on CPU, not blocked); ``waited``: ``wall - busy`` (blocked in a
+  collective, I/O, a lock); ``collective``: the time in torch.distributed's collectives traced in it
+  (``processes.COLLECTIVES``).
+- The step's *straggler* is the rank with the most busy time; its lead is that minus the median busy time of the
+  other ranks. Under synchronous data parallelism every rank's step ends together (the others wait for the
+  straggler inside the gradient all-reduce), so wall times look alike: the running time tells them apart.
+- A step is *held up* when the lead exceeds ``HELD_SHARE`` of the median step wall time, ``HELD_MIN_NS`` and
+  ``HELD_PERIODS`` sampling periods (busy times are sampled: each sample stands for about one period). The
+  job's straggler is the rank that leads most held-up steps; its cause, the functions whose self time (busy samples)
+  on it in those steps exceeds the other ranks' mean in the same steps (as ``explain`` compares slow and fast
+  repeats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import RunData
+from ..profiling.calltree import ProfileIndex
+from ..spantable import as_table
+from ..store.jobjoin import process_index, process_label
+
+#: a step is held up by its straggler when the lead is over this share of the median step wall time...
+HELD_SHARE = 0.2
+#: ...and over this (ns), and over ``HELD_PERIODS`` sampling periods (busy times are sampled)
+HELD_MIN_NS = 1_000_000
+HELD_PERIODS = 3
+#: the prefix of torch.distributed's traced collectives (``processes.C10D``)
+COLLECTIVE_PREFIX = "torch.distributed.distributed_c10d."
+
+
+@dataclass
+class ProcessRow:
+    """One process of a job: the top program first. Times in ns on the run's clock (``start_ns`` from the run's
+    start); ``rank``/``local_rank``/``world_size``: from the launcher's environment (None: not a rank)."""
+
+    label: str
+    run_id: str
+    pid: int
+    ppid: int | None
+    how: str
+    command: list[str]
+    status: str
+    exit_code: int | None
+    start_ns: int
+    wall_ns: int | None
+    span_count: int
+    sample_count: int
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class RankSteps:
+    """A job's steps rank by rank (see the module). ``ranks``: the ranks in order, ``labels`` their processes;
+    ``wall``/``busy``/``waited``/``collective``: ``[step][rank position]`` ns (None: that rank has no such step);
+    ``straggler``: per step the rank that led it; ``lead_ns`` per step; ``held``: the held-up steps; ``cause``: the
+    job straggler's functions as ``(name, extra self ns per held-up step)``; ``waited_for``: per other rank, its
+    ``waited`` summed over the held-up steps."""
+
+    name: str
+    ranks: list[int]
+    labels: list[str]
+    wall: list[list[float | None]]
+    busy: list[list[float | None]]
+    waited: list[list[float | None]]
+    collective: list[list[float | None]]
+    straggler: list[int | None]
+    lead_ns: list[float]
+    held: list[int] = field(default_factory=list)
+    job_straggler: int | None = None
+    cause: list[tuple[str, float]] = field(default_factory=list)
+    waited_for: dict[int, float] = field(default_factory=dict)
+
+
+def process_rows(data: RunData) -> list[ProcessRow]:
+    """The job's processes (the top program, then each process run in start order); [] for a run of one process."""
+    if not data.processes:
+        return []
+    out = []
+    for run in [data.run, *data.processes]:
+        p = run.process or {}
+        out.append(ProcessRow(process_label(run) if run is not data.run else f"pid {run.pid} (top)", run.id, run.pid,
+                              p.get("ppid"), p.get("how", "top"), list(run.command), run.status, run.exit_code,
+                              run.start_ns - data.run.start_ns, run.wall_time_ns, run.span_count, run.sample_count,
+                              p.get("rank"), p.get("local_rank"), p.get("world_size"), run.error))
+    return out
+
+
+def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Mask of the calls (sorted by start, one thread) not inside an earlier one."""
+    keep = np.ones(len(start), bool)
+    reach = -1
+    for i in range(len(start)):
+        if start[i] < reach:
+            keep[i] = False
+        else:
+            reach = end[i]
+    return keep
+
+
+def rank_steps(data: RunData, index: ProfileIndex | None = None) -> RankSteps | None:
+    """The job's steps rank by rank, or None (fewer than two ranks, or no span every rank repeats)."""
+    rank_of = {k: int(r.process["rank"]) for k, r in enumerate(data.processes, 1)
+               if isinstance((r.process or {}).get("rank"), int)}
+    if len(set(rank_of.values())) < 2:
+        return None
+    t = as_table(data.spans)
+    if not len(t):
+        return None
+    proc = process_index(t.thread)
+    ks = sorted(rank_of, key=lambda k: rank_of[k])
+    steps_rows = t.rows_with_attr("diffusion.step") if t.attrs else np.zeros(0, np.int64)
+    per: dict[int, np.ndarray] = {}
+    name = "diffusion.step"
+    if len(steps_rows) and all((proc[steps_rows] == k).sum() >= 2 for k in ks):
+        for k in ks:
+            rows = steps_rows[proc[steps_rows] == k]
+            per[k] = rows[_outermost(t.start[rows], t.end[rows])]
+    else:
+        best, best_total = None, 0.0
+        work = ~t.op_mask("transaction")
+        dur = t.dur
+        for code in np.unique(t.name[work]).tolist():
+            nm = t.names[code]
+            if nm.startswith(COLLECTIVE_PREFIX):
+                continue
+            m = work & (t.name == code)
+            if all((m & (proc == k)).sum() >= 2 for k in ks):
+                total = float(dur[m].sum())
+                if total > best_total:
+                    best, best_total = code, total
+        if best is None:
+            return None
+        name = t.names[best]
+        for k in ks:
+            rows = np.flatnonzero((t.name == best) & (proc == k))
+            per[k] = rows[_outermost(t.start[rows], t.end[rows])]
+    index = index or ProfileIndex(data.profile)
+    n_steps = max(len(v) for v in per.values())
+    R = len(ks)
+    wall = np.full((n_steps, R), np.nan)
+    busy = np.full((n_steps, R), np.nan)
+    coll = np.full((n_steps, R), np.nan)
+    coll_mask = np.array([nm.startswith(COLLECTIVE_PREFIX) for nm in t.names] or [False])[t.name]
+    running = np.where(index.idle, 0.0, index.weight)  # the sampled wall time its thread ran (not waiting)
+    for j, k in enumerate(ks):
+        rows = per[k]
+        st, en, th = t.start[rows], t.end[rows], t.thread[rows]
+        wall[: len(rows), j] = en - st
+        idx, win = index.select_many(st, en, th)
+        busy[: len(rows), j] = np.bincount(win, weights=running[idx], minlength=len(rows))[: len(rows)]
+        c_rows = np.flatnonzero(coll_mask & (proc == k))
+        c_start, c_dur = t.start[c_rows], t.dur[c_rows]
+        lo = np.searchsorted(c_start, st, "left")
+        hi = np.searchsorted(c_start, en, "left")
+        csum = np.concatenate([[0], np.cumsum(c_dur)])
+        coll[: len(rows), j] = csum[hi] - csum[lo]
+    waited = np.clip(wall - busy, 0, None)
+    straggler: list[int | None] = []
+    lead = np.zeros(n_steps)
+    for s in range(n_steps):
+        b = busy[s]
+        ok = ~np.isnan(b)
+        if ok.sum() < 2:
+            straggler.append(None)
+            continue
+        j = int(np.nanargmax(b))
+        others = np.delete(b, j)
+        lead[s] = float(b[j] - np.nanmedian(others))
+        straggler.append(ks[j])
+    med_wall = float(np.nanmedian(wall)) if np.isfinite(wall).any() else 0.0
+    period = 1e9 / data.profile.hz if data.profile.hz else 0.0
+    floor = max(HELD_MIN_NS, HELD_SHARE * med_wall, HELD_PERIODS * period)
+    held = [s for s in range(n_steps) if straggler[s] is not None and lead[s] > floor]
+    out = RankSteps(name, [rank_of[k] for k in ks], [process_label(data.processes[k - 1]) for k in ks],
+                    _rows(wall), _rows(busy), _rows(waited), _rows(coll),
+                    [None if k is None else rank_of[k] for k in straggler], lead.tolist(), held)
+    if held:
+        counts: dict[int, int] = {}
+        for s in held:
+            counts[straggler[s]] = counts.get(straggler[s], 0) + 1
+        top_k = max(counts, key=lambda k: (counts[k], -ks.index(k)))
+        out.job_straggler = rank_of[top_k]
+        j = ks.index(top_k)
+        mine = [s for s in held if straggler[s] == top_k]
+        out.waited_for = {rank_of[k]: float(np.nansum(waited[mine, i])) for i, k in enumerate(ks) if k != top_k}
+        out.cause = _cause(index, t, per, ks, j, mine)
+    return out
+
+
+def _rows(a: np.ndarray) -> list[list[float | None]]:
+    return [[None if np.isnan(x) else float(x) for x in row] for row in a.tolist()]
+
+
+def _cause(index: ProfileIndex, t, per: dict, ks: list[int], j: int, steps: list[int], top: int = 5) -> list[tuple[str, float]]:
+    """Functions whose busy self time in ``steps`` on rank position ``j`` exceeds the other ranks' mean there, as
+    ``(name, extra ns per step)``, largest first."""
+    def self_ns(k: int) -> np.ndarray:
+        rows = per[k][[s for s in steps if s < len(per[k])]]
+        if not len(rows):
+            return np.zeros(len(index.functions))
+        idx, _ = index.select_many(t.start[rows], t.end[rows], t.thread[rows])
+        idx = idx[~index.idle[idx]]
+        return index.function_times(idx, "wall")[0]
+
+    mine = self_ns(ks[j])
+    others = [self_ns(k) for i, k in enumerate(ks) if i != j]
+    extra = (mine - np.mean(others, axis=0)) / max(len(steps), 1)
+    order = np.argsort(-extra)[:top]
+    return [(index.functions[f].name, float(extra[f])) for f in order.tolist() if extra[f] > 0]

@@ -1,0 +1,207 @@
+"""Every Python process of a job in one run: what a process started under ``stepscope run`` does to be recorded.
+
+``stepscope run`` records the program it starts, and (unless ``--no-children``) every Python process that program
+starts, directly or further down, each as a *process run* (``Run.parent_run``: the top run's id) that the store's
+reader joins to the top run (``store.reader.load_run``):
+
+- **A new interpreter** (``subprocess`` of ``python``, multiprocessing's spawn and forkserver, torchrun's and
+  ``accelerate launch``'s workers, a shell script that runs ``python``): the runner puts a folder on ``PYTHONPATH``
+  whose ``sitecustomize.py`` calls ``at_startup``; with ``FOLLOW_VAR`` in the environment, it replaces the process
+  (``os.execv``, same pid, same descriptors, same interpreter options) by ``python [options] -m stepscope.launch``
+  with the program's own script, ``-m`` module or ``-c`` code and arguments (``sys.orig_argv``), in child mode: the
+  launcher creates the process run and records it as it records the top program. An interpreter started with
+  ``-E``, ``-I`` or ``-S`` reads no ``sitecustomize`` and is not followed; neither is an interactive one (no script,
+  ``-`` or ``-i``). The program's own ``sitecustomize`` (the next one on ``sys.path``) still runs.
+- **A forked child** (multiprocessing's fork, DataLoader workers, ``os.fork``): the parent's recording is undone in
+  the child (``Session.after_fork_in_child``), then ``follow_fork`` starts a session of a new process run with the
+  same settings. It finishes at the child's exit (``atexit``) or, in a multiprocessing process (which leaves by
+  ``os._exit``), at its ``multiprocessing.util`` exit finalizers.
+
+Each process run carries ``process`` facts (``facts``): the parent's pid, how it started (``exec``/``fork``) and, in
+a torch.distributed launcher's worker, ``rank``, ``local_rank``, ``world_size``, ``group_rank``, ``role`` from the
+environment that torchrun, ``accelerate launch`` and DeepSpeed set. The clock is the same monotonic clock in every
+process of the host (``time.perf_counter_ns``: CLOCK_MONOTONIC), so spans and samples of every process are on the
+run's clock as recorded; each process still takes its own wall-clock anchor (``clock.Anchor``).
+
+The program sees two environment variables of stepscope's (``FOLLOW_VAR`` and the ``PYTHONPATH`` entry), which its
+own children need to be followed in turn. Stdlib only: runs inside any interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+#: the environment variable that makes a Python process started below ``stepscope run`` record itself (JSON:
+#: ``run``: the top run's id, ``settings``: the run's settings)
+FOLLOW_VAR = "STEPSCOPE_FOLLOW"
+#: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
+LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+#: interpreter options that take a value (python --help)
+OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
+#: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
+RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
+             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart"}
+
+#: torch.distributed's collectives and point-to-point calls, traced in every process that imports them (no name
+#: needed): the time a rank waits in them for the others is the straggler's cost
+C10D = "torch.distributed.distributed_c10d"
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list",
+               "reduce", "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+               "batch_isend_irecv")
+
+
+def trace_collectives(patcher) -> None:
+    """Trace torch.distributed's collectives (``COLLECTIVES``) once the program imports ``C10D``; never imports it."""
+    def add(mod) -> None:
+        patcher.add([f"{C10D}.{n}" for n in COLLECTIVES if callable(getattr(mod, n, None))])
+
+    patcher.when_imported(C10D, add)
+
+
+SITECUSTOMIZE = '''\
+# stepscope: records this Python process as part of the run that started it (stepscope.processes)
+def _stepscope_start():
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from stepscope.processes import at_startup
+    except Exception:
+        return
+    at_startup(here)
+
+
+_stepscope_start()
+del _stepscope_start
+'''
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """``[python, *options, PROGRAM...]`` -> ``(options, program)`` where ``program`` is ``[SCRIPT, *args]``,
+    ``["-m", MOD, *args]`` or ``["-c", CODE, *args]``; None when there is no program to run (an interactive
+    interpreter, a script read from stdin: ``-``) or the argv is malformed. Interpreter options are as
+    ``python --help`` lists them (``-W``/``-X`` take a value)."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-m", "-c"):
+            return (argv[1:i], argv[i:]) if i + 1 < len(argv) else None
+        if a in OPTS_WITH_VALUE:
+            i += 2
+            continue
+        if a.startswith("-") and a != "-":
+            if a[1:2] != "-" and len(a) > 2 and a[-1] in "mc" and set(a[1:-1]) <= set("bBdEhiIOqsSuvxR"):
+                return (argv[1:i] + [a[:-1]], ["-" + a[-1], *argv[i + 1:]]) if i + 1 < len(argv) else None
+            i += 1
+            continue
+        return None if a == "-" else (argv[1:i], argv[i:])
+    return None
+
+
+def facts(how: str) -> dict:
+    """This process's facts for its run (``Run.process``): ``ppid``, ``how`` it started (``exec``: a new interpreter;
+    ``fork``), ``host``, and the torch.distributed launcher's ``rank``, ``local_rank``, ``world_size``... (ints where
+    they are numbers) when the environment has them."""
+    import socket
+
+    out: dict = {"ppid": os.getppid(), "how": how, "host": socket.gethostname()}
+    for var, key in RANK_VARS.items():
+        v = os.environ.get(var)
+        if v is not None:
+            try:
+                out[key] = int(v)
+            except ValueError:
+                out[key] = v
+    return out
+
+
+def follow_env(run_id: str, settings: dict) -> str:
+    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts."""
+    return json.dumps({"run": run_id, "settings": settings})
+
+
+def _chain(own_dir: str) -> None:
+    """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), as ``site`` would have."""
+    import importlib.machinery
+    import importlib.util
+
+    own = os.path.realpath(own_dir)
+    path = [p for p in sys.path if os.path.realpath(p or ".") != own]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    except (ImportError, ValueError):
+        return
+    if spec is None or spec.loader is None:
+        return
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = mod
+    spec.loader.exec_module(mod)
+
+
+def at_startup(own_dir: str) -> None:
+    """Called by the ``sitecustomize.py`` in ``own_dir`` at the interpreter's start: with ``FOLLOW_VAR`` set (and no
+    launch under way), replace this process by the launcher running the same program as a process of the run;
+    otherwise (or when that cannot be done) run the program's own ``sitecustomize`` and return."""
+    raw = os.environ.get(FOLLOW_VAR)
+    if raw and LAUNCH_VAR not in os.environ and not sys.flags.interactive:
+        form = split_command(list(getattr(sys, "orig_argv", []) or []))
+        if form is not None:
+            try:
+                cfg = json.loads(raw)
+                options, program = form
+                launch = {"settings": cfg["settings"], "parent_run": cfg["run"], "command": list(sys.orig_argv),
+                          "process": facts("exec")}
+                os.environ[LAUNCH_VAR] = json.dumps(launch)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.launch", *program])
+            except Exception:
+                os.environ.pop(LAUNCH_VAR, None)  # not followed: the program runs as it would
+    _chain(own_dir)
+
+
+def follow_fork(parent) -> None:
+    """In a forked child of a recorded process (after ``parent.after_fork_in_child`` undid its recording): record
+    this process as a process run of the same job with ``parent``'s settings. Never raises."""
+    try:
+        from . import api, clock
+        from .model import Run
+        from .session import Session, new_run_id
+
+        top = parent.top_run
+        settings = parent.settings
+        run_id = new_run_id()
+        anchor = clock.Anchor.take()
+        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False)
+        session.top_run = top
+        from .store.db import Store
+
+        st = Store(settings.store)
+        st.create_run(Run(id=run_id, command=list(parent.command), pid=os.getpid(), start_ns=anchor.mono_ns,
+                          anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
+                          parent_run=top, process=facts("fork")), anchor.wall_ns)
+        st.close()
+        session.follow_forks = True
+        api.adopt(session.start())
+        trace_collectives(session.patcher)
+        from .launch import end_by_signal
+
+        end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)
+        _finish_multiprocessing(session)
+    except Exception:
+        pass
+
+
+def _finish_multiprocessing(session) -> None:
+    """A multiprocessing process leaves by ``os._exit`` (no ``atexit``): finish ``session`` at its exit finalizers
+    (registered once the process has run multiprocessing's after-fork hooks, which clear the finalizers)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is None:
+        return
+
+    def arm(s) -> None:
+        util.Finalize(s, s.finish, exitpriority=-(2 ** 30))
+
+    util.register_after_fork(session, arm)
