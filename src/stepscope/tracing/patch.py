@@ -22,7 +22,7 @@ resolves:
   defines them) are looked for after each import of a module of the base's package or of a package that
   holds one of its subclasses. The run's notes say so ("overridden in N subclasses ...", ``unresolved``);
 - glob patterns (``fnmatch``) in any part after the module: ``diffusers.models.attention_processor.*.__call__``,
-  ``app.invocations.*.*.invoke`` (see ``class_members`` for the rule). In a module a glob matches what the
+  ``app.invocations.*.*.invoke`` (see ``globs.class_members`` for the rule). In a module a glob matches what the
   module defines (members whose ``__module__`` is that module) and its submodules; in a class, the
   methods the class has through its MRO that come from the class itself or from classes of the class's
   own top-level package: a node made by a decorator that returns a same-named subclass has its
