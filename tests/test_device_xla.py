@@ -8,7 +8,9 @@ import json
 from conftest import run_cli
 
 from stepscope.device.capture import MARKER
-from stepscope.device.xla import analyze, load_xla, run_xla
+from stepscope.device.xla import analyze
+from stepscope.device.xla_load import load_xla
+from stepscope.device.xla_run import run_xla
 from stepscope.model import Profile, Run, RunData, Span
 
 HOST, RT, OPS = 10, 11, 3

@@ -10,7 +10,7 @@ import pytest
 from conftest import PROGRAMS, run_cli
 
 from stepscope.analysis.diff import env_changes, program_key
-from stepscope.analysis.spans import step_table
+from stepscope.analysis.steptable import step_table
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 

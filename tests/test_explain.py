@@ -119,7 +119,7 @@ def test_repeats_as_columns_read_as_the_repeat_objects_did():
     import dataclasses
 
     from stepscope.analysis.explain import Repeat, explain, repeats_of
-    from stepscope.analysis.spans import HEAD_ROWS, MAX_ROWS
+    from stepscope.analysis.steptable import HEAD_ROWS, MAX_ROWS
     from stepscope.model import Profile, Run, RunData, Span
     from stepscope.profiling.calltree import ProfileIndex
     from stepscope.report.view import _explain_view

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from stepscope.analysis.phases import importing, phases, sample_phase
 from stepscope.analysis.slow import NOISY_CV, call_slow, slow_cells
-from stepscope.analysis.spans import repeat_table, step_table
+from stepscope.analysis.steptable import repeat_table, step_table
 from stepscope.analysis.summary import summarize
 from stepscope.model import Frame, Profile, Run, RunData, Span
 from stepscope.profiling.calltree import ProfileIndex

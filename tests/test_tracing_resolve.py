@@ -122,7 +122,7 @@ def test_unresolvable_names_say_which_part(patcher):
 
 
 def test_sentry_form_and_bad_entries():
-    from stepscope.tracing.patch import normalize_targets
+    from stepscope.tracing.resolve import normalize_targets
 
     assert normalize_targets([{"qualified_name": "a.b"}, "c.d", "a.b"]) == ["a.b", "c.d"]
     with pytest.raises(ValueError, match=r"functions_to_trace\[1\]"):

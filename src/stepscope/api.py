@@ -16,7 +16,7 @@ from . import clock
 from .session import Session
 from .settings import Settings
 from .tracing import buffer
-from .tracing.patch import normalize_targets
+from .tracing.resolve import normalize_targets
 from .tracing.wrappers import wrap
 
 _session: Session | None = None

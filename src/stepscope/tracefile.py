@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # Python < 3.11
 
 from . import limits
 from .nesting import TOO_DEEP
-from .tracing.patch import normalize_targets
+from .tracing.resolve import normalize_targets
 
 
 class TraceFileError(ValueError):

@@ -49,7 +49,7 @@ from ..profiling.calltree import CallNode, ProfileIndex
 from ..spantable import as_table
 from ..tracing.steps import STEP_ATTR, kind_of_name
 from .explain import ExplainError, Repeat, default_unit, repeats_of
-from .spans import step_table
+from .steptable import step_table
 
 NEGLIGIBLE = 0.05
 NOISE_K = 1.5

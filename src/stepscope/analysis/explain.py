@@ -31,7 +31,8 @@ from ..profiling.calltree import CallNode, ProfileIndex
 from ..spantable import SpanTable, as_table
 from ..tracing.steps import STEP_ATTR
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
-from .spans import span_stats, step_table
+from .spans import span_stats
+from .steptable import step_table
 
 COVER = 0.8
 MIN_SAMPLES = 8

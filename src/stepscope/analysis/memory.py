@@ -258,9 +258,9 @@ class MemorySummary:
 
 
 def _pipeline_call(name: str) -> bool:
-    from .spans import _is_pipeline_call
+    from .steptable import is_pipeline_call
 
-    return _is_pipeline_call(name)
+    return is_pipeline_call(name)
 
 
 

@@ -13,6 +13,9 @@ how long its loop iteration really lasted:
    those lines);
 3. after the last step's spans end, the window extends over the thread's samples while they are still
    in the loop frame at a line of the body; it ends at the last such sample (before ``limit``).
+
+The samples also split a thread's steps into calls when no traced span encloses them (``analysis.steptable``):
+``steps_driver`` is the function that drives the steps, ``left_driver`` whether the thread left it between two.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import linecache
 from functools import lru_cache
 
 import numpy as np
+
+from ..model import Span
 
 #: Extend by at most this much past the last traced span (a runaway callback is still one iteration).
 MAX_EXTEND_NS = 600 * 1_000_000_000
@@ -115,3 +120,41 @@ def last_step_end(index, windows: list[tuple[int, int]], start: int, end: int, t
             break
         new_end = int(index.t[j])
     return new_end
+
+
+def steps_driver(index, ms: list[Span]) -> int | None:
+    """The function that drives the steps ``ms`` (top-level tagged spans of one thread): the deepest frame that
+    every sample inside them has below the step's own functions (the denoising loop's function: a pipeline's
+    ``__call__``, a node's ``invoke``), torch's and diffusers' plumbing left out; None when the samples do not
+    tell (no sample, or nothing but the thread's root in common)."""
+    pick = ms if len(ms) <= 256 else [ms[k] for k in np.linspace(0, len(ms) - 1, 256).astype(int)]
+    idx, _ = index.select_many(np.array([s.start_ns for s in pick], np.int64), np.array([s.end_ns for s in pick], np.int64),
+                               np.array([s.thread_id for s in pick], np.int64))
+    if not len(idx):
+        return None
+    stacks = [index.stack_funcs[int(sid)] for sid in np.unique(index.stack[idx]).tolist()]
+    common = list(stacks[0])
+    for st in stacks[1:]:
+        n = 0
+        while n < len(common) and n < len(st) and common[n] == st[n]:
+            n += 1
+        del common[n:]
+    names = {s.name for s in ms}
+    funcs = index.functions
+    cut = next((k for k, f in enumerate(common) if funcs[f].name in names), len(common))
+    common = common[:cut]
+    while common and funcs[common[-1]].name.startswith(("torch.", "diffusers.utils.", "contextlib.", "functools.")):
+        common.pop()
+    if len(common) < 2:  # (the thread's root alone says nothing)
+        return None
+    return common[-1]
+
+
+def left_driver(index, thread: int, a: int, b: int, driver: int) -> bool:
+    """True when ``thread`` left the steps' driving function in ``[a, b)``: a sample of it there has ``driver``
+    nowhere on its stack (the loop returned: the worker took up other work or waited for the next request; a
+    slow callback called from the loop keeps it)."""
+    idx = index.select(a, b, thread)
+    if not len(idx):
+        return False
+    return any(driver not in index.stack_funcs[sid] for sid in np.unique(index.stack[idx]).tolist())

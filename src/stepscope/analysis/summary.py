@@ -16,7 +16,8 @@ from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
 from .phases import WORK, sample_phase, startup_samples, work_samples
 from .ranks import ProcessRow, RankSteps, process_rows, rank_steps
-from .spans import SpanStat, StepTable, repeat_table, span_stats, step_table
+from .spans import SpanStat, span_stats
+from .steptable import StepTable, repeat_table, step_table
 
 
 @dataclass(slots=True)

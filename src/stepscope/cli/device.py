@@ -44,7 +44,8 @@ def trace_file(target: Optional[str]) -> Optional[Path]:
 
 
 def _xla_view(path: Path, top: int):
-    from ..device.xla import analyze, load_xla
+    from ..device.xla import analyze
+    from ..device.xla_load import load_xla
 
     return analyze(load_xla(path), top=max(top, 20))
 
@@ -62,7 +63,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     path = trace_file(target)
     if path is not None:
         from ..device.kineto import read
-        from ..device.xla import looks_xla
+        from ..device.xla_load import looks_xla
 
         raw = None if path.is_dir() else read(path)  # read and gunzipped once
         if raw is None or looks_xla(path, raw):
@@ -103,7 +104,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     xla = None
     xla_trace = st.run_file(data.run.id, XLA_TRACE_DIR)
     if xla_trace.is_dir():
-        from ..device.xla import run_xla
+        from ..device.xla_run import run_xla
 
         try:
             xla = run_xla(data, xla_trace, st.run_file(data.run.id, XLA_METRICS), top=max(top, 20))

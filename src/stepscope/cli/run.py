@@ -18,7 +18,7 @@ from ..runner import CommandError, Outcome, die_like, run_program
 from ..settings import Settings
 from ..tracefile import read_trace_file
 from ..tracing import precheck
-from ..tracing.patch import normalize_targets
+from ..tracing.resolve import normalize_targets
 from ..tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 

@@ -229,7 +229,8 @@ class ControlServer:
     def _capture(self, req: dict, conn: socket.socket) -> None:
         from .. import api
         from ..session import Session, new_run_id
-        from ..tracing.patch import is_note, normalize_targets
+        from ..tracing.patch import is_note
+        from ..tracing.resolve import normalize_targets
 
         if api.current_session() is not None:
             return _send(conn, {"error": "busy: the program is recording a run already (stepscope.init)"})

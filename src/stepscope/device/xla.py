@@ -1,12 +1,8 @@
 """PyTorch/XLA profiler traces: graph compilations, graph executions, transfers and device idle gaps, per
 step and per span.
 
-Format: the trace-viewer JSON that the XLA profiler (``torch_xla.debug.profiler.start_trace``/
-``stop_trace``, or the profiler server with ``xp.trace``/TensorBoard's capture) writes as
-``plugins/profile/<time>/<host>.trace.json.gz``: ``{"displayTimeUnit": "ns", "metadata": {...},
-"traceEvents": [...]}``; complete events (``ph: "X"``) with ``ts``/``dur`` in microseconds (floats, ns
-resolution) from the session's start, ``pid``/``tid`` (a process per host or device: ``/host:CPU``,
-``/device:TPU:0``; its threads named by ``M`` events), and ``args``. Times here are int64 **ns**.
+Format: the trace-viewer JSON that the XLA profiler writes (read into columns by ``device.xla_load``).
+Times here are int64 **ns**; a run joined with its trace: ``device.xla_run``.
 
 What is read from it (the ``TraceMe`` names of torch_xla's runtime, 2.x):
 
@@ -36,19 +32,14 @@ compiles again).
 
 from __future__ import annotations
 
-import gzip
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import orjson
 
-from ..nesting import KEPT_DEPTH, TOO_DEEP, small_json, within
 from .capture import MARKER
-from .kineto import TraceError
+from .xla_load import XlaTrace
 
 COMPILE = "XLAGraphExecutor::Compile"
 COMPILE_FALLBACK = "PjRtComputationClient::Compile"
@@ -63,182 +54,10 @@ INTERNAL = {"StepMarker", "SyncTensorsGraph", "SyncTensorsGraphInternal", "SyncL
             "RunPostOrder", "SetTensorData", "Wait for donation holds", "Wait for usage holds", "D2H Dispatch",
             "H2D Dispatch", "SplitModule", "Codegen", "TensorsGraphInfo", "XlaDataToTensors", "GetTensors",
             "DeviceData", "InitXlaBackend", "ReplicateShardedData"}
-#: Names that mark a trace as PyTorch/XLA's.
-SIGNATURE = ("XLAGraphExecutor::Compile", "PjRtComputationClient::ExecuteComputation", "StepMarker",
-             "SyncTensorsGraphInternal", "PjRtComputationClient::TransferFromDevice",
-             "IfrtComputationClient::ExecuteReplicated")
 #: Gaps shorter than this (ns) are not listed.
 MIN_GAP_NS = 1_000
 #: A metrics reading up to this long (ns) after a step's end (and before the next step) counts for it.
 SNAPSHOT_GRACE_NS = 50_000_000
-
-
-@dataclass
-class XlaTrace:
-    """Columns over the complete events of one or more host files of a capture, in file order.
-
-    ``name`` (int32 index into ``names``), ``ts``/``dur`` (int64 ns from the session's start), ``pid``,
-    ``tid`` (int64), ``args`` (each event's dict); ``processes`` pid -> name, ``threads`` (pid, tid) -> name;
-    ``files``: the files read."""
-
-    path: str
-    files: list[str]
-    names: list[str]
-    name: np.ndarray
-    ts: np.ndarray
-    dur: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-    args: list[dict]
-    processes: dict[int, str] = field(default_factory=dict)
-    threads: dict[tuple[int, int], str] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.ts)
-
-    def name_of(self, i: int) -> str:
-        return self.names[int(self.name[i])]
-
-    def where(self, pred) -> np.ndarray:
-        """Indices of events whose name satisfies ``pred(name)``, in time order."""
-        ok = np.array([bool(pred(n)) for n in self.names], bool)
-        idx = np.nonzero(ok[self.name])[0] if len(self.names) else np.zeros(0, np.int64)
-        return idx[np.argsort(self.ts[idx], kind="stable")]
-
-
-def trace_files(path: str | os.PathLike) -> list[Path]:
-    """The ``*.trace.json.gz`` (or ``.trace.json``) files of a capture: the file itself, or in a folder
-    (``plugins/profile/<time>/``, or any folder above it) the newest ``<time>`` folder's files, one per
-    host. Raises TraceError naming the folder when it holds none."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise TraceError(f"{p}: no such file or folder")
-    found = sorted(f for pat in ("*.trace.json.gz", "*.trace.json") for f in p.rglob(pat) if f.is_file())
-    if not found:
-        raise TraceError(f"{p}: no <host>.trace.json.gz (the XLA profiler writes "
-                         "plugins/profile/<time>/<host>.trace.json.gz; an .xplane.pb alone cannot be read)")
-    newest = max(f.parent for f in found)
-    return [f for f in found if f.parent == newest]
-
-
-def looks_xla(path: str | os.PathLike, raw: bytes | None = None) -> bool:
-    """Whether a trace file is PyTorch/XLA's, from its bytes (no JSON parsing; ``raw``: the file's JSON bytes
-    when already read); False if unreadable."""
-    if raw is None:
-        try:
-            raw = Path(path).read_bytes()
-            if raw[:2] == b"\x1f\x8b":
-                raw = gzip.decompress(raw)
-        except (OSError, EOFError, gzip.BadGzipFile):
-            return False
-    return any(f'"{n}"'.encode() in raw for n in SIGNATURE)
-
-
-def _read(path: Path) -> dict:
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = orjson.loads(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise TraceError(f"{path}: cannot read ({e})") from None
-    except orjson.JSONDecodeError as e:
-        raise TraceError(f"{path}: not JSON ({e})") from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{path}: no traceEvents list (not a trace-viewer trace)")
-    return doc
-
-
-def is_xla(doc_or_events) -> bool:
-    """Whether a trace document (or its events) is PyTorch/XLA's (any of ``SIGNATURE`` among its names)."""
-    events = doc_or_events.get("traceEvents", []) if isinstance(doc_or_events, dict) else doc_or_events
-    sig = set(SIGNATURE)
-    return any(type(e) is dict and e.get("name") in sig for e in events)
-
-
-def load_xla(path: str | os.PathLike, require_xla: bool = True) -> XlaTrace:
-    """Read a capture (a trace file or a folder, see ``trace_files``). Raises TraceError (one line naming
-    the file) for unreadable input or (``require_xla``) a trace with none of PyTorch/XLA's events."""
-    try:
-        return _load_xla(path, require_xla)
-    except RecursionError:  # (a value too deep for Python that the checks below missed)
-        raise TraceError(f"{path}: {TOO_DEEP}") from None
-
-
-def _load_xla(path: str | os.PathLike, require_xla: bool) -> XlaTrace:
-    files = trace_files(path)
-    names: dict[str, int] = {}
-    cols: dict[str, list] = {k: [] for k in ("name", "ts", "dur", "pid", "tid")}
-    args: list[dict] = []
-    processes: dict[int, str] = {}
-    threads: dict[tuple[int, int], str] = {}
-    any_xla = False
-    for h, f in enumerate(files):
-        doc = _read(f)
-        events = doc["traceEvents"]
-        any_xla = any_xla or is_xla(events)
-        shift = h << 32  # hosts' pids apart
-        for k, e in enumerate(events):
-            if type(e) is not dict:
-                continue
-            ph = e.get("ph")
-            if ph == "M":
-                a = e.get("args") if isinstance(e.get("args"), dict) else {}
-                if e.get("name") == "process_name":
-                    processes[_int(e.get("pid")) + shift] = _text(a.get("name", ""), f, k)
-                elif e.get("name") == "thread_name":
-                    threads[(_int(e.get("pid")) + shift, _int(e.get("tid")))] = _text(a.get("name", ""), f, k)
-                continue
-            if ph != "X":
-                continue
-            ts, dur = e.get("ts"), e.get("dur", 0)
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-                raise TraceError(f"{f}: traceEvents[{k}]: complete event without a numeric ts/dur")
-            n = e.get("name", "")
-            n = n if type(n) is str else _text(n, f, k)
-            cols["name"].append(names.setdefault(n, len(names)))
-            cols["ts"].append(ts)
-            cols["dur"].append(dur)
-            cols["pid"].append(_int(e.get("pid")) + shift)
-            cols["tid"].append(_int(e.get("tid")))
-            args.append(e.get("args") if type(e.get("args")) is dict else {})
-    if require_xla and not any_xla:
-        raise TraceError(f"{files[0]}: not a PyTorch/XLA trace (none of {', '.join(SIGNATURE[:3])} in it)")
-    return XlaTrace(
-        path=str(path), files=[str(f) for f in files], names=list(names),
-        name=np.asarray(cols["name"], np.int32),
-        ts=np.rint(np.asarray(cols["ts"], np.float64) * 1000).astype(np.int64),
-        dur=np.maximum(np.rint(np.asarray(cols["dur"], np.float64) * 1000).astype(np.int64), 0),
-        pid=np.asarray(cols["pid"], np.int64), tid=np.asarray(cols["tid"], np.int64), args=args,
-        processes=processes, threads=threads)
-
-
-def _text(v, f: Path, k: int) -> str:
-    """A name that is not a string as text; TraceError naming event ``k`` of ``f`` for a list/object nested past
-    ``nesting.KEPT_DEPTH`` (``str`` would recurse into it)."""
-    if not within(v):
-        raise TraceError(f"{f}: traceEvents[{k}]: a name nested more than {KEPT_DEPTH} levels deep")
-    return str(v)
-
-
-def _int(v) -> int:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, (list, dict)):  # (a list or object is no id)
-        return -1
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return -(abs(hash(v)) % (1 << 31)) - 2
-
-
-# ---- the analysis -------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -719,97 +538,3 @@ def _sites(transfers: list[Transfer]) -> list[TransferSite]:
                                 sum(x.wait_ns or 0 for x in xs), steps, inside))
     out.sort(key=lambda s: (s.direction != "from device", -(s.wait_ns or s.cost_ns)))
     return out
-
-
-# ---- a run joined with its XLA trace ------------------------------------------------------------------------
-
-
-def clock_points(tr: XlaTrace) -> tuple[list[tuple[int, int]], dict[int, int]]:
-    """From the ``stepscope.clock_sync <label>@<OS tid> <perf_counter_ns>`` markers: (clock reading,
-    offset) pairs and trace tid -> OS thread id."""
-    pts, tids = [], {}
-    for i in tr.where(lambda n: n.startswith(MARKER + " ")).tolist():
-        parts = tr.name_of(i).split(" ")
-        if len(parts) != 3:
-            continue
-        label, _, native = parts[1].partition("@")
-        try:
-            mono = int(parts[2])
-        except ValueError:
-            continue
-        pts.append((mono, int(tr.ts[i]) - mono))
-        if native.isdigit():
-            tids[int(tr.tid[i])] = int(native)
-    return pts, tids
-
-
-#: How far (ns) a span's mirrored range may start from the span's rebased start to name its thread.
-MIRROR_MATCH_NS = 2_000_000
-
-
-def _by_name(tr: XlaTrace, names: set[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    idx = tr.where(lambda n: n in names)
-    out: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
-    for i in idx.tolist():
-        a, b = out[tr.name_of(i)]
-        a.append(int(tr.ts[i]))
-        b.append(int(tr.tid[i]))
-    return {k: (np.asarray(a, np.int64), np.asarray(b, np.int64)) for k, (a, b) in out.items()}
-
-
-def run_spans(data, cmap, native_to_tid: dict[int, int], tr: XlaTrace | None = None) -> list[HostSpan]:
-    """The run's spans (not the transaction) on the trace clock and threads: a thread is known by the
-    clock markers recorded on it, else by a span's mirrored range (same name, within ``MIRROR_MATCH_NS``)."""
-    from ..tracing.steps import STEP_ATTR
-
-    prof = data.profile
-    out = []
-    mirrored = None
-    for s in data.spans:
-        if s.op == "transaction":
-            continue
-        native = prof.native_at(s.thread_id, s.start_ns)
-        tid = native_to_tid.get(native) if native is not None else None
-        a, b = int(cmap.to_trace(s.start_ns)), int(cmap.to_trace(s.end_ns))
-        if tid is None and native is not None and tr is not None:  # a thread with no clock marker: its span's
-            if mirrored is None:                                    # mirrored xp.Trace range names the thread
-                mirrored = _by_name(tr, {x.name for x in data.spans})
-            hit = mirrored.get(s.name)
-            if hit is not None:
-                k = int(np.argmin(np.abs(hit[0] - a))) if len(hit[0]) else -1
-                if k >= 0 and abs(int(hit[0][k]) - a) <= MIRROR_MATCH_NS:
-                    tid = native_to_tid[native] = int(hit[1][k])
-        attrs = s.attrs or {}
-        f = attrs.get("code.filepath")
-        hs = HostSpan(s.name, a, max(a, b), tid, attrs.get(STEP_ATTR))
-        if s.op == "sync":
-            hs.sync = attrs.get("sync", s.name)
-            hs.where = f"{os.path.basename(f)}:{attrs.get('code.lineno')}" if f else None
-            hs.function = attrs.get("code.function")
-        hs.scope = s.name.endswith(".__call__") and "Pipeline" in s.name
-        out.append(hs)
-    return out
-
-
-def run_xla(data, trace_dir: str | os.PathLike, metrics_path: str | os.PathLike | None = None,
-            top: int = 20) -> XlaSummary:
-    """A run's XLA trace (``trace_dir``: the run's ``XLA_TRACE_DIR``) joined with its spans, sync sites and
-    metrics (``metrics_path``: the run's ``XLA_METRICS``, when it exists). Raises TraceError for an unreadable
-    trace, ``runview.AlignError`` for one without stepscope's clock markers."""
-    from .runview import AlignError, clock_map_from
-
-    tr = load_xla(Path(trace_dir), require_xla=False)
-    pts, tids = clock_points(tr)
-    if not pts:
-        raise AlignError(f"{tr.files[0]}: no {MARKER} markers; record with `stepscope run --device-trace`")
-    cmap = clock_map_from(pts)
-    native_to_tid = {native: tid for tid, native in tids.items()}
-    doc: dict = {}
-    mf = Path(metrics_path) if metrics_path is not None else None
-    if mf is not None and mf.exists():
-        try:
-            doc = small_json(mf.read_bytes(), str(mf))
-        except ValueError as e:
-            raise TraceError(str(e)) from None
-    return analyze(tr, run_spans(data, cmap, native_to_tid, tr), doc.get("snapshots") or [], cmap.to_trace, top,
-                   doc.get("unmirrored") or {}, doc.get("error"))

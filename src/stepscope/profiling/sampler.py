@@ -42,7 +42,8 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: signal handler (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
 HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"), runpy.__file__,
                           "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
-                              "wrappers.py", "patch.py", "probes.py", "monitoring.py", "codeswap.py", "mechanism.py")}
+                              "wrappers.py", "patch.py", "resolve.py", "globs.py", "importhook.py", "probes.py",
+                              "monitoring.py", "codeswap.py", "mechanism.py")}
                          | {os.path.join(_HERE, "profiling", "signals.py"), os.path.join(_HERE, "profiling", "memory.py")})
 
 

@@ -187,7 +187,7 @@ MAX_SLOW_ROWS = 25
 def print_steps(st, console: Console, max_columns: int = 5) -> None:
     """The step (or repeat) table: wall, x median, untraced, one column per traced name; only the slow
     cells of a slow row are marked; the rule once under it; the untraced time of slow steps named."""
-    from ..analysis.spans import UNTRACED
+    from ..analysis.steptable import UNTRACED
 
     is_step = st.kind == "diffusion.step"
     title = "Steps (diffusion.step)" if is_step else f"Repeats of {left_short(st.span_name)}"

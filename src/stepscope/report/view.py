@@ -411,7 +411,7 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
     d = plain(e)
     e.repeats = reps
     # a run of many repeats: the first ones, then the slow and warm-up ones (the page's table), up to MAX_ROWS
-    from ..analysis.spans import HEAD_ROWS, MAX_ROWS
+    from ..analysis.steptable import HEAD_ROWS, MAX_ROWS
 
     slow = reps.mask("slow")
     if len(reps) <= MAX_ROWS:

@@ -22,7 +22,7 @@ resolves:
   defines them) are looked for after each import of a module of the base's package or of a package that
   holds one of its subclasses. The run's notes say so ("overridden in N subclasses ...", ``unresolved``);
 - glob patterns (``fnmatch``) in any part after the module: ``diffusers.models.attention_processor.*.__call__``,
-  ``app.invocations.*.*.invoke`` (see ``_members`` for the rule). In a module a glob matches what the
+  ``app.invocations.*.*.invoke`` (see ``globs.class_members`` for the rule). In a module a glob matches what the
   module defines (members whose ``__module__`` is that module) and its submodules; in a class, the
   methods the class has through its MRO that come from the class itself or from classes of the class's
   own top-level package: a node made by a decorator that returns a same-named subclass has its
@@ -39,92 +39,33 @@ normally).
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
-import functools
-import importlib.abc
-import importlib.machinery
 import inspect
 import sys
 import threading
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import mirror, probes, steps, syncs
+from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, note_foreign, nothing_matched, \
+    overrides_note, subclasses
+from .importhook import ImportHook
 from .mechanism import CannotInstrument, choose
 from .probes import Probe
+from .resolve import GLOB, MISSING, Pending, Unresolved, canonical, did_you_mean, function_of, lazy_parent, \
+    own_attr, peek, raw_attr, top_package
 from .wrappers import is_wrapper, wrap
 
-_GLOB = set("*?[")
-_MISSING = object()
 _OWN_PACKAGE = __name__.partition(".")[0]  # "stepscope"
-
-
-def normalize_targets(functions_to_trace: Iterable[Any] | None) -> list[str]:
-    """Accept ``["pkg.mod.f", ...]`` or Sentry's ``[{"qualified_name": "pkg.mod.f"}, ...]``.
-
-    Raises ValueError naming the bad entry.
-    """
-    out: list[str] = []
-    for i, item in enumerate(functions_to_trace or ()):
-        if isinstance(item, dict):
-            item = item.get("qualified_name")
-        if not isinstance(item, str) or not item.strip() or "." not in item.strip():
-            raise ValueError(f"functions_to_trace[{i}]: expected 'module.qualified.name', got {item!r}")
-        name = item.strip()
-        if name not in out:
-            out.append(name)
-    return out
 
 
 @dataclass(slots=True)
 class _Patch:
     owner: Any
     attr: str
-    previous: Any  # the value in owner.__dict__ before, or _MISSING
+    previous: Any  # the value in owner.__dict__ before, or MISSING
     wrapper: Any
-
-
-class _Pending(Exception):
-    """The name needs a module that is not imported yet (``module`` names it)."""
-
-    def __init__(self, module: str):
-        self.module = module
-
-
-class _Unresolved(Exception):
-    pass
-
-
-@dataclass(slots=True)
-class _Seen:
-    """What a glob walked, for the message when it matches nothing: module paths, class paths, and
-    matching names that a class has from another package's class (left out by ``_members``)."""
-
-    modules: dict = field(default_factory=dict)  # path -> None (an ordered set)
-    classes: dict = field(default_factory=dict)  # path -> class qualname
-    foreign: dict = field(default_factory=dict)  # "Cls.meth" -> the defining class's module.qualname
-
-
-@dataclass(slots=True)
-class _LiveGlob:
-    """A glob over a package: submodules imported later are matched as they are imported."""
-
-    prefix: str  # the package the glob starts in
-    rest: list  # the pattern's parts after it
-    seen: _Seen
-    done: dict = field(default_factory=dict)  # concrete name -> the value tried for it (a module reloaded: new ones)
-
-
-@dataclass(slots=True)
-class _LiveOverrides:
-    """A traced method whose subclasses' overrides are traced too (looked for again after imports)."""
-
-    cls: type
-    attr: str
-    packages: set  # top-level packages whose imports are watched: the base's, and those of its subclasses
-    overrides: list = field(default_factory=list)  # the overrides' concrete names, in the order found
 
 
 #: every function traced by a live Patcher -> its probe (one probe per function per process)
@@ -133,7 +74,7 @@ _TRACED: dict = {}
 
 def is_traced(fn: Any) -> bool:
     """True while ``fn`` (a function, method, or a wrapper of one) is traced by stepscope."""
-    inner = _function_of(fn)
+    inner = function_of(fn)
     return (inner is not None and inner in _TRACED) or is_wrapper(_unwrap_descriptor(fn))
 
 
@@ -150,11 +91,11 @@ class Patcher:
         self._pending: dict[str, str] = {}  # name -> module awaited
         self._unresolved: dict[str, str] = {}  # name -> reason
         self._resolved: dict[str, list[str]] = {}  # requested name -> concrete names patched
-        self._hook: _ImportHook | None = None
+        self._hook: ImportHook | None = None
         self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
         self._mechanism = None  # made on first use (takes a sys.monitoring tool id)
         self._traced: dict[Any, Probe] = {}  # function -> its probe
-        self._live: dict[str, Any] = {}  # requested name -> _LiveGlob | _LiveOverrides (resolved again on imports)
+        self._live: dict[str, Any] = {}  # requested name -> LiveGlob | LiveOverrides (resolved again on imports)
 
     @property
     def mechanism(self):
@@ -175,17 +116,17 @@ class Patcher:
                     out[name] = "the script does not define it"
                 elif parent in sys.modules:
                     pmod = sys.modules[parent]
-                    lazy = _own(pmod, "_class_to_module")
+                    lazy = own_attr(pmod, "_class_to_module")
                     if isinstance(lazy, dict) and last in lazy:
                         out[name] = f"{parent}.{last} was never imported by the program"
                     else:
-                        out[name] = f"{parent} has no attribute or submodule {last!r}" + _did_you_mean(
+                        out[name] = f"{parent} has no attribute or submodule {last!r}" + did_you_mean(
                             pmod, last, parent + ".", name[len(mod):])
                 else:
                     out[name] = f"module {mod!r} was never imported"
             for name, live in self._live.items():
-                if isinstance(live, _LiveOverrides) and live.overrides:
-                    out.setdefault(name, _overrides_note(live))
+                if isinstance(live, LiveOverrides) and live.overrides:
+                    out.setdefault(name, overrides_note(live))
             return out
 
     @property
@@ -204,7 +145,7 @@ class Patcher:
                 self._try(name, batch)
             self._rebind_imports(batch)
             if (self._pending or self._live) and self._hook is None:
-                self._hook = _ImportHook(self)
+                self._hook = ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
     def when_imported(self, module: str, fn) -> None:
@@ -216,7 +157,7 @@ class Patcher:
                 return
             self._callbacks.setdefault(module, []).append(fn)
             if self._hook is None:
-                self._hook = _ImportHook(self)
+                self._hook = ImportHook(self)
                 sys.meta_path.insert(0, self._hook)
 
     def note(self, name: str, why: str) -> None:
@@ -247,10 +188,10 @@ class Patcher:
                     pass
                 self._hook = None
             for p in reversed(self._patches):
-                current = _own(p.owner, p.attr)
+                current = own_attr(p.owner, p.attr)
                 if current is not p.wrapper:
                     continue  # someone replaced it since: leave theirs
-                if p.previous is _MISSING:
+                if p.previous is MISSING:
                     try:
                         delattr(p.owner, p.attr)
                     except (AttributeError, TypeError):
@@ -277,10 +218,10 @@ class Patcher:
     def _try(self, name: str, batch: list[_Patch]) -> None:
         try:
             concrete = self._resolve(name, batch)
-        except _Pending as p:
+        except Pending as p:
             self._pending[name] = p.module
             return
-        except _Unresolved as e:
+        except Unresolved as e:
             self._pending.pop(name, None)
             self._unresolved[name] = str(e)
             return
@@ -291,44 +232,44 @@ class Patcher:
     def _resolve(self, name: str, batch: list[_Patch]) -> list[str]:
         parts = name.split(".")
         # the longest prefix free of glob characters that is a loaded module
-        limit = next((i for i, p in enumerate(parts) if _GLOB & set(p)), len(parts))
+        limit = next((i for i, p in enumerate(parts) if GLOB & set(p)), len(parts))
         mod_i = 0
         for i in range(min(limit, len(parts) - 1), 0, -1):
             if ".".join(parts[:i]) in sys.modules:
                 mod_i = i
                 break
         if mod_i == 0:
-            raise _Pending(parts[0])
+            raise Pending(parts[0])
         where = ".".join(parts[:mod_i])
         module = sys.modules[where]
         rest = parts[mod_i:]
         targets: list[tuple[Any, str, str]] = []  # (owner, attr, concrete name)
-        seen = _Seen()
+        seen = Seen()
         self._expand(module, where, rest, targets, seen)
         if limit < len(parts) and getattr(module, "__path__", None) is not None:  # a glob over a package
-            live = _LiveGlob(where, rest, seen, {t[2]: _raw_attr(t[0], t[1]) for t in targets})
+            live = LiveGlob(where, rest, seen, {t[2]: raw_attr(t[0], t[1]) for t in targets})
             self._live[name] = live
         if not targets:
-            raise _Unresolved(_nothing_matched(rest, where, seen))
+            raise Unresolved(nothing_matched(rest, where, seen))
         done = self._patch_all(name, targets, batch)
         if limit == len(parts) and isinstance(targets[0][0], type):  # a method by name: its overrides too
             owner, attr, _ = targets[0]
-            fn = _function_of(_raw_attr(owner, attr))
+            fn = function_of(raw_attr(owner, attr))
             if fn is not None and fn in self._traced:
-                live = _LiveOverrides(owner, attr, {_top(owner)})
+                live = LiveOverrides(owner, attr, {top_package(owner)})
                 self._live[name] = live
                 done += self._scan_overrides(live)
         return done
 
     def _patch_all(self, name: str, targets: list, batch: list[_Patch]) -> list[str]:
         """Patch ``targets`` for ``name``; the concrete names done. Those that fail are kept under
-        ``name (in part)``; raises _Unresolved when none could be patched."""
+        ``name (in part)``; raises Unresolved when none could be patched."""
         done = []
         errors = []
         for owner, attr, concrete in targets:
             try:
                 self._patch(owner, attr, concrete, batch)
-            except _Unresolved as e:
+            except Unresolved as e:
                 if len(targets) == 1 and name not in self._resolved:
                     raise
                 errors.append(f"{concrete}: {e}")
@@ -338,10 +279,10 @@ class Patcher:
             key = name + " (in part)"
             self._unresolved[key] = "; ".join(filter(None, [self._unresolved.get(key)] + errors))
         if not done and name not in self._resolved:
-            raise _Unresolved("; ".join(errors))
+            raise Unresolved("; ".join(errors))
         return done
 
-    def _grow(self, name: str, live: _LiveGlob, module_name: str, batch: list[_Patch]) -> None:
+    def _grow(self, name: str, live: LiveGlob, module_name: str, batch: list[_Patch]) -> None:
         """A module of a live glob's package was imported: match the glob in it."""
         rel = module_name[len(live.prefix) + 1:].split(".")
         if len(rel) >= len(live.rest) or not all(fnmatch.fnmatchcase(r, p) for r, p in zip(rel, live.rest)):
@@ -352,13 +293,13 @@ class Patcher:
         targets: list = []
         try:
             self._expand(module, module_name, live.rest[len(rel):], targets, live.seen)
-        except (_Pending, _Unresolved):
+        except (Pending, Unresolved):
             pass  # (this module has no such member: nothing of it matches)
-        targets = [t for t in targets if live.done.get(t[2], _MISSING) is not _raw_attr(t[0], t[1])]
-        live.done.update({t[2]: _raw_attr(t[0], t[1]) for t in targets})
+        targets = [t for t in targets if live.done.get(t[2], MISSING) is not raw_attr(t[0], t[1])]
+        live.done.update({t[2]: raw_attr(t[0], t[1]) for t in targets})
         try:
             done = self._patch_all(name, targets, batch) if targets else []
-        except _Unresolved as e:
+        except Unresolved as e:
             self._unresolved[name] = str(e)
             return
         if done:
@@ -366,20 +307,20 @@ class Patcher:
             have = self._resolved.setdefault(name, [])
             have.extend(c for c in done if c not in have)
         elif name not in self._resolved:
-            self._unresolved[name] = _nothing_matched(live.rest, live.prefix, live.seen)
+            self._unresolved[name] = nothing_matched(live.rest, live.prefix, live.seen)
 
-    def _scan_overrides(self, live: _LiveOverrides) -> list[str]:
+    def _scan_overrides(self, live: LiveOverrides) -> list[str]:
         """Trace the overrides of ``live.attr`` in ``live.cls``'s subclasses not traced yet; their names.
         An override is a Python function (a static or class method's too) in a subclass's own ``__dict__``;
         stepscope's own classes are left out."""
         new = []
-        for sub in _subclasses(live.cls):
-            top = _top(sub)
+        for sub in subclasses(live.cls):
+            top = top_package(sub)
             if top == _OWN_PACKAGE:
                 continue
             live.packages.add(top)
-            v = _own(sub, live.attr)
-            fn = _function_of(v, glob=True) if v is not _MISSING else None
+            v = own_attr(sub, live.attr)
+            fn = function_of(v, glob=True) if v is not MISSING else None
             if fn is None or fn in self._traced or fn in _TRACED:
                 continue  # not an override, not Python code, or traced already
             mod, qual = getattr(sub, "__module__", None), getattr(sub, "__qualname__", None)
@@ -390,61 +331,61 @@ class Patcher:
             except Exception:  # a class with an odd __module__
                 hooks = None
             try:
-                self._probe(sub, live.attr, fn, _raw_attr(sub, live.attr), hooks, concrete)
-            except _Unresolved:
+                self._probe(sub, live.attr, fn, raw_attr(sub, live.attr), hooks, concrete)
+            except Unresolved:
                 continue
             live.overrides.append(concrete)
             new.append(concrete)
         return new
 
-    def _expand(self, obj: Any, path: str, rest: list[str], out: list, seen: _Seen) -> None:
+    def _expand(self, obj: Any, path: str, rest: list[str], out: list, seen: Seen) -> None:
         head, tail = rest[0], rest[1:]
-        if _GLOB & set(head):
+        if GLOB & set(head):
             if isinstance(obj, type):
                 seen.classes[path] = getattr(obj, "__qualname__", path)
             else:
                 seen.modules[path] = None
-            members = _glob_members(obj, path)
+            members = glob_members(obj, path)
             for n in sorted(k for k in members if fnmatch.fnmatchcase(k, head)):
                 child = members[n]
                 if tail:
                     if isinstance(child, types.ModuleType):
-                        if not (_GLOB & set(tail[0])) and _peek(child, tail[0]) is _MISSING:
+                        if not (GLOB & set(tail[0])) and peek(child, tail[0]) is MISSING:
                             seen.modules[f"{path}.{n}"] = None
                             continue
                     elif isinstance(child, type):
-                        if not (_GLOB & set(tail[0])):
+                        if not (GLOB & set(tail[0])):
                             if len(tail) == 1:
                                 seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
-                            if tail[0] not in _members(child):
-                                _note_foreign(child, tail[0], seen)
+                            if tail[0] not in class_members(child):
+                                note_foreign(child, tail[0], seen)
                                 continue
                     else:
                         continue
                     self._expand(child, f"{path}.{n}", tail, out, seen)
-                elif isinstance(child, type):  # a class: its methods (``_members``), never the class itself
+                elif isinstance(child, type):  # a class: its methods (``class_members``), never the class itself
                     seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
-                    for m, v in _members(child).items():
-                        if _function_of(v, glob=True) is not None:
+                    for m, v in class_members(child).items():
+                        if function_of(v, glob=True) is not None:
                             out.append((child, m, f"{path}.{n}.{m}"))
-                elif not isinstance(child, types.ModuleType) and _function_of(child, glob=True) is not None:
+                elif not isinstance(child, types.ModuleType) and function_of(child, glob=True) is not None:
                     out.append((obj, n, f"{path}.{n}"))
             if isinstance(obj, type):
-                _note_foreign(obj, head, seen)
+                note_foreign(obj, head, seen)
             return
         if isinstance(obj, types.ModuleType):
             # only what the module has defined so far: a getattr could make a lazy package
             # (diffusers, transformers) import the submodule early; wait for its import instead
-            child = _peek(obj, head)
-            if child is _MISSING:
+            child = peek(obj, head)
+            if child is MISSING:
                 if getattr(obj, "__path__", None) is not None or path == "__main__":
                     self._missing(obj, path, head)
-                child = getattr(obj, head, _MISSING)  # a module-level __getattr__
-                if child is _MISSING:
+                child = getattr(obj, head, MISSING)  # a module-level __getattr__
+                if child is MISSING:
                     self._missing(obj, path, head)
         else:
-            child = _raw_attr(obj, head) if not tail else getattr(obj, head, _MISSING)
-            if child is _MISSING:
+            child = raw_attr(obj, head) if not tail else getattr(obj, head, MISSING)
+            if child is MISSING:
                 self._missing(obj, path, head)
         if not tail:
             out.append((obj, head, f"{path}.{head}"))
@@ -454,36 +395,36 @@ class Patcher:
     @staticmethod
     def _missing(obj: Any, path: str, attr: str):
         if isinstance(obj, types.ModuleType) and getattr(obj, "__path__", None) is not None:
-            raise _Pending(f"{path}.{attr}")  # maybe a submodule not imported yet
+            raise Pending(f"{path}.{attr}")  # maybe a submodule not imported yet
         if path == "__main__":
-            raise _Pending("__main__")  # the script has not defined it yet
+            raise Pending("__main__")  # the script has not defined it yet
         if isinstance(obj, types.ModuleType) and getattr(getattr(obj, "__spec__", None), "_initializing", False):
-            raise _Pending(f"{path}.{attr}")  # still executing (a retry from a nested import): wait for it
-        raise _Unresolved(f"{path} has no attribute {attr!r}"
-                         + _did_you_mean(obj, attr, path + "." if isinstance(obj, types.ModuleType)
+            raise Pending(f"{path}.{attr}")  # still executing (a retry from a nested import): wait for it
+        raise Unresolved(f"{path} has no attribute {attr!r}"
+                         + did_you_mean(obj, attr, path + "." if isinstance(obj, types.ModuleType)
                                         else path.rsplit(".", 1)[-1] + "."))
 
     def _patch(self, owner: Any, attr: str, concrete: str, batch: list[_Patch]) -> None:
-        raw = _raw_attr(owner, attr)
-        own = _own(owner, attr)
-        if own is not _MISSING and is_wrapper(_unwrap_descriptor(own)):
+        raw = raw_attr(owner, attr)
+        own = own_attr(owner, attr)
+        if own is not MISSING and is_wrapper(_unwrap_descriptor(own)):
             return  # wrapped already, under this or another name
         if isinstance(raw, property):
-            raise _Unresolved(f"{concrete} is a property; trace its getter's function instead")
+            raise Unresolved(f"{concrete} is a property; trace its getter's function instead")
         hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr)
-        fn = _function_of(raw)
+        fn = function_of(raw)
         if fn is not None and not isinstance(hooks, syncs.SyncSite):
             self._probe(owner, attr, fn, raw, hooks, concrete)
             return
         if not callable(raw):
-            raise _Unresolved(f"{concrete} is a {type(raw).__name__}, not a function")
+            raise Unresolved(f"{concrete} is a {type(raw).__name__}, not a function")
         if isinstance(raw, type):
-            raise _Unresolved(f"{concrete} is a class; trace its methods ({concrete}.__init__, {concrete}.forward ...)")
+            raise Unresolved(f"{concrete} is a class; trace its methods ({concrete}.__init__, {concrete}.forward ...)")
         self._wrap(owner, attr, raw, own, hooks, concrete, batch)
 
     def _probe(self, owner, attr, fn, raw, hooks, concrete: str) -> None:
         """Put a probe on ``fn`` (the Python function behind ``owner.attr``)."""
-        name = _canonical(owner, attr, fn, concrete)
+        name = canonical(owner, attr, fn, concrete)
         inherited = isinstance(owner, type) and attr not in vars(owner) and not isinstance(raw, staticmethod)
         if fn in _TRACED and fn not in self._traced:
             return  # traced by another live session in this process: its spans land in the same buffer
@@ -508,7 +449,7 @@ class Patcher:
             self.mechanism.trace(fn, probe)
         except CannotInstrument as e:
             probe.forget()
-            raise _Unresolved(str(e)) from None
+            raise Unresolved(str(e)) from None
         self._traced[fn] = probe
         _TRACED[fn] = probe
 
@@ -526,10 +467,10 @@ class Patcher:
         try:
             _set(owner, attr, new)
         except (AttributeError, TypeError) as e:
-            raise _Unresolved(f"{concrete} cannot be patched ({e})") from None
+            raise Unresolved(f"{concrete} cannot be patched ({e})") from None
         p = _Patch(owner, attr, own, new)
         self._patches.append(p)
-        if isinstance(owner, types.ModuleType) and own is not _MISSING:
+        if isinstance(owner, types.ModuleType) and own is not MISSING:
             batch.append(p)
 
     def compile_main(self, source: str, filename: str):
@@ -584,7 +525,9 @@ class Patcher:
                 d[k] = p.wrapper
                 self._patches.append(_Patch(mod, k, p.previous, p.wrapper))
 
-    def _on_import(self, module_name: str) -> None:
+    def on_import(self, module_name: str) -> None:
+        """``module_name`` was just imported (called by ``importhook.NotifyingLoader``): its callbacks run, then
+        the names awaiting it, the globs over its package and the overridden methods are resolved again."""
         with self._lock:
             for fn in self._callbacks.pop(module_name, ()):
                 try:
@@ -594,13 +537,13 @@ class Patcher:
             top = module_name.partition(".")[0]
             # a name in this package may be a re-export that this import made reachable (lazy modules)
             names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")
-                     or (n.partition(".")[0] == top and _lazy_parent(m))]
+                     or (n.partition(".")[0] == top and lazy_parent(m))]
             batch: list[_Patch] = []
             for n in names:
                 self._try(n, batch)
             for n, live in list(self._live.items()):  # globs over packages, overridden methods
                 try:
-                    if isinstance(live, _LiveGlob):
+                    if isinstance(live, LiveGlob):
                         if module_name.startswith(live.prefix + "."):
                             self._grow(n, live, module_name, batch)
                     else:
@@ -612,6 +555,7 @@ class Patcher:
             self._rebind_imports(batch)
 
     def watches(self, module_name: str) -> bool:
+        """Whether an import of ``module_name`` may matter to this patcher (``importhook.ImportHook`` asks)."""
         with self._lock:
             if module_name in self._callbacks:
                 return True
@@ -619,118 +563,10 @@ class Patcher:
             if any(n.startswith(module_name + ".") or n.partition(".")[0] == top for n in self._pending):
                 return True
             for live in self._live.values():
-                if module_name.startswith(live.prefix + ".") if isinstance(live, _LiveGlob) else top in live.packages:
+                if module_name.startswith(live.prefix + ".") if isinstance(live, LiveGlob) else top in live.packages:
                     return True
             return False
 
-
-def _function_of(v: Any, glob: bool = False) -> types.FunctionType | None:
-    """The Python function behind an attribute value: itself, a static/class method's function, the
-    innermost of a ``functools.wraps`` chain (decorators such as ``torch.no_grad()`` share one wrapper
-    code among all the functions they decorate), an ``lru_cache``'s function; for an explicit name
-    (``glob`` False) also a bound method's, a ``functools.partial``'s and a callable instance's
-    ``__call__``. None for builtins and other objects without Python code."""
-    if isinstance(v, (staticmethod, classmethod)):
-        v = v.__func__
-    for _ in range(32):
-        if isinstance(v, types.FunctionType):
-            w = v.__dict__.get("__wrapped__") if hasattr(v, "__dict__") else None
-            if w is None or is_wrapper(v):
-                return v if not is_wrapper(v) else _function_of(v.__wrapped__, glob)
-            v = w
-        elif isinstance(v, type):
-            return None
-        elif hasattr(v, "cache_info") and getattr(v, "__wrapped__", None) is not None:  # functools.lru_cache
-            v = v.__wrapped__
-        elif glob:
-            return None
-        elif isinstance(v, types.MethodType):
-            v = v.__func__
-        elif isinstance(v, functools.partial):
-            v = v.func
-        elif callable(v) and isinstance(getattr(type(v), "__call__", None), types.FunctionType):
-            v = type(v).__call__
-        else:
-            return None
-    return None
-
-
-def _canonical(owner: Any, attr: str, fn: Any, concrete: str) -> str:
-    """The span name: where the object is defined (``module.Qualname``), whatever path named it."""
-    if isinstance(owner, type):
-        mod, qual = getattr(owner, "__module__", None), getattr(owner, "__qualname__", None)
-        if isinstance(mod, str) and isinstance(qual, str) and "<locals>" not in qual:
-            return f"{mod}.{qual}.{attr}"
-        return concrete
-    raw = _raw_attr(owner, attr)
-    mod, qual = getattr(raw, "__module__", None), getattr(raw, "__qualname__", None)
-    if isinstance(mod, str) and isinstance(qual, str) and "<locals>" not in qual and mod in sys.modules:
-        return f"{mod}.{qual}"
-    return concrete
-
-
-def _peek(module: types.ModuleType, name: str) -> Any:
-    """``module.name`` without importing anything: the module's own attribute, or a lazy module's
-    (diffusers, transformers ``_LazyModule``) re-export whose defining submodule is already loaded."""
-    for _ in range(16):
-        v = _own(module, name)
-        if v is not _MISSING:
-            return v
-        mapping = _own(module, "_class_to_module")  # never getattr: a module __getattr__ may import
-        if not isinstance(mapping, dict) or name not in mapping:
-            return _MISSING
-        sub = sys.modules.get(f"{module.__name__}.{mapping[name]}")
-        if sub is None:
-            return _MISSING
-        module = sub
-    return _MISSING
-
-
-def _did_you_mean(obj: Any, attr: str, prefix: str = "", suffix: str = "") -> str:
-    """``"; did you mean X?"`` with the nearest names of ``obj`` (never imports anything), or ""."""
-    try:
-        names = [n for n in (list(getattr(obj, "__dict__", {}) or {}) + list(dir(obj))) if isinstance(n, str)]
-    except Exception:
-        return ""
-    mapping = _own(obj, "_class_to_module")
-    if isinstance(mapping, dict):
-        names += [n for n in mapping if isinstance(n, str)]
-    close = difflib.get_close_matches(attr, sorted(set(names)), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "; did you mean " + " or ".join(prefix + c + suffix for c in close) + "?"
-
-
-def _lazy_parent(awaited: str) -> bool:
-    """The awaited name's parent is a lazy module (its re-exports appear as their submodules load)."""
-    parent = sys.modules.get(awaited.rpartition(".")[0])
-    return parent is not None and isinstance(_own(parent, "_class_to_module"), dict)
-
-
-
-
-def _own(obj: Any, attr: str) -> Any:
-    d = getattr(obj, "__dict__", None)
-    if d is None:
-        return _MISSING
-    try:
-        return d.get(attr, _MISSING)
-    except Exception:
-        return _MISSING
-
-
-def _raw_attr(obj: Any, attr: str) -> Any:
-    """The attribute as stored (descriptors not applied): own dict first, then the MRO for classes."""
-    if isinstance(obj, type):
-        for klass in obj.__mro__:
-            v = klass.__dict__.get(attr, _MISSING)
-            if v is not _MISSING:
-                return v
-        return _MISSING
-    v = _own(obj, attr)
-    if v is _MISSING:
-        v = getattr(obj, attr, _MISSING)
-    return v
 
 
 def _set(obj: Any, attr: str, value: Any) -> None:
@@ -751,132 +587,6 @@ def _unwrapped(fn: Any) -> Any:
     return fn
 
 
-def _module_of(v: Any) -> Any:
-    """``v.__module__``, or None (never raises: a lazy proxy's attribute access may)."""
-    try:
-        return getattr(v, "__module__", None)
-    except Exception:
-        return None
-
-
-def _top(obj: Any) -> str:
-    """The top-level package of a class (of its ``__module__``), or of a module name."""
-    mod = obj if isinstance(obj, str) else _module_of(obj)
-    return mod.partition(".")[0] if isinstance(mod, str) else ""
-
-
-def _members(cls: type) -> dict[str, Any]:
-    """The attributes a glob sees on ``cls``: name -> the value as stored (descriptors not applied).
-
-    The rule: an attribute counts as the class has it through its MRO (the first class of the MRO that
-    defines it), when that class is ``cls`` itself or a class of ``cls``'s own top-level package
-    (``app`` for ``app.invocations.compel.Compel``), never ``object`` nor a builtin type. So a node that a
-    decorator made as a same-named subclass of the user's class has the user's ``invoke``, and the app's
-    own base classes count, while what comes from another package's classes (``torch.nn.Module.to``,
-    pydantic's ``BaseModel`` methods, ``enum.Enum``'s) is the framework's plumbing and is left out: name it
-    in full (``app.models.Net.to``) to trace it on that class."""
-    top = _top(cls)
-    out: dict[str, Any] = {}
-    taken: set = set()
-    for klass in getattr(cls, "__mro__", (cls,)):
-        d = getattr(klass, "__dict__", None)
-        if d is None:
-            continue
-        ours = klass is cls or (klass is not object and top not in ("", "builtins") and _top(klass) == top)
-        for k, v in list(d.items()):
-            if k in taken:
-                continue
-            taken.add(k)
-            if ours:
-                out[k] = v
-    return out
-
-
-def _glob_members(obj: Any, path: str) -> dict[str, Any]:
-    """What a glob part matches in ``obj``: a module's members whose ``__module__`` is the module, and its
-    submodules that are loaded (also those still executing); a class's ``_members``."""
-    if isinstance(obj, type):
-        return _members(obj)
-    d = getattr(obj, "__dict__", None) or {}
-    if not isinstance(obj, types.ModuleType):
-        return dict(d)
-    modname = getattr(obj, "__name__", path)
-    out = {}
-    for k, v in list(d.items()):
-        if isinstance(v, types.ModuleType):
-            if getattr(v, "__name__", None) in (f"{path}.{k}", f"{modname}.{k}"):
-                out[k] = v
-        elif _module_of(v) in (path, modname):
-            out[k] = v
-    if getattr(obj, "__path__", None) is not None:  # submodules not bound on the package yet
-        for full in [m for m in list(sys.modules) if m.startswith(modname + ".")]:
-            k = full[len(modname) + 1:]
-            if "." not in k and k not in out and sys.modules.get(full) is not None:
-                out[k] = sys.modules[full]
-    return out
-
-
-def _note_foreign(cls: type, pattern: str, seen: _Seen) -> None:
-    """Keep in ``seen`` the methods matching ``pattern`` that ``cls`` has from another package's class."""
-    ours = _members(cls)
-    for klass in getattr(cls, "__mro__", ())[1:]:
-        for k, v in list(getattr(klass, "__dict__", {}).items()):
-            if k not in ours and fnmatch.fnmatchcase(k, pattern) and _function_of(v, glob=True) is not None:
-                key = f"{getattr(cls, '__qualname__', '?')}.{k}"
-                if len(seen.foreign) < 8:
-                    seen.foreign.setdefault(key, f"{klass.__module__}.{klass.__qualname__}")
-
-
-def _nothing_matched(rest: list[str], where: str, seen: _Seen) -> str:
-    """Why a glob matched nothing, with what it saw."""
-    msg = f"no functions match {'.'.join(rest)!r} in {where}"
-    last = rest[-1]
-    target = f"a method matching {last!r}" if _GLOB & set(last) else last
-    classes = list(dict.fromkeys(seen.classes.values()))
-    modules = [m[len(where) + 1:] for m in seen.modules if m != where]
-    if classes:
-        shown = ", ".join(classes[:4]) + (", ..." if len(classes) > 4 else "")
-        msg += (f": {len(classes)} class{'es' if len(classes) != 1 else ''} seen ({shown}), none defines or"
-                f" inherits {target}")
-        if seen.foreign:
-            k, definer = next(iter(seen.foreign.items()))
-            msg += (f" (a glob leaves out what a class inherits from another package's class: {k} is"
-                    f" {definer}.{k.rpartition('.')[2]}; name it in full to trace it)")
-    elif modules:
-        shown = ", ".join(modules[:4]) + (", ..." if len(modules) > 4 else "")
-        target = f"a function or class matching {last!r}" if _GLOB & set(last) else last
-        msg += f": {len(modules)} module{'s' if len(modules) != 1 else ''} seen ({shown}), none defines {target}"
-    else:
-        msg += f": nothing defined in {where} matches {rest[0]!r}"
-    return msg
-
-
-def _subclasses(cls: type) -> list[type]:
-    """Every subclass of ``cls`` (transitively), each once, parents before children."""
-    out: list[type] = []
-    seen: set = {id(cls)}
-    todo = [cls]
-    while todo:
-        c = todo.pop(0)
-        try:
-            subs = type.__subclasses__(c)
-        except TypeError:
-            continue
-        for sub in subs:
-            if id(sub) not in seen:
-                seen.add(id(sub))
-                out.append(sub)
-                todo.append(sub)
-    return out
-
-
-def _overrides_note(live: _LiveOverrides) -> str:
-    n = len(live.overrides)
-    shown = ", ".join(live.overrides[:4]) + (", ..." if n > 4 else "")
-    return (f"overridden in {n} subclass{'es' if n != 1 else ''}: each override traced as a span of its own"
-            f" class ({shown})")
-
-
 #: how the reasons of notes about traced names begin (``Patcher.unresolved`` holds both: these are not failures)
 NOTE_PREFIXES = ("overridden in ", "inside a compiled region", "not mirrored")
 
@@ -885,53 +595,3 @@ def is_note(why: str) -> bool:
     """Whether an entry of ``Patcher.unresolved`` / a run's ``unresolved`` is a note about a name that is
     traced (its overrides, a compiled region, an unmirrored span), not a name that could not be traced."""
     return isinstance(why, str) and why.startswith(NOTE_PREFIXES)
-
-
-class _ImportHook(importlib.abc.MetaPathFinder):
-    """Runs the patcher after a watched module executes; never imports anything itself."""
-
-    def __init__(self, patcher: Patcher) -> None:
-        self._patcher = patcher
-        self._local = threading.local()
-
-    def find_spec(self, fullname, path=None, target=None):
-        if getattr(self._local, "busy", False) or not self._patcher.watches(fullname):
-            return None
-        self._local.busy = True
-        try:
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            self._local.busy = False
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        spec.loader = _NotifyingLoader(loader, self._patcher)
-        return spec
-
-
-class _NotifyingLoader(importlib.abc.Loader):
-    """Executes the module with its own loader (restored on the module), then notifies the patcher."""
-
-    def __init__(self, loader, patcher: Patcher) -> None:
-        self._loader = loader
-        self._patcher = patcher
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__loader__ = self._loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        self._patcher._on_import(module.__name__)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
