@@ -10,7 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from ..analysis.diff import Diff, FlameNode, TimeChange
+from ..analysis.diff import Diff
+from ..analysis.difftree import DiffNode
+from ..analysis.timestats import TimeChange
 from .terminal import fmt_ns, short_name
 
 
@@ -110,16 +112,16 @@ def print_diff(d: Diff, console: Console, tree_depth: int = 10, max_spans: int =
     console.print(f"[bold]4. verdict:[/bold] {escape(d.verdict)}")
 
 
-def _tree(root: FlameNode, depth: int) -> Tree:
+def _tree(root: DiffNode, depth: int) -> Tree:
     """The differential flame graph as a tree: branches of at least 2% of the time per repeat, a chain
     of single children folded into one line (``a > … > z``)."""
     out = Tree("differential flame graph (A / B per repeat, change)")
     limit = 0.02 * (max(root.a_ns, root.b_ns) or 1.0)
 
-    def kids(node: FlameNode) -> list[FlameNode]:
+    def kids(node: DiffNode) -> list[DiffNode]:
         return [c for c in node.children if max(c.a_ns, c.b_ns) >= limit]
 
-    def add(node: FlameNode, branch: Tree, d: int) -> None:
+    def add(node: DiffNode, branch: Tree, d: int) -> None:
         for c in kids(node):
             chain = [c]
             while len(kids(chain[-1])) == 1 and abs(kids(chain[-1])[0].delta_ns - chain[-1].delta_ns) < limit:

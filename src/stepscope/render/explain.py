@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from ..analysis.explain import DiffNode, Explanation
+from ..analysis.difftree import DiffNode
+from ..analysis.explain import Explanation
 from ..analysis.suggest import Suggestion
 from .terminal import _num_col, _room, fmt_ns, left_short, shape_words, short_name
 
@@ -63,10 +64,10 @@ def _tree(root: DiffNode, gap: float, depth: int) -> Tree:
 
     def add(node: DiffNode, branch: Tree, d: int) -> None:
         for c in node.children:
-            if abs(c.delta_ns) < limit and c.slow_ns < 0.25 * root.slow_ns:
+            if abs(c.delta_ns) < limit and c.b_ns < 0.25 * root.b_ns:
                 continue
             style = "red" if c.delta_ns > limit else "green" if c.delta_ns < -limit else "dim"
-            b = branch.add(f"[{style}]{short_name(c.name, 3)}  {fmt_ns(c.slow_ns)} / {fmt_ns(c.fast_ns)}  {_signed(c.delta_ns)}[/{style}]")
+            b = branch.add(f"[{style}]{short_name(c.name, 3)}  {fmt_ns(c.b_ns)} / {fmt_ns(c.a_ns)}  {_signed(c.delta_ns)}[/{style}]")
             if d < depth:
                 add(c, b, d + 1)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from ..analysis.diff import Diff, FlameNode
+from ..analysis.diff import Diff
+from ..analysis.difftree import DiffNode
 from ..web.templating import env, fmt_ns, ui_css
 
 ROW_PX = 18
@@ -46,7 +47,7 @@ def _color(a: float, b: float) -> str:
     return f"rgb({int(225 - 185 * r)},{int(235 - 120 * r)},255)"
 
 
-def flame_rects(root: FlameNode | None) -> tuple[list[Rect], int]:
+def flame_rects(root: DiffNode | None) -> tuple[list[Rect], int]:
     """The rectangles of the differential flame graph and its depth (rows)."""
     if root is None:
         return [], 0
@@ -56,7 +57,7 @@ def flame_rects(root: FlameNode | None) -> tuple[list[Rect], int]:
     rects: list[Rect] = []
     depth_max = 0
 
-    def walk(node: FlameNode, x: float, depth: int) -> None:
+    def walk(node: DiffNode, x: float, depth: int) -> None:
         nonlocal depth_max
         for c in node.children:
             w = (c.a_ns + c.b_ns) / 2 / total
