@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import PROGRAMS, run_cli
 
-from stepscope.analysis.diff import env_changes, program_key
+from stepscope.analysis.envfacts import env_changes
+from stepscope.analysis.runpick import program_key
 from stepscope.analysis.steptable import step_table
 from stepscope.store import Store
 from stepscope.store.reader import load_run
@@ -322,7 +323,9 @@ def test_more_steps_is_not_a_slower_step_but_the_verdict_says_the_work_grew():
 
 
 def test_cpu_contention_is_taken_out_before_deciding():
-    from stepscope.analysis.diff import contention, cpu_wait_share, diff_runs
+    from stepscope.analysis.diff import diff_runs
+    from stepscope.analysis.envfacts import cpu_wait_share
+    from stepscope.analysis.timestats import contention
 
     quiet = _synthetic("a", 8, 10.0, 1, {"cpu_count": 2, "sched": [2_000_000_000, 100_000_000],
                                          "work": {"sched_first_call": [1_000_000_000, 50_000_000]}})

@@ -27,15 +27,18 @@ import numpy as np
 
 from ..limits import HZ_MAX
 from ..model import RunData, Span
-from ..profiling.calltree import CallNode, ProfileIndex
+from ..profiling.calltree import ProfileIndex
 from ..spantable import SpanTable, as_table
 from ..tracing.steps import STEP_ATTR
+from .difftree import DiffNode, diff_tree
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats
 from .steptable import step_table
 
 COVER = 0.8
 MIN_SAMPLES = 8
+#: the differential tree's times as ``explain``'s JSON names them (side B: the slow repeats, A: the fast)
+TREE_KEYS = {"b_ns": "slow_ns", "a_ns": "fast_ns"}
 
 
 class ExplainError(ValueError):
@@ -145,20 +148,6 @@ class Cause:
 
 
 @dataclass(slots=True)
-class DiffNode:
-    """A node of the differential call tree: time per repeat in the slow and the fast group (ns)."""
-
-    name: str
-    slow_ns: float
-    fast_ns: float
-    children: list["DiffNode"] = field(default_factory=list)
-
-    @property
-    def delta_ns(self) -> float:
-        return self.slow_ns - self.fast_ns
-
-
-@dataclass(slots=True)
 class Explanation:
     """The result of ``explain``. ``unit``: "diffusion.step" or the span name compared. ``gap_ns``: mean
     slow duration minus mean fast duration (per repeat). ``causes``: as described in the module doc;
@@ -189,13 +178,15 @@ class Explanation:
         return self.repeats.where(self.repeats.mask("slow"))
 
     def to_dict(self) -> dict:
-        """As ``dataclasses.asdict`` makes it (the repeats as a list of dicts, from the columns)."""
+        """As ``dataclasses.asdict`` makes it (the repeats as a list of dicts, from the columns; the tree's times
+        named ``slow_ns`` and ``fast_ns``: ``TREE_KEYS``)."""
         import dataclasses
 
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["repeats"] = None
+        d["repeats"] = d["tree"] = None
         out = dataclasses.asdict(Explanation(**d))
         out["repeats"] = self.repeats.dicts()
+        out["tree"] = self.tree.to_dict(TREE_KEYS) if self.tree is not None else None
         return out
 
 
@@ -404,7 +395,7 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         if acc >= COVER * denom:
             break
     entry = _entry(index, s_idx, d_total, COVER * denom)
-    tree = diff_tree(index.tree(s_idx), index.tree(f_idx), ns, nf)
+    tree = diff_tree(index.tree(f_idx), nf, index.tree(s_idx), ns, order="b")  # A: the fast group, B: the slow one
     return Explanation(**base, causes=causes, covered=float(acc / denom), entry=cause(entry, True) if entry is not None else None,
                        enough_samples=True, tree=tree, advice="", path=extra_path(tree, gap))
 
@@ -425,7 +416,7 @@ def extra_path(tree: DiffNode, gap: float, share: float = 0.5) -> list[str]:
             break
         chain.append(best)
         node = best
-    start = next((k for k, n in enumerate(chain) if n.fast_ns < 0.25 * n.slow_ns), max(0, len(chain) - 4))
+    start = next((k for k, n in enumerate(chain) if n.a_ns < 0.25 * n.b_ns), max(0, len(chain) - 4))
     return [n.name for n in chain[start:]]
 
 
@@ -438,25 +429,3 @@ def _entry(index: ProfileIndex, s_idx: np.ndarray, d_total: np.ndarray, need: fl
             if d_total[fid] >= need and depth > best_depth:
                 best, best_depth = fid, depth
     return best
-
-
-def diff_tree(slow: CallNode, fast: CallNode, n_slow: int, n_fast: int, min_share: float = 0.005) -> DiffNode:
-    """Merge two call trees into a differential tree (ns per repeat); drops nodes under ``min_share`` of
-    the larger root in both groups."""
-    limit = min_share * max(slow.total_ns / max(n_slow, 1), fast.total_ns / max(n_fast, 1))
-
-    def merge(a: CallNode | None, b: CallNode | None, name: str) -> DiffNode:
-        node = DiffNode(name, (a.total_ns / n_slow) if a else 0.0, (b.total_ns / n_fast) if b else 0.0)
-        keys = set(a.children if a else ()) | set(b.children if b else ())
-        for k in keys:
-            ca = a.children.get(k) if a else None
-            cb = b.children.get(k) if b else None
-            sv = ca.total_ns / n_slow if ca else 0.0
-            fv = cb.total_ns / n_fast if cb else 0.0
-            if max(sv, fv) < limit:
-                continue
-            node.children.append(merge(ca, cb, (ca or cb).name))
-        node.children.sort(key=lambda c: -c.slow_ns)
-        return node
-
-    return merge(slow, fast, "all")

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from ..analysis.diff import DiffError, device_trace_path, diff_runs, pick_runs
+from ..analysis.diff import DiffError, diff_runs
+from ..analysis.runpick import device_trace_path, pick_runs
 from ..render.diff import print_diff
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 

@@ -10,12 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from ..analysis.diff import Diff, FlameNode, TimeChange
+from ..analysis.diff import Diff
+from ..analysis.difftree import DiffNode
+from ..analysis.timestats import TimeChange
+from .difftree import signed_ns, tree_view
 from .terminal import fmt_ns, short_name
-
-
-def _signed(ns: float) -> str:
-    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
 
 
 def change_text(tc: TimeChange) -> str:
@@ -76,7 +75,7 @@ def print_diff(d: Diff, console: Console, tree_depth: int = 10, max_spans: int =
     for col, j in (("phase", "left"), ("A", "right"), ("B", "right"), ("change", "right")):
         ph.add_column(col, justify=j, no_wrap=True)
     for p in d.phases:
-        delta = _signed(p.b_ns - p.a_ns) if p.a_ns is not None and p.b_ns is not None else "-"
+        delta = signed_ns(p.b_ns - p.a_ns) if p.a_ns is not None and p.b_ns is not None else "-"
         ph.add_row(p.name, fmt_ns(p.a_ns), fmt_ns(p.b_ns), delta)
     console.print(ph)
     if d.spans:
@@ -93,7 +92,7 @@ def print_diff(d: Diff, console: Console, tree_depth: int = 10, max_spans: int =
                        ("of the change", "right")):
             t.add_column(col, justify=j, no_wrap=True, overflow="ellipsis")
         for f in d.functions:
-            t.add_row(escape(f.function), escape(os.path.basename(f.file)), fmt_ns(f.a_ns), fmt_ns(f.b_ns), _signed(f.delta_ns),
+            t.add_row(escape(f.function), escape(os.path.basename(f.file)), fmt_ns(f.a_ns), fmt_ns(f.b_ns), signed_ns(f.delta_ns),
                       f"{100 * f.share:.0f}%")
         console.print(t)
     if d.flame is not None:
@@ -110,28 +109,9 @@ def print_diff(d: Diff, console: Console, tree_depth: int = 10, max_spans: int =
     console.print(f"[bold]4. verdict:[/bold] {escape(d.verdict)}")
 
 
-def _tree(root: FlameNode, depth: int) -> Tree:
+def _tree(root: DiffNode, depth: int) -> Tree:
     """The differential flame graph as a tree: branches of at least 2% of the time per repeat, a chain
     of single children folded into one line (``a > … > z``)."""
-    out = Tree("differential flame graph (A / B per repeat, change)")
     limit = 0.02 * (max(root.a_ns, root.b_ns) or 1.0)
-
-    def kids(node: FlameNode) -> list[FlameNode]:
-        return [c for c in node.children if max(c.a_ns, c.b_ns) >= limit]
-
-    def add(node: FlameNode, branch: Tree, d: int) -> None:
-        for c in kids(node):
-            chain = [c]
-            while len(kids(chain[-1])) == 1 and abs(kids(chain[-1])[0].delta_ns - chain[-1].delta_ns) < limit:
-                chain.append(kids(chain[-1])[0])
-            last = chain[-1]
-            name = short_name(c.name, 3) if len(chain) == 1 else (
-                f"{short_name(c.name, 2)} > … > {short_name(last.name, 3)}" if len(chain) > 2
-                else f"{short_name(c.name, 2)} > {short_name(last.name, 3)}")
-            style = "red" if last.delta_ns > limit else "green" if last.delta_ns < -limit else "dim"
-            b = branch.add(f"[{style}]{escape(name)}  {fmt_ns(last.a_ns)} / {fmt_ns(last.b_ns)}  {_signed(last.delta_ns)}[/{style}]")
-            if d < depth:
-                add(last, b, d + 1)
-
-    add(root, out, 0)
-    return out
+    return tree_view(root, "differential flame graph (A / B per repeat, change)", depth, limit,
+                     lambda c: max(c.a_ns, c.b_ns) >= limit, fold=True)

@@ -8,13 +8,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from ..analysis.explain import DiffNode, Explanation
+from ..analysis.difftree import DiffNode
+from ..analysis.explain import Explanation
 from ..analysis.suggest import Suggestion
+from .difftree import signed_ns, tree_view
 from .terminal import _num_col, _room, fmt_ns, left_short, shape_words, short_name
-
-
-def _signed(ns: float) -> str:
-    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
 
 
 def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) -> None:
@@ -36,7 +34,7 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
     if not e.enough_samples or e.advice:
         console.print(f"[yellow]{e.advice}[/yellow]")
         return
-    vals = [(fmt_ns(c.slow_ns), fmt_ns(c.fast_ns), _signed(c.delta_ns), f"{100 * c.share_of_gap:.0f}%") for c in e.causes]
+    vals = [(fmt_ns(c.slow_ns), fmt_ns(c.fast_ns), signed_ns(c.delta_ns), f"{100 * c.share_of_gap:.0f}%") for c in e.causes]
     t = Table(title="What makes the difference (self time per repeat)", title_justify="left", show_edge=False)
     t.add_column("function", overflow="fold", ratio=2)
     for k, col in enumerate(("slow", "fast", "extra", "of gap")):
@@ -51,27 +49,16 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
         console.print("the extra time runs in: [bold]" + " > ".join(short_name(n, 3) for n in e.path) + "[/bold]")
     if e.entry is not None:
         console.print(f"the extra time enters at [bold]{e.entry.function}[/bold] ({os.path.basename(e.entry.file)}:{e.entry.line}), "
-                      f"{_signed(e.entry.delta_ns)} per repeat")
+                      f"{signed_ns(e.entry.delta_ns)} per repeat")
     if e.tree is not None:
         console.print(_tree(e.tree, e.gap_ns, tree_depth))
 
 
 def _tree(root: DiffNode, gap: float, depth: int) -> Tree:
     """The differential tree, following only branches that carry a real share of the gap."""
-    out = Tree("differential call tree (slow / fast per repeat, extra)")
     limit = 0.05 * abs(gap) if gap else 0
-
-    def add(node: DiffNode, branch: Tree, d: int) -> None:
-        for c in node.children:
-            if abs(c.delta_ns) < limit and c.slow_ns < 0.25 * root.slow_ns:
-                continue
-            style = "red" if c.delta_ns > limit else "green" if c.delta_ns < -limit else "dim"
-            b = branch.add(f"[{style}]{short_name(c.name, 3)}  {fmt_ns(c.slow_ns)} / {fmt_ns(c.fast_ns)}  {_signed(c.delta_ns)}[/{style}]")
-            if d < depth:
-                add(c, b, d + 1)
-
-    add(root, out, 0)
-    return out
+    return tree_view(root, "differential call tree (slow / fast per repeat, extra)", depth, limit,
+                     lambda c: not (abs(c.delta_ns) < limit and c.b_ns < 0.25 * root.b_ns), b_first=True)
 
 
 def print_suggestions(items: list[Suggestion], console: Console) -> None:

@@ -4,8 +4,8 @@ and written as a self-contained file by ``stepscope report RUN_B --against RUN_A
 The differential flame graph is laid out here as rectangles (an icicle, callers on top): a node's width
 is the mean of its time per repeat in A and in B (so widths add up: the children of a node never
 overflow it, and frames that vanished or appeared both show), its colour the change, red where B spends
-more, blue where it spends less, in proportion to the node's own width. Text reaches the page through
-the template's autoescaping only; positions are numbers formatted here.
+more, blue where it spends less, in proportion to the node's own width (``report.difftree.diff_color``).
+Text reaches the page through the template's autoescaping only; positions are numbers formatted here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from ..analysis.diff import Diff, FlameNode
+from ..analysis.diff import Diff
+from ..analysis.difftree import DiffNode
 from ..web.templating import env, fmt_ns, ui_css
+from .difftree import diff_color
 
 ROW_PX = 18
 MIN_WIDTH = 0.001  # of the root: narrower frames are left out
@@ -37,16 +39,7 @@ class Rect:
     title: str
 
 
-def _color(a: float, b: float) -> str:
-    mean = (a + b) / 2 or 1.0
-    r = max(-1.0, min(1.0, (b - a) / (2 * mean)))  # -1 (vanished) .. +1 (appeared)
-    if r >= 0:  # white -> red
-        return f"rgb(255,{int(235 - 175 * r)},{int(225 - 185 * r)})"
-    r = -r
-    return f"rgb({int(225 - 185 * r)},{int(235 - 120 * r)},255)"
-
-
-def flame_rects(root: FlameNode | None) -> tuple[list[Rect], int]:
+def flame_rects(root: DiffNode | None) -> tuple[list[Rect], int]:
     """The rectangles of the differential flame graph and its depth (rows)."""
     if root is None:
         return [], 0
@@ -56,7 +49,7 @@ def flame_rects(root: FlameNode | None) -> tuple[list[Rect], int]:
     rects: list[Rect] = []
     depth_max = 0
 
-    def walk(node: FlameNode, x: float, depth: int) -> None:
+    def walk(node: DiffNode, x: float, depth: int) -> None:
         nonlocal depth_max
         for c in node.children:
             w = (c.a_ns + c.b_ns) / 2 / total
@@ -65,7 +58,7 @@ def flame_rects(root: FlameNode | None) -> tuple[list[Rect], int]:
             d = c.b_ns - c.a_ns
             title = (f"{c.name}\nA {fmt_ns(c.a_ns)} · B {fmt_ns(c.b_ns)} per repeat · "
                      f"{'+' if d >= 0 else '-'}{fmt_ns(abs(d))}")
-            rects.append(Rect(c.name, round(100 * x, 4), round(100 * w, 4), depth, c.a_ns, c.b_ns, _color(c.a_ns, c.b_ns), title))
+            rects.append(Rect(c.name, round(100 * x, 4), round(100 * w, 4), depth, c.a_ns, c.b_ns, diff_color(c.a_ns, c.b_ns), title))
             depth_max = max(depth_max, depth + 1)
             if depth + 1 < MAX_DEPTH:
                 walk(c, x, depth + 1)

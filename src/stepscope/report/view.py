@@ -395,7 +395,9 @@ def _device_view(device, t0: int) -> dict:
 
 def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[int, int]) -> dict | None:
     """The explanation of the default unit (None when there is nothing to compare)."""
-    from ..analysis.explain import DiffNode, ExplainError, explain
+    from ..analysis.difftree import DiffNode
+    from ..analysis.explain import ExplainError, explain
+    from .difftree import diff_color
 
     try:
         e = explain(data, index=index)
@@ -403,7 +405,7 @@ def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[
         return None
 
     def node(n: DiffNode, depth: int = 0) -> dict:
-        return {"name": n.name, "slow": _r(n.slow_ns / 1e3), "fast": _r(n.fast_ns / 1e3),
+        return {"name": n.name, "slow": _r(n.b_ns / 1e3), "fast": _r(n.a_ns / 1e3), "color": diff_color(n.a_ns, n.b_ns),
                 "children": [node(c, depth + 1) for c in n.children] if depth < 60 else []}
 
     reps = e.repeats

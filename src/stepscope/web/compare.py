@@ -27,7 +27,8 @@ def compare_response(store, params, diff_error: type) -> HTMLResponse:
     """The compare page for the query ``params`` (``a``, ``b``: run ids or prefixes, default as ``stepscope
     diff`` picks them; ``span``). An unknown run answers 404, runs with nothing to compare 400, each with
     the pickers and the reason on the page."""
-    from ..analysis.diff import device_trace_path, diff_runs, pick_runs
+    from ..analysis.diff import diff_runs
+    from ..analysis.runpick import device_trace_path, pick_runs
     from ..report.compare import compare_page
     from ..store.reader import load_run
 

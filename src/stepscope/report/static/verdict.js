@@ -108,10 +108,8 @@
     const H = Math.max((maxDepth + 2) * ROW, 60);
     const [g] = sizeCanvas(dg, H);
     g.clearRect(0, 0, W, H); g.font = "11px system-ui";
-    const gap = Math.max(Math.abs(E.gap_ns / 1e3), 1);
     for (const [x, w, d, n] of diffRects) {
-      const k = Math.max(-1, Math.min(1, (n.slow - n.fast) / gap));
-      g.fillStyle = k >= 0 ? `hsl(0,${Math.round(20 + 70 * k)}%,${Math.round(85 - 30 * k)}%)` : `hsl(215,${Math.round(20 - 70 * k)}%,${Math.round(85 + 30 * k)}%)`;
+      g.fillStyle = n.color;  // report/difftree.py's diff_color, as on the compare page
       g.fillRect(x, d * ROW, Math.max(w - 0.5, 0.5), ROW - 1);
       if (w > 30) { g.save(); g.beginPath(); g.rect(x, d * ROW, w, ROW); g.clip(); g.fillStyle = "#111"; g.fillText(short(n.name, 3), x + 3, d * ROW + 11); g.restore(); }
     }
