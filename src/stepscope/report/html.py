@@ -97,23 +97,9 @@ def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, s
                        heading=heading)
 
 
-def device_for(store, data: RunData):
-    """The run's device view and ``(trace, clock map)`` for the report, or None without a device trace."""
-    from ..store.db import DEVICE_TRACE
-
-    p = store.run_file(data.run.id, DEVICE_TRACE)
-    if not p.exists():
-        return None
-    from ..device.kineto import load
-    from ..device.runview import clock_map, run_device
-
-    trace = load(p)
-    return run_device(data, trace), (trace, clock_map(trace))
-
-
 def write_report(data: RunData, path: str | Path, **view_kwargs) -> Path:
     """Write the report to ``path``; returns the path. Raises OSError if it cannot be written.
-    ``view_kwargs`` go to ``build_view`` (e.g. ``device=device_for(store, data)``)."""
+    ``view_kwargs`` go to ``build_view`` (e.g. ``device=device_view(store, run_id, data)``: ``device.view``)."""
     p = Path(path)
     p.write_text(render_report(data, **view_kwargs), encoding="utf-8")
     return p
