@@ -11,11 +11,10 @@ from typing import Optional
 import typer
 
 from .. import limits
-from ..nesting import small_json
 from ..device.analysis import summarize_device
 from ..device.kineto import load
 from ..device.kineto import TraceError
-from ..store.db import COMPILE_REPORT, DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR
+from ..device.view import XLA_TOP
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 
@@ -47,7 +46,7 @@ def _xla_view(path: Path, top: int):
     from ..device.xla import analyze
     from ..device.xla_load import load_xla
 
-    return analyze(load_xla(path), top=max(top, 20))
+    return analyze(load_xla(path), top=max(top, XLA_TOP))
 
 
 @handles_errors
@@ -84,37 +83,20 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
 
             print_device(summary, out, top)
         return
-    from ..device.runview import AlignError, run_device
+    from ..device.runview import AlignError
+    from ..device.view import device_view
     from ..render.device import print_run_device, print_xla
 
     from ..store.reader import load_run
 
     st = open_store(store)
     data = load_run(st, target)  # spans as columns: only those the device trace covers become objects
-    p = st.run_file(data.run.id, DEVICE_TRACE)
-    trace = load(p) if p.exists() else None
-    extras = {}
-    for key, fname in (("peak", DEVICE_PROBE), ("compile", COMPILE_REPORT)):
-        f = st.run_file(data.run.id, fname)
-        if f.exists():
-            try:
-                extras[key] = small_json(f.read_bytes(), str(f))
-            except ValueError as e:
-                raise UserError(str(e)) from None
-    xla = None
-    xla_trace = st.run_file(data.run.id, XLA_TRACE_DIR)
-    if xla_trace.is_dir():
-        from ..device.xla_run import run_xla
-
-        try:
-            xla = run_xla(data, xla_trace, st.run_file(data.run.id, XLA_METRICS), top=max(top, 20))
-        except (AlignError, TraceError) as e:
-            raise UserError(str(e)) from None
     try:
-        view = run_device(data, trace, **extras)
-    except AlignError as e:
+        dv = device_view(st, data.run.id, data, top=max(top, XLA_TOP))
+    except (AlignError, TraceError) as e:
         raise UserError(str(e)) from None
-    if xla is None and view.summary is None and not view.sync_sites and view.compile is None:
+    view, xla = dv.kineto, dv.xla
+    if dv.empty:
         raise UserError(f"run {data.run.id} has no device trace, sync sites or compile report "
                         "(record with `stepscope run --device-trace`, `--syncs` or `--compile-report`)")
     if as_json:

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..report.html import device_for, write_report
+from ..device.view import device_view
+from ..report.html import write_report
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 
@@ -38,7 +39,7 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     from ..store.reader import load_run
 
     data = load_run(st, run_id)
-    path = write_report(data, output or Path(f"stepscope-{data.run.id}.html"), device=device_for(st, data))
+    path = write_report(data, output or Path(f"stepscope-{data.run.id}.html"), device=device_view(st, data.run.id, data))
     if as_json:
         print_json({"run_id": data.run.id, "report": str(path), "bytes": path.stat().st_size})
     else:

@@ -19,7 +19,8 @@ STATIC_FILES = ("report.css", "report.js")
 
 #: The parts of ``report.js``, in the order ``report_script`` joins them. They share one function scope: a part
 #: may use at its top level what the parts before it declare (functions from any part, as they are hoisted).
-SCRIPT_PARTS = ("core.js", "verdict.js", "waterfall.js", "lod.js", "spantree.js", "flame.js", "tables.js", "main.js")
+SCRIPT_PARTS = ("core.js", "verdict.js", "waterfall.js", "lod.js", "spantree.js", "flame.js", "tables.js", "device.js",
+                "main.js")
 
 _SCRIPT_HEAD = """// stepscope report: what is slow first (verdict, steps), then the waterfall with its span tree and the
 // flame graph of any window (traced work by default, start-up one click away), from the embedded view model
@@ -96,23 +97,9 @@ def render_report(data: RunData, *, page: str = "report", nav: list[tuple[str, s
                        heading=heading)
 
 
-def device_for(store, data: RunData):
-    """The run's device view and ``(trace, clock map)`` for the report, or None without a device trace."""
-    from ..store.db import DEVICE_TRACE
-
-    p = store.run_file(data.run.id, DEVICE_TRACE)
-    if not p.exists():
-        return None
-    from ..device.kineto import load
-    from ..device.runview import clock_map, run_device
-
-    trace = load(p)
-    return run_device(data, trace), (trace, clock_map(trace))
-
-
 def write_report(data: RunData, path: str | Path, **view_kwargs) -> Path:
     """Write the report to ``path``; returns the path. Raises OSError if it cannot be written.
-    ``view_kwargs`` go to ``build_view`` (e.g. ``device=device_for(store, data)``)."""
+    ``view_kwargs`` go to ``build_view`` (e.g. ``device=device_view(store, run_id, data)``: ``device.view``)."""
     p = Path(path)
     p.write_text(render_report(data, **view_kwargs), encoding="utf-8")
     return p

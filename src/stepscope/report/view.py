@@ -220,8 +220,8 @@ def _r(x: float) -> float:
 
 def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summary | None = None,
                max_samples: int = MAX_SAMPLES, device=None, max_spans: int | None = None) -> dict[str, Any]:
-    """The report's data for one run (JSON-serialisable). ``device``: the run's ``RunDevice`` and
-    ``(KinetoTrace, ClockMap)`` for the device lanes, or None. ``max_spans``: past this many spans (default
+    """The report's data for one run (JSON-serialisable). ``device``: the run's device view
+    (``device.view.device_view``: ``DeviceView``), or None. ``max_spans``: past this many spans (default
     ``MAX_SPANS``) the spans are aggregated (``aggregate``): the page stays a few MB whatever the run."""
     run = data.run
     index = index or ProfileIndex(data.profile)
@@ -334,7 +334,7 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         "phases": _phases_view(summary, t0),
         "summary": _summary_view(summary, t0),
         "explain": _explain_view(data, index, t0, thread_idx),
-        "device": _device_view(device, t0) if device is not None else None,
+        "device": _device_view(device, t0) if device is not None and not device.empty else None,
         "memory": memory_lane_view(data, t0),
     }
 
@@ -366,11 +366,34 @@ def _lane(label: str, ts: np.ndarray, end: np.ndarray, t0: int) -> dict:
 
 
 def _device_view(device, t0: int) -> dict:
+    """The run's device view (``DeviceView``) for the page: the Kineto trace's lanes on the run's clock (host
+    torch ops, each stream's activity), the largest idle gaps and the syncs with their Python line; then what
+    ``stepscope device`` shows besides: idle per stream, top ops and kernels, per-span device figures, the sync
+    sites, the probe's peaks, the compile report and the XLA trace's analysis (docs/report-view-model.md)."""
+    k = device.kineto
+    out = _timeline_view(device, t0) if device.trace is not None else {"lanes": [], "gaps": [], "syncs": [], "device": None}
+    s = k.summary
+    out.update({
+        "kineto": device.trace is not None,
+        "streams": plain(s.streams) if s is not None else [],
+        "top_ops": plain(s.top_ops) if s is not None else [],
+        "top_kernels": plain(s.top_kernels) if s is not None else [],
+        "sync_counts": dict(s.sync_counts) if s is not None else {},
+        "spans": plain(k.spans),
+        "sync_sites": plain(k.sync_sites),
+        "peak": device.peak,
+        "compile": device.compile,
+        "xla": plain(device.xla) if device.xla is not None else None,
+    })
+    return out
+
+
+def _timeline_view(device, t0: int) -> dict:
     """Device lanes on the run's clock: host torch ops, each stream's activity, the largest idle gaps,
     and the syncs with their Python line."""
     from ..device.kineto import DEVICE_CATS
 
-    view, (trace, cmap) = device
+    trace, cmap = device.trace, device.clock
     run_ts = cmap.to_run(trace.ts)
     run_end = run_ts + trace.dur
     lanes = []
@@ -384,7 +407,7 @@ def _device_view(device, t0: int) -> dict:
     for d, st in sorted({(int(a), int(b)) for a, b in zip(trace.device[dev], trace.stream[dev])}):
         sel = dev[(trace.device[dev] == d) & (trace.stream[dev] == st)]
         lanes.append(_lane(f"GPU {d} stream {st}", run_ts[sel], run_end[sel], t0))
-    summary = view.summary
+    summary = device.kineto.summary
     gaps = [{"lane": f"GPU {g.device} stream {g.stream}", "start": _r((int(cmap.to_run(g.start_ns)) - t0) / 1e3),
              "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation}
             for g in summary.gaps[:50]]

@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
-from ..store.db import DEVICE_TRACE, StoreError
+from ..device.view import device_view, files_state, run_trace
+from ..report.html import STATIC_FILES, render_page, static_text, view_json
+from ..store.db import StoreError
 from ..store.reader import load_run
 from .templating import bench_page, env, ui_css
 
@@ -92,26 +93,24 @@ def routes(state) -> list[Route]:
             raise HTTPException(404, str(e)) from None
         return st, data
 
-    views: OrderedDict = OrderedDict()  # (run id, spans, samples, device trace mtime) -> view JSON
+    views: OrderedDict = OrderedDict()  # (run id, spans, samples, device files' mtimes) -> view JSON
     views_lock = threading.Lock()
 
     def cached_view(ref: str) -> tuple[str, str]:
         """(run id, view JSON); the JSON is rebuilt only when the run has changed (new spans, samples
-        or device trace), so the run, explain and device pages of a run share one build."""
+        or device files), so the run, explain and device pages of a run share one build."""
         st = state.store()
         try:
             rid = st.resolve_id(ref)
         except StoreError as e:
             raise HTTPException(404, str(e)) from None
-        dev = st.run_file(rid, DEVICE_TRACE)
-        key = (rid, *st.counts(rid),
-               dev.stat().st_mtime_ns if dev.exists() else 0)
+        key = (rid, *st.counts(rid), *files_state(st, rid))
         with views_lock:
             if key in views:
                 views.move_to_end(key)
                 return rid, views[key]
         data = load_run(st, rid)
-        text = view_json(data, device=device_for(st, data))
+        text = view_json(data, device=device_view(st, rid, data))
         with views_lock:
             views[key] = text
             while len(views) > 8:
@@ -143,8 +142,10 @@ def routes(state) -> list[Route]:
         if fmt == "speedscope":
             doc = to_speedscope(data)
         else:
-            dev = device_for(st, data)
-            doc = to_chrome_trace(data, device=dev[1] if dev else None)
+            from ..device.runview import clock_map
+
+            trace = run_trace(st, data.run.id)
+            doc = to_chrome_trace(data, device=(trace, clock_map(trace)) if trace is not None else None)
         return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json", headers={
             "Content-Disposition": f'attachment; filename="{data.run.id}.{fmt}.json"'})
 
