@@ -11,7 +11,8 @@ from stepscope.analysis.spans import repeat_table, step_table
 from stepscope.analysis.summary import summarize
 from stepscope.model import Frame, Profile, Run, RunData, Span
 from stepscope.profiling.calltree import ProfileIndex
-from stepscope.render.terminal import left_short, print_summary
+from stepscope.render.cells import left_short
+from stepscope.render.terminal import print_summary
 from stepscope.tracing.steps import NESTED_ATTR, STEP_ATTR, steps_from_names
 
 MS = 1_000_000

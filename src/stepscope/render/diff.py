@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from ..analysis.diff import Diff, FlameNode, TimeChange
-from .terminal import fmt_ns, short_name
+from ..units import fmt_ns
+from .cells import short_name
 
 
 def _signed(ns: float) -> str:

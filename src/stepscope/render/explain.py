@@ -10,7 +10,9 @@ from rich.tree import Tree
 
 from ..analysis.explain import DiffNode, Explanation
 from ..analysis.suggest import Suggestion
-from .terminal import _num_col, _room, fmt_ns, left_short, shape_words, short_name
+from ..units import fmt_ns
+from .cells import left_short, name_room as _room, num_col as _num_col, short_name
+from .terminal import shape_words
 
 
 def _signed(ns: float) -> str:
