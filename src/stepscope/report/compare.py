@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from ..analysis.diff import Diff, FlameNode
-from ..web.templating import env, fmt_ns, ui_css
+from ..units import fmt_ns_page as fmt_ns
+from .templating import env, ui_css
 
 ROW_PX = 18
 MIN_WIDTH = 0.001  # of the root: narrower frames are left out

@@ -1,5 +1,6 @@
-"""The UI's Jinja2 templates and filters (no Starlette: ``stepscope bench show --html`` renders the same
-benchmark page as a self-contained file)."""
+"""The Jinja2 environment of the UI's pages (``web/templates``, ``web/ui.css``) and its filters, shared by the web
+UI (``web/``) and the pages also written as self-contained files: the compare page (``report/compare.py``) and the
+benchmark page (``web/templating.py``). No Starlette: imported without the web app."""
 
 from __future__ import annotations
 
@@ -7,17 +8,10 @@ from datetime import datetime
 from importlib import resources
 
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+
+from ..units import fmt_ns_page
 
 env = Environment(loader=PackageLoader("stepscope.web", "templates"), autoescape=select_autoescape(["html", "j2"]))
-
-
-def fmt_ns(ns: int | None) -> str:
-    """A duration in ns as "1.23 s", "45.6 ms" or "789 us"; "-" for None."""
-    if ns is None:
-        return "-"
-    s = ns / 1e9
-    return f"{s:.2f} s" if s >= 1 else f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} us"
 
 
 def fmt_wall(ns: int) -> str:
@@ -25,19 +19,10 @@ def fmt_wall(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if ns else "-"
 
 
-env.filters["dur"] = fmt_ns
+env.filters["dur"] = fmt_ns_page
 env.filters["wall"] = fmt_wall
 
 
 def ui_css() -> str:
+    """The UI's stylesheet (``web/ui.css``) as text, for a page that inlines it."""
     return resources.files("stepscope.web").joinpath("ui.css").read_text()
-
-
-def bench_page(b: dict, v, plot_src: str | None, standalone: bool = False) -> str:
-    """The benchmark page: verdict table, warnings, per-run plot. ``b``: ``store.bench.load``'s dict;
-    ``v``: its ``Verdict``; ``plot_src``: the plot's URL (or a ``data:`` URI), None without timed runs;
-    ``standalone``: CSS inlined and no site navigation (a file that opens offline)."""
-    from ..bench.results import mem_text
-
-    return env.get_template("bench.html.j2").render(title=f"benchmark {b['id']}", b=b, v=v, plot_src=plot_src, mem_text=mem_text,
-                                                    inline_css=Markup(ui_css()) if standalone else None)

@@ -16,9 +16,10 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from ..report.html import STATIC_FILES, device_for, render_page, static_text, view_json
+from ..report.templating import env, ui_css
 from ..store.db import DEVICE_TRACE, StoreError
 from ..store.reader import load_run
-from .templating import bench_page, env, ui_css
+from .templating import bench_page
 
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 _UI_CSS = "ui.css"

@@ -1,0 +1,18 @@
+"""The benchmark page (no Starlette: ``stepscope bench show --html`` renders the same page as a self-contained
+file); the templates' environment and filters: ``report/templating.py``."""
+
+from __future__ import annotations
+
+from markupsafe import Markup
+
+from ..report.templating import env, ui_css
+
+
+def bench_page(b: dict, v, plot_src: str | None, standalone: bool = False) -> str:
+    """The benchmark page: verdict table, warnings, per-run plot. ``b``: ``store.bench.load``'s dict;
+    ``v``: its ``Verdict``; ``plot_src``: the plot's URL (or a ``data:`` URI), None without timed runs;
+    ``standalone``: CSS inlined and no site navigation (a file that opens offline)."""
+    from ..bench.results import mem_text
+
+    return env.get_template("bench.html.j2").render(title=f"benchmark {b['id']}", b=b, v=v, plot_src=plot_src, mem_text=mem_text,
+                                                    inline_css=Markup(ui_css()) if standalone else None)
