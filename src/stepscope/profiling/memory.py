@@ -329,7 +329,7 @@ class History:
         self.on = False
         self.note: str | None = None
         self.written = None
-        self.summary: dict | None = None  # ``device.memory_snapshot.summarize`` of the snapshot written
+        self.summary: dict | None = None  # ``profiling.memory_snapshot.summarize`` of the snapshot written
 
     def start(self, torch) -> None:
         """Turn the history on (called when the program imports torch); a CPU-only torch: a note, nothing on."""
@@ -368,7 +368,7 @@ class History:
             with open(path, "wb") as f:
                 pickle.dump(snap, f)
             self.written = path
-            from ..device.memory_snapshot import summarize
+            from .memory_snapshot import summarize
 
             self.summary = summarize(snap)
         except Exception as e:
