@@ -15,7 +15,7 @@ from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary, unresolved_line
 from ..runner import CommandError, Outcome, die_like, run_program
-from ..settings import Settings
+from ..settings import DEFAULT_HZ, Settings
 from ..tracefile import read_trace_file
 from ..tracing import precheck
 from ..tracing.patch import normalize_targets
@@ -118,7 +118,7 @@ def run(
     trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
     module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: 101]"),
+    hz: Optional[float] = typer.Option(None, "--hz", help=f"Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: {DEFAULT_HZ:g}]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
@@ -167,7 +167,7 @@ def run(
     if trace_file is not None:
         more, file_hz = read_trace_file(trace_file)
         names += more
-    rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
+    rate = hz if hz is not None else (file_hz if file_hz is not None else DEFAULT_HZ)
     device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
                   device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
                   memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks)
