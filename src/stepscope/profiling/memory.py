@@ -298,8 +298,6 @@ def read_now() -> dict:
 
 # -- out-of-memory errors and CUDA's memory history ------------------------------------------------------------
 
-#: Exception types (``module.Qualname``) that mean "out of memory".
-OOM_TYPES = ("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "MemoryError")
 #: Messages of a RuntimeError that mean the CPU allocator could not allocate (torch's DefaultCPUAllocator).
 OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory",
                 "CUDA out of memory", "out of memory")

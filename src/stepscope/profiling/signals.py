@@ -97,12 +97,6 @@ def other_tools() -> bool:
     return False
 
 
-def _others_profiling() -> bool:
-    """True when the program runs its own tracer or profiler in this thread (settrace/setprofile, or on 3.12+ a
-    ``sys.monitoring`` tool other than stepscope's, e.g. cProfile, coverage, a debugger)."""
-    return sys.gettrace() is not None or sys.getprofile() is not None or other_tools()
-
-
 _gettrace, _getprofile = sys.gettrace, sys.getprofile
 _get_tool = sys.monitoring.get_tool if hasattr(sys, "monitoring") else None
 
