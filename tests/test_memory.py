@@ -320,7 +320,7 @@ def test_repeats_note_on_the_columns_says_what_the_per_window_code_said():
 def test_cuda_snapshot_of_the_documented_shape_is_summarised():
     """``torch.cuda.memory._snapshot()``'s dict (segments with blocks, device_traces) -> the largest live
     blocks with the Python stacks that allocated them, and the last events before the OOM."""
-    from stepscope.device.memory_snapshot import summarize
+    from stepscope.profiling.memory_snapshot import summarize
 
     frames = [{"filename": "/x/site-packages/torch/nn/modules/conv.py", "line": 549, "name": "_conv_forward"},
               {"filename": "/app/pipe.py", "line": 88, "name": "decode"}]

@@ -6,12 +6,13 @@ import numpy as np
 from rich.console import Console
 
 from stepscope.analysis.phases import importing, phases, sample_phase
-from stepscope.analysis.slow import NOISY_CV, call_slow, slow_cells
+from stepscope.analysis.slow import TOO_NOISY_TO_CALL_CV, call_slow, slow_cells
 from stepscope.analysis.steptable import repeat_table, step_table
 from stepscope.analysis.summary import summarize
 from stepscope.model import Frame, Profile, Run, RunData, Span
 from stepscope.profiling.calltree import ProfileIndex
-from stepscope.render.terminal import left_short, print_summary
+from stepscope.render.cells import left_short
+from stepscope.render.terminal import print_summary
 from stepscope.tracing.steps import NESTED_ATTR, STEP_ATTR, steps_from_names
 
 MS = 1_000_000
@@ -90,7 +91,7 @@ def test_one_rule_and_too_noisy_to_call():
     assert np.nonzero(v.mask)[0].tolist() == [3, 7, 11] and not v.noisy and "MAD" in v.rule
     noisy = np.array([20, 45, 12, 80, 33, 9, 51, 26, 70, 15, 40, 22], float) * MS
     v = call_slow(noisy)
-    assert v.noisy and not v.mask.any() and v.cv > NOISY_CV and v.rule.startswith("too noisy to call")
+    assert v.noisy and not v.mask.any() and v.cv > TOO_NOISY_TO_CALL_CV and v.rule.startswith("too noisy to call")
     # the step table and repeat table use it too
     spans = [Span(i + 1, None, "f", "function", i * 100 * MS, i * 100 * MS + int(x), 1) for i, x in enumerate(d)]
     rt = repeat_table(spans, "f")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from . import clock
 from .session import Session
-from .settings import Settings
+from .settings import DEFAULT_HZ, Settings
 from .tracing import buffer
 from .tracing.resolve import normalize_targets
 from .tracing.wrappers import wrap
@@ -23,7 +23,7 @@ _session: Session | None = None
 _lock = threading.Lock()
 
 
-def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = 101.0, *, store: str | None = None,
+def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = DEFAULT_HZ, *, store: str | None = None,
          transaction: str | None = None, max_stack_depth: int = 256, flush_interval_s: float = 1.0,
          run_id: str | None = None, command: list[str] | None = None, _owns_run: bool = True) -> Session:
     """Start recording this process: trace ``functions_to_trace`` and sample stacks at ``profiles_hz``.

@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import clock
 from .launch import ENV_VAR, signal_status
@@ -283,6 +284,28 @@ def _proc_mask(pid: int, field: str) -> int | None:
     return None
 
 
+@dataclass(slots=True)
+class SignalEvent:
+    """A signal this process got, as ``_Relay`` follows it. ``signo``; ``t``: ``time.monotonic()`` s when it came
+    (when it was forwarded, once it was); ``sender``: the sender's pid (``si_pid``); ``state``: "wait" (not known
+    to have reached the child), "delivered" (the child got it too) or "forwarded" (sent on to the child);
+    ``seen``: a byte of the child's wakeup pipe was matched to it."""
+
+    signo: int
+    t: float
+    sender: int
+    state: str = "wait"
+    seen: bool = False
+
+
+class Receipt(NamedTuple):
+    """A signal the child's handlers reported (a byte of its wakeup pipe) not yet matched to a ``SignalEvent``:
+    ``signo``, ``t`` (``time.monotonic()`` s when it was read)."""
+
+    signo: int
+    t: float
+
+
 class _Relay:
     """Waits for the child while passing on the signals this process gets (see the module doc).
 
@@ -301,8 +324,8 @@ class _Relay:
         self.read_fd, self.child_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.child_fd, False)  # signal.set_wakeup_fd wants a non-blocking fd
-        self.events: list[list] = []  # [signo, t, sender, state, byte seen]; state: wait, delivered, forwarded
-        self.child_got: list[tuple[int, float]] = []  # the child's handlers' receipts not matched yet
+        self.events: list[SignalEvent] = []
+        self.child_got: list[Receipt] = []  # the child's handlers' receipts not matched yet
         self.watch = set(RELAYED) | {signal.SIGCHLD}
         self.blocking = hasattr(signal, "sigtimedwait")
         self.parent = os.getpid()
@@ -340,7 +363,7 @@ class _Relay:
             if not self.blocking:  # no siginfo: pass on all but the terminal's (they reach the group)
                 return self._wait_plain(proc)
             while True:
-                waiting = [e[1] + self.grace for e in self.events if e[3] == "wait"]
+                waiting = [e.t + self.grace for e in self.events if e.state == "wait"]
                 timeout = max(0.0, min(waiting) - time.monotonic()) if waiting else 1.0
                 info = signal.sigtimedwait(self.watch, timeout)
                 now = time.monotonic()
@@ -387,29 +410,29 @@ class _Relay:
             if signo not in RELAYED:
                 continue
             for e in self.events:
-                if e[0] == signo and not e[4] and (e[3] == "wait" or now - e[1] <= self.grace):
-                    e[4] = True
-                    if e[3] == "wait":
-                        e[3] = "delivered"
+                if e.signo == signo and not e.seen and (e.state == "wait" or now - e.t <= self.grace):
+                    e.seen = True
+                    if e.state == "wait":
+                        e.state = "delivered"
                     break
             else:
-                self.child_got.append((signo, now))
+                self.child_got.append(Receipt(signo, now))
 
     def _received(self, proc: subprocess.Popen, signo: int, code: int, sender: int, now: float) -> None:
         if signo not in RELAYED:
             return
-        self.events = [e for e in self.events if e[3] == "wait" or now - e[1] <= 2 * self.grace]
-        self.child_got = [c for c in self.child_got if now - c[1] <= self.grace]
-        if any(e[0] == signo and e[2] == sender and now - e[1] <= self.grace for e in self.events):
+        self.events = [e for e in self.events if e.state == "wait" or now - e.t <= 2 * self.grace]
+        self.child_got = [c for c in self.child_got if now - c.t <= self.grace]
+        if any(e.signo == signo and e.sender == sender and now - e.t <= self.grace for e in self.events):
             return  # a copy from the same sender: one event
-        event = [signo, now, sender, "wait", False]
+        event = SignalEvent(signo, now, sender)
         self.events.append(event)
-        got = next((c for c in self.child_got if c[0] == signo), None)
+        got = next((c for c in self.child_got if c.signo == signo), None)
         if got is not None:
             self.child_got.remove(got)
-            event[3], event[4] = "delivered", True
+            event.state, event.seen = "delivered", True
         elif code == _SI_KERNEL or sender == proc.pid or (_proc_mask(proc.pid, "ShdPnd") or 0) >> (signo - 1) & 1:
-            event[3] = "delivered"
+            event.state = "delivered"
         else:
             caught = _proc_mask(proc.pid, "SigCgt")
             if caught is not None and not caught >> (signo - 1) & 1:
@@ -417,14 +440,14 @@ class _Relay:
 
     def _forward_due(self, proc: subprocess.Popen, now: float) -> None:
         for e in self.events:
-            if e[3] == "wait" and now - e[1] >= self.grace:
+            if e.state == "wait" and now - e.t >= self.grace:
                 self._forward(proc, e, now)
 
     @staticmethod
-    def _forward(proc: subprocess.Popen, event: list, now: float) -> None:
-        event[1], event[3] = now, "forwarded"
+    def _forward(proc: subprocess.Popen, event: SignalEvent, now: float) -> None:
+        event.t, event.state = now, "forwarded"
         try:
-            proc.send_signal(event[0])
+            proc.send_signal(event.signo)
         except OSError:
             pass
 

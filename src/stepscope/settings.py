@@ -7,6 +7,10 @@ from typing import Any
 
 from . import limits
 
+#: The sampling rate when none is given (samples/s per thread): ``Settings``, ``stepscope.init``, ``run``, ``demo``,
+#: ``capture``. Not a round number, so as not to run in lockstep with periodic work (sentry-python's default too).
+DEFAULT_HZ = 101.0
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -31,7 +35,7 @@ class Settings:
     """
 
     functions_to_trace: tuple[str, ...] = ()
-    profiles_hz: float = 101.0
+    profiles_hz: float = DEFAULT_HZ
     max_stack_depth: int = 256
     flush_interval_s: float = 1.0
     transaction: str | None = None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import MemoryTrack, RunData, Span
+from ..units import fmt_bytes
 
 #: At most this many stages (steps, top-level spans) are listed: those with the highest peaks.
 MAX_STAGES = 64
@@ -38,19 +39,6 @@ GROWTH_MIN_BYTES = 16 << 20
 GROWTH_RATIO = 2.0
 
 MiB = 1 << 20
-
-
-def fmt_bytes(b: float | int | None) -> str:
-    """``1.23 GiB`` / ``456.7 MiB`` / ``12.0 KiB`` / ``0 B`` (binary units); "-" for None."""
-    if b is None:
-        return "-"
-    b = float(b)
-    sign = "-" if b < 0 else ""
-    b = abs(b)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= size:
-            return f"{sign}{b / size:.{2 if unit == 'GiB' else 1}f} {unit}"
-    return f"{sign}{b:.0f} B"
 
 
 @dataclass(slots=True)

@@ -11,8 +11,8 @@ that the shape and the cause of the later slow repeats are not blurred by it. Al
 shape "first").
 
 When the repeats that are not slow vary too much among themselves (their coefficient of variation,
-standard deviation / mean, above ``NOISY_CV``), no repeat is marked: a difference could be noise, and
-the rule says "too noisy to call" instead.
+standard deviation / mean, above ``TOO_NOISY_TO_CALL_CV``), no repeat is marked: a difference could be
+noise, and the rule says "too noisy to call" instead.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ MAD_K = 3.0
 MAD_SIGMA = 1.4826
 MIN_RATIO = 1.2
 #: Coefficient of variation of the fast repeats above which no repeat is called slow.
-NOISY_CV = 0.4
+TOO_NOISY_TO_CALL_CV = 0.4
 #: The rule in words, stated once wherever slow repeats are marked.
 RULE_TEXT = f"slow = longer than both median + {MAD_K:g} x 1.4826 x MAD and {MIN_RATIO:g} x median"
 
@@ -74,10 +74,10 @@ def call_slow(durations) -> SlowCall:
     nums = f"limit {_dur(limit)} (median {_dur(med)}, MAD {_dur(mad)})"
     if warmup:
         nums += f"; the first repeat ({d[0] / med:.1f} x median) is a warm-up, set apart"
-    if cv > NOISY_CV:
+    if cv > TOO_NOISY_TO_CALL_CV:
         return SlowCall(np.zeros(len(d), bool), med, mad, limit, cv, True,
                         f"too noisy to call: the fast repeats vary by {100 * cv:.0f}% (coefficient of variation over "
-                        f"{100 * NOISY_CV:.0f}%), so no repeat is marked slow; {nums}", warmup)
+                        f"{100 * TOO_NOISY_TO_CALL_CV:.0f}%), so no repeat is marked slow; {nums}", warmup)
     return SlowCall(mask, med, mad, limit, cv, False, f"{RULE_TEXT}: {nums}", warmup)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .stats import NOISY_CV, Change, ConfigStats, compare, describe
+from .stats import NOISY_RUNS_CV, Change, ConfigStats, compare, describe
 
 
 @dataclass(slots=True)
@@ -117,8 +117,8 @@ def verdict(b: dict) -> Verdict:
         srt = sorted(steps[i])
         rows.append(Row(i, b["labels"][i], spec["configs"][i], st, ch, i == base, peak.get(i), first_warm.get(i),
                         srt[len(srt) // 2] if srt else None, timed[i], problem if not timed[i] else None))
-        if st is not None and st.cv > NOISY_CV:
-            warnings.append(f"{b['labels'][i]}: noisy (CV {100 * st.cv:.1f}% > {100 * NOISY_CV:.0f}%); "
+        if st is not None and st.cv > NOISY_RUNS_CV:
+            warnings.append(f"{b['labels'][i]}: noisy (CV {100 * st.cv:.1f}% > {100 * NOISY_RUNS_CV:.0f}%); "
                             f"more repeats or a quieter machine give a narrower CI")
         if errors.get(i) and timed[i]:
             warnings.append(f"{b['labels'][i]}: some runs failed: {errors[i]}")

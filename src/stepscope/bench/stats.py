@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 B = 10_000
-NOISY_CV = 0.05
+#: Coefficient of variation of one configuration's timed runs above which the benchmark warns they are noisy
+#: (``bench.results``): a change smaller than the noise cannot be told.
+NOISY_RUNS_CV = 0.05
 
 
 @dataclass(slots=True)

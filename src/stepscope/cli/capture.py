@@ -17,6 +17,7 @@ from ..control.client import CaptureError, app_of, capture, find_server, locate,
 from ..control.server import DEFAULT_TIMEOUT_S, span_traced
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
+from ..settings import DEFAULT_HZ
 from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, print_json
 
 
@@ -28,7 +29,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
                 steps: Optional[int] = typer.Option(None, "--steps", help="End after N completed calls of --span."),
                 span: Optional[str] = typer.Option(None, "--span", help="The span counted by --steps (name or suffix)."),
                 trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace during the window."),
-                hz: float = typer.Option(101.0, "--hz", help="Sampling rate (samples/s per thread)."),
+                hz: float = typer.Option(DEFAULT_HZ, "--hz", help="Sampling rate (samples/s per thread)."),
                 timeout: Optional[str] = typer.Option(None, "--timeout", help="End the window after this long "
                                                       "whatever happens (stored as timeout). [default: 10m, or "
                                                       "--duration if longer]"),

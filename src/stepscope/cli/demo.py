@@ -12,6 +12,7 @@ from .. import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
 from ..report.html import write_report
 from ..runner import die_like
+from ..settings import DEFAULT_HZ
 from ..store.db import DEMO_IMAGE
 from ..store.reader import load_run
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
@@ -25,7 +26,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
          scheduler: str = typer.Option("ddim", "--scheduler", help="ddim, euler or dpm."),
          prompt: str = typer.Option("a photograph of an astronaut riding a horse", "--prompt"),
          seed: int = typer.Option(0, "--seed"),
-         hz: float = typer.Option(101.0, "--hz", help="Sampling rate per thread (samples/s)."),
+         hz: float = typer.Option(DEFAULT_HZ, "--hz", help="Sampling rate per thread (samples/s)."),
          report: Optional[Path] = typer.Option(None, "--report", "-o", help="HTML report path (default: stepscope-RUN.html)."),
          store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Run txt2img on a Stable Diffusion pipeline under stepscope with the default trace list."""

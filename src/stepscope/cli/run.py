@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,7 +16,7 @@ from ..analysis.summary import summarize
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary, unresolved_line
 from ..runner import CommandError, Outcome, die_like, run_program
-from ..settings import Settings
+from ..settings import DEFAULT_HZ, Settings
 from ..tracefile import read_trace_file
 from ..tracing import precheck
 from ..tracing.resolve import normalize_targets
@@ -38,20 +39,43 @@ def _early_unresolved(command: list[str], names) -> dict[str, str]:
     return precheck.check(list(names), extra)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """What ``stepscope run`` records besides the traced names and the rate, as its flags give it: the ``Settings``
+    fields of the same names (``device_trace``, ``device_stacks``, ``device_steps``, ``compile_report``,
+    ``sampler``, ``memory``, ``memory_history``, ``cuda_peaks``, ``children``) and ``syncs``: trace the host-device sync sites
+    (``tracing.syncs.SYNC_TARGETS``; ``device_trace`` traces them too). Checked by ``Settings`` (ValueError)."""
+
+    device_trace: bool
+    device_stacks: bool
+    device_steps: int | None
+    syncs: bool
+    compile_report: bool
+    sampler: str
+    memory: bool
+    memory_history: bool
+    cuda_peaks: str
+    children: bool = True
+
+    def settings_fields(self) -> dict:
+        """These options as ``Settings`` keyword arguments (all but ``syncs``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "syncs"}
+
+
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
            quiet: bool = False, transaction: str | None = None, extra: dict | None = None,
-           json_file: Optional[Path] = None, report_hint_by_caller: bool = False, **device) -> Outcome:
+           json_file: Optional[Path] = None, report_hint_by_caller: bool = False,
+           options: RecordOptions | None = None) -> Outcome:
     """Run and record ``command``; print its summary (stderr) or JSON (stdout); with ``json_file``, also
     write the JSON document there. Shared with ``demo``.
 
-    ``device``: ``device_trace``, ``device_stacks``, ``device_steps`` (see ``Settings``);
-    ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it), so the summary
-    leaves out its own "`stepscope report RUN`" line."""
-    if device.get("device_trace") or device.pop("syncs", False):
+    ``options``: the device trace, syncs, compile report, sampler and memory flags (None: ``Settings``'
+    defaults, no syncs); ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
+    so the summary leaves out its own "`stepscope report RUN`" line."""
+    if options is not None and (options.device_trace or options.syncs):
         traces = list(traces) + [t for t in SYNC_TARGETS if t not in traces]
-    device.pop("syncs", None)
     settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
-                        extra=extra or {}, **device)
+                        extra=extra or {}, **(options.settings_fields() if options is not None else {}))
     if json_file is not None and not json_file.resolve().parent.is_dir():
         raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
@@ -118,7 +142,7 @@ def run(
     trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
     module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = typer.Option(None, "--hz", help="Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: 101]"),
+    hz: Optional[float] = typer.Option(None, "--hz", help=f"Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: {DEFAULT_HZ:g}]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
@@ -170,12 +194,12 @@ def run(
     if trace_file is not None:
         more, file_hz = read_trace_file(trace_file)
         names += more
-    rate = hz if hz is not None else (file_hz if file_hz is not None else 101.0)
-    device = dict(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
-                  device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
-                  memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
+    rate = hz if hz is not None else (file_hz if file_hz is not None else DEFAULT_HZ)
+    options = RecordOptions(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
+                            device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
+                            memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
     if server:
-        if names or auto_trace or device["device_trace"] or compile_report or syncs:
+        if names or auto_trace or options.device_trace or compile_report or syncs:
             raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
         st = open_store(store, create=True)
         try:
@@ -186,9 +210,9 @@ def run(
         die_like(outcome.returncode)
         raise typer.Exit(outcome.exit_code)
     if auto_trace > 0:
-        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, device, json_file)
+        outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
-        outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, **device)
+        outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
     raise typer.Exit(outcome.exit_code)
 
@@ -211,8 +235,9 @@ def _serving_line(info: dict) -> None:
 
 
 def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,
-                n: int, device: dict, json_file: Optional[Path] = None) -> Outcome:
-    """Run once sampled, pick the top ``n`` suggestions, run again with them traced; link both runs."""
+                n: int, options: RecordOptions, json_file: Optional[Path] = None) -> Outcome:
+    """Run once sampled, pick the top ``n`` suggestions, run again with them traced (and ``options``); link both
+    runs."""
     from ..analysis.suggest import suggest
     from ..store.reader import load_run
 
@@ -224,7 +249,7 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
     second = record(args, names + picks, rate, store_path, as_json, quiet, json_file=json_file,
-                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, **device)
+                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, options=options)
     run = st.get_run(first.run_id)
     run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}
     st.update_run(first.run_id, settings=run.settings)

@@ -43,7 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..settings import Settings
+from ..settings import DEFAULT_HZ, Settings
 from ..store.db import DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR, Store, StoreError, run_path
 
 
@@ -251,7 +251,7 @@ class ControlServer:
             from ..tracing.syncs import SYNC_TARGETS
 
             traces += SYNC_TARGETS
-        settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=req["hz"] if req.get("hz") is not None else 101.0,
+        settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=req["hz"] if req.get("hz") is not None else DEFAULT_HZ,
                             flush_interval_s=0.2, store=self.store, device_trace=device,
                             extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
         run_id = new_run_id()

@@ -45,13 +45,6 @@ METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDe
            "OutboundData")
 
 
-def uses_xla() -> bool:
-    """Whether the program has imported torch_xla (read from ``sys.modules``; imports nothing)."""
-    import sys
-
-    return "torch_xla" in sys.modules
-
-
 class XlaCapture:
     """One XLA profiler session for a run. ``start()`` then ``stop()``; ``stop`` writes the trace under
     ``trace_dir`` and the metrics readings to ``metrics_path`` (the run's ``XLA_TRACE_DIR`` and ``XLA_METRICS``:

@@ -298,8 +298,6 @@ def read_now() -> dict:
 
 # -- out-of-memory errors and CUDA's memory history ------------------------------------------------------------
 
-#: Exception types (``module.Qualname``) that mean "out of memory".
-OOM_TYPES = ("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "MemoryError")
 #: Messages of a RuntimeError that mean the CPU allocator could not allocate (torch's DefaultCPUAllocator).
 OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory",
                 "CUDA out of memory", "out of memory")
@@ -329,7 +327,7 @@ class History:
         self.on = False
         self.note: str | None = None
         self.written = None
-        self.summary: dict | None = None  # ``device.memory_snapshot.summarize`` of the snapshot written
+        self.summary: dict | None = None  # ``profiling.memory_snapshot.summarize`` of the snapshot written
 
     def start(self, torch) -> None:
         """Turn the history on (called when the program imports torch); a CPU-only torch: a note, nothing on."""
@@ -368,7 +366,7 @@ class History:
             with open(path, "wb") as f:
                 pickle.dump(snap, f)
             self.written = path
-            from ..device.memory_snapshot import summarize
+            from .memory_snapshot import summarize
 
             self.summary = summarize(snap)
         except Exception as e:

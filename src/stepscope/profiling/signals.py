@@ -60,7 +60,8 @@ BLOCK = 8
 
 #: The CPU-clock timer's period: this many wall periods, and never under ``CPU_PERIOD_MIN_NS`` (the kernel checks
 #: CPU timers at its tick anyway). Half the wall rate resolves the CPU view (50 samples a CPU second at the
-#: default 101 Hz) at half the handler calls: a sample costs ~40-70 us of a cold cache in a real pipeline.
+#: default 101 Hz, ``settings.DEFAULT_HZ``) at half the handler calls: a sample costs ~40-70 us of a cold cache
+#: in a real pipeline.
 CPU_PERIODS = 2
 CPU_PERIOD_MIN_NS = 10_000_000
 
@@ -94,12 +95,6 @@ def other_tools() -> bool:
             if name is not None and name != "stepscope":
                 return True
     return False
-
-
-def _others_profiling() -> bool:
-    """True when the program runs its own tracer or profiler in this thread (settrace/setprofile, or on 3.12+ a
-    ``sys.monitoring`` tool other than stepscope's, e.g. cProfile, coverage, a debugger)."""
-    return sys.gettrace() is not None or sys.getprofile() is not None or other_tools()
 
 
 _gettrace, _getprofile = sys.gettrace, sys.getprofile

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from ..device.analysis import DeviceSummary
 from ..device.runview import RunDevice
-from .terminal import fmt_ns, short_name
+from ..units import fmt_ns
+from .cells import short_name
 
 
 def _clip(s: str | None, n: int = 70) -> str:

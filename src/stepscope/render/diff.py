@@ -13,8 +13,9 @@ from rich.tree import Tree
 from ..analysis.diff import Diff
 from ..analysis.difftree import DiffNode
 from ..analysis.timestats import TimeChange
+from ..units import fmt_ns
+from .cells import short_name
 from .difftree import signed_ns, tree_view
-from .terminal import fmt_ns, short_name
 
 
 def change_text(tc: TimeChange) -> str:

@@ -11,8 +11,10 @@ from rich.tree import Tree
 from ..analysis.difftree import DiffNode
 from ..analysis.explain import Explanation
 from ..analysis.suggest import Suggestion
+from ..units import fmt_ns
+from .cells import left_short, name_room, num_col, short_name
 from .difftree import signed_ns, tree_view
-from .terminal import _num_col, _room, fmt_ns, left_short, shape_words, short_name
+from .terminal import shape_words
 
 
 def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) -> None:
@@ -38,8 +40,8 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
     t = Table(title="What makes the difference (self time per repeat)", title_justify="left", show_edge=False)
     t.add_column("function", overflow="fold", ratio=2)
     for k, col in enumerate(("slow", "fast", "extra", "of gap")):
-        _num_col(t, col, [v[k] for v in vals])
-    room = _room(console, t, 40)
+        num_col(t, col, [v[k] for v in vals])
+    room = name_room(console, t, 40)
     t.add_column("where", overflow="fold", ratio=1)
     for c, v in zip(e.causes, vals):
         t.add_row(left_short(c.function, room * 2 // 3), *v, f"{os.path.basename(c.file)}:{c.line}")
@@ -68,9 +70,9 @@ def print_suggestions(items: list[Suggestion], console: Console) -> None:
     t = Table(title="Trace next (time inside traced spans, not yet traced)", title_justify="left", show_edge=False)
     t.add_column("function", overflow="fold", ratio=2)
     t.add_column("where", overflow="fold", ratio=1)
-    _num_col(t, "total", [fmt_ns(s.total_ns) for s in items])
-    _num_col(t, "share", [f"{100 * s.share:.0f}%" for s in items])
-    _num_col(t, "in spans", [str(s.repeats) for s in items])
+    num_col(t, "total", [fmt_ns(s.total_ns) for s in items])
+    num_col(t, "share", [f"{100 * s.share:.0f}%" for s in items])
+    num_col(t, "in spans", [str(s.repeats) for s in items])
     for s in items:
         t.add_row(s.qualified_name, f"{os.path.basename(s.file)}:{s.line}", fmt_ns(s.total_ns), f"{100 * s.share:.0f}%",
                   str(s.repeats))

@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.memory import fmt_bytes
 from ..bench.maxbatch import MaxResult
-from .terminal import _num_col
+from ..units import fmt_bytes
+from .cells import num_col
 
 
 def _what(r: MaxResult) -> str:
@@ -39,7 +39,7 @@ def print_max(r: MaxResult, console: Console) -> None:
              for p in probes]
     for k, h in enumerate((dim if dim == "batch" else "size (px)", "fits", "wall (median)", "images/s", "peak memory",
                            "address space")):
-        _num_col(t, h, [c[k] for c in cells])
+        num_col(t, h, [c[k] for c in cells])
     t.add_column("why not", overflow="fold", ratio=1)
     for p, c in zip(probes, cells):
         t.add_row(*c, Text((p.error or "")[:160]), style="" if p.fits else "dim")

@@ -8,8 +8,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.memory import MemorySummary, WindowMemory, fmt_bytes
-from .terminal import _num_col, _room, fmt_ns, left_short, short_name
+from ..analysis.memory import MemorySummary, WindowMemory
+from ..units import fmt_bytes, fmt_ns
+from .cells import left_short, name_room, num_col, short_name
 
 
 def _fig(w: WindowMemory | None, what: str) -> str:
@@ -91,7 +92,7 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
         ws = [(g.cuda if use_cuda and g.cuda is not None else g.rss) for g in stages]
         cols = {k: [_fig(w, k) for w in ws] for k in ("entry", "peak", "growth", "exit")}
         for k, v in cols.items():
-            _num_col(t, k, v)
+            num_col(t, k, v)
         t.add_column("note", style="dim", overflow="fold")
         for g, w, *cells in zip(stages, ws, *cols.values()):
             t.add_row(Text(g.label, style="bold" if g is m.largest else ""), *cells, Text(w.note or ""))
@@ -103,8 +104,8 @@ def print_memory(m: MemorySummary | None, console: Console, max_stages: int = 30
         vals = [[str(r.calls), fmt_bytes(r.growth) if r.growth is not None else "-",
                  fmt_bytes(r.peak) if r.peak is not None else "-", str(r.unsampled) if r.unsampled else ""] for r in rows]
         for k, h in enumerate(("calls", "growth", "peak", "too short")):
-            _num_col(t, h, [v[k] for v in vals])
-        room = _room(console, t)
+            num_col(t, h, [v[k] for v in vals])
+        room = name_room(console, t)
         for r, v in zip(rows, vals):
             t.add_row(Text(left_short(r.name, room)), *v)
         console.print(t)

@@ -13,55 +13,9 @@ from rich.text import Text
 from ..analysis.phases import BEFORE_CAPTURE
 from ..analysis.summary import Summary
 from ..model import Run
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """``1.23 s`` / ``45.6 ms`` / ``789 us`` / ``12 ns``."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.0f} us"
-    return f"{ns:.0f} ns"
-
-
-def short_name(name: str, parts: int = 2) -> str:
-    """The last ``parts`` dotted parts of a qualified name (``UNet2DConditionModel.forward``)."""
-    segs = name.split(".")
-    return ".".join(segs[-parts:]) if len(segs) > parts else name
-
-
-def left_short(name: str, width: int = 48) -> str:
-    """``name`` in at most ``width`` characters, shortened from the left by whole dotted parts (``…`` in
-    front) so that the function name at the end (with its class) is kept whole; a last part longer than ``width`` is kept
-    whole too (the table folds it)."""
-    if len(name) <= width:
-        return name
-    segs = name.split(".")
-    keep = 2 if len(segs) > 2 and segs[-2][:1].isupper() else 1  # Class.method stays whole
-    out = ".".join(segs[-keep:])
-    for seg in reversed(segs[:-keep]):
-        if len(seg) + 1 + len(out) + 1 > width:
-            break
-        out = seg + "." + out
-    return "…" + out
-
-
-def _num_col(t: Table, title: str, values: list[str], **kw) -> None:
-    """A right-aligned column that is never cut: as wide as its widest value."""
-    t.add_column(title, justify="right", no_wrap=True, overflow="fold",
-                 min_width=max([len(title)] + [len(v) for v in values]), **kw)
-
-
-def _room(console: Console, t: Table, least: int = 24) -> int:
-    """Characters left for the name column(s) of ``t`` once its number columns (already added, with
-    ``min_width``) and the separators are laid out: names are shortened to this, numbers never."""
-    used = sum((c.min_width or 0) + 3 for c in t.columns if c.justify == "right") + 3
-    return max(least, console.width - used)
+from ..units import fmt_bytes, fmt_ns
+from .cells import left_short, name_room, num_col
+from .memory import print_memory
 
 
 def _column_label(name: str) -> str:
@@ -117,10 +71,10 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
                   f"{100 * st.share:.1f}%"] for st in rows]
         t = Table(title="Spans", title_justify="left", show_edge=False)
         t.add_column("name", overflow="fold", ratio=1, min_width=20)
-        _num_col(t, "count", [str(st.count) for st in rows])
+        num_col(t, "count", [str(st.count) for st in rows])
         for k, col in enumerate(("total", "mean", "p50", "p95", "max", "share")):
-            _num_col(t, col, [c[k] for c in cells])
-        room = _room(console, t)
+            num_col(t, col, [c[k] for c in cells])
+        room = name_room(console, t)
         for st, c in zip(rows, cells):
             name = Text(left_short(st.name, room))
             if st.errors:
@@ -132,8 +86,6 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
     if s.steps is not None and s.steps.rows:
         print_steps(s.steps, console)
     if s.memory is not None:
-        from .memory import print_memory
-
         print_memory(s.memory, console)
     if s.top_self:
         if s.idle_ns > 0:
@@ -153,9 +105,9 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
             wheres = [_where(f.file, f.line) for f in items]
             t = Table(title=title, title_justify="left", show_edge=False)
             t.add_column("function", overflow="fold", ratio=2, min_width=20)
-            _num_col(t, key, vals)
-            _num_col(t, "share", shares)
-            room = _room(console, t, 40)
+            num_col(t, key, vals)
+            num_col(t, "share", shares)
+            room = name_room(console, t, 40)
             wide = min(max((len(w) for w in wheres), default=5), max(room // 2 - 3, 12))
             t.add_column("where", style="dim", overflow="fold", min_width=wide, max_width=wide)
             for f, v, sh, w in zip(items, vals, shares, wheres):
@@ -199,8 +151,6 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
         hidden_slow = max(st.slow_count, len([r for r in rows if r.slow])) - len([r for r in top if r.slow])
         keep = {id(r) for r in rows[:5] + rows[-5:]} | {id(r) for r in top}
         rows = [r for r in rows if id(r) in keep]
-    from ..analysis.memory import fmt_bytes
-
     mem = any(getattr(r, "memory", None) is not None for r in rows)
     base = [[str(r.call) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
              f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
@@ -224,7 +174,7 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
              *(["mem peak"] if mem else []), *[_column_label(c) for c in cols]]
     t = Table(title=title, title_justify="left", show_edge=False)
     for k, h in enumerate(heads):
-        _num_col(t, h, [b[k] + (" slow" if k == 3 and r.slow else "") for b, r in zip(body, rows)])
+        num_col(t, h, [b[k] + (" slow" if k == 3 and r.slow else "") for b, r in zip(body, rows)])
     for r, b in zip(rows, body):
         marked = set(r.slow_cells) | ({"ratio"} if r.slow else set())
         if r.slow and "wall" in r.slow_cells:
@@ -253,9 +203,9 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     if named:
         u = Table(title=f"Untraced time of {'slow ' if any(r.slow for r in named) else ''}{'steps' if is_step else 'repeats'}: "
                         "the sampled functions in it", title_justify="left", show_edge=False)
-        _num_col(u, "step" if is_step else "repeat", [str(r.step) for r in named])
-        _num_col(u, "untraced", [fmt_ns(r.untraced_ns) for r in named])
-        room = _room(console, u)
+        num_col(u, "step" if is_step else "repeat", [str(r.step) for r in named])
+        num_col(u, "untraced", [fmt_ns(r.untraced_ns) for r in named])
+        room = name_room(console, u)
         u.add_column("sampled in (self time)", overflow="fold", ratio=1)
         for r in named:
             u.add_row(str(r.step), fmt_ns(r.untraced_ns),

@@ -16,8 +16,9 @@ from markupsafe import Markup
 
 from ..analysis.diff import Diff
 from ..analysis.difftree import DiffNode
-from ..web.templating import env, fmt_ns, ui_css
+from ..units import fmt_ns_page as fmt_ns
 from .difftree import diff_color
+from .templating import env, ui_css
 
 ROW_PX = 18
 MIN_WIDTH = 0.001  # of the root: narrower frames are left out

@@ -24,12 +24,6 @@ SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thre
 current_span: ContextVar[list | None] = ContextVar("stepscope_current_span", default=None)
 
 
-def current_id() -> int | None:
-    """The span id of the innermost open span, or None."""
-    v = current_span.get()
-    return v[0] if v is not None else None
-
-
 def open_record(sid: int, name: str, start_ns: int = 0, attrs: dict | None = None) -> list:
     """A current-span value for a span opened outside the probes (``stepscope.span``, wrappers): its
     parent is the span current now."""

@@ -12,7 +12,7 @@ PICKER_RUNS = 300
 def run_choices(store, limit: int = PICKER_RUNS) -> list[dict]:
     """The newest runs for the pickers: ``{"id", "label"}`` (id, start, source, command or transaction); the
     envelopes ``stepscope serve`` has acknowledged are waited for first, as ``Store.list_runs`` does."""
-    from .templating import fmt_wall
+    from ..report.templating import fmt_wall
 
     out = []
     for rid, command, wall, source in store.recent_runs_for_picker(limit):

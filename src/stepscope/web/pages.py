@@ -17,9 +17,10 @@ from starlette.routing import Route
 
 from ..device.view import device_view, files_state, run_trace
 from ..report.html import STATIC_FILES, render_page, static_text, view_json
+from ..report.templating import env, ui_css
 from ..store.db import StoreError
 from ..store.reader import load_run
-from .templating import bench_page, env, ui_css
+from .templating import bench_page
 
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 _UI_CSS = "ui.css"
