@@ -8,13 +8,14 @@ from rich.table import Table
 
 from ..analysis.ranks import ProcessRow, RankSteps
 from ..control.procs import app_label
+from ..units import fmt_ns
 
 #: steps shown in the steps x ranks table (the held-up ones always)
 SHOWN_STEPS = 12
 
 
 def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f} ms"
+    return "-" if ns is None else fmt_ns(ns)
 
 
 def print_processes(rows: list[ProcessRow], console: Console) -> None:
