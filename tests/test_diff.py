@@ -271,7 +271,7 @@ def test_facts_are_read_without_importing_torch_and_see_compile():
     assert r.stdout.split() == ["[]", "False"]
     torch = pytest.importorskip("torch")
 
-    from stepscope.session import environment
+    from stepscope.envinfo import environment
     from stepscope.tracing.workfacts import module_facts
 
     lin = torch.nn.Linear(2, 2).to(torch.bfloat16)

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import atexit
 import os
-import platform
 import socket
 import sys
 import threading
 import time
-from typing import Any
 
 from . import clock
 from .model import Run
 from .profiling import memory as _memory
 from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
+from .envinfo import environment
 from .settings import Settings
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .tracing import buffer, probes, workfacts
@@ -44,83 +43,6 @@ def new_run_id() -> str:
 #: ends a million spans a second then never holds them all (~250 bytes each as tuples), and the end of its run
 #: writes at most a block or a few (``store.spanblock``).
 FLUSH_SPANS = 131_072
-
-#: libraries whose version can change a pipeline's speed (read from sys.modules only)
-LIBRARIES = ("diffusers", "transformers", "accelerate", "xformers", "numpy", "safetensors", "triton", "peft")
-#: environment variables that change how torch runs (thread pools, devices, allocator, compile)
-ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-            "PYTORCH_CUDA_ALLOC_CONF", "TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "PYTORCH_ENABLE_MPS_FALLBACK",
-            "ATTN_PRECISION", "XFORMERS_DISABLED")
-
-
-def _torch_facts(torch, env: dict[str, Any]) -> None:
-    """Build, device, thread pools, math flags, SDPA backends, torch.compile (never initialises CUDA)."""
-    env["torch"] = torch.__version__
-    env["cuda"] = torch.version.cuda
-    if getattr(torch.version, "hip", None):
-        env["hip"] = torch.version.hip
-    env["threads"] = torch.get_num_threads()
-    env["interop_threads"] = torch.get_num_interop_threads()
-    if torch.cuda.is_initialized():
-        env["device"] = torch.cuda.get_device_name()
-        env["cudnn"] = torch.backends.cudnn.version()
-    flags: dict[str, Any] = {"float32_matmul_precision": torch.get_float32_matmul_precision()}
-    b = torch.backends
-    for key, fn in (("sdpa_flash", "flash_sdp_enabled"), ("sdpa_mem_efficient", "mem_efficient_sdp_enabled"),
-                    ("sdpa_math", "math_sdp_enabled"), ("sdpa_cudnn", "cudnn_sdp_enabled")):
-        f = getattr(b.cuda, fn, None)
-        if f is not None:
-            flags[key] = bool(f())
-    flags["cuda_matmul_tf32"] = bool(b.cuda.matmul.allow_tf32)
-    flags["cudnn_tf32"] = bool(b.cudnn.allow_tf32)
-    flags["cudnn_benchmark"] = bool(b.cudnn.benchmark)
-    flags["mkldnn"] = bool(b.mkldnn.is_available())
-    env["torch_flags"] = flags
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(dynamo, "counters", None)
-    if counters is not None:  # torch.compile was imported; how much it compiled
-        frames = counters.get("frames", {})
-        env["compile"] = {"frames_ok": int(frames.get("ok", 0)), "frames_total": int(frames.get("total", 0)),
-                          "graph_breaks": int(sum(counters.get("graph_break", {}).values()))}
-
-
-def environment() -> dict[str, Any]:
-    """Python/platform facts; torch's (build, CUDA, device, thread pools, math and SDPA flags, compile
-    counters) when the program imported torch; versions of ``LIBRARIES`` it imported; ``ENV_VARS`` that are
-    set; ``loadavg``: the machine's 1-minute load average; ``sched``: the main thread's ``[ns on a CPU, ns
-    waiting for one]`` (Linux); ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
-    dtype, attention processors). Reads ``sys.modules`` only: nothing is imported, CUDA is not initialised."""
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-    }
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            _torch_facts(torch, env)
-        except Exception:
-            pass
-    for name in LIBRARIES:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            env[name] = getattr(mod, "__version__", None)
-    try:  # how busy the machine was (1-minute load average): another program competing for the cores
-        env["loadavg"] = round(os.getloadavg()[0], 2)
-    except (OSError, AttributeError):
-        pass
-    sched = workfacts.read_schedstat()
-    if sched is not None:  # the main thread's time on a CPU and waiting for one (ns)
-        env["sched"] = sched
-    env_vars = {k: os.environ[k] for k in ENV_VARS if k in os.environ}
-    if env_vars:
-        env["env_vars"] = env_vars
-    work = workfacts.snapshot()
-    if work:
-        env["work"] = work
-    return env
-
 
 #: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
 #: looks at 10 Hz; a shorter wait (a worker's sleep inside a step) keeps the full rate

@@ -18,7 +18,7 @@ At the first pipeline call the main thread's scheduler counters (``read_schedsta
 Cost: a pipeline call reads its locals and walks the denoiser's attention processors once (about a
 millisecond for SD 1.5, against seconds of work); a denoiser forward does so only on the first call of
 each object. Everything is kept as plain data (no reference to the program's objects) and read by
-``session.environment()`` into the run's ``env["work"]``.
+``envinfo.environment()`` into the run's ``env["work"]``.
 
 Stdlib only: this module runs inside the profiled program.
 """
