@@ -79,7 +79,9 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if json_file is not None and not json_file.resolve().parent.is_dir():
         raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
-    early = _early_unresolved(command, settings.functions_to_trace)
+    # (with the children followed, a `__main__` name may be another process's: said after the run, if no process had it)
+    early = {n: why for n, why in _early_unresolved(command, settings.functions_to_trace).items()
+             if not (settings.children and n.startswith("__main__."))}
     for name, why in early.items():  # before the program starts: the run itself would say it at the end
         err.print(unresolved_line(name, why))
     try:

@@ -96,6 +96,17 @@ def default_store_path() -> Path:
     return Path(os.environ.get("STEPSCOPE_STORE") or ".stepscope")
 
 
+def job_unresolved(top: Run, others: list[Run]) -> dict[str, str]:
+    """The names a job could not trace: a name is "not traced" only if no process of the job traced it (the top
+    run's reason, with the number of processes that tried); ``others``: the job's process runs."""
+    runs = [top, *[r for r in others if r.status != "failed"]]
+    out: dict[str, str] = {}
+    for name, why in top.unresolved.items():
+        if all(name in r.unresolved for r in runs):
+            out[name] = why if len(runs) == 1 else f"{why} (nor in any of the job's {len(runs)} processes)"
+    return out
+
+
 class Store:
     """One store folder. Each instance holds one connection; use one instance per thread.
 
@@ -339,8 +350,11 @@ class Store:
             q += f" LIMIT {int(limit)}"
         runs = [self._run(r) for r in self._rows(q)]
         for run in runs:
-            run.span_count = spanblock.count(self.conn, run.id, transactions=False)  # (traced spans, as shown)
-            run.sample_count = sampleblock.count(self.conn, run.id)
+            procs = self.process_runs(run.id)  # a job: its processes' spans and samples count too
+            run.span_count = sum(spanblock.count(self.conn, r.id, transactions=False) for r in [run, *procs])
+            run.sample_count = sum(sampleblock.count(self.conn, r.id) for r in [run, *procs])
+            if procs:
+                run.unresolved = job_unresolved(run, procs)
         return runs
 
     def process_runs(self, run_id: str) -> list[Run]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..model import Profile, Run, RunData
 from ..spantable import NO_PARENT, SpanTable
+from .db import job_unresolved
 
 #: span ids of process k are moved up by k << SPAN_SHIFT (2**40 spans a process; 8,191 processes below 2**53)
 SPAN_SHIFT = 40
@@ -118,25 +119,13 @@ def join(top: RunData, parts: list[RunData]) -> RunData:
                      sample_wall_ns=np.concatenate(wall_parts)[order], sample_cpu_ns=np.concatenate(cpu_parts)[order],
                      hz=prof.hz, thread_names=names, native_ids=natives, os_threads=os_threads)
     run = top.run
-    run.unresolved = _unresolved(top.run, [p.run for p in parts])
+    run.unresolved = job_unresolved(top.run, [p.run for p in parts])
     run.span_count = top.run.span_count + sum(p.run.span_count for p in parts)
     run.sample_count = len(t_all)
     data = RunData(run, concat(tables), joined)
     data.memory = top.memory
     data.processes = [p.run for p in parts]
     return data
-
-
-def _unresolved(top: Run, others: list[Run]) -> dict[str, str]:
-    """A traced name is "not traced" only if no process of the job traced it: the top run's reason, with the
-    number of processes that tried. Notes about traced names (``tracing.patch.is_note``) are the top's."""
-    out: dict[str, str] = {}
-    runs = [top, *[r for r in others if r.status != "failed"]]
-    for name, why in top.unresolved.items():
-        missing = [r for r in runs if name in r.unresolved]
-        if len(missing) == len(runs):
-            out[name] = why if len(runs) == 1 else f"{why} (nor in any of the job's {len(runs)} processes)"
-    return out
 
 
 def concat(tables: list[SpanTable]) -> SpanTable:

@@ -1,0 +1,193 @@
+"""Every Python process of a job in one run (``stepscope.processes``, ``store.jobjoin``, ``analysis.ranks``): real
+multi-process programs on this machine, run through the CLI: a 2-rank DDP job under torchrun (gloo, CPU) with a
+straggler, `accelerate launch` with 2 processes, a DataLoader with 2 workers, pools and subprocesses, a worker killed
+by SIGKILL, and `--no-children`."""
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import PROGRAMS, run_cli
+
+torch = pytest.importorskip("torch")
+
+BIN = Path(sys.executable).parent
+TRAIN = PROGRAMS / "ranks" / "train.py"
+
+
+def _summary(r) -> dict:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout[r.stdout.index('{"run"'):])["run"]
+
+
+def test_torchrun_ranks_are_one_run_with_the_straggler_its_cause_and_the_wait(store, tmp_path):
+    """torchrun --nproc-per-node 2 (DDP over gloo): rank 1 runs slow_augment (150 ms) on steps 3 and 5. Both ranks
+    are processes of the run with their rank; the straggler is rank 1 on those steps, the cause slow_augment, and
+    rank 0 waited for it; the names traced in the ranks' __main__ are not "not traced"."""
+    r = run_cli(["run", "--json", "-t", "__main__.train_step", "-t", "__main__.slow_augment", "--",
+                 str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(TRAIN), "8"], store,
+                cwd=tmp_path)
+    s = _summary(r)
+    assert "trained 8 steps on 2 ranks" in r.stdout
+    procs = s["processes"]
+    ranks = {p["rank"]: p for p in procs if p["rank"] is not None}
+    assert set(ranks) == {0, 1} and all(p["world_size"] == 2 and p["status"] == "ok" for p in ranks.values())
+    assert procs[0]["how"] == "top" and all(p["ppid"] == procs[0]["pid"] for p in ranks.values())
+    assert all(p["span_count"] >= 8 for p in ranks.values())
+    assert "__main__.train_step" not in s["unresolved"] and "__main__.slow_augment" not in s["unresolved"]
+    names = {x["name"]: x["count"] for x in s["spans"]}
+    assert names["__main__.train_step"] == 16 and names["__main__.slow_augment"] == 2
+    assert names.get("torch.distributed.distributed_c10d.all_reduce", 0) >= 16  # collectives traced unnamed
+    rs = s["ranks"]
+    assert rs["name"] == "__main__.train_step" and rs["ranks"] == [0, 1] and len(rs["wall"]) == 8
+    assert rs["job_straggler"] == 1 and {3, 5} <= set(rs["held"])
+    assert all(rs["straggler"][k] == 1 for k in (3, 5))
+    assert rs["cause"] and rs["cause"][0][0] == "__main__.slow_augment"
+    assert rs["waited_for"]["0"] > 150e6  # rank 0 blocked while rank 1 augmented (2 x ~150 ms)
+    # the terminal summary says it in words
+    r = run_cli(["run", "-t", "__main__.train_step", "-t", "__main__.slow_augment", "--",
+                 str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(TRAIN), "6"], store, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "straggler: rank 1" in r.stderr and "__main__.slow_augment" in r.stderr and "rank 0 waited" in r.stderr
+    assert "not traced" not in r.stderr
+    r = run_cli(["runs", "--json"], store)
+    runs = json.loads(r.stdout)["runs"]
+    assert len(runs) == 2 and all(x["span_count"] >= 28 for x in runs)  # the ranks: not runs of their own in the list
+    assert all("__main__.train_step" not in x["unresolved"] for x in runs)
+
+
+ACC = """\
+from accelerate import Accelerator
+import torch
+
+def step(acc, i):
+    return acc.reduce(torch.ones(4) * (acc.process_index + 1), "sum")
+
+acc = Accelerator(cpu=True)
+for i in range(3):
+    out = step(acc, i)
+if acc.is_main_process:
+    print("sum", out.tolist()[0], acc.num_processes)
+"""
+
+
+def test_accelerate_launch_with_two_processes(store, tmp_path):
+    pytest.importorskip("accelerate")
+    (tmp_path / "acc.py").write_text(ACC)
+    r = run_cli(["run", "--json", "-t", "__main__.step", "--", str(BIN / "accelerate"), "launch", "--multi_gpu",
+                 "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                 "--main_process_port", "0", str(tmp_path / "acc.py")], store, cwd=tmp_path)
+    s = _summary(r)
+    assert "sum 3.0 2" in r.stdout
+    ranks = sorted(p["rank"] for p in s["processes"] if p["rank"] is not None)
+    assert ranks == [0, 1]
+    assert {x["name"]: x["count"] for x in s["spans"]}["__main__.step"] == 6
+    assert "__main__.step" not in s["unresolved"]
+
+
+LOADER = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Squares(Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        return torch.tensor([float(i * i)])
+
+def main():
+    dl = DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    print("total", float(sum(b.sum() for b in dl)))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_dataloader_workers_are_processes_of_the_run(store, tmp_path):
+    (tmp_path / "loader.py").write_text(LOADER)
+    plain = __import__("subprocess").run([sys.executable, str(tmp_path / "loader.py")], capture_output=True, text=True)
+    r = run_cli(["run", "--json", "-t", "__main__.Squares.__getitem__", "--", sys.executable, str(tmp_path / "loader.py")],
+                store, cwd=tmp_path)
+    s = _summary(r)
+    assert r.stdout[: r.stdout.index('{"run"')] == plain.stdout
+    workers = [p for p in s["processes"] if p["how"] == "fork"]
+    assert len(workers) == 2 and all(p["status"] in ("ok", "terminated") for p in workers)
+    assert {x["name"]: x["count"] for x in s["spans"]}["__main__.Squares.__getitem__"] == 16  # all in the workers
+    assert sum(p["span_count"] for p in workers) == 16
+
+
+KILLED = """\
+import os, signal, subprocess, sys, time
+CHILD = '''
+import sys, time
+def tick(i):
+    time.sleep(0.01)
+for i in range(40):
+    tick(i)
+print("ready", flush=True)
+time.sleep(60)
+'''
+p = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+assert p.stdout.readline().strip() == "ready"
+time.sleep(1.5)  # its spans are flushed (every second)
+p.kill()
+print("child", p.wait())
+"""
+
+
+def test_a_worker_killed_by_sigkill_keeps_its_spans_and_reads_killed(store, tmp_path):
+    (tmp_path / "killer.py").write_text(KILLED)
+    r = run_cli(["run", "--json", "-t", "__main__.tick", "--", sys.executable, str(tmp_path / "killer.py")], store,
+                cwd=tmp_path)
+    s = _summary(r)
+    assert "child -9" in r.stdout
+    (child,) = [p for p in s["processes"] if p["how"] == "exec"]
+    assert child["status"] == "killed" and child["span_count"] == 40
+
+
+def test_no_children_records_the_top_program_only(store, tmp_path):
+    (tmp_path / "killer.py").write_text(KILLED.replace("time.sleep(1.5)", "time.sleep(0.1)"))
+    r = run_cli(["run", "--json", "--no-children", "-t", "__main__.tick", "--", sys.executable,
+                 str(tmp_path / "killer.py")], store, cwd=tmp_path)
+    s = _summary(r)
+    assert s["processes"] == [] and s["span_count"] == 0
+    assert s["unresolved"]  # nothing in the top program defines tick: no process could trace it
+
+
+def test_subprocess_statuses_and_one_clock(store, tmp_path):
+    """Exit codes and signals of processes the program starts, each in the process table; their spans lie inside
+    the top run's window on the one clock."""
+    prog = textwrap.dedent("""\
+        import subprocess, sys
+        def work():
+            return 1
+        work()
+        code = "import sys\\ndef work():\\n    return 2\\nwork()\\nsys.exit(3)"
+        print(subprocess.run([sys.executable, "-c", code]).returncode)
+        print(subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]).returncode)
+        work()
+    """)
+    (tmp_path / "p.py").write_text(prog)
+    r = run_cli(["run", "--json", "-t", "__main__.work", "--", sys.executable, str(tmp_path / "p.py")], store,
+                cwd=tmp_path)
+    s = _summary(r)
+    assert r.stdout.startswith("3\n-15\n")
+    kids = s["processes"][1:]
+    assert [(p["status"], p["exit_code"]) for p in kids] == [("error", 3), ("terminated", -15)]
+    assert {x["name"]: x["count"] for x in s["spans"]}["__main__.work"] == 3
+    from stepscope.store import Store
+    from stepscope.store.reader import load_run
+
+    st = Store(store)
+    try:
+        data = load_run(st)
+    finally:
+        st.close()
+    work = [sp for sp in data.spans if sp.name == "__main__.work"]
+    assert len({sp.thread_id for sp in work}) == 2  # the top's main thread and the child's (renumbered)
+    assert all(data.run.start_ns <= sp.start_ns <= sp.end_ns <= data.run.end_ns for sp in work)
+    assert [sp.start_ns for sp in work] == sorted(sp.start_ns for sp in work)
