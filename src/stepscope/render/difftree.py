@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from ..analysis.difftree import DiffNode
-from .terminal import fmt_ns, short_name
+from ..units import fmt_ns
+from .cells import short_name
 
 
 def signed_ns(ns: float) -> str:
