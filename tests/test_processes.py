@@ -43,10 +43,11 @@ def test_torchrun_ranks_are_one_run_with_the_straggler_its_cause_and_the_wait(st
     assert names.get("torch.distributed.distributed_c10d.all_reduce", 0) >= 16  # collectives traced unnamed
     rs = s["ranks"]
     assert rs["name"] == "__main__.train_step" and rs["ranks"] == [0, 1] and len(rs["wall"]) == 8
-    assert rs["job_straggler"] == 1 and {3, 5} <= set(rs["held"])
-    assert all(rs["straggler"][k] == 1 for k in (3, 5))
-    assert rs["cause"] and rs["cause"][0][0] == "__main__.slow_augment"
-    assert rs["waited_for"]["0"] > 150e6  # rank 0 blocked while rank 1 augmented (2 x ~150 ms)
+    why = json.dumps({k: rs[k] for k in ("held", "straggler", "lead_ns", "busy", "cause", "waited_for")})
+    assert rs["job_straggler"] == 1 and {3, 5} <= set(rs["held"]), why
+    assert all(rs["straggler"][k] == 1 for k in (3, 5)), why
+    assert rs["cause"] and rs["cause"][0][0] == "__main__.slow_augment", why
+    assert rs["waited_for"]["0"] > 150e6, why  # rank 0 blocked while rank 1 augmented (2 x ~150 ms)
     # the terminal summary says it in words
     r = run_cli(["run", "-t", "__main__.train_step", "-t", "__main__.slow_augment", "--",
                  str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(TRAIN), "6"], store, cwd=tmp_path)

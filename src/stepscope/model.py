@@ -150,6 +150,8 @@ class MemoryTrack:
     rss: list = field(default_factory=list)
     cuda_allocated: list = field(default_factory=list)
     cuda_reserved: list = field(default_factory=list)
+    #: each sample's process in a job's joined run (``jobids``: 0 the top program); empty: all the run's own
+    process: list = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.t_ns)

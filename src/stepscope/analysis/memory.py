@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..jobids import process_index
 from ..model import MemoryTrack, RunData, Span
 from ..units import fmt_bytes
 
@@ -64,6 +65,11 @@ class Lane:
     run's rate; the median gap between samples when the rate is unknown)."""
 
     def __init__(self, track: MemoryTrack, hz: float = 0.0) -> None:
+        self.track, self.hz = track, hz
+        #: a job's joined lane (``MemoryTrack.process``): each process's own lane, for the windows of its spans
+        self.proc = np.asarray(track.process, np.int64) if len(track.process) == len(track.t_ns) else None
+        self.multi = self.proc is not None and len(self.proc) > 0 and bool((self.proc != self.proc[0]).any())
+        self._subs: dict[int, Lane | None] = {}
         self.t = np.asarray(track.t_ns, dtype=np.int64)
         self.rss = np.array([-1 if v is None else v for v in track.rss], dtype=np.int64)
         self.cuda = np.array([-1 if v is None else v for v in track.cuda_allocated], dtype=np.int64)
@@ -80,6 +86,16 @@ class Lane:
     def __len__(self) -> int:
         return len(self.t)
 
+    def of_process(self, k: int) -> "Lane | None":
+        """Process ``k``'s own lane in a job's joined lane (None: it has no memory sample)."""
+        if k not in self._subs:
+            sel = np.flatnonzero(self.proc == k).tolist()
+            tr = self.track
+            self._subs[k] = Lane(MemoryTrack([tr.t_ns[i] for i in sel], [tr.rss[i] for i in sel],
+                                             [tr.cuda_allocated[i] for i in sel], [tr.cuda_reserved[i] for i in sel]),
+                                 self.hz) if sel else None
+        return self._subs[k]
+
     def column(self, kind: str) -> np.ndarray:
         return self.rss if kind == "rss" else self.cuda
 
@@ -93,14 +109,26 @@ class Lane:
         nxt = np.append(np.minimum.accumulate(np.where(valid, at, n)[::-1])[::-1], n)
         return prev, nxt
 
-    def windows(self, starts: np.ndarray, ends: np.ndarray, kind: str = "rss") -> tuple[np.ndarray, ...]:
+    def windows(self, starts: np.ndarray, ends: np.ndarray, kind: str = "rss",
+                threads: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """Sampled figures of many windows at once (clock ns; no exact readings): ``(entry, exit, peak, samples)``
         in bytes, -1 where unknown, each as ``window`` reads it without attrs. Vectorised: any number of windows in
-        a few numpy passes (searchsorted over all windows, ``np.maximum.reduceat`` for the peaks)."""
-        col = self.column(kind)
+        a few numpy passes (searchsorted over all windows, ``np.maximum.reduceat`` for the peaks). In a job's
+        joined lane each window is read in the lane of its thread's process (``threads``; None: the top program's)."""
         starts = np.asarray(starts, np.int64)
         ends = np.asarray(ends, np.int64)
         n = len(starts)
+        if self.multi:
+            procs = process_index(threads) if threads is not None else np.zeros(n, np.int64)
+            out = (np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64))
+            for k in np.unique(procs).tolist():
+                sub = self.of_process(k)
+                if sub is not None:
+                    m = procs == k
+                    for o, v in zip(out, sub.windows(starts[m], ends[m], kind)):
+                        o[m] = v
+            return out
+        col = self.column(kind)
         if not len(col) or not n:
             z = np.full(n, -1, np.int64)
             return z, z.copy(), z.copy(), np.zeros(n, np.int64)
@@ -130,7 +158,8 @@ class Lane:
             entry[has] = np.where(ok, np.minimum(col[np.maximum(b, 0)], first), first)
         return entry, exit_, peaks, count
 
-    def window(self, start: int, end: int, attrs: dict | None = None, kind: str = "rss") -> WindowMemory:
+    def window(self, start: int, end: int, attrs: dict | None = None, kind: str = "rss",
+               thread: int | None = None) -> WindowMemory:
         """Memory of ``kind`` over ``[start, end]`` (clock ns), with a span's exact readings from ``attrs``.
 
         Only readings inside the window (or the span's own exact ones) are its figures: the exit is the last
@@ -140,6 +169,11 @@ class Lane:
         above the first sample inside (a level that fell before the start is not the window's), else the first
         inside. A window with no sample inside and no exact reading has no figure. The peak is at least the
         entry and the exit."""
+        if self.multi:  # a job's joined lane: the lane of the thread's process (``windows``)
+            sub = self.of_process(int(process_index([thread or 0])[0]))
+            if sub is None:
+                return WindowMemory(kind, note="no memory sample in this process")
+            return sub.window(start, end, attrs, kind)
         attrs = attrs or {}
         col = self.column(kind)
         out = WindowMemory(kind)
@@ -270,7 +304,7 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     rows = np.nonzero(keep)[0]
     if not len(rows):
         return []
-    entry, _, peaks, _ = lane.windows(t.start[rows], t.end[rows], kind)
+    entry, _, peaks, _ = lane.windows(t.start[rows], t.end[rows], kind, t.thread[rows])
     exact = np.zeros(len(rows), bool)
     key = "cuda" if kind == "cuda" else "rss"
     read = np.array([r for r, a in t.attrs.items() if f"memory.{key}_in" in a], np.int64)
@@ -332,14 +366,16 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
         chosen = range(len(rows))
         if len(rows) > MAX_STAGES:  # many repeats: the ones with the highest peaks (vectorised)
             _, _, pk, _ = lane.windows(np.array([a for a, _ in windows], np.int64),
-                                       np.array([b for _, b in windows], np.int64), "cuda" if lane.has_cuda else "rss")
+                                       np.array([b for _, b in windows], np.int64), "cuda" if lane.has_cuda else "rss",
+                                       np.array([r.thread_id for r in rows], np.int64))
             chosen = sorted(np.argsort(-pk, kind="stable")[:MAX_STAGES].tolist())
         for k in chosen:
             r = rows[k]
             label = (f"call {r.call} " if several else "") + (f"step {r.step}" if steps.kind == "diffusion.step"
                                                               else f"repeat {r.step}")
-            out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns, lane.window(r.start_ns, r.end_ns),
-                             lane.window(r.start_ns, r.end_ns, kind="cuda") if lane.has_cuda else None))
+            out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns,
+                             lane.window(r.start_ns, r.end_ns, thread=r.thread_id),
+                             lane.window(r.start_ns, r.end_ns, kind="cuda", thread=r.thread_id) if lane.has_cuda else None))
 
     w_start = np.array([a for a, _ in windows], np.int64)
     w_end = np.array([b for _, b in windows], np.int64)
@@ -373,8 +409,8 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
         if in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
             continue
         out.append(Stage(s.name.rsplit(".", 2)[-2] + "." + s.name.rsplit(".", 1)[-1] if s.name.count(".") >= 2 else s.name,
-                         "span", s.name, s.start_ns, s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs),
-                         lane.window(s.start_ns, s.end_ns, s.attrs, "cuda") if lane.has_cuda else None))
+                         "span", s.name, s.start_ns, s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs, thread=s.thread_id),
+                         lane.window(s.start_ns, s.end_ns, s.attrs, "cuda", s.thread_id) if lane.has_cuda else None))
     out.sort(key=lambda g: g.start_ns)
     seen: dict[str, int] = {}
     for g in out:  # a span's stages told apart: "invoke #1", "invoke #2" in time order (the call number of each)
@@ -459,6 +495,9 @@ def summarize_memory(data: RunData, steps=None, top: int = 15) -> MemorySummary 
     if oom is not None and oom.get("snapshot") is None and env_mem.get("history_summary"):
         oom["snapshot"] = env_mem["history_summary"]
     peak_rss = env_mem.get("peak_rss")
+    if data.processes:  # a job: its largest process's
+        peaks = [((r.env or {}).get("memory") or {}).get("peak_rss") for r in [data.run, *data.processes]]
+        peak_rss = max((p for p in peaks if isinstance(p, int)), default=peak_rss)
     if peak_rss is None and lane.has_rss:
         peak_rss = int(lane.rss.max())
     peak_cuda = env_mem.get("cuda_peak")
@@ -482,7 +521,7 @@ def attach_steps(table, data: RunData, lane: Lane | None = None) -> None:
     rows = table.rows
     st = np.fromiter((r.start_ns for r in rows), np.int64, len(rows))
     en = np.fromiter((r.end_ns for r in rows), np.int64, len(rows))
-    entry, exit_, peak, count = lane.windows(st, en, kind)
+    entry, exit_, peak, count = lane.windows(st, en, kind, np.fromiter((r.thread_id for r in rows), np.int64, len(rows)))
     period = lane.period_ns
     for k, r in enumerate(rows):
         e, x, p, n = int(entry[k]), int(exit_[k]), int(peak[k]), int(count[k])
@@ -507,16 +546,17 @@ def repeats_note(data: RunData, repeats: list, lane: Lane | None = None) -> str 
     kind = "cuda" if lane.has_cuda else "rss"
     what = "CUDA allocated memory" if kind == "cuda" else "RSS"
     if isinstance(getattr(repeats, "start_ns", None), np.ndarray):  # ``analysis.explain.Repeats``: its columns
-        st, en = repeats.start_ns, repeats.end_ns
+        st, en, th = repeats.start_ns, repeats.end_ns, repeats.thread_id
         in_group = {g: repeats.mask(g) for g in ("slow", "fast")}
     else:
         st = np.fromiter((r.start_ns for r in repeats), np.int64, len(repeats))
         en = np.fromiter((r.end_ns for r in repeats), np.int64, len(repeats))
+        th = np.fromiter((r.thread_id for r in repeats), np.int64, len(repeats))
         group = np.array([r.group for r in repeats], dtype=object)
         in_group = {g: group == g for g in ("slow", "fast")}
     if not in_group["slow"].any() or not in_group["fast"].any():
         return None
-    entry, _, peak, count = lane.windows(st, en, kind)  # every repeat at once (a million: a few numpy passes)
+    entry, _, peak, count = lane.windows(st, en, kind, th)  # every repeat at once (a million: a few numpy passes)
     growth = np.where((peak >= 0) & (entry >= 0), np.maximum(peak - entry, 0), -1)
 
     def figs(which: str):

@@ -28,7 +28,8 @@ import numpy as np
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
-from ..store.jobjoin import process_index, process_label
+from ..jobids import process_index
+from ..store.jobjoin import process_label
 
 #: a step is held up by its straggler when the lead is over this share of the median step wall time...
 HELD_SHARE = 0.2

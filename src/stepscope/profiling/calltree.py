@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..jobids import LABEL_SEP
+
 from ..model import Profile
 
 MAX_INTERVAL_NS = 1_000_000_000
@@ -172,7 +174,7 @@ class ProfileIndex:
         ff = self.frame_func
         self.stack_funcs = [tuple(int(ff[i]) for i in s) for s in profile.stacks]
         # (each process's main thread in a job's joined run: "rank 1 (pid 42) · MainThread", ``store.jobjoin``)
-        main = [tid for tid, name in profile.thread_names.items() if name.rpartition(" · ")[2] == "MainThread"]
+        main = [tid for tid, name in profile.thread_names.items() if name.rpartition(LABEL_SEP)[2] == "MainThread"]
         #: True for the samples of the main thread
         self.main = np.isin(self.thread, main) if len(self.t) else np.zeros(0, bool)
         #: True for the samples of a waiting thread (``idle_mask``), any thread, the main one too

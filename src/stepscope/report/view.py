@@ -22,7 +22,7 @@ from ..analysis.summary import Summary, summarize
 from ..analysis.phases import phases as run_phases
 from ..analysis.phases import sample_phase
 from ..analysis.slow import RULE_TEXT
-from ..model import RunData
+from ..model import MemoryTrack, RunData
 from ..profiling.calltree import ProfileIndex
 
 #: The version of the view model (``build_view``), specified in docs/report-view-model.md; the page's script
@@ -474,11 +474,30 @@ def _phases_view(s: Summary, t0: int) -> dict | None:
 MAX_MEMORY_POINTS = 20_000
 
 
+def job_total(m: MemoryTrack) -> MemoryTrack:
+    """A job's joined memory lane (``MemoryTrack.process``) as the host's total: at each sample, the sum over the
+    job's processes of each one's last reading (bytes; None where no process had one yet). Another lane: as it is."""
+    procs = m.process
+    if not procs or len(set(procs)) < 2:
+        return m
+    last: dict[str, dict[int, int]] = {"rss": {}, "cuda": {}, "reserved": {}}
+    out = MemoryTrack()
+    for t, k, rss, cuda, res in zip(m.t_ns, procs, m.rss, m.cuda_allocated, m.cuda_reserved):
+        out.t_ns.append(t)
+        for key, v, col in (("rss", rss, out.rss), ("cuda", cuda, out.cuda_allocated),
+                            ("reserved", res, out.cuda_reserved)):
+            if v is not None:
+                last[key][k] = v
+            col.append(sum(last[key].values()) if last[key] else None)
+    return out
+
+
 def memory_lane_view(data: RunData, t0: int, max_points: int = MAX_MEMORY_POINTS) -> dict | None:
     """The memory lane for the page (None without one): ``t`` (us from the run's start), ``rss``,
-    ``cuda``, ``reserved`` (MiB, None where not read; a column of all None is None). Over ``max_points``
+    ``cuda``, ``reserved`` (MiB, None where not read; a column of all None is None); a job's: the sum over its
+    processes (``job_total``). Over ``max_points``
     samples, each bucket of k consecutive samples keeps its highest value (the lane never hides a peak)."""
-    m = data.memory
+    m = job_total(data.memory)
     n = len(m)
     if not n:
         return None

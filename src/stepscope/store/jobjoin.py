@@ -2,37 +2,20 @@
 in (``join``), on the one clock they were recorded on (``time.perf_counter_ns``, CLOCK_MONOTONIC: the same in every
 process of a host).
 
-Ids are made unique across processes without touching the top run's: process ``k`` (1, 2... in start order) has its
-span ids moved up by ``k << SPAN_SHIFT`` and its Python thread ids replaced by ``THREAD_BASE + (k << 16) + j`` (``j``:
-its threads in order), above every thread id of the top process (CPython's thread ids are addresses below 2**47) and
-below 2**53 (exact in JavaScript); frames and stacks are appended with their indices moved up. Each thread of a
-process run is named after its process (``process_label``): ``rank 1 (pid 4242) · MainThread``. The memory lane stays
-the top process's. Thread names and labels come from the process facts (``processes.facts``).
+Ids are made unique across processes without touching the top run's (``jobids``: span ids moved up, thread ids
+renumbered per process); frames and stacks are appended with their indices moved up. Each thread of a
+process run is named after its process (``process_label``): ``rank 1 (pid 4242) · MainThread``. Memory lanes are joined with
+each sample's process (``MemoryTrack.process``). Thread names and labels come from the process facts (``processes.facts``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..model import Profile, Run, RunData
+from ..jobids import LABEL_SEP, SPAN_SHIFT, THREAD_BASE
+from ..model import MemoryTrack, Profile, Run, RunData
 from ..spantable import NO_PARENT, SpanTable
 from .db import job_unresolved
-
-#: span ids of process k are moved up by k << SPAN_SHIFT (2**40 spans a process; 8,191 processes below 2**53)
-SPAN_SHIFT = 40
-#: thread ids of process k are THREAD_BASE + (k << 16) + j: above CPython's thread ids (addresses < 2**47)
-THREAD_BASE = 1 << 47
-
-
-#: between a process's label and its thread's own name in the joined thread names
-LABEL_SEP = " · "
-
-
-def process_index(thread: np.ndarray) -> np.ndarray:
-    """Per thread id of a joined run: its process (0: the top process, k: the k-th process run)."""
-    thread = np.asarray(thread, np.int64)
-    return np.where(thread >= THREAD_BASE, ((thread - THREAD_BASE) >> 16), 0)
-
 
 def process_label(run: Run) -> str:
     """How a process of a job is named: ``rank N (pid P)`` for a torch.distributed rank, else ``pid P`` and its
@@ -123,9 +106,18 @@ def join(top: RunData, parts: list[RunData]) -> RunData:
     run.span_count = top.run.span_count + sum(p.run.span_count for p in parts)
     run.sample_count = len(t_all)
     data = RunData(run, concat(tables), joined)
-    data.memory = top.memory
+    data.memory = join_memory([top.memory, *[p.memory for p in parts]])
     data.processes = [p.run for p in parts]
     return data
+
+
+def join_memory(tracks: list[MemoryTrack]) -> MemoryTrack:
+    """The memory lanes of a job's processes (process ``k`` is ``tracks[k]``) as one, in time order, each sample with
+    its process (``MemoryTrack.process``)."""
+    rows = sorted((t, k, i) for k, tr in enumerate(tracks) for i, t in enumerate(tr.t_ns))
+    return MemoryTrack([r[0] for r in rows], [tracks[k].rss[i] for _, k, i in rows],
+                       [tracks[k].cuda_allocated[i] for _, k, i in rows],
+                       [tracks[k].cuda_reserved[i] for _, k, i in rows], [k for _, k, _ in rows])
 
 
 def concat(tables: list[SpanTable]) -> SpanTable:
