@@ -112,8 +112,9 @@ def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return keep
 
 
-def rank_steps(data: RunData, index: ProfileIndex | None = None) -> RankSteps | None:
-    """The job's steps rank by rank, or None (fewer than two ranks, or no span every rank repeats)."""
+def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | None = None) -> RankSteps | None:
+    """The job's steps rank by rank, or None (fewer than two ranks, or no span every rank repeats); ``name``: the
+    span to take as the step (default: the denoising step, else the one every rank repeats with the most time)."""
     rank_of = {k: int(r.process["rank"]) for k, r in enumerate(data.processes, 1)
                if isinstance((r.process or {}).get("rank"), int)}
     if len(set(rank_of.values())) < 2:
@@ -125,11 +126,18 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None) -> RankSteps | 
     ks = sorted(rank_of, key=lambda k: rank_of[k])
     steps_rows = t.rows_with_attr("diffusion.step") if t.attrs else np.zeros(0, np.int64)
     per: dict[int, np.ndarray] = {}
-    name = "diffusion.step"
-    if len(steps_rows) and all((proc[steps_rows] == k).sum() >= 2 for k in ks):
+    if name is not None:
+        code = t.code(name)
+        for k in ks:
+            rows = np.flatnonzero((t.name == code) & (proc == k)) if code >= 0 else np.zeros(0, np.int64)
+            per[k] = rows[_outermost(t.start[rows], t.end[rows])]
+        if min(len(v) for v in per.values()) < 1:
+            return None
+    elif len(steps_rows) and all((proc[steps_rows] == k).sum() >= 2 for k in ks):
         for k in ks:
             rows = steps_rows[proc[steps_rows] == k]
             per[k] = rows[_outermost(t.start[rows], t.end[rows])]
+        name = "diffusion.step"
     else:
         best, best_total = None, 0.0
         work = ~t.op_mask("transaction")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..analysis.explain import ExplainError, explain
+from ..analysis.ranks import rank_steps
 from ..profiling.calltree import ProfileIndex
 from ..render.explain import print_explanation
+from ..render.processes import print_rank_steps
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 
@@ -33,12 +36,22 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
     from ..store.reader import load_run
 
     data = load_run(st, run_id)
+    index = ProfileIndex(data.profile)
+    # a job of several ranks: its steps rank by rank, the straggler and its cause first (``analysis.ranks``)
+    ranks = rank_steps(data, index, span) if data.processes else None
     try:
-        e = explain(data, span, slow, fast, ProfileIndex(data.profile))
+        e = explain(data, span, slow, fast, index)
     except ExplainError as err:
-        raise UserError(str(err) + _listing(err.names)) from None
+        if ranks is None:
+            raise UserError(str(err) + _listing(err.names)) from None
+        e = None
     if as_json:
-        print_json({"run_id": data.run.id, "explanation": e.to_dict()})
+        doc = {"run_id": data.run.id, "explanation": e.to_dict() if e is not None else None}
+        if ranks is not None:
+            doc["ranks"] = dataclasses.asdict(ranks)
+        print_json(doc)
     else:
         out.print(f"[dim]run {data.run.id}[/dim]")
-        print_explanation(e, out)
+        print_rank_steps(ranks, out)
+        if e is not None:
+            print_explanation(e, out)

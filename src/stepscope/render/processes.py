@@ -37,8 +37,9 @@ def print_rank_steps(rs: RankSteps | None, console: Console) -> None:
     """Steps x ranks (wall time, the step's straggler marked ``*``), then the straggler, its cause and the wait."""
     if rs is None:
         return
-    t = Table(title=f"Steps by rank: {escape(rs.name)} (wall; * the rank that ran longest in the step)",
-              title_justify="left", show_edge=False)
+    t = Table(title=f"Steps by rank: {escape(rs.name)}", title_justify="left", show_edge=False,
+              caption="wall time per rank; * the straggler of a held-up step (the rank that ran longest in it), "
+                      "lead: how much longer than the other ranks' median", caption_justify="left")
     t.add_column("step", justify="right")
     for r in rs.ranks:
         t.add_column(f"rank {r}", justify="right")
