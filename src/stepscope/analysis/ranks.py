@@ -81,6 +81,10 @@ class RankSteps:
     straggler: list[int | None]
     lead_ns: list[float]
     held: list[int] = field(default_factory=list)
+    #: each rank's step window (clock ns) and thread: ``[step][rank position]`` (None: no such step)
+    start_ns: list[list[int | None]] = field(default_factory=list)
+    end_ns: list[list[int | None]] = field(default_factory=list)
+    thread: list[list[int | None]] = field(default_factory=list)
     job_straggler: int | None = None
     cause: list[tuple[str, float]] = field(default_factory=list)
     waited_for: dict[int, float] = field(default_factory=dict)
@@ -178,6 +182,12 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         csum = np.concatenate([[0], np.cumsum(c_dur)])
         coll[: len(rows), j] = csum[hi] - csum[lo]
     waited = np.clip(wall - busy, 0, None)
+    win_start = [[None] * R for _ in range(n_steps)]
+    win_end = [[None] * R for _ in range(n_steps)]
+    win_thread = [[None] * R for _ in range(n_steps)]
+    for j, k in enumerate(ks):
+        for s_, row in enumerate(per[k].tolist()):
+            win_start[s_][j], win_end[s_][j], win_thread[s_][j] = int(t.start[row]), int(t.end[row]), int(t.thread[row])
     straggler: list[int | None] = []
     lead = np.zeros(n_steps)
     for s in range(n_steps):
@@ -196,7 +206,8 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
     held = [s for s in range(n_steps) if straggler[s] is not None and lead[s] > floor]
     out = RankSteps(name, [rank_of[k] for k in ks], [process_label(data.processes[k - 1]) for k in ks],
                     _rows(wall), _rows(busy), _rows(waited), _rows(coll),
-                    [None if k is None else rank_of[k] for k in straggler], lead.tolist(), held)
+                    [None if k is None else rank_of[k] for k in straggler], lead.tolist(), held, win_start, win_end,
+                    win_thread)
     if held:
         counts: dict[int, int] = {}
         for s in held:

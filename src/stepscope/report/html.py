@@ -20,7 +20,7 @@ STATIC_FILES = ("report.css", "report.js")
 #: The parts of ``report.js``, in the order ``report_script`` joins them. They share one function scope: a part
 #: may use at its top level what the parts before it declare (functions from any part, as they are hoisted).
 SCRIPT_PARTS = ("core.js", "verdict.js", "waterfall.js", "lod.js", "spantree.js", "flame.js", "tables.js", "device.js",
-                "main.js")
+                "ranks.js", "main.js")
 
 _SCRIPT_HEAD = """// stepscope report: what is slow first (verdict, steps), then the waterfall with its span tree and the
 // flame graph of any window (traced work by default, start-up one click away), from the embedded view model

@@ -526,6 +526,11 @@ def _summary_view(s: Summary, t0: int) -> dict:
         for g in mem["stages"] + ([mem["largest"]] if mem["largest"] else []):
             g["start_us"] = _r((g["start_ns"] - t0) / 1e3)
             g["end_us"] = _r((g["end_ns"] - t0) / 1e3)
+    rk = d.get("ranks")
+    if rk is not None:  # a job's steps rank by rank: windows in run time (us)
+        rk["waited_for"] = {str(k): v for k, v in rk["waited_for"].items()}
+        for key in ("start", "end"):
+            rk[f"{key}_us"] = [[None if v is None else _r((v - t0) / 1e3) for v in row] for row in rk.pop(f"{key}_ns")]
     if s.steps is not None:
         for row in d["steps"]["rows"]:
             row["start_us"] = _r((row.pop("start_ns") - t0) / 1e3)
