@@ -12,8 +12,8 @@ import typer
 
 from .. import limits
 from ..device.analysis import summarize_device
-from ..device.kineto import load
-from ..device.kineto import TraceError
+from ..device.kineto import TraceError, load
+from ..device.ranks import ranks_device
 from ..device.view import XLA_TOP
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
@@ -42,6 +42,28 @@ def trace_file(target: Optional[str]) -> Optional[Path]:
     return None
 
 
+def rank_traces(target: Optional[str]) -> list[Path]:
+    """The Kineto traces of a folder of per-rank traces (two or more ``*.json``/``*.json.gz`` files, as HTA reads
+    a job), sorted by name; [] for anything else (a run, a file, an XLA capture folder)."""
+    if not target:
+        return []
+    p = Path(target).expanduser()
+    if not p.is_dir() or (p / "plugins").is_dir() or any(p.glob("*.trace.json*")) and not any(p.glob("*.pt.trace.json*")):
+        return []
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.lower().endswith((".json", ".json.gz")))
+    return files if len(files) >= 2 else []
+
+
+def _print_ranks(items: list, as_json: bool, doc: dict | None = None) -> None:
+    r = ranks_device(items)
+    if as_json:
+        print_json({**(doc or {}), "ranks": dataclasses.asdict(r)})
+    else:
+        from ..render.device import print_ranks_device
+
+        print_ranks_device(r, out)
+
+
 def _xla_view(path: Path, top: int):
     from ..device.xla import analyze
     from ..device.xla_load import load_xla
@@ -59,6 +81,10 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     PyTorch/XLA: graph compilations, graph executions and transfers (with their Python line) per step and
     per span, device idle gaps, torch_xla metrics per step."""
     limits.in_range("--top", top, 1, 1000, integer=True)
+    ranks = rank_traces(target)
+    if ranks:  # a folder of per-rank Kineto traces (HTA's input): the ranks side by side
+        _print_ranks([(str(p), load(p)) for p in ranks], as_json)
+        return
     path = trace_file(target)
     if path is not None:
         from ..device.kineto import read
@@ -87,6 +113,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     from ..device.view import device_view
     from ..render.device import print_run_device, print_xla
 
+    from ..store.jobjoin import process_label
     from ..store.reader import load_run
 
     st = open_store(store)
@@ -96,6 +123,10 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     except (AlignError, TraceError) as e:
         raise UserError(str(e)) from None
     view, xla = dv.kineto, dv.xla
+    per_rank = [(process_label(r), load(f), (r.process or {}).get("rank")) for r, f in _process_traces(st, data)]
+    if dv.empty and per_rank:  # a job whose ranks recorded the device timeline: the ranks side by side
+        _print_ranks(per_rank, as_json, {"run_id": data.run.id})
+        return
     if dv.empty:
         raise UserError(f"run {data.run.id} has no device trace, sync sites or compile report "
                         "(record with `stepscope run --device-trace`, `--syncs` or `--compile-report`)")
@@ -103,8 +134,20 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
         doc = {"run_id": data.run.id, "device": dataclasses.asdict(view)}
         if xla is not None:
             doc["xla"] = dataclasses.asdict(xla)
+        if per_rank:
+            doc["ranks"] = dataclasses.asdict(ranks_device(per_rank))
         print_json(doc)
     else:
         if xla is not None:
             print_xla(xla, out, top)
         print_run_device(view, out, top, xla=xla is not None)
+        if per_rank:
+            _print_ranks(per_rank, False)
+
+
+def _process_traces(st, data) -> list:
+    """The job's process runs that recorded a Kineto trace (``--device-trace`` in every rank), as (run, file)."""
+    from ..store.db import DEVICE_TRACE
+
+    found = [(r, st.run_file(r.id, DEVICE_TRACE)) for r in data.processes]
+    return [(r, f) for r, f in found if f.is_file()]

@@ -46,6 +46,14 @@ CAT = {c: i for i, c in enumerate(CATEGORIES)}
 DEVICE_CATS = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"])
 
 
+def _distributed(doc: dict) -> dict:
+    """A trace's ``distributedInfo`` as flat scalars (``backend``, ``rank``, ``world_size``...), or {}."""
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict):
+        return {}
+    return {str(k): v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None}
+
+
 class TraceError(ValueError):
     """A file that is not a readable Kineto/Chrome trace (the message names the file and what is wrong)."""
 
@@ -78,6 +86,8 @@ class KinetoTrace:
     base_ns: int = 0
     device_properties: list[dict] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
+    #: the trace's ``distributedInfo`` (``backend``, ``rank``, ``world_size``: a torch.distributed rank's trace), or {}
+    distributed: dict = field(default_factory=dict)
 
     @property
     def end(self) -> np.ndarray:
@@ -360,7 +370,7 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
         pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
         device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
-        device_properties=_properties(props), metadata=meta)
+        device_properties=_properties(props), metadata=meta, distributed=_distributed(doc))
     trace.args = LazyArgs(trace, extra)
     return trace
 
@@ -453,4 +463,5 @@ def from_events(events: list, path: str = "<events>", doc: dict | None = None) -
         path=path, names=names, cat=cols["cat"], name=cols["name"], ts=ts, dur=np.maximum(dur, 0), pid=cols["pid"],
         tid=cols["tid"], correlation=cols["corr"], external_id=cols["ext"], stream=cols["stream"], device=cols["dev"],
         nbytes=cols["bytes"], args=args_out,
-        base_ns=base_ns, device_properties=_properties(doc.get("deviceProperties")), metadata=meta)
+        base_ns=base_ns, device_properties=_properties(doc.get("deviceProperties")), metadata=meta,
+        distributed=_distributed(doc))

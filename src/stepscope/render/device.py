@@ -236,3 +236,25 @@ def print_xla(x, console: Console, top: int = 10) -> None:
             if s.metrics:
                 tb.add_row(s.label, xla_metrics_text(s.metrics))
         console.print(tb)
+
+
+def print_ranks_device(r, console: Console) -> None:
+    """A job's device time rank by rank (``device.ranks.RanksDevice``): busy, idle, computation, communication and
+    their overlap, as HTA's temporal breakdown and communication/computation overlap define them."""
+    t = Table(title="Device time by rank (complete profiler steps; HTA's temporal breakdown and comm/comp overlap)",
+              title_justify="left", show_edge=False)
+    for col in ("rank", "trace", "kernels", "span", "idle", "compute", "non-compute", "communication", "overlap"):
+        t.add_column(col, justify="left" if col == "trace" else "right", no_wrap=col != "trace")
+    pct = lambda a, b: f" ({100 * a / b:.1f}%)" if b else ""  # noqa: E731
+    for x in r.ranks:
+        t.add_row(str(x.rank), _clip(os.path.basename(x.label) or x.label, 40), f"{x.kernels:,}", fmt_ns(x.span_ns),
+                  fmt_ns(x.idle_ns) + pct(x.idle_ns, x.span_ns), fmt_ns(x.compute_ns) + pct(x.compute_ns, x.span_ns),
+                  fmt_ns(x.non_compute_ns) + pct(x.non_compute_ns, x.span_ns), fmt_ns(x.comm_ns),
+                  "-" if x.overlap_share is None else f"{100 * x.overlap_share:.1f}%")
+    console.print(t)
+    if r.most_idle is not None:
+        console.print(f"most idle: rank {r.most_idle}, least idle: rank {r.least_idle} "
+                      f"({fmt_ns(r.idle_spread_ns)} apart); overlap: the share of communication time during which the "
+                      "device also computed")
+    for note in r.notes:
+        console.print(f"[dim]{note}[/dim]")
