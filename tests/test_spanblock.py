@@ -15,6 +15,7 @@ from stepscope.model import Run
 from stepscope.spantable import NO_PARENT
 from stepscope.store import profileblock, sampleblock, spanblock
 from stepscope.store.db import Store, StoreError
+from stepscope.store.schema import SCHEMA_VERSION
 from stepscope.store.reader import load_run, read_spans
 from stepscope.store.schema import SCHEMA_VERSION
 
@@ -195,7 +196,7 @@ def test_a_schema_4_store_gains_profile_blocks_and_keeps_its_rows(tmp_path):
     st.conn.execute("UPDATE meta SET value = '4' WHERE key = 'format_version'")
     st.close()
     st = Store(tmp_path)
-    assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "5"
+    assert st.conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == str(SCHEMA_VERSION)
     data = load_run(st, "old")
     assert [f.function for f in data.profile.frames] == ["f"] and data.profile.stacks == [(0,)]
     st.delete_run("old")
