@@ -94,10 +94,9 @@ class ForkWatch:
                 s.after_fork_in_child()
             except Exception:
                 return
-            if s.follow_forks:
-                from .processes import follow_fork
-
-                follow_fork(s)
+            hook = s.on_forked_child
+            if hook is not None:  # the child is recorded in turn (``processes.follow_fork``)
+                hook(s)
 
 
 forks = ForkWatch()

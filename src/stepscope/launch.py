@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import runpy
 import signal
 import sys
 import types
+
+from .endsignals import end_by_signal
 
 ENV_VAR = "STEPSCOPE_LAUNCH"
 
@@ -57,62 +58,6 @@ def _clean(exc: BaseException) -> None:
             if other is not None and id(other) not in seen:
                 other.__traceback__ = _strip(other.__traceback__)
         exc = exc.__context__
-
-
-def signal_status(sig: int) -> str:
-    """The status of a run that signal ``sig`` ended."""
-    return {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(sig, "killed")
-
-
-#: Signals that end the program by default: the run is written first (when the program left them alone).
-_FATAL = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2") if hasattr(signal, n))
-
-
-def end_by_signal(session) -> None:
-    """Write the run, then die by the signal as the program would have (it left the default action)."""
-    def on_signal(signum, frame):
-        session.flush_on_signal(signal_status(signum), -signum, signal.Signals(signum).name)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-    on_signal.stepscope_stop = True  # (a forked child's new session takes over its parent's: ``processes``)
-    ours = [sig for sig in _FATAL if signal.getsignal(sig) is signal.SIG_DFL
-            or getattr(signal.getsignal(sig), "stepscope_stop", False)]
-    for sig in ours:
-        signal.signal(sig, on_signal)
-    _default_in_forked_child(ours, on_signal)
-
-
-def _default_in_forked_child(sigs: list, handler) -> None:
-    """A forked child of the program is the child of an unprofiled program: ``sigs`` take their default action
-    there again. They are blocked across the fork (the forking thread's mask, inherited by the child), so that
-    one sent to the child before its handler is reset waits in the kernel and then acts by default: Python
-    drops a signal its C handler caught before its after-fork clean-up, and one caught after it would run
-    ``handler`` late or not at all."""
-    from .profiling.signals import default_where  # (imported here, not in the forked child)
-
-    saved: list = []
-
-    def before() -> None:
-        try:
-            saved.append(signal.pthread_sigmask(signal.SIG_BLOCK, sigs))
-        except (OSError, ValueError):
-            saved.append(None)
-
-    def restore() -> None:
-        old = saved.pop() if saved else None
-        if old is not None:
-            try:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            except (OSError, ValueError):
-                pass
-
-    def in_child() -> None:
-        default_where(sigs, handler)
-        restore()  # a signal that came meanwhile acts now, by default
-
-    if sigs and hasattr(signal, "pthread_sigmask"):
-        os.register_at_fork(before=before, after_in_parent=restore, after_in_child=in_child)
 
 
 def _report_signals(fd: int) -> None:
@@ -246,9 +191,10 @@ def main() -> None:
         session = api.start(settings, run_id=run_id, command=cfg.get("command") or sys.argv,
                             _owns_run=not run_id)
         session.top_run = cfg.get("parent_run") or session.run_id
-        session.follow_forks = settings.children
-        from .processes import trace_collectives
+        from .processes import follow_fork, trace_collectives
 
+        if settings.children:
+            session.on_forked_child = follow_fork
         trace_collectives(session.patcher)
 
     if not cfg.get("server_only"):

@@ -183,10 +183,10 @@ def follow_fork(parent) -> None:
                           anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
                           parent_run=top, process=facts("fork")), anchor.wall_ns)
         st.close()
-        session.follow_forks = True
+        session.on_forked_child = follow_fork
         api.adopt(session.start())
         trace_collectives(session.patcher)
-        from .launch import end_by_signal
+        from .endsignals import end_by_signal
 
         end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)
         _finish_multiprocessing(session)

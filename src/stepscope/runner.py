@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import clock
-from .launch import ENV_VAR, signal_status
+from .endsignals import signal_status
+from .launch import ENV_VAR
 from .model import Run
 from .processes import FOLLOW_VAR, SITECUSTOMIZE, follow_env
 from .session import new_run_id

@@ -62,10 +62,11 @@ class Session:
         self.run_id = run_id or new_run_id()
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
-        #: the job's top run (this run, or the run whose program started this process: ``processes``); with
-        #: ``follow_forks`` a forked child is recorded as a process run of it (``processes.follow_fork``)
+        #: the job's top run (this run, or the run whose program started this process: ``processes``);
+        #: ``on_forked_child(session)``: called in a forked child once the recording was undone there (None: the
+        #: child stays unrecorded; ``processes.follow_fork`` records it as a process run of the job)
         self.top_run = self.run_id
-        self.follow_forks = False
+        self.on_forked_child = None
         self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open)
         self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
         hz = settings.profiles_hz
