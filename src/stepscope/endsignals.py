@@ -22,7 +22,8 @@ _FATAL = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIG
 def end_by_signal(session) -> None:
     """Write the run, then die by the signal as the program would have (it left the default action)."""
     def on_signal(signum, frame):
-        session.flush_on_signal(signal_status(signum), -signum, signal.Signals(signum).name)
+        if not session.flush_on_signal(signal_status(signum), -signum, signal.Signals(signum).name, signum):
+            return  # the run's final write under way ends first, then dies by this signal
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -32,6 +33,64 @@ def end_by_signal(session) -> None:
     for sig in ours:
         signal.signal(sig, on_signal)
     _default_in_forked_child(ours, on_signal)
+    watch = StopWatch(ours)
+    if watch.arm():
+        session.stop_watch = watch
+
+
+#: the write ends of the wakeup pipes of ``StopWatch`` (a forked child replaces the one it inherited)
+_WATCH_FDS: set[int] = set()
+
+
+class StopWatch:
+    """Makes sure a stop signal's Python handler runs. A program that left SIGTERM at its default dies at once
+    wherever its main thread is; with stepscope's Python-level handler (``end_by_signal``) the handler runs only when
+    the main thread next checks for signals, and a main thread that was about to block in C (``sem_wait`` of a
+    multiprocessing queue, a lock) when the signal came blocks for good: the signal was taken, the call never
+    returns. The signal's C handler writes its number to the wakeup fd (``signal.set_wakeup_fd``): a pipe that the
+    recorder thread reads at each look (``check``); for a stop signal it sends the signal again to the main thread
+    (``signal.pthread_kill``), which interrupts the blocking call (EINTR) and runs the handler. Used where the
+    program has no wakeup fd of its own (an asyncio loop's replaces it: the loop then wakes on its own)."""
+
+    def __init__(self, sigs) -> None:
+        self.sigs = frozenset(int(s) for s in sigs)
+        self.r: int | None = None
+
+    def arm(self) -> bool:
+        """Set the wakeup fd (main thread only); False when the program, or stepscope's runner, has one."""
+        if not self.sigs:
+            return False
+        try:
+            old = signal.set_wakeup_fd(-1)
+        except (ValueError, OSError):
+            return False
+        if old != -1 and old not in _WATCH_FDS:  # the program's (or the runner's pipe): put back
+            signal.set_wakeup_fd(old, warn_on_full_buffer=False)
+            return False
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        _WATCH_FDS.add(w)
+        self.r = r
+        return True
+
+    def check(self, main_ident: int | None) -> None:
+        """Recorder thread: pass a stop signal that reached the process on to the main thread again."""
+        if self.r is None or main_ident is None:
+            return
+        try:
+            got = os.read(self.r, 256)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.r = None
+            return
+        for b in set(got) & self.sigs:
+            try:
+                signal.pthread_kill(main_ident, b)
+            except (OSError, ValueError):
+                pass
 
 
 def _default_in_forked_child(sigs: list, handler) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import sys
 import threading
@@ -23,7 +24,7 @@ import time
 from . import clock
 from .model import Run
 from .profiling import memory as _memory
-from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread
+from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .envinfo import environment
 from .settings import Settings
@@ -103,8 +104,12 @@ class Session:
         self.error: str | None = None
         self.oom: dict | None = None  # the out-of-memory error the program ended by (``note_oom``)
         self._dying = False  # finishing from a fatal signal's handler: the open spans stay open
+        #: ``endsignals.StopWatch``: stop signals passed on to a main thread blocked in C (set by ``end_by_signal``)
+        self.stop_watch = None
         self._finishing: int | None = None  # the thread in ``finish`` (a signal handler on it completes the write)
         self._completed = False  # ``_complete`` ran (the final write is done once)
+        self._written = False  # ``_complete`` ended
+        self._die_by = 0  # a stop signal that came during ``_complete``: it ends by killing the process with it
         self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -146,7 +151,7 @@ class Session:
         th = threading.Thread(target=self._loop, args=(self._gen,), name="stepscope-recorder", daemon=True)
         th._stepscope_gen = self._gen
         self._thread = th
-        th.start()
+        start_thread(th)
 
     def on_finish(self, fn) -> None:
         """Call ``fn()`` when the session finishes, before the final write (e.g. stop a device capture)."""
@@ -245,6 +250,10 @@ class Session:
             atexit.unregister(self._atexit)
         except Exception:
             pass
+        self._written = True
+        if self._die_by:  # a stop signal came during this write: the process dies by it now, as it would have
+            signal.signal(self._die_by, signal.SIG_DFL)
+            os.kill(os.getpid(), self._die_by)
 
     def memory_info(self) -> dict:
         """The run's memory facts for ``env["memory"]``: ``peak_rss`` (the kernel's high-water mark, bytes),
@@ -302,10 +311,18 @@ class Session:
         if os.getpid() == self._pid:
             self.finish()
 
-    def flush_on_signal(self, status: str, exit_code: int, error: str | None = None) -> None:
-        """Best-effort final write from a signal handler (the process is about to die)."""
+    def flush_on_signal(self, status: str, exit_code: int, error: str | None = None, signum: int = 0) -> bool:
+        """Best-effort final write from a signal handler (the process is about to die). Returns whether the caller
+        dies now; False when the signal came in the middle of this thread's final write (``_complete``): that write
+        ends first, then kills the process by ``signum``."""
         if os.getpid() != self._pid:  # a forked child: the run is the parent's
-            return
+            return True
+        if self.finished and self._finishing == threading.get_ident() and self._completed:
+            self._die_by = signum or self._die_by  # (the write under way was cut by this handler: it ends first)
+            if not self._written:
+                self.set_outcome(status, exit_code, error or status)
+                return False
+            return True
         self.set_outcome(status, exit_code, error or status)
         self._dying = True
         self.main_sampler.current = buffer.current_span.get()  # this handler runs in the main thread
@@ -313,8 +330,9 @@ class Session:
             # the signal came while this thread was finishing (the program's exit: atexit), before the final
             # write: write now, the process dies after this handler
             self._complete()
-            return
+            return True
         self.finish()
+        return True
 
     # -- recorder thread -------------------------------------------------------------------------
     def _loop(self, gen: int) -> None:
@@ -421,6 +439,8 @@ class Session:
         mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
         while not self.finished and self._gen == gen:
             t = now()
+            if self.stop_watch is not None:
+                self.stop_watch.check(main)
             if main_sampler.paused:
                 main_sampler.check()
             if main_sampler.paused and main_sampler.resumable:

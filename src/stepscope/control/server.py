@@ -45,6 +45,7 @@ from pathlib import Path
 
 from ..settings import DEFAULT_HZ, Settings
 from ..store.db import DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR, Store, StoreError, run_path
+from ..profiling.sampler import start_thread
 
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -168,7 +169,7 @@ class ControlServer:
             json.dump({"pid": os.getpid(), "host": self.address[0], "port": self.address[1], "token": self.token,
                        "store": self.store, "argv": sys.argv, "command": self.command}, f)
         self._thread = threading.Thread(target=self._serve, name="stepscope-control", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def close(self) -> None:
         try:
@@ -191,7 +192,7 @@ class ControlServer:
                     conn, _ = self._sock.accept()
                 except OSError:
                     return
-                threading.Thread(target=self._handle, args=(conn,), name="stepscope-capture", daemon=True).start()
+                start_thread(threading.Thread(target=self._handle, args=(conn,), name="stepscope-capture", daemon=True))
         finally:
             OWN_THREADS.discard(me)  # (an ident comes back for a new thread of the program's: that one is sampled)
 

@@ -33,6 +33,7 @@ from time import perf_counter_ns
 
 from ..tracing import mirror
 from ..tracing import steps as step_hooks
+from ..profiling.sampler import start_thread
 
 MARKER = "stepscope.clock_sync"
 MARK_EVERY_S = 0.1
@@ -79,7 +80,7 @@ class DeviceCapture:
         step_hooks.add_listener(self._on_step)
         self._stop = threading.Event()
         self._marker = threading.Thread(target=self._mark_loop, name="stepscope-clock-marker", daemon=True)
-        self._marker.start()
+        start_thread(self._marker)
 
     def _mark_loop(self) -> None:
         from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread

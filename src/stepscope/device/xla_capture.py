@@ -39,6 +39,7 @@ from time import perf_counter_ns
 from ..tracing import mirror
 from ..tracing import steps as step_hooks
 from .capture import MARKER
+from ..profiling.sampler import start_thread
 
 MARK_EVERY_S = 0.1
 METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "InboundData",
@@ -81,7 +82,7 @@ class XlaCapture:
         mirror.add_marker_listener(self._on_marker)
         self._stop = threading.Event()
         self._marker = threading.Thread(target=self._mark_loop, name="stepscope-xla-clock-marker", daemon=True)
-        self._marker.start()
+        start_thread(self._marker)
 
     def _mark_loop(self) -> None:
         from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread

@@ -369,6 +369,22 @@ STOP_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGH
                          if hasattr(signal, n))
 
 
+def start_thread(th) -> None:
+    """Start stepscope's thread ``th`` (a ``threading.Thread``) with ``STOP_SIGNALS`` blocked from its first
+    instruction: the calling thread blocks them around ``start`` (a new thread inherits its creator's mask), so no
+    such signal can land in the new thread before it blocks them itself (``keep_signals_off_this_thread``); one
+    sent meanwhile waits, pending, for the calling thread."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        th.start()
+        return
+    try:
+        th.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def keep_signals_off_this_thread() -> None:
     """Block ``STOP_SIGNALS`` in the calling thread (one of stepscope's); never raises."""
     try:
