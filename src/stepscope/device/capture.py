@@ -27,13 +27,12 @@ import gzip
 import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from time import perf_counter_ns
 
 from ..tracing import mirror
 from ..tracing import steps as step_hooks
-from ..profiling.sampler import start_thread
+from ..profiling.sampler import start_ticker
 
 MARKER = "stepscope.clock_sync"
 MARK_EVERY_S = 0.1
@@ -78,20 +77,7 @@ class DeviceCapture:
         mirror.enable()
         self.mark("start")
         step_hooks.add_listener(self._on_step)
-        self._stop = threading.Event()
-        self._marker = threading.Thread(target=self._mark_loop, name="stepscope-clock-marker", daemon=True)
-        start_thread(self._marker)
-
-    def _mark_loop(self) -> None:
-        from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread
-        keep_signals_off_this_thread()
-
-        OWN_THREADS.add(threading.get_ident())
-        while not self._stop.wait(MARK_EVERY_S):
-            try:
-                self.mark("tick")
-            except Exception:
-                return
+        self._stop, self._marker = start_ticker("stepscope-clock-marker", MARK_EVERY_S, lambda: self.mark("tick"))
 
     def mark(self, label: str) -> None:
         """A clock marker: a zero-work record_function range named with the current clock reading.

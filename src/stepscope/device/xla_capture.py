@@ -39,7 +39,7 @@ from time import perf_counter_ns
 from ..tracing import mirror
 from ..tracing import steps as step_hooks
 from .capture import MARKER
-from ..profiling.sampler import start_thread
+from ..profiling.sampler import start_ticker
 
 MARK_EVERY_S = 0.1
 METRICS = ("CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "InboundData",
@@ -80,20 +80,7 @@ class XlaCapture:
         step_hooks.add_listener(self._on_step)
         step_hooks.add_start_listener(self._on_step_start)
         mirror.add_marker_listener(self._on_marker)
-        self._stop = threading.Event()
-        self._marker = threading.Thread(target=self._mark_loop, name="stepscope-xla-clock-marker", daemon=True)
-        start_thread(self._marker)
-
-    def _mark_loop(self) -> None:
-        from ..profiling.sampler import OWN_THREADS, keep_signals_off_this_thread
-        keep_signals_off_this_thread()
-
-        OWN_THREADS.add(threading.get_ident())
-        while not self._stop.wait(MARK_EVERY_S):
-            try:
-                self.mark("tick")
-            except Exception:
-                return
+        self._stop, self._marker = start_ticker("stepscope-xla-clock-marker", MARK_EVERY_S, lambda: self.mark("tick"))
 
     def mark(self, label: str) -> None:
         """A clock marker: a zero-work TraceMe named with the thread and the current clock reading."""

@@ -391,3 +391,23 @@ def keep_signals_off_this_thread() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     except (AttributeError, OSError, ValueError):
         pass
+
+
+def start_ticker(name: str, every_s: float, tick) -> tuple[threading.Event, threading.Thread]:
+    """A daemon thread of stepscope's (``OWN_THREADS``, stop signals blocked: ``start_thread``) named ``name`` that
+    calls ``tick()`` every ``every_s`` seconds until the returned event is set or ``tick`` raises; returns the event
+    and the thread (for a bounded ``join``)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        keep_signals_off_this_thread()
+        OWN_THREADS.add(threading.get_ident())
+        while not stop.wait(every_s):
+            try:
+                tick()
+            except Exception:
+                return
+
+    th = threading.Thread(target=loop, name=name, daemon=True)
+    start_thread(th)
+    return stop, th

@@ -40,6 +40,7 @@ import copy
 import linecache
 import types
 
+from .precheck import inner_statements
 from .probes import Probe
 
 PLACEHOLDER = "\x00stepscope-probe-"
@@ -213,10 +214,7 @@ def _module_imports(tree: ast.Module) -> list:
             if not (isinstance(n, ast.ImportFrom) and n.module == "__future__"):
                 out.append(n)
         elif isinstance(n, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-            for field in ("body", "orelse", "finalbody"):
-                todo.extend(getattr(n, field, ()) or ())
-            for h in getattr(n, "handlers", ()) or ():
-                todo.extend(h.body)
+            todo.extend(inner_statements(n))
     return out
 
 

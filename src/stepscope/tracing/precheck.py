@@ -24,6 +24,17 @@ import sys
 _GLOB = set("*?[")
 
 
+
+def inner_statements(n: ast.AST) -> list:
+    """The statements nested in a block statement (``if``/``try``/``with``/``for``/``while``): its ``body``, ``orelse``,
+    ``finalbody`` and exception handlers' bodies, in that order."""
+    out = []
+    for field in ("body", "orelse", "finalbody"):
+        out.extend(getattr(n, field, ()) or ())
+    for h in getattr(n, "handlers", ()) or ():
+        out.extend(h.body)
+    return out
+
 def check(names: list[str], extra_path: list[str] | None = None) -> dict[str, str]:
     """Name -> why it cannot be traced, for the names certain to fail. ``extra_path``: folders searched
     first for top-level modules (the script's folder, as the program's ``sys.path[0]``). Never raises."""
@@ -101,10 +112,7 @@ def _defined(body) -> dict[str, ast.AST]:
             for a in n.names:
                 names[(a.asname or a.name).split(".")[0]] = n
         elif isinstance(n, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-            for field in ("body", "orelse", "finalbody"):
-                todo.extend(getattr(n, field, ()) or ())
-            for h in getattr(n, "handlers", ()) or ():
-                todo.extend(h.body)
+            todo.extend(inner_statements(n))
     return names
 
 
