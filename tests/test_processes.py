@@ -54,6 +54,14 @@ def test_torchrun_ranks_are_one_run_with_the_straggler_its_cause_and_the_wait(st
     assert r.returncode == 0, r.stderr
     assert "straggler: rank 1" in r.stderr and "__main__.slow_augment" in r.stderr and "rank 0 waited" in r.stderr
     assert "not traced" not in r.stderr
+    r = run_cli(["diff", "--json"], store)  # the two jobs rank by rank
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["rank_step"] == "__main__.train_step" and [x["rank"] for x in d["ranks"]] == [0, 1]
+    by = {x["rank"]: x for x in d["ranks"]}
+    assert (by[0]["steps_a"], by[0]["steps_b"]) == (8, 6) and by[1]["led_a"] >= 2 and by[1]["led_b"] >= 2
+    r = run_cli(["diff"], store)
+    assert r.returncode == 0 and "by rank: __main__.train_step" in r.stdout, r.stderr
     r = run_cli(["runs", "--json"], store)
     runs = json.loads(r.stdout)["runs"]
     assert len(runs) == 2 and all(x["span_count"] >= 28 for x in runs)  # the ranks: not runs of their own in the list

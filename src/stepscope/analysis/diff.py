@@ -34,6 +34,7 @@ from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
 from ..tracing.steps import STEP_ATTR
 from .difftree import DiffNode, flame_diff
+from .ranks import RankChange, rank_changes
 from .envfacts import BLAMEABLE, EnvChange, env_changes
 from .explain import ExplainError, Repeat, default_unit, repeats_of
 from .timestats import NEGLIGIBLE, Phase, TimeChange, adjust, contention, phases, span_changes, step_changes, time_change
@@ -94,6 +95,9 @@ class Diff:
     samples_a: int
     samples_b: int
     notes: list[str] = field(default_factory=list)
+    #: two jobs rank by rank (``analysis.ranks.rank_changes``): the step compared and each rank's change
+    rank_step: str | None = None
+    ranks: list[RankChange] = field(default_factory=list)
 
 
 def _function_self(index: ProfileIndex, idx: np.ndarray) -> dict[str, tuple[float, str]]:
@@ -303,9 +307,10 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
     if unit == "step" and headline.n_a != headline.n_b and work and work.a_ns and work.b_ns:
         text += (f"; {headline.n_a} -> {headline.n_b} steps: the work took {work.b_ns / work.a_ns:.2f}x as long "
                  f"({work.a_ns / 1e9:.2f} s -> {work.b_ns / 1e9:.2f} s)")
+    rank_step, rank_rows = rank_changes(a, b)
     return Diff(run_a=a.run.id, run_b=b.run.id, source_a=a.run.env.get("source", "run"),
                 source_b=b.run.env.get("source", "run"), unit=unit, unit_label=unit_label, headline=headline, env=env,
                 phases=phs, spans=spans_c, steps=steps_c, functions=functions, flame=flame, ops=ops, verdict=text,
                 cause=cause,
                 normalisation={"step": "per denoising step", "run": "per run"}.get(unit) or f"per call of {_short(unit)}",
-                samples_a=len(sa), samples_b=len(sb), notes=notes)
+                samples_a=len(sa), samples_b=len(sb), notes=notes, rank_step=rank_step, ranks=rank_rows)

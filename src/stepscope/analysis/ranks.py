@@ -241,3 +241,49 @@ def _cause(index: ProfileIndex, t, per: dict, ks: list[int], j: int, steps: list
     extra = (mine - np.mean(others, axis=0)) / max(len(steps), 1)
     order = np.argsort(-extra)[:top]
     return [(index.functions[f].name, float(extra[f])) for f in order.tolist() if extra[f] > 0]
+
+
+@dataclass
+class RankChange:
+    """One rank of two runs of the same job (``diff``): its steps' median wall and running time in A and B (ns), the
+    ratio B / A of the wall medians, and the held-up steps it led in each."""
+
+    rank: int
+    steps_a: int
+    steps_b: int
+    wall_a_ns: float | None
+    wall_b_ns: float | None
+    busy_a_ns: float | None
+    busy_b_ns: float | None
+    ratio: float | None
+    led_a: int
+    led_b: int
+
+
+def rank_changes(a: RunData, b: RunData, index_a: ProfileIndex | None = None,
+                 index_b: ProfileIndex | None = None) -> tuple[str | None, list[RankChange]]:
+    """Two jobs compared rank by rank, on the step B takes (the same span name in A): ``(step name, changes)``;
+    ``(None, [])`` when either has fewer than two ranks or no common step."""
+    rb = rank_steps(b, index_b) if b.processes else None
+    if rb is None or not a.processes:
+        return None, []
+    ra = rank_steps(a, index_a, rb.name if rb.name != "diffusion.step" else None)
+    if ra is None or ra.name != rb.name:
+        return None, []
+
+    def per_rank(rs: RankSteps) -> dict[int, tuple[int, float | None, float | None, int]]:
+        out = {}
+        for j, r in enumerate(rs.ranks):
+            wall = [row[j] for row in rs.wall if row[j] is not None]
+            busy = [row[j] for row in rs.busy if row[j] is not None]
+            led = sum(1 for s in rs.held if rs.straggler[s] == r)
+            out[r] = (len(wall), float(np.median(wall)) if wall else None, float(np.median(busy)) if busy else None, led)
+        return out
+
+    pa, pb = per_rank(ra), per_rank(rb)
+    changes = []
+    for r in sorted(set(pa) | set(pb)):
+        na, wa, ba, la = pa.get(r, (0, None, None, 0))
+        nb, wb, bb, lb = pb.get(r, (0, None, None, 0))
+        changes.append(RankChange(r, na, nb, wa, wb, ba, bb, wb / wa if wa and wb is not None else None, la, lb))
+    return rb.name, changes

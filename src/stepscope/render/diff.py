@@ -107,6 +107,16 @@ def print_diff(d: Diff, console: Console, tree_depth: int = 10, max_spans: int =
         console.print(t)
     for n in d.notes:
         console.print(f"[yellow]{escape(n)}[/yellow]")
+    if d.ranks:
+        t = Table(title=f"by rank: {escape(d.rank_step or '')} (median per step; steps held up as the straggler)",
+                  title_justify="left", show_edge=False)
+        for col in ("rank", "steps A", "steps B", "wall A", "wall B", "B / A", "ran A", "ran B", "led A", "led B"):
+            t.add_column(col, justify="right")
+        for r in d.ranks:
+            t.add_row(str(r.rank), str(r.steps_a), str(r.steps_b), fmt_ns(r.wall_a_ns), fmt_ns(r.wall_b_ns),
+                      "-" if r.ratio is None else f"{r.ratio:.2f}x", fmt_ns(r.busy_a_ns), fmt_ns(r.busy_b_ns),
+                      str(r.led_a), str(r.led_b))
+        console.print(t)
     console.print(f"[bold]4. verdict:[/bold] {escape(d.verdict)}")
 
 
