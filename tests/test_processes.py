@@ -238,3 +238,39 @@ def test_pools_terminated_as_their_workers_start_end(store, tmp_path, method, ro
     status = [p["status"] for p in workers]
     assert set(status) <= {"ok", "terminated", "killed"}, set(status)
     assert sum(x in ("ok", "terminated") for x in status) >= 0.75 * len(status), status
+
+
+C10D_PROG = """\
+import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="FREE_PORT")
+dist.init_process_group("gloo", rank=0, world_size=1)
+t = torch.ones(1000)
+dist.all_reduce(t)
+dist.all_gather([torch.zeros(10)], torch.ones(10))
+dist.barrier()
+print(float(t.sum()))
+dist.destroy_process_group()
+"""
+
+
+def test_collectives_are_spans_with_their_bytes_and_group(store, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a free port for the one-rank group
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "c10d.py").write_text(C10D_PROG.replace("FREE_PORT", str(port)))
+    r = run_cli(["run", "-q", "--", sys.executable, str(tmp_path / "c10d.py")], store, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "1000.0\n"
+    from stepscope.store import Store
+    from stepscope.store.reader import load_run
+
+    st = Store(store)
+    try:
+        spans = {s.name.rsplit(".", 1)[-1]: s for s in load_run(st).spans if s.op == "collective"}
+    finally:
+        st.close()
+    assert set(spans) == {"all_reduce", "all_gather", "barrier"}  # traced though not named
+    assert spans["all_reduce"].attrs["collective.bytes"] == 4000 and spans["all_reduce"].attrs["collective.group"] == "WORLD"
+    assert spans["all_gather"].attrs["collective.bytes"] == 40

@@ -44,17 +44,11 @@ OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
 RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
              "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart"}
 
-#: torch.distributed's collectives and point-to-point calls, traced in every process that imports them (no name
-#: needed): the time a rank waits in them for the others is the straggler's cost
-C10D = "torch.distributed.distributed_c10d"
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list",
-               "reduce", "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
-               "batch_isend_irecv")
-
-
 def trace_collectives(patcher) -> None:
-    """Trace torch.distributed's collectives (``COLLECTIVES``) once the program imports ``C10D``; never imports it."""
+    """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
+    once the program imports ``C10D``; never imports it."""
+    from .tracing.collectives import C10D, COLLECTIVES
+
     def add(mod) -> None:
         patcher.add([f"{C10D}.{n}" for n in COLLECTIVES if callable(getattr(mod, n, None))])
 

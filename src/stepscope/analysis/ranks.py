@@ -8,7 +8,7 @@ step); the i-th outermost call on each rank is step i. Per step and rank (numpy,
 - ``wall``: the call's duration; ``busy``: the sampled time its thread ran in it (the wall time of its samples that
   are not idle, ``profiling.calltree.idle_mask``: on CPU, not blocked); ``waited``: ``wall - busy`` (blocked in a
   collective, I/O, a lock); ``collective``: the time in torch.distributed's collectives traced in it
-  (``processes.COLLECTIVES``).
+  (``tracing.collectives.COLLECTIVES``).
 - The step's *straggler* is the rank with the most busy time; its lead is that minus the median busy time of the
   other ranks. Under synchronous data parallelism every rank's step ends together (the others wait for the
   straggler inside the gradient all-reduce), so wall times look alike: the running time tells them apart.
@@ -36,7 +36,7 @@ HELD_SHARE = 0.2
 #: ...and over this (ns), and over ``HELD_PERIODS`` sampling periods (busy times are sampled)
 HELD_MIN_NS = 1_000_000
 HELD_PERIODS = 3
-#: the prefix of torch.distributed's traced collectives (``processes.C10D``)
+#: the prefix of torch.distributed's traced collectives (``tracing.collectives.C10D``)
 COLLECTIVE_PREFIX = "torch.distributed.distributed_c10d."
 
 
