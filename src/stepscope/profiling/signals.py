@@ -192,12 +192,16 @@ class MainThreadSampler:
         self.left = n
         self.carry = 0 if self.sampler.sample_frame(frame, self.thread_id, t, wall, 0) else wall
         cpu = time.thread_time_ns()
-        if self._tick_cpu >= 0 and cpu - self._tick_cpu < REST_CPU_NS:
+        # waiting: over the ticks since the quiet stretch began, the thread used under REST_CPU_NS a tick on average
+        # (each tick's own handler counts: one slow tick, a cold cache or a busy host, does not end the stretch; a
+        # thread that runs between ticks does)
+        if self._tick_cpu >= 0 and self._quiet_cpu + cpu - self._tick_cpu < (self._quiet_ticks + 1) * REST_CPU_NS:
             self._quiet_ticks += 1
+            self._quiet_cpu += cpu - self._tick_cpu
             if self._quiet_ticks >= max(10, REST_NS // max(self.period_ns, 1)) and self.carry == 0:
                 self.rest(t, cpu)
         else:
-            self._quiet_ticks = 0
+            self._quiet_ticks = self._quiet_cpu = 0
         self._tick_cpu = cpu
 
     def rest(self, t_ns: int, cpu_ns: int) -> None:
@@ -211,7 +215,7 @@ class MainThreadSampler:
         fn(*args)
         self.resting = True
         self.rests += 1
-        self._quiet_ticks = 0
+        self._quiet_ticks = self._quiet_cpu = 0
         self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
 
     def wake(self, frame=None, t_ns: int | None = None) -> bool:
@@ -277,7 +281,7 @@ class MainThreadSampler:
         #: held by the recorder while it samples a resting main thread, and by ``wake``
         self.rest_lock = threading.Lock()
         self.rests = 0  # times it rested
-        self._quiet_ticks = 0
+        self._quiet_ticks = self._quiet_cpu = 0
         self._tick_cpu = -1
 
     def start(self, period_ns: int) -> bool:
