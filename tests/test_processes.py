@@ -130,19 +130,27 @@ def test_dataloader_workers_are_processes_of_the_run(store, tmp_path):
 
 
 KILLED = """\
-import os, signal, subprocess, sys, time
+import os, signal, sqlite3, subprocess, sys, time
 CHILD = '''
-import sys, time
+import signal
 def tick(i):
-    time.sleep(0.01)
+    return sum(range(i * 100))
 for i in range(40):
     tick(i)
 print("ready", flush=True)
-time.sleep(60)
+while True:  # until the parent kills it
+    signal.pause()
 '''
 p = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
 assert p.stdout.readline().strip() == "ready"
-time.sleep(1.5)  # its spans are flushed (every second)
+if sys.argv[1:] == ["--flushed"]:  # wait (deadline 30 s) until the child's run holds its 40 spans (flushed every second)
+    db = sqlite3.connect(os.path.join(os.environ["STEPSCOPE_STORE"], "runs.db"), timeout=30)
+    q = ("SELECT coalesce(sum(n), 0) FROM span_blocks WHERE run_id IN "
+         "(SELECT id FROM runs WHERE parent_run IS NOT NULL)")
+    end = time.monotonic() + 30
+    while db.execute(q).fetchone()[0] < 40 and time.monotonic() < end:
+        time.sleep(0.02)
+    db.close()
 p.kill()
 print("child", p.wait())
 """
@@ -150,8 +158,8 @@ print("child", p.wait())
 
 def test_a_worker_killed_by_sigkill_keeps_its_spans_and_reads_killed(store, tmp_path):
     (tmp_path / "killer.py").write_text(KILLED)
-    r = run_cli(["run", "--json", "-t", "__main__.tick", "--", sys.executable, str(tmp_path / "killer.py")], store,
-                cwd=tmp_path)
+    r = run_cli(["run", "--json", "-t", "__main__.tick", "--", sys.executable, str(tmp_path / "killer.py"), "--flushed"],
+                store, cwd=tmp_path)
     s = _summary(r)
     assert "child -9" in r.stdout
     (child,) = [p for p in s["processes"] if p["how"] == "exec"]
@@ -159,7 +167,7 @@ def test_a_worker_killed_by_sigkill_keeps_its_spans_and_reads_killed(store, tmp_
 
 
 def test_no_children_records_the_top_program_only(store, tmp_path):
-    (tmp_path / "killer.py").write_text(KILLED.replace("time.sleep(1.5)", "time.sleep(0.1)"))
+    (tmp_path / "killer.py").write_text(KILLED)  # (killed at once: nothing of the child's is waited for)
     r = run_cli(["run", "--json", "--no-children", "-t", "__main__.tick", "--", sys.executable,
                  str(tmp_path / "killer.py")], store, cwd=tmp_path)
     s = _summary(r)

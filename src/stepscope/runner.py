@@ -30,13 +30,11 @@ from . import clock
 from .endsignals import signal_status
 from .launch import ENV_VAR
 from .model import Run
-from .processes import FOLLOW_VAR, SITECUSTOMIZE, follow_env
+from .processes import FOLLOW_VAR, OPTS_WITH_VALUE, SITECUSTOMIZE, follow_env
 from .session import new_run_id
 from .settings import Settings
 from .store.db import DbError, Store, write_error_text
 
-# interpreter options that take a value (python --help)
-_OPTS_WITH_VALUE = {"-W", "-X", "-Q", "--check-hash-based-pycs"}
 
 
 class CommandError(ValueError):
@@ -101,7 +99,7 @@ def child_argv(command: list[str]) -> list[str]:
             if i + 1 >= len(command):
                 raise CommandError(f"{a} needs an argument")
             break
-        if a in _OPTS_WITH_VALUE:
+        if a in OPTS_WITH_VALUE:
             i += 2
             continue
         if a.startswith("-") and a != "-":
