@@ -9,8 +9,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import PROGRAMS, run_cli
+
+from stepscope.jobids import process_index
+from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 
 torch = pytest.importorskip("torch")
 
@@ -48,6 +53,21 @@ def test_torchrun_ranks_are_one_run_with_the_straggler_its_cause_and_the_wait(st
     assert all(rs["straggler"][k] == 1 for k in (3, 5)), why
     assert rs["cause"] and rs["cause"][0][0] == "__main__.slow_augment", why
     assert rs["waited_for"]["0"] > 150e6, why  # rank 0 blocked while rank 1 augmented (2 x ~150 ms)
+    # DDP's gradient all-reduce (launched by its C++ reducer inside backward) is a collective span of each backward
+    st = Store(store)
+    try:
+        data = load_run(st)
+    finally:
+        st.close()
+    by_rank = {k: r.process["rank"] for k, r in enumerate(data.processes, 1) if r.process.get("rank") is not None}
+    ddp = [x for x in data.spans if x.name == "DistributedDataParallel.gradient_all_reduce"]
+    parents = {x.span_id: x for x in data.spans}
+    assert len(ddp) == 16 and all(x.op == "collective" and parents[x.parent_id].op == "backward" for x in ddp)
+    assert all(x.attrs["collective.bytes"] == (32 * 64 + 64 + 64 + 1) * 4 and x.attrs["collective.group"] == "WORLD"
+               and x.attrs["collective.group_size"] == 2 for x in ddp)  # the model's parameters, one bucket
+    waits = sorted((x.end_ns - x.start_ns for x in ddp if by_rank[int(process_index(np.array([x.thread_id]))[0])] == 0), reverse=True)
+    assert waits[1] > 100e6, waits  # rank 0 waited in it on the two held-up steps
+    assert sorted(x.attrs["collective.seq"] for x in ddp)[::2] == sorted(x.attrs["collective.seq"] for x in ddp)[1::2]
     # the terminal summary says it in words
     r = run_cli(["run", "-t", "__main__.train_step", "-t", "__main__.slow_augment", "--",
                  str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(TRAIN), "6"], store, cwd=tmp_path)
@@ -66,6 +86,10 @@ def test_torchrun_ranks_are_one_run_with_the_straggler_its_cause_and_the_wait(st
     runs = json.loads(r.stdout)["runs"]
     assert len(runs) == 2 and all(x["span_count"] >= 28 for x in runs)  # the ranks: not runs of their own in the list
     assert all("__main__.train_step" not in x["unresolved"] for x in runs)
+    r = run_cli(["run", "-q", "-t", "__main__.train_step", "-t", "__main__.no_such", "--", str(BIN / "torchrun"),
+                 "--standalone", "--nproc-per-node", "2", str(TRAIN), "2"], store, cwd=tmp_path)
+    assert r.returncode == 0 and "not traced: __main__.no_such" in r.stderr, r.stderr  # -q: what no process traced
+    assert "__main__.train_step" not in r.stderr
 
 
 ACC = """\

@@ -195,7 +195,10 @@ def main() -> None:
 
         if settings.children:
             session.on_forked_child = follow_fork
-        trace_collectives(session.patcher)
+        trace_collectives(session)
+        from .tracing.ddp import enable_flight_recorder
+
+        enable_flight_recorder()  # a rank: DDP's gradient all-reduce from c10d's flight recorder (tracing/ddp.py)
 
     if not cfg.get("server_only"):
         if settings.device_trace:

@@ -44,15 +44,27 @@ OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
 RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
              "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart"}
 
-def trace_collectives(patcher) -> None:
+def trace_collectives(session) -> None:
     """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
-    once the program imports ``C10D``; never imports it."""
+    once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans, joined with
+    the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
+    from .tracing import ddp
     from .tracing.collectives import C10D, COLLECTIVES
+
+    patcher = session.patcher
 
     def add(mod) -> None:
         patcher.add([f"{C10D}.{n}" for n in COLLECTIVES if callable(getattr(mod, n, None))])
 
+    def add_ddp(mod) -> None:
+        if getattr(session, "ddp", None) is None:
+            from .tracing.buffer import next_span_id
+
+            session.ddp = ddp.DdpJoin(session.anchor, next_span_id)
+        patcher.add([ddp.BACKWARD])
+
     patcher.when_imported(C10D, add)
+    patcher.when_imported(ddp.DDP_MODULE, add_ddp)
 
 
 SITECUSTOMIZE = '''\
@@ -179,7 +191,7 @@ def follow_fork(parent) -> None:
         st.close()
         session.on_forked_child = follow_fork
         api.adopt(session.start())
-        trace_collectives(session.patcher)
+        trace_collectives(session)
         from .endsignals import end_by_signal
 
         end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)

@@ -68,6 +68,8 @@ class Session:
         #: child stays unrecorded; ``processes.follow_fork`` records it as a process run of the job)
         self.top_run = self.run_id
         self.on_forked_child = None
+        #: DDP's gradient all-reduce spans (``tracing.ddp.DdpJoin``), set once the program imports DDP
+        self.ddp = None
         self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open)
         self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
         hz = settings.profiles_hz
@@ -554,6 +556,11 @@ class Session:
                 ended = {s[0] for s in spans}
                 spans.extend(s for s in self._cut if s[0] not in ended)
                 self._cut = []
+            if self.ddp is not None:  # DDP's gradient all-reduce of the backward spans here (tracing/ddp.py)
+                try:
+                    spans.extend(self.ddp.spans_for(spans))
+                except Exception:  # never into the program
+                    pass
             memory = self.memory.drain() if self.memory is not None else []
             if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
                 return

@@ -5,10 +5,12 @@ A *step* is one call of the repeated span that every rank runs: the denoising st
 ranks have one, else the traced name that every rank called at least twice with the most total time (a training
 step); the i-th outermost call on each rank is step i. Per step and rank (numpy, ns):
 
-- ``wall``: the call's duration; ``busy``: the sampled time its thread ran in it (the wall time of its samples that
-  are not idle, ``profiling.calltree.idle_mask``: on CPU, not blocked); ``waited``: ``wall - busy`` (blocked in a
-  collective, I/O, a lock); ``collective``: the time in torch.distributed's collectives traced in it
-  (``tracing.collectives.COLLECTIVES``).
+- ``wall``: the call's duration; ``collective``: the time in the collective spans in it (op ``collective``:
+  torch.distributed's calls, ``tracing.collectives.COLLECTIVES``, and DDP's gradient all-reduce, ``tracing.ddp``);
+  ``busy``: the sampled time its thread ran in it (the wall time of its samples that are not idle,
+  ``profiling.calltree.idle_mask``: on CPU, not blocked), at most ``wall - collective`` (a rank in a collective waits
+  for the others, even when its backend spins on the CPU meanwhile); ``waited``: ``wall - busy`` (blocked in a
+  collective, I/O, a lock).
 - The step's *straggler* is the rank with the most busy time; its lead is that minus the median busy time of the
   other ranks. Under synchronous data parallelism every rank's step ends together (the others wait for the
   straggler inside the gradient all-reduce), so wall times look alike: the running time tells them apart.
@@ -36,8 +38,6 @@ HELD_SHARE = 0.2
 #: ...and over this (ns), and over ``HELD_PERIODS`` sampling periods (busy times are sampled)
 HELD_MIN_NS = 1_000_000
 HELD_PERIODS = 3
-#: the prefix of torch.distributed's traced collectives (``tracing.collectives.C10D``)
-COLLECTIVE_PREFIX = "torch.distributed.distributed_c10d."
 
 
 @dataclass
@@ -144,12 +144,10 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         name = "diffusion.step"
     else:
         best, best_total = None, 0.0
-        work = ~t.op_mask("transaction")
+        # not a step: the root, collectives and backward (spans the user did not name)
+        work = ~(t.op_mask("transaction") | t.op_mask("collective") | t.op_mask("backward"))
         dur = t.dur
         for code in np.unique(t.name[work]).tolist():
-            nm = t.names[code]
-            if nm.startswith(COLLECTIVE_PREFIX):
-                continue
             m = work & (t.name == code)
             if all((m & (proc == k)).sum() >= 2 for k in ks):
                 total = float(dur[m].sum())
@@ -167,7 +165,7 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
     wall = np.full((n_steps, R), np.nan)
     busy = np.full((n_steps, R), np.nan)
     coll = np.full((n_steps, R), np.nan)
-    coll_mask = np.array([nm.startswith(COLLECTIVE_PREFIX) for nm in t.names] or [False])[t.name]
+    coll_mask = t.op_mask("collective")  # torch.distributed's calls and DDP's gradient all-reduce (tracing/ddp.py)
     running = np.where(index.idle, 0.0, index.weight)  # the sampled wall time its thread ran (not waiting)
     for j, k in enumerate(ks):
         rows = per[k]
@@ -181,6 +179,8 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         hi = np.searchsorted(c_start, en, "left")
         csum = np.concatenate([[0], np.cumsum(c_dur)])
         coll[: len(rows), j] = csum[hi] - csum[lo]
+    # time in collectives is waiting for the others whatever the samples say (gloo may spin while it waits)
+    busy = np.minimum(busy, np.clip(wall - coll, 0, None))
     waited = np.clip(wall - busy, 0, None)
     win_start = [[None] * R for _ in range(n_steps)]
     win_end = [[None] * R for _ in range(n_steps)]

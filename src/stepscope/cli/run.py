@@ -94,8 +94,11 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
         return outcome
     if quiet and not (as_json or json_file):
         _tell_incomplete(store, outcome)
-        for name, why in (store.get_run(outcome.run_id).unresolved or {}).items():  # -q still says what
-            if name not in early:  # was not traced
+        from ..store.db import job_unresolved
+
+        top = store.get_run(outcome.run_id)
+        for name, why in job_unresolved(top, store.process_runs(top.id)).items():  # -q still says what was not
+            if name not in early:  # traced (by any process of the job)
                 err.print(unresolved_line(name, why))
         store.close()
         return outcome

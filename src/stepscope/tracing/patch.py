@@ -47,7 +47,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import collectives, mirror, probes, steps, syncs
+from . import collectives, ddp, mirror, probes, steps, syncs
 from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, note_foreign, nothing_matched, \
     overrides_note, subclasses
 from .importhook import ImportHook
@@ -411,7 +411,8 @@ class Patcher:
             return  # wrapped already, under this or another name
         if isinstance(raw, property):
             raise Unresolved(f"{concrete} is a property; trace its getter's function instead")
-        hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
+        hooks = (steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
+                 or ddp.hooks_for(owner, attr))
         fn = function_of(raw)
         if fn is not None and not isinstance(hooks, syncs.SyncSite):
             self._probe(owner, attr, fn, raw, hooks, concrete)
