@@ -61,3 +61,26 @@ def test_a_torchrun_job_with_device_trace_has_each_ranks_timeline(store, tmp_pat
     ranks = doc["ranks"]["ranks"]
     assert [x["rank"] for x in ranks] == [0, 1] and all(x["label"].startswith(f"rank {x['rank']} (pid ") for x in ranks)
     assert doc["ranks"]["notes"] == ["no device activity in these traces (a CPU run: no kernels)"]
+    # one waterfall: the report's device lanes are every rank's, on the run's clock, under the rank's label
+    from stepscope.device.view import device_view
+    from stepscope.report.view import build_view
+    from stepscope.store.db import Store
+    from stepscope.store.reader import load_run
+
+    st = Store(store)
+    try:
+        data = load_run(st)
+        dv = device_view(st, data.run.id, data)
+        view = build_view(data, device=dv)
+    finally:
+        st.close()
+    lanes = view["device"]["lanes"]
+    labels = [x["label"] for x in lanes]
+    assert sorted(x.rank for x in dv.processes) == [0, 1]  # (in start order)
+    for p in dv.processes:
+        assert f"{p.label} · torch ops (host)" in labels, labels
+    steps = {x.name for x in data.spans}
+    assert "__main__.train_step" in steps
+    for lane in lanes:  # inside the job's time span (the run's clock, ms from its start)
+        assert lane["start"] and min(lane["start"]) >= 0 and max(a + b for a, b in zip(lane["start"], lane["dur"])) <= \
+            (data.run.end_ns - data.run.start_ns) / 1e3

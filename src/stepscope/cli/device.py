@@ -113,7 +113,6 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     from ..device.view import device_view
     from ..render.device import print_run_device, print_xla
 
-    from ..store.jobjoin import process_label
     from ..store.reader import load_run
 
     st = open_store(store)
@@ -123,7 +122,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
     except (AlignError, TraceError) as e:
         raise UserError(str(e)) from None
     view, xla = dv.kineto, dv.xla
-    per_rank = [(process_label(r), load(f), (r.process or {}).get("rank")) for r, f in _process_traces(st, data)]
+    per_rank = [(p.label, p.trace, p.rank) for p in dv.processes]
     if dv.empty and per_rank:  # a job whose ranks recorded the device timeline: the ranks side by side
         _print_ranks(per_rank, as_json, {"run_id": data.run.id})
         return
@@ -143,11 +142,3 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
         print_run_device(view, out, top, xla=xla is not None)
         if per_rank:
             _print_ranks(per_rank, False)
-
-
-def _process_traces(st, data) -> list:
-    """The job's process runs that recorded a Kineto trace (``--device-trace`` in every rank), as (run, file)."""
-    from ..store.db import DEVICE_TRACE
-
-    found = [(r, st.run_file(r.id, DEVICE_TRACE)) for r in data.processes]
-    return [(r, f) for r, f in found if f.is_file()]

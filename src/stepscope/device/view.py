@@ -11,7 +11,7 @@ line (``TraceError``, ``AlignError``), the same line wherever the view is shown.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model import RunData
@@ -45,6 +45,9 @@ class DeviceView:
     trace: KinetoTrace | None
     clock: ClockMap | None
     xla: XlaSummary | None
+    #: the job's processes that recorded a Kineto trace of their own (``--device-trace`` in every rank), in start
+    #: order: ``ProcessTrace``s; [] for a run of one process
+    processes: list["ProcessTrace"] = field(default_factory=list)
 
     @property
     def peak(self) -> dict | None:
@@ -61,7 +64,36 @@ class DeviceView:
     def empty(self) -> bool:
         """Nothing to show: no Kineto or XLA trace, no sync sites, no compile report."""
         k = self.kineto
-        return self.xla is None and k.summary is None and not k.sync_sites and k.compile is None
+        return (self.xla is None and k.summary is None and not k.sync_sites and k.compile is None
+                and not self.processes)
+
+
+@dataclass(slots=True)
+class ProcessTrace:
+    """One process of a job with its own Kineto trace: ``label`` (``rank N (pid P)`` or the command), ``rank`` (None:
+    not a rank), ``trace`` and ``clock`` (its trace time <-> the run's clock: one host, one monotonic clock)."""
+
+    run_id: str
+    label: str
+    rank: int | None
+    trace: KinetoTrace
+    clock: ClockMap
+
+
+def process_traces(store, data: RunData) -> list[ProcessTrace]:
+    """The job's process runs that recorded a Kineto trace, loaded and aligned, in start order ([] for one process).
+    Raises TraceError / AlignError (one line) for a trace that cannot be read or aligned."""
+    from ..store.jobjoin import process_label
+    from .kineto import load
+    from .runview import clock_map
+
+    out = []
+    for r in data.processes:
+        f = store.run_file(r.id, DEVICE_TRACE)
+        if f.is_file():
+            trace = load(f)
+            out.append(ProcessTrace(r.id, process_label(r), (r.process or {}).get("rank"), trace, clock_map(trace)))
+    return out
 
 
 def run_trace(store, run_id: str) -> KinetoTrace | None:
@@ -103,12 +135,13 @@ def device_view(store, run_id: str, data: RunData, top: int = XLA_TOP) -> Device
 
         xla = run_xla(data, xla_trace, store.run_file(run_id, XLA_METRICS), top=top)
     kineto = run_device(data, trace, peak=peak, compile=compile_report)
-    return DeviceView(run_id, kineto, trace, clock_map(trace) if trace is not None else None, xla)
+    return DeviceView(run_id, kineto, trace, clock_map(trace) if trace is not None else None, xla,
+                      process_traces(store, data))
 
 
 def files_state(store, run_id: str) -> tuple[int, ...]:
-    """The modification times (ns, 0 when missing) of the run's device files, the XLA capture's folders
-    included: changes whenever the device view would (for a cache key)."""
+    """The modification times (ns, 0 when missing) of the run's device files, the XLA capture's folders and the
+    job's processes' traces included: changes whenever the device view would (for a cache key)."""
     out = []
     for name in DEVICE_FILES:
         p = store.run_file(run_id, name)
@@ -124,4 +157,9 @@ def files_state(store, run_id: str) -> tuple[int, ...]:
                     except OSError:
                         pass
         out.append(t)
+    for r in store.process_runs(run_id):  # the job's ranks' traces
+        try:
+            out.append(store.run_file(r.id, DEVICE_TRACE).stat().st_mtime_ns)
+        except OSError:
+            out.append(0)
     return tuple(out)

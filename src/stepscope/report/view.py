@@ -372,6 +372,9 @@ def _device_view(device, t0: int) -> dict:
     sites, the probe's peaks, the compile report and the XLA trace's analysis (docs/report-view-model.md)."""
     k = device.kineto
     out = _timeline_view(device, t0) if device.trace is not None else {"lanes": [], "gaps": [], "syncs": [], "device": None}
+    for p in device.processes:  # a job: each rank's device timeline on the run's clock, under its label
+        lanes = _trace_lanes(p.trace, p.clock, t0)
+        out["lanes"].extend({**lane, "label": f"{p.label} · {lane['label']}", "process": p.label} for lane in lanes)
     s = k.summary
     out.update({
         "kineto": device.trace is not None,
@@ -391,9 +394,23 @@ def _device_view(device, t0: int) -> dict:
 def _timeline_view(device, t0: int) -> dict:
     """Device lanes on the run's clock: host torch ops, each stream's activity, the largest idle gaps,
     and the syncs with their Python line."""
-    from ..device.kineto import DEVICE_CATS
 
     trace, cmap = device.trace, device.clock
+    lanes = _trace_lanes(trace, cmap, t0)
+    summary = device.kineto.summary
+    gaps = [{"lane": f"GPU {g.device} stream {g.stream}", "start": _r((int(cmap.to_run(g.start_ns)) - t0) / 1e3),
+             "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation}
+            for g in summary.gaps[:50]]
+    syncs = [{"t": _r((int(cmap.to_run(s.ts_ns)) - t0) / 1e3), "cost": _r(s.cost_ns / 1e3), "kind": s.kind,
+              "python": s.python, "span": s.annotation} for s in summary.syncs[:5000]]
+    return {"lanes": lanes, "gaps": gaps, "syncs": syncs, "device": summary.device}
+
+
+def _trace_lanes(trace, cmap, t0: int) -> list[dict]:
+    """A Kineto trace's lanes on the run's clock (``cmap``: its ``ClockMap``): the host's torch ops (the thread with
+    the most), then each device stream's activity."""
+    from ..device.kineto import DEVICE_CATS
+
     run_ts = cmap.to_run(trace.ts)
     run_end = run_ts + trace.dur
     lanes = []
@@ -407,13 +424,7 @@ def _timeline_view(device, t0: int) -> dict:
     for d, st in sorted({(int(a), int(b)) for a, b in zip(trace.device[dev], trace.stream[dev])}):
         sel = dev[(trace.device[dev] == d) & (trace.stream[dev] == st)]
         lanes.append(_lane(f"GPU {d} stream {st}", run_ts[sel], run_end[sel], t0))
-    summary = device.kineto.summary
-    gaps = [{"lane": f"GPU {g.device} stream {g.stream}", "start": _r((int(cmap.to_run(g.start_ns)) - t0) / 1e3),
-             "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation}
-            for g in summary.gaps[:50]]
-    syncs = [{"t": _r((int(cmap.to_run(s.ts_ns)) - t0) / 1e3), "cost": _r(s.cost_ns / 1e3), "kind": s.kind,
-              "python": s.python, "span": s.annotation} for s in summary.syncs[:5000]]
-    return {"lanes": lanes, "gaps": gaps, "syncs": syncs, "device": summary.device}
+    return lanes
 
 
 def _explain_view(data: RunData, index: ProfileIndex, t0: int, thread_idx: dict[int, int]) -> dict | None:

@@ -7,7 +7,7 @@
   if (DV) {
     $("device-section").hidden = false;
     const hasKineto = DV.kineto !== false;  // (a view model written before the field: it had a Kineto trace)
-    const hasDevice = DV.lanes.some((l) => l.label.startsWith("GPU"));
+    const hasDevice = DV.lanes.some((l) => /(^| · )GPU /.test(l.label));  // (a job: "rank N (pid P) · GPU d stream s")
     $("device-title").textContent = DV.device ? String(DV.device.name || DV.device) : "";
     if (!hasKineto) {
       $("device-gaps-wrap").hidden = true; $("device-syncs-wrap").hidden = true;
