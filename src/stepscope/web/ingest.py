@@ -80,7 +80,7 @@ class IngestEndpoint:
         or refused (400/401/413/503)."""
         c: Counters = self.state.counters
         try:
-            body = await self._read(request)
+            body = await self.read_body(request)
             if len(body) <= INLINE_BYTES:  # (a thread hop costs more than the work; see INLINE_BYTES)
                 batch, project = self._prepare(request, body)
             else:
@@ -108,7 +108,9 @@ class IngestEndpoint:
         return Response(orjson.dumps({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions
                                                                  else None), **extra}), media_type="application/json")
 
-    async def _read(self, request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
+        """The request's body, as sent. Raises Refused: 413 over ``max_body_bytes`` (by Content-Length or as it
+        arrives), 400 for a Content-Length that is not a number."""
         limit = self.state.config.max_body_bytes
         cl = request.headers.get("content-length")
         if cl is not None:
@@ -137,7 +139,7 @@ class IngestEndpoint:
                                    "(see `stepscope keys list`)")
             project = project or owner
         if key is not None and not cfg.open_mode:
-            self._check(key, project)
+            self.check_key(key, project)
             project = project or self.state.project_of(key)
         try:
             data = decode_body(body, request.headers.get("content-encoding"), cfg.max_decoded_bytes)
@@ -151,7 +153,7 @@ class IngestEndpoint:
             if k is None:
                 raise Refused(401, "missing sentry_key (X-Sentry-Auth header, ?sentry_key= or the envelope's dsn); "
                                    "`stepscope keys add` makes one, `stepscope serve --open` accepts any")
-            self._check(k[0], project or k[1])
+            self.check_key(k[0], project or k[1])
             project = project or k[1]
         try:
             return sentry.batch(env), project
@@ -165,7 +167,8 @@ class IngestEndpoint:
             log.warning("malformed envelope not caught by validation: %r", e)
             raise Refused(400, f"malformed envelope ({type(e).__name__}: {e})") from None
 
-    def _check(self, key: str, project: str | None) -> None:
+    def check_key(self, key: str, project: str | None) -> None:
+        """Raises Refused (401) unless ``key`` is a key of ``project`` (of any project when None)."""
         owner = self.state.project_of(key)
         if owner is None:
             raise Refused(401, "unknown sentry_key (see `stepscope keys list`)")
