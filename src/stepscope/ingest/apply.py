@@ -287,7 +287,8 @@ def _command(rec) -> list[str]:
     return [str(r.get("service.name") or "otlp")]
 
 
-def _new_trace_run(conn: sqlite3.Connection, rec, project_id: str | None, job: str | None, t0: int) -> tuple[str, int]:
+def _new_trace_run(conn: sqlite3.Connection, rec, project_id: str | None, job: str | None, tkey: str,
+                   t0: int) -> tuple[str, int]:
     """The run of a trace's first spans (a process run of its job's top run, made with the first of the job); returns
     ``(run id, the wall ns its clock counts from)``."""
     r = rec.resource
@@ -314,7 +315,7 @@ def _new_trace_run(conn: sqlite3.Connection, rec, project_id: str | None, job: s
     conn.execute(cols, (rid, _dumps(_command(rec) if job else [rec.source]), "", host, pid, "ok", None, None, t0 - anchor,
                         t0 - anchor, 0, anchor, _dumps(env), _dumps(settings), "{}", t0, top,
                         _dumps(_facts(rec, host)) if job else None))
-    conn.execute("INSERT INTO ingest_trace_runs VALUES (?,?,?,?,?)", (rec.trace_id, rec.resource_key, rid, 1, job))
+    conn.execute("INSERT INTO ingest_trace_runs VALUES (?,?,?,?,?)", (tkey, rec.resource_key, rid, 1, job))
     return rid, anchor
 
 
@@ -330,15 +331,17 @@ def _known_ids(conn: sqlite3.Connection, rid: str, ids: list[int]) -> dict[int, 
 
 
 def apply_trace(conn: sqlite3.Connection, rec, project_id: str | None) -> tuple[str, int, int]:
-    """Store one ``TraceRecord`` in its run (made by its first spans; later requests add spans, ids kept through
+    """Store one ``TraceRecord`` in its run (one per trace and resource; a job's resource: one for all its traces;
+    made by its first spans; later requests add spans, ids kept through
     ``ingest_trace_spans``, so a span sent again is stored once and a parent may come after its children). Spans are
     on the run's clock (wall ns - its anchor); a job's process run keeps its own host's clock: ``store.jobjoin``
     moves it by the host's estimated offset (``clock_offsets``). Returns ``(run id, spans stored, duplicates)``."""
     job = job_of(rec.resource, project_id)
+    tkey = rec.trace_id if job is None else "*"  # (a job's process: one run for all its traces)
     row = conn.execute("SELECT run_id, next_id FROM ingest_trace_runs WHERE trace_id = ? AND resource = ?",
-                       (rec.trace_id, rec.resource_key)).fetchone()
+                       (tkey, rec.resource_key)).fetchone()
     if row is None:
-        rid, anchor = _new_trace_run(conn, rec, project_id, job, min(s[4] for s in rec.spans))
+        rid, anchor = _new_trace_run(conn, rec, project_id, job, tkey, min(s[4] for s in rec.spans))
         next_id, known = 1, {}
     else:
         rid, next_id = row
@@ -417,14 +420,16 @@ def clock_offsets(conn: sqlite3.Connection, job: str) -> None:
     for rid, host, facts, s0, s1 in parts:
         if host not in offsets:
             if host == ref:
-                offsets[host] = (0, f"the first host ({ref or '?'}): the job's clock")
+                offsets[host] = (0, "the job's clock (its first host)")
             else:
-                d = sorted(x for (x,) in conn.execute(
-                    "SELECT b.end_wall_ns - a.end_wall_ns FROM ingest_collectives a JOIN ingest_collectives b ON "
-                    "b.job = a.job AND b.name = a.name AND b.seq = a.seq WHERE a.job = ? AND a.host = ? AND b.host = ?",
-                    (job, ref, host)))
+                pairs = conn.execute(
+                    "SELECT a.name, a.seq, b.end_wall_ns - a.end_wall_ns FROM ingest_collectives a JOIN "
+                    "ingest_collectives b ON b.job = a.job AND b.name = a.name AND b.seq = a.seq WHERE a.job = ? AND "
+                    "a.host = ? AND b.host = ?", (job, ref, host)).fetchall()
+                d = sorted(p[2] for p in pairs)  # (every rank of each host: several pairs a collective)
+                n = len({p[:2] for p in pairs})
                 offsets[host] = (d[len(d) // 2] if len(d) % 2 else (d[len(d) // 2 - 1] + d[len(d) // 2]) // 2,
-                                 f"median of {len(d)} shared collective ends against {ref or '?'}") if d else \
+                                 f"median of {n} shared collective ends against {ref or '?'}") if d else \
                     (0, "not estimated (no shared collectives)")
         off, basis = offsets[host]
         f = json.loads(facts or "{}")
