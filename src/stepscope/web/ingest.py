@@ -49,6 +49,15 @@ class Counters:
     unavailable: int = 0
     encodings: dict[str, int] = field(default_factory=dict)  # accepted envelopes by Content-Encoding
 
+    def refused(self, status: int) -> None:
+        """Count a refusal with HTTP ``status`` (400, 401 or 413; others are not counted here)."""
+        if status == 400:
+            self.bad_request += 1
+        elif status == 401:
+            self.unauthorized += 1
+        elif status == 413:
+            self.too_large += 1
+
 
 def key_from_request(request: Request) -> str | None:
     """``sentry_key`` from ``X-Sentry-Auth`` (``Sentry sentry_key=..., sentry_version=7``), then from the
@@ -86,12 +95,7 @@ class IngestEndpoint:
             else:
                 batch, project = await run_in_threadpool(self._prepare, request, body)
         except Refused as r:
-            if r.status == 400:
-                c.bad_request += 1
-            elif r.status == 401:
-                c.unauthorized += 1
-            elif r.status == 413:
-                c.too_large += 1
+            c.refused(r.status)
             return JSONResponse({"detail": r.detail}, status_code=r.status)
         try:
             result = await self.state.writer.store(batch, project)

@@ -46,12 +46,7 @@ class OtlpEndpoint(IngestEndpoint):
             else:
                 recs, rejected, reason, project = await run_in_threadpool(self.prepare, request, body, ctype)
         except Refused as r:
-            if r.status == 400:
-                c.bad_request += 1
-            elif r.status == 401:
-                c.unauthorized += 1
-            elif r.status == 413:
-                c.too_large += 1
+            c.refused(r.status)
             return Response(otlp.status(r.status, r.detail, ctype), status_code=r.status, media_type=ctype)
         if recs:
             batch = Batch([], [], [], {"otlp_span": sum(len(r.spans) for r in recs)}, {}, None, recs)
