@@ -54,16 +54,6 @@ def runs(store) -> list:
         st.close()
 
 
-def spans_by_otel_id(store, run_id, recorded):
-    """The stored spans of ``run_id`` matched to the program's recorded ones (by name and start order)."""
-    st = Store(store)
-    try:
-        data = load_run(st, run_id)
-    finally:
-        st.close()
-    return data, sorted(data.spans, key=lambda s: (s.start_ns, s.span_id))
-
-
 def assert_same_trace(data, recorded):
     """Names, parents and durations (to the ns) of the stored run are those the program recorded."""
     rec = sorted(recorded, key=lambda s: s["start"])
