@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 
 PB = "application/x-protobuf"
+PIPE_NAME = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
 
 
 def new_key(store) -> str:
@@ -89,8 +90,7 @@ def test_an_otel_sdk_programs_trace_is_a_run_with_its_steps(otel_server):
     data = load_run(st, otel_server.run_id)
     st.close()
     assert_same_trace(data, otel_server.recorded)
-    assert data.run.command == ["diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion."
-                                "StableDiffusionPipeline.__call__"]
+    assert data.run.command == [PIPE_NAME]
     assert data.run.env["resource"]["service.name"] == "otel-sd" and data.run.host == "host-a"
     # diffusion.step from the spans' code.function.name (pipeline call, UNet forward, scheduler step)
     unet = [s for s in sorted(data.spans, key=lambda s: s.start_ns) if s.name == "UNet2DConditionModel.forward"]
@@ -132,6 +132,31 @@ def test_resent_and_json_gzip_requests(otel_server):
     st = Store(srv.store)
     assert_same_trace(load_run(st, rid), srv.recorded)
     st.close()
+
+
+def test_a_trace_in_two_requests_children_first(otel_server):
+    """As a batch span processor exports: spans as they end, the root (the parent of the others) last."""
+    srv = otel_server
+    req = ExportTraceServiceRequest.FromString((srv.out / "request.pb").read_bytes())
+    spans = req.resource_spans[0].scope_spans[0].spans
+    for sp in spans:
+        sp.trace_id = bytes.fromhex("cd" * 16)
+    first, second = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+    first.CopyFrom(req)
+    second.CopyFrom(req)
+    for r, keep in ((first, lambda sp: len(sp.parent_span_id)), (second, lambda sp: not len(sp.parent_span_id))):
+        ss = r.resource_spans[0].scope_spans[0]
+        kept = [sp for sp in ss.spans if keep(sp)]
+        del ss.spans[:]
+        ss.spans.extend(kept)
+    for r in (first, second):
+        assert srv.post("/v1/traces", r.SerializeToString(), auth(srv.key))[0] == 200
+    st = Store(srv.store)
+    rid = next(r.id for r in st.list_runs() if r.env.get("trace_id") == "cd" * 16)
+    data = load_run(st, rid)
+    st.close()
+    assert_same_trace(data, srv.recorded)
+    assert data.run.command == [PIPE_NAME]  # (the root, come last, names the run)
 
 
 def test_keys_bad_bodies_limits_and_partial_success(otel_server):
