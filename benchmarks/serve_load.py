@@ -7,6 +7,12 @@ an envelope is committed to its spool and makes the runs right after: "env/s" is
 the rate up to the moment the last run is in the store (both against Spotlight's).
 
     python benchmarks/serve_load.py [--clients 1,4,16] [--envelopes 400] [--repeats 3] [--spotlight auto|none|PATH]
+    python benchmarks/serve_load.py --otlp [--clients 1,4] [--envelopes 200] [--repeats 3]
+
+``--otlp``: OTLP/HTTP ingest (``POST /v1/traces``) against the envelope ingest of the same server, interleaved: each
+OTLP request carries the envelope's 50 spans as one trace (protobuf, gzip, as the OpenTelemetry SDK's exporter sends
+them; no profile: OTLP traces have none, while each envelope also carries its 200-sample profile); requests/s and
+spans/s of each up to the moment the last run is stored, and OTLP's rate over the envelopes'.
 
 ``--spotlight auto`` installs the sidecar once with npm into ``~/.cache/stepscope/spotlight`` (with ``hono``
 pinned to 4.12.25: with hono 4.13 its POSTs fail). Ratios: stepscope's envelopes/s over Spotlight's, per
@@ -63,6 +69,80 @@ def make_envelope(eid: str, start: float) -> bytes:
         payload = json.dumps(doc).encode()
         items += [json.dumps({"type": t, "length": len(payload)}).encode(), payload]
     return gzip.compress(b"\n".join(items) + b"\n")
+
+
+def make_otlp(start: float) -> bytes:
+    """One OTLP request (protobuf, gzip) with ``make_envelope``'s spans as one trace: a root and ``SPANS`` children."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    for k, v in (("service.name", "txt2img"), ("host.name", "bench")):
+        a = rs.resource.attributes.add()
+        a.key, a.value.string_value = k, v
+    ss = rs.scope_spans.add()
+    ss.scope.name = "bench"
+    trace = uuid.uuid4().bytes
+    t0 = int(start * 1e9)
+    spans = [(1, 0, "txt2img", t0, t0 + 500_000_000)] + [
+        (i + 2, 1, "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward", t0 + i * 10_000_000,
+         t0 + i * 10_000_000 + 9_000_000) for i in range(SPANS)]
+    for sid, parent, name, s0, s1 in spans:
+        sp = ss.spans.add()
+        sp.trace_id, sp.span_id, sp.name = trace, sid.to_bytes(8, "big"), name
+        if parent:
+            sp.parent_span_id = parent.to_bytes(8, "big")
+        sp.start_time_unix_nano, sp.end_time_unix_nano, sp.kind = s0, s1, 1
+        for k, v in (("thread.id", 140000), ("thread.name", "MainThread")):
+            a = sp.attributes.add()
+            a.key = k
+            if isinstance(v, int):
+                a.value.int_value = v
+            else:
+                a.value.string_value = v
+    return gzip.compress(req.SerializeToString())
+
+
+def stored_rate(watch, before: int, n: int, t0: float) -> float:
+    """Runs/s from ``t0`` until ``n`` more runs than ``before`` are in the store (30 s at most)."""
+    deadline = time.time() + 30
+    while watch.execute("SELECT count(*) FROM runs").fetchall()[0][0] - before < n and time.time() < deadline:
+        time.sleep(0.005)
+    return n / (time.perf_counter() - t0)
+
+
+def otlp_main(args) -> None:
+    """``--otlp``: OTLP requests against envelopes on one server (see the module)."""
+    with tempfile.TemporaryDirectory() as d, serving(Path(d) / "store") as (port, key):
+        store = Path(d) / "store"
+        watch = Store(store).conn
+        env_h = {"Content-Encoding": "gzip", "Content-Type": "application/x-sentry-envelope",
+                 "X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7"}
+        otlp_h = {"Content-Encoding": "gzip", "Content-Type": "application/x-protobuf",
+                  "X-Sentry-Auth": f"Sentry sentry_key={key}"}
+        post_all(port, "/api/1/envelope/", env_h, [make_envelope(uuid.uuid4().hex, 1_790_000_000.0 + k) for k in range(20)], 1)
+        post_all(port, "/v1/traces", otlp_h, [make_otlp(1_790_000_000.0 + k) for k in range(20)], 1)
+        print(f"{'clients':>8} {'requests':>9} {'env/s':>8} {'OTLP req/s':>11} {'ratio':>6} {'env spans/s':>12} "
+              f"{'OTLP spans/s':>13} {'non-200':>8}  (stored; medians of {args.repeats} interleaved repeats)")
+        for n in [int(x) for x in args.clients.split(",")]:
+            env_r, otlp_r, bad = [], [], 0
+            for r in range(args.repeats):
+                for kind, out in (("env", env_r), ("otlp", otlp_r)):
+                    bodies = ([make_envelope(uuid.uuid4().hex, 1_795_000_000.0 + k) for k in range(args.envelopes)]
+                              if kind == "env" else [make_otlp(1_795_000_000.0 + k) for k in range(args.envelopes)])
+                    before = counts(store)[0]
+                    time.sleep(QUIET_S)
+                    t0 = time.perf_counter()
+                    _, b = post_all(port, "/api/1/envelope/" if kind == "env" else "/v1/traces",
+                                    env_h if kind == "env" else otlp_h, bodies, n)
+                    bad += len(b)
+                    out.append(stored_rate(watch, before, args.envelopes, t0))
+            e, o = statistics.median(env_r), statistics.median(otlp_r)
+            print(f"{n:>8} {args.envelopes:>9} {e:>8.0f} {o:>11.0f} {o / e:>6.2f} {e * (SPANS + 1):>12.0f} "
+                  f"{o * (SPANS + 1):>13.0f} {bad:>8}")
+        print(f"(load average {os.getloadavg()[0]:.1f}; each request holds {SPANS + 1} spans, the root and {SPANS} "
+              f"children: spans/s is requests/s x {SPANS + 1}, the ratio the same; the envelopes also hold a profile of "
+              f"{SAMPLES} samples)")
 
 
 def post_all(port: int, path: str, headers: dict, bodies: list[bytes], clients: int) -> tuple[float, list[int]]:
@@ -140,7 +220,10 @@ def main() -> None:
     ap.add_argument("--envelopes", type=int, default=400, help="envelopes per concurrency level and repeat")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each server")
     ap.add_argument("--spotlight", default="auto", help="auto (npm install once), none, or the spotlight executable")
+    ap.add_argument("--otlp", action="store_true", help="OTLP/HTTP requests against envelopes on the same server")
     args = ap.parse_args()
+    if args.otlp:
+        return otlp_main(args)
     exe = spotlight_bin(args.spotlight)
     headers = {"Content-Encoding": "gzip", "Content-Type": "application/x-sentry-envelope"}
     with tempfile.TemporaryDirectory() as d, serving(Path(d) / "store") as (port, key), \

@@ -61,6 +61,11 @@ class ProcessRow:
     local_rank: int | None = None
     world_size: int | None = None
     error: str | None = None
+    #: its host, and for a job ingested from several hosts that host's clock offset against the first (ns, taken off
+    #: its times: ``store.jobjoin``) and how it was estimated (``ingest.apply.clock_offsets``); None: one host
+    host: str = ""
+    clock_offset_ns: int | None = None
+    clock_basis: str | None = None
 
 
 @dataclass
@@ -99,8 +104,10 @@ def process_rows(data: RunData) -> list[ProcessRow]:
         p = run.process or {}
         out.append(ProcessRow(process_label(run) if run is not data.run else f"pid {run.pid} (top)", run.id, run.pid,
                               p.get("ppid"), p.get("how", "top"), list(run.command), run.status, run.exit_code,
-                              run.start_ns - data.run.start_ns, run.wall_time_ns, run.span_count, run.sample_count,
-                              p.get("rank"), p.get("local_rank"), p.get("world_size"), run.error))
+                              run.start_ns - int(p.get("clock_offset_ns") or 0) - data.run.start_ns, run.wall_time_ns,
+                              run.span_count, run.sample_count, p.get("rank"), p.get("local_rank"), p.get("world_size"),
+                              run.error, str(p.get("host") or run.host or ""), p.get("clock_offset_ns"),
+                              p.get("clock_basis")))
     return out
 
 

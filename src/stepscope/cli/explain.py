@@ -9,10 +9,10 @@ from typing import Optional
 import typer
 
 from ..analysis.explain import ExplainError, explain
-from ..analysis.ranks import rank_steps
+from ..analysis.ranks import process_rows, rank_steps
 from ..profiling.calltree import ProfileIndex
 from ..render.explain import print_explanation
-from ..render.processes import print_rank_steps
+from ..render.processes import print_clocks, print_rank_steps
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 
@@ -49,9 +49,14 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
         doc = {"run_id": data.run.id, "explanation": e.to_dict() if e is not None else None}
         if ranks is not None:
             doc["ranks"] = dataclasses.asdict(ranks)
+        clocks = {r.host: {"offset_ns": r.clock_offset_ns, "basis": r.clock_basis} for r in process_rows(data)
+                  if r.clock_basis is not None}
+        if clocks:
+            doc["clocks"] = clocks
         print_json(doc)
     else:
         out.print(f"[dim]run {data.run.id}[/dim]")
+        print_clocks(process_rows(data), out)
         print_rank_steps(ranks, out)
         if e is not None:
             print_explanation(e, out)

@@ -110,6 +110,9 @@ class Batch:
     counts: dict[str, int]
     ignored: dict[str, int]
     event_id: str | None
+    #: traces as ``ingest.otlp.TraceRecord`` (OTLP requests, the SDK's streamed ``span`` items): one run per trace
+    #: and resource
+    traces: list = field(default_factory=list)
 
 
 def timestamp_ns(v, what: str) -> int:
@@ -479,12 +482,18 @@ def profile_chunk(doc: dict, what: str) -> ProfileRecord:
     return ProfileRecord("profile_chunk", chunk_id, profiler_id, frames, stacks, samples, names)
 
 
-HANDLED = {"transaction": transaction, "profile": profile_v1, "profile_chunk": profile_chunk}
+def _spans(doc: dict, what: str) -> list:
+    from .spanstream import spans_v2
+
+    return spans_v2(doc, what)
+
+
+HANDLED = {"transaction": transaction, "profile": profile_v1, "profile_chunk": profile_chunk, "span": _spans}
 
 
 def batch(env: Envelope) -> Batch:
     """Validate and convert every item of an envelope. Raises EnvelopeError on the first malformed one."""
-    txs, profiles, chunks = [], [], []
+    txs, profiles, chunks, traces = [], [], [], []
     counts: dict[str, int] = {}
     ignored: dict[str, int] = {}
     for i, item in enumerate(env.items):
@@ -499,6 +508,9 @@ def batch(env: Envelope) -> Batch:
             rec = conv(item.json(what), what)
         except RecursionError:  # (str() of a value ~1,000 levels deep: a thread or frame name)
             raise EnvelopeError(f"{what}: {TOO_DEEP}") from None
-        (txs if t == "transaction" else profiles if t == "profile" else chunks).append(rec)
+        if t == "span":
+            traces.extend(rec)
+        else:
+            (txs if t == "transaction" else profiles if t == "profile" else chunks).append(rec)
     eid = env.headers.get("event_id")
-    return Batch(txs, profiles, chunks, counts, ignored, eid if isinstance(eid, str) else None)
+    return Batch(txs, profiles, chunks, counts, ignored, eid if isinstance(eid, str) else None, traces)

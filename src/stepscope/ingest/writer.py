@@ -45,6 +45,7 @@ from pathlib import Path
 
 from ..store.db import Store
 from .apply import apply, ensure_schema, prune
+from .otlp import TraceRecord
 from .sentry import Batch, ProfileRecord, TransactionRecord
 
 
@@ -61,6 +62,7 @@ class WriteError(Exception):
 
 _TX = tuple(f.name for f in dataclasses.fields(TransactionRecord))
 _PR = tuple(f.name for f in dataclasses.fields(ProfileRecord))
+_TR = tuple(f.name for f in dataclasses.fields(TraceRecord))
 
 
 _JID = struct.Struct("<q")
@@ -74,7 +76,7 @@ def pack(jid: int, b: Batch, project: str | None) -> bytes:
     reads a marshal it cannot load as a failed envelope, kept in the spool)."""
     rec = (project, [tuple(getattr(t, f) for f in _TX) for t in b.transactions],
            [tuple(getattr(p, f) for f in _PR) for p in b.profiles], [tuple(getattr(p, f) for f in _PR) for p in b.chunks],
-           b.counts, b.ignored, b.event_id)
+           b.counts, b.ignored, b.event_id, [tuple(getattr(t, f) for f in _TR) for t in b.traces])
     try:
         return b"M" + _JID.pack(jid) + marshal.dumps(rec)
     except ValueError:  # (an attribute value of a type marshal does not know)
@@ -91,9 +93,10 @@ def unpack(raw: bytes) -> tuple[int, Batch, str | None]:
     jid = _JID.unpack_from(raw, 1)[0]
     if raw[:1] == b"P":
         return (jid, *pickle.loads(raw[9:]))
-    project, txs, profiles, chunks, counts, ignored, event_id = marshal.loads(raw[9:])
+    project, txs, profiles, chunks, counts, ignored, event_id, *traces = marshal.loads(raw[9:])
     return jid, Batch([TransactionRecord(*t) for t in txs], [ProfileRecord(*p) for p in profiles],
-                      [ProfileRecord(*p) for p in chunks], counts, ignored, event_id), project
+                      [ProfileRecord(*p) for p in chunks], counts, ignored, event_id,
+                      [TraceRecord(*t) for t in (traces[0] if traces else [])]), project
 
 
 def quiet_gc(threshold: int = 50_000) -> None:

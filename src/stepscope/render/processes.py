@@ -31,6 +31,22 @@ def print_processes(rows: list[ProcessRow], console: Console) -> None:
                   escape(app_label(r.command) if r.command else ""), escape(status), _ms(r.wall_ns),
                   f"{r.span_count:,}", f"{r.sample_count:,}")
     console.print(t)
+    print_clocks(rows, console)
+
+
+def print_clocks(rows: list[ProcessRow], console: Console) -> None:
+    """For a job ingested from several hosts: each host's clock offset against the first and its basis (nothing for
+    a job of one host)."""
+    hosts: dict[str, ProcessRow] = {}
+    for r in rows:
+        if r.clock_basis is not None:
+            hosts.setdefault(r.host, r)
+    if len({h for h in hosts}) < 2:
+        return
+    console.print("clocks (hosts' wall clocks, lined up on the first host's):")
+    for h, r in hosts.items():
+        off = r.clock_offset_ns or 0
+        console.print(f"  {escape(h or '?')}: {'+' if off >= 0 else '-'}{fmt_ns(abs(off))} ({escape(r.clock_basis or '')})")
 
 
 def print_rank_steps(rs: RankSteps | None, console: Console) -> None:

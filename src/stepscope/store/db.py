@@ -289,6 +289,9 @@ class Store:
             c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_events'").fetchone():
             c.execute("DELETE FROM ingest_events WHERE run_id = ?", (run_id,))  # a re-sent event is stored anew
+        if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ingest_trace_runs'").fetchone():
+            for table in ("ingest_trace_runs", "ingest_trace_spans", "ingest_jobs", "ingest_collectives"):
+                c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))  # (re-sent spans: stored anew)
         c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         c.execute("COMMIT")
         d = run_path(self.path, run_id)

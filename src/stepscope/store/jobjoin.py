@@ -2,6 +2,10 @@
 in (``join``), on the one clock they were recorded on (``time.perf_counter_ns``, CLOCK_MONOTONIC: the same in every
 process of a host).
 
+Processes on other hosts (runs ingested by ``stepscope serve`` from several machines: ``ingest.apply.clock_offsets``)
+keep their own host's wall clock; their facts' ``clock_offset_ns`` (that host's clock minus the job's first host's,
+estimated from shared collectives) is taken off their span and sample times here, so the hosts line up.
+
 Ids are made unique across processes without touching the top run's (``jobids``: span ids moved up, thread ids
 renumbered per process); frames and stacks are appended with their indices moved up. Each thread of a
 process run is named after its process (``process_label``): ``rank 1 (pid 4242) · MainThread``. Memory lanes are joined with
@@ -74,16 +78,17 @@ def join(top: RunData, parts: list[RunData]) -> RunData:
                                          np.array(sorted(p.thread_names), np.int64)]))
         new = THREAD_BASE + (k << 16) + np.arange(len(tids), dtype=np.int64)
         old_to_new = dict(zip(tids.tolist(), new.tolist()))
+        off = np.int64((part.run.process or {}).get("clock_offset_ns") or 0)  # (another host's clock: see the module)
         shift = np.int64(k) << SPAN_SHIFT
         parent = t.parent.copy()
         has = parent != NO_PARENT
         parent[has] += shift
-        tables.append(SpanTable(t.id + shift, parent, t.name, t.names, t.op, t.ops, t.start, t.end,
+        tables.append(SpanTable(t.id + shift, parent, t.name, t.names, t.op, t.ops, t.start - off, t.end - off,
                                 _remap(np.asarray(t.thread, np.int64), tids, new), t.error, t.errors, t.attrs))
         base_f, base_s = len(frames), len(stacks)
         frames.extend(p.frames)
         stacks.extend(tuple(f + base_f for f in s) for s in p.stacks)
-        t_parts.append(np.asarray(p.sample_t_ns, np.int64))
+        t_parts.append(np.asarray(p.sample_t_ns, np.int64) - off)
         th_parts.append(_remap(np.asarray(p.sample_thread, np.int64), tids, new))
         st_parts.append(np.asarray(p.sample_stack, np.int64) + base_s)
         n = len(p.sample_t_ns)

@@ -103,6 +103,14 @@ CREATE INDEX IF NOT EXISTS ingest_pending_event ON ingest_pending (event_id);
 CREATE TABLE IF NOT EXISTS ingest_counts (item_type TEXT PRIMARY KEY, received INTEGER NOT NULL, stored INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS ingest_spool (seq INTEGER PRIMARY KEY, body BLOB NOT NULL, received_wall_ns INTEGER,
   error TEXT);
+CREATE TABLE IF NOT EXISTS ingest_trace_runs (trace_id TEXT NOT NULL, resource TEXT NOT NULL, run_id TEXT NOT NULL,
+  next_id INTEGER NOT NULL, job TEXT, PRIMARY KEY (trace_id, resource)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ingest_trace_spans (run_id TEXT NOT NULL, otel_id INTEGER NOT NULL, local_id INTEGER NOT NULL,
+  stored INTEGER NOT NULL, PRIMARY KEY (run_id, otel_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ingest_jobs (job TEXT PRIMARY KEY, run_id TEXT NOT NULL, host TEXT, anchor_wall_ns INTEGER);
+CREATE TABLE IF NOT EXISTS ingest_collectives (job TEXT NOT NULL, run_id TEXT NOT NULL, host TEXT, name TEXT NOT NULL,
+  seq INTEGER NOT NULL, end_wall_ns INTEGER NOT NULL, PRIMARY KEY (run_id, name, seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ingest_collectives_job ON ingest_collectives (job, host);
 """
 
 BENCH = """

@@ -31,6 +31,7 @@ from ..store import keys as keystore
 from ..store.db import Store, StoreError
 from . import pages
 from .ingest import Counters, IngestEndpoint
+from .otlp import OtlpEndpoint
 from .net import LOOPBACK_NAMES, is_loopback
 
 log = logging.getLogger("stepscope.serve")
@@ -118,6 +119,7 @@ def create_app(config: ServerConfig) -> Starlette:
     ensure_index(st)
     st.close()
     ingest = IngestEndpoint(state)
+    traces = OtlpEndpoint(state)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -161,6 +163,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/api/{project_id:int}/envelope", ingest.handle, methods=["POST"]),
         Route("/api/envelope/", ingest.handle, methods=["POST"]),
         Route("/stream", ingest.handle, methods=["POST"]),
+        Route("/v1/traces", traces.handle, methods=["POST"]),  # OTLP/HTTP (web/otlp.py)
         Route("/api/stats", stats),
         *pages.routes(state),
     ]

@@ -49,6 +49,15 @@ class Counters:
     unavailable: int = 0
     encodings: dict[str, int] = field(default_factory=dict)  # accepted envelopes by Content-Encoding
 
+    def refused(self, status: int) -> None:
+        """Count a refusal with HTTP ``status`` (400, 401 or 413; others are not counted here)."""
+        if status == 400:
+            self.bad_request += 1
+        elif status == 401:
+            self.unauthorized += 1
+        elif status == 413:
+            self.too_large += 1
+
 
 def key_from_request(request: Request) -> str | None:
     """``sentry_key`` from ``X-Sentry-Auth`` (``Sentry sentry_key=..., sentry_version=7``), then from the
@@ -80,18 +89,13 @@ class IngestEndpoint:
         or refused (400/401/413/503)."""
         c: Counters = self.state.counters
         try:
-            body = await self._read(request)
+            body = await self.read_body(request)
             if len(body) <= INLINE_BYTES:  # (a thread hop costs more than the work; see INLINE_BYTES)
                 batch, project = self._prepare(request, body)
             else:
                 batch, project = await run_in_threadpool(self._prepare, request, body)
         except Refused as r:
-            if r.status == 400:
-                c.bad_request += 1
-            elif r.status == 401:
-                c.unauthorized += 1
-            elif r.status == 413:
-                c.too_large += 1
+            c.refused(r.status)
             return JSONResponse({"detail": r.detail}, status_code=r.status)
         try:
             result = await self.state.writer.store(batch, project)
@@ -108,7 +112,9 @@ class IngestEndpoint:
         return Response(orjson.dumps({"id": batch.event_id or (batch.transactions[0].event_id if batch.transactions
                                                                  else None), **extra}), media_type="application/json")
 
-    async def _read(self, request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
+        """The request's body, as sent. Raises Refused: 413 over ``max_body_bytes`` (by Content-Length or as it
+        arrives), 400 for a Content-Length that is not a number."""
         limit = self.state.config.max_body_bytes
         cl = request.headers.get("content-length")
         if cl is not None:
@@ -137,7 +143,7 @@ class IngestEndpoint:
                                    "(see `stepscope keys list`)")
             project = project or owner
         if key is not None and not cfg.open_mode:
-            self._check(key, project)
+            self.check_key(key, project)
             project = project or self.state.project_of(key)
         try:
             data = decode_body(body, request.headers.get("content-encoding"), cfg.max_decoded_bytes)
@@ -151,7 +157,7 @@ class IngestEndpoint:
             if k is None:
                 raise Refused(401, "missing sentry_key (X-Sentry-Auth header, ?sentry_key= or the envelope's dsn); "
                                    "`stepscope keys add` makes one, `stepscope serve --open` accepts any")
-            self._check(k[0], project or k[1])
+            self.check_key(k[0], project or k[1])
             project = project or k[1]
         try:
             return sentry.batch(env), project
@@ -165,7 +171,8 @@ class IngestEndpoint:
             log.warning("malformed envelope not caught by validation: %r", e)
             raise Refused(400, f"malformed envelope ({type(e).__name__}: {e})") from None
 
-    def _check(self, key: str, project: str | None) -> None:
+    def check_key(self, key: str, project: str | None) -> None:
+        """Raises Refused (401) unless ``key`` is a key of ``project`` (of any project when None)."""
         owner = self.state.project_of(key)
         if owner is None:
             raise Refused(401, "unknown sentry_key (see `stepscope keys list`)")
