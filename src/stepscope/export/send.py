@@ -21,7 +21,7 @@ def parse_target(spec: str) -> tuple[str, str | None]:
 
         if not where:
             raise ValueError("--export sentry: give the DSN as sentry=DSN")
-        parse_dsn(where)  # (checked before the program runs)
+        parse_dsn(where, "--export sentry")  # (checked before the program runs)
     return kind, where or None
 
 

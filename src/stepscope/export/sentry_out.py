@@ -68,12 +68,12 @@ class Dsn:
         return f"Sentry sentry_version=7, sentry_key={self.public_key}, sentry_client=stepscope/{__version__}"
 
 
-def parse_dsn(text: str) -> Dsn:
+def parse_dsn(text: str, flag: str = "--dsn") -> Dsn:
     """A DSN as Sentry shows it (``https://KEY@o1.ingest.sentry.io/42``; ``stepscope keys add`` prints serve's).
-    Raises ValueError naming ``--dsn`` when it is not one."""
+    Raises ValueError naming ``flag`` when it is not one."""
     m = _DSN.match((text or "").strip())
     if not m:
-        raise ValueError(f"--dsn: {text!r} is not a DSN (SCHEME://KEY@HOST/PROJECT)")
+        raise ValueError(f"{flag}: {text!r} is not a DSN (SCHEME://KEY@HOST/PROJECT)")
     scheme, key, host, path, project = m.groups()
     return Dsn(f"{scheme}://{host}{path or '/'}api/{project}/envelope/", key, project, text.strip())
 
