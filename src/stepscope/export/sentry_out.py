@@ -179,7 +179,8 @@ def part_envelopes(part: RunData, top_id: str, dsn: Dsn, service: str | None = N
             name, own_id, start, end, parent_of = root["name"], root_id, lo, hi, None
             status = "ok" if root["error"] < 0 else "internal_error"
         else:
-            name, own_id, parent_of, status = f"{root['name']} (part {k + 1})", derived_id("part", run.id, str(k))[:16], root_id, "ok"
+            own_id = derived_id("part", run.id, str(spans_per_event), str(k))[:16]
+            name, parent_of, status = f"{root['name']} (part {k + 1})", root_id, "ok"
             start, end = int(t.start[sel].min()), int(t.end[sel].max())
         ctx_trace: dict[str, Any] = {"trace_id": trace, "span_id": own_id, "op": "stepscope.run", "status": status,
                                      "data": thread_data(root["thread"])}
@@ -187,7 +188,7 @@ def part_envelopes(part: RunData, top_id: str, dsn: Dsn, service: str | None = N
             ctx_trace["parent_span_id"] = parent_of
         if k == 0 and root["error"] >= 0:
             ctx_trace["data"]["exception.type"] = t.errors[root["error"]]
-        eid = derived_id("event", run.id, str(k))
+        eid = derived_id("event", run.id, str(spans_per_event), str(k))  # (another cut of the spans: other events)
         event = {**base, "event_id": eid, "transaction": name, "start_timestamp": wall_s(start),
                  "timestamp": wall_s(end), "spans": spans,
                  "contexts": {**base["contexts"], "trace": ctx_trace, "profile": {"profiler_id": profiler_id}}}
