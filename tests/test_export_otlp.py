@@ -12,7 +12,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import PROGRAMS, cli_env, run_cli
+from conftest import cli_env, run_cli
+from jobrun import JOB, TRACE, record_job
 
 from stepscope.store.db import Store
 from stepscope.store.reader import load_parts
@@ -22,21 +23,13 @@ from google.protobuf import json_format  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 
-JOB = str(PROGRAMS / "otlp_job.py")
-TRACE = ["-t", "__main__.work", "-t", "__main__.leaf", "-t", "__main__.boom"]
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """A stored run of otlp_job.py that starts itself again as a child process: (store, top run id)."""
+    """The stored two-process run of otlp_job.py: (store, top run id)."""
     store = tmp_path_factory.mktemp("otlp") / "store"
-    r = run_cli(["run", "-q", "--hz", "499", *TRACE, "--", sys.executable, JOB, "child"], store)
-    assert r.returncode == 0, r.stderr
-    st = Store(store)
-    rid = st.resolve_id(None)
-    assert len(st.process_runs(rid)) == 1, "the child process is a process run of the job"
-    st.close()
-    return store, rid
+    return store, record_job(store)
 
 
 def decode_json(doc: dict) -> ExportTraceServiceRequest:

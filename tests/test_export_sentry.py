@@ -13,27 +13,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROGRAMS, run_cli, wait_until
+from conftest import run_cli, wait_until
+from jobrun import JOB, TRACE, record_job
 from serve_helpers import Server, free_port
 
 from stepscope.store.db import Store
 from stepscope.store.reader import load_parts, load_run
 
-JOB = str(PROGRAMS / "otlp_job.py")
-TRACE = ["-t", "__main__.work", "-t", "__main__.leaf", "-t", "__main__.boom"]
 SPOTLIGHT = Path.home() / ".cache" / "stepscope" / "spotlight" / "node_modules" / ".bin" / "spotlight"
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """A stored run of otlp_job.py that starts itself again as a child process, sampled at 499 Hz: (store, run id)."""
+    """The stored two-process run of otlp_job.py: (store, top run id)."""
     store = tmp_path_factory.mktemp("sentry-out") / "store"
-    r = run_cli(["run", "-q", "--hz", "499", *TRACE, "--", sys.executable, JOB, "child"], store)
-    assert r.returncode == 0, r.stderr
-    st = Store(store)
-    rid = st.resolve_id(None)
-    st.close()
-    return store, rid
+    return store, record_job(store)
 
 
 @pytest.fixture
@@ -197,3 +191,26 @@ def test_export_into_spotlight(job):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
+
+
+def test_profile_chunks_are_bounded_and_hold_every_sample(job):
+    """Samples go in chunks of at most N samples and S seconds, each with only the frames and stacks it uses."""
+    from stepscope.export.sentry_out import profile_chunks
+
+    store, rid = job
+    st = Store(store)
+    part = next(load_parts(st, rid))
+    st.close()
+    chunks = list(profile_chunks(part, "ab" * 16, chunk_s=0.02, chunk_samples=5))
+    assert len(chunks) > 2 and len({c["chunk_id"] for c in chunks}) == len(chunks)
+    times = []
+    for c in chunks:
+        p = c["profile"]
+        ts = [s["timestamp"] for s in p["samples"]]
+        assert 0 < len(ts) <= 5 and ts[-1] - ts[0] < 0.02
+        assert {s["stack_id"] for s in p["samples"]} == set(range(len(p["stacks"])))
+        assert {f for stack in p["stacks"] for f in stack} == set(range(len(p["frames"])))
+        assert {s["thread_id"] for s in p["samples"]} <= set(p["thread_metadata"])
+        times += ts
+    want = [part.run.to_wall_ns(int(t)) / 1e9 for t in part.profile.sample_t_ns]
+    assert times == want
