@@ -42,7 +42,8 @@ LAUNCH_VAR = "STEPSCOPE_LAUNCH"
 OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
 #: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
 RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
-             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart"}
+             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
+             "TORCHELASTIC_RUN_ID": "job"}
 
 def trace_collectives(session) -> None:
     """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)

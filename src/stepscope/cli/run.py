@@ -175,6 +175,10 @@ def run(
     cuda_peaks: str = typer.Option("safe", "--cuda-peaks", help="CUDA per-span peaks: safe (never reset the allocator's "
                                    "peak counter) or reset (exact per step-level span; the program's own "
                                    "max_memory_allocated then reads since the last one)."),
+    export: List[str] = typer.Option([], "--export", help="Once the run is stored, send it (repeatable): otlp (to "
+                                     "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or "
+                                     "sentry=DSN (spans and samples). A failed send is one line on stderr; the run "
+                                     "stays stored and the exit status is the program's."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -191,6 +195,12 @@ def run(
         raise UserError(f"--cuda-peaks: must be safe or reset, got {cuda_peaks!r}")
     if device_steps is not None:
         limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
+    if export:
+        from ..export.send import parse_target
+
+        targets = [parse_target(x) for x in export]  # (ValueError: one line naming --export, before the program runs)
+    else:
+        targets = []
     args = list(command or []) + list(ctx.args)
     if module:
         args = [sys.executable, "-m", module, *args]
@@ -204,8 +214,9 @@ def run(
                             device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
                             memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
     if server:
-        if names or auto_trace or options.device_trace or compile_report or syncs:
-            raise UserError("--server records nothing itself: name what to trace in `stepscope capture --trace`")
+        if names or auto_trace or options.device_trace or compile_report or syncs or targets:
+            raise UserError("--server records nothing itself: name what to trace (and --export) in `stepscope capture`"
+                            if not targets else "--export: not with --server (it records nothing itself)")
         st = open_store(store, create=True)
         try:
             outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler, children=False), st, server_only=True,
@@ -218,8 +229,31 @@ def run(
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
         outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options)
+    if targets and outcome.run_id:
+        _export_run(store, outcome.run_id, targets, quiet)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
     raise typer.Exit(outcome.exit_code)
+
+
+def _export_run(store_path: Optional[Path], run_id: str, targets: list[tuple[str, str | None]], quiet: bool) -> None:
+    """``--export``: send the stored run to each target (``export.send.send_run``); what was sent is a line on stderr
+    (not with ``-q``), a failure one line on stderr: never the exit status, never the stored run."""
+    from ..export.otlp_http import SendFailed
+    from ..export.send import send_run
+    from ..store.db import StoreError
+
+    st = open_store(store_path)
+    try:
+        for kind, where in targets:
+            try:
+                line = send_run(st, run_id, kind, where)
+            except (SendFailed, StoreError, ValueError, OSError, ImportError) as e:
+                print(f"stepscope: --export {kind}: {e}", file=sys.stderr)
+                continue
+            if not quiet:
+                err.print(line, markup=False)
+    finally:
+        st.close()
 
 
 def _serving_line(info: dict) -> None:

@@ -27,11 +27,13 @@ def process_label(run: Run) -> str:
     p = run.process or {}
     if "rank" in p:
         return f"rank {p['rank']} (pid {run.pid})"
-    prog = _program(run.command)
+    prog = program_of(run.command)
     return f"pid {run.pid} {prog}".rstrip()
 
 
-def _program(command: list[str]) -> str:
+def program_of(command: list[str]) -> str:
+    """The program of a command line as a user knows it: the script's file name (``train.py``), the ``-m`` module,
+    ``-c``; "" when there is none."""
     import os
 
     args = list(command or [])[1:]

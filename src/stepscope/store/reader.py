@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Iterator
 
 import numpy as np
 
@@ -167,6 +168,24 @@ def _load_run(store: Store, ref: str | None) -> RunData:
 
         data = join(data, [_load_one(store, r.id) for r in procs])
     return data
+
+
+def load_parts(store: Store, ref: str | None = None) -> Iterator[RunData]:
+    """The run ``ref`` (as ``Store.resolve_id`` takes it) and each of its job's process runs, one at a time and each
+    on its own ids and clock (not joined: ``load_run`` joins them): the top run first, then the process runs in start
+    order (``Store.process_runs``). One ``RunData`` is held at a time by a caller that drops each before the next (the
+    exports that send a process at a time). Raises ``StoreError`` as ``load_run`` does."""
+    try:
+        run_id = store.resolve_id(ref)
+        ids = [run_id] + [r.id for r in store.process_runs(run_id)]
+    except sqlite3.Error as e:
+        raise StoreError(damaged(store.path / "runs.db", e)) from None
+    for rid in ids:
+        try:
+            part = _load_one(store, rid)
+        except sqlite3.Error as e:
+            raise StoreError(damaged(store.path / "runs.db", e)) from None
+        yield part
 
 
 def _load_one(store: Store, run_id: str) -> RunData:
