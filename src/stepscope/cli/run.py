@@ -179,6 +179,9 @@ def run(
                                      "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or "
                                      "sentry=DSN (spans and samples). A failed send is one line on stderr; the run "
                                      "stays stored and the exit status is the program's."),
+    job: Optional[str] = typer.Option(None, "--job", help="A job id for the run (exported as stepscope.job.id): "
+                                      "runs sent to one `stepscope serve` with the same id, from any host, are "
+                                      "joined into one run. Default: torchrun's TORCHELASTIC_RUN_ID in its ranks."),
 ) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
@@ -213,6 +216,8 @@ def run(
     options = RecordOptions(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
                             device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
                             memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
+    if job is not None and not (0 < len(job) <= 200):
+        raise UserError("--job: an id of 1 to 200 characters")
     if server:
         if names or auto_trace or options.device_trace or compile_report or syncs or targets:
             raise UserError("--server records nothing itself: name what to trace (and --export) in `stepscope capture`"
@@ -228,7 +233,8 @@ def run(
     if auto_trace > 0:
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
-        outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options)
+        outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options,
+                         extra={"job": job} if job else None)
     if targets and outcome.run_id:
         _export_run(store, outcome.run_id, targets, quiet)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would

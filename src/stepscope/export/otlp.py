@@ -10,7 +10,7 @@ issue 30:
 - resource (one per process run): ``service.name`` (``--service``, else the program: script file name or ``-m``
   module), ``host.name``, ``process.pid``, ``process.parent_pid``, ``process.command_line``,
   ``process.runtime.name``/``version``, ``stepscope.run.id`` (the top run), ``stepscope.process.run.id``,
-  ``stepscope.job.id`` (``TORCHELASTIC_RUN_ID`` when the process had one), ``stepscope.rank``,
+  ``stepscope.job.id`` (``TORCHELASTIC_RUN_ID`` when the process had one, else ``stepscope run --job``), ``stepscope.rank``,
   ``stepscope.local_rank``, ``stepscope.world_size``.
 - scope: ``stepscope`` at ``stepscope.__version__``.
 - span: its name, kind INTERNAL, ``code.function.name`` (traced functions), ``thread.id``, ``thread.name``,
@@ -92,8 +92,9 @@ def resource_attributes(run: Run, top_id: str, service: str | None = None) -> di
         out["process.runtime.version"] = str(env["python"])
     out["stepscope.run.id"] = top_id
     out["stepscope.process.run.id"] = run.id
-    if p.get("job") is not None:
-        out["stepscope.job.id"] = str(p["job"])
+    job = p.get("job") or ((run.settings or {}).get("extra") or {}).get("job")  # torchrun's, or `run --job`
+    if job is not None:
+        out["stepscope.job.id"] = str(job)
     for key in ("rank", "local_rank", "world_size"):
         if isinstance(p.get(key), int):
             out[f"stepscope.{key}"] = p[key]
