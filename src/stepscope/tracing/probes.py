@@ -12,6 +12,9 @@ A generator or coroutine frame that suspends puts its caller's value back and ke
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
 ``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
+With the C recorder in use (``tracing.native``) the plain traced functions never reach a ``Probe``: their
+calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
+that opened later (``buffer.parent_of``).
 
 Calls inside a region compiled by ``torch.compile`` run as part of the compiled graph and cannot be
 timed on their own: ``compiled(probe_id)`` is called by Dynamo while it traces them (3.11 mechanism) or
