@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-xla xla-venv bench clean gpu-wheels gpu-check
+.PHONY: install demo test test-xla xla-venv bench clean gpu-wheels gpu-check native wheels
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,19 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The C recorder (stepscope._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
+# also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src (tests/test_transparency.py does it
+# too). A machine without a C compiler: the pure-Python recorder, nothing fails.
+native:
+	-@for py in $(PY) $$HOME/.pyenv/versions/3.12.1/bin/python3.12 $$HOME/.pyenv/versions/3.13.0/bin/python3.13; do \
+		[ -x "$$(command -v $$py)" ] && $$py scripts/build_native.py; done
+
+# manylinux wheels for CPython 3.11-3.13 (this machine's architecture) into wheelhouse/, with
+# cibuildwheel (needs docker; not run in CI). Settings: [tool.cibuildwheel] in pyproject.toml.
+wheels:
+	$(PY) -m pip install -q "cibuildwheel>=2.21"
+	$(PY) -m cibuildwheel --platform linux --output-dir wheelhouse
 
 # PyTorch/XLA (issue 17): torch + torch-xla in a virtualenv cached outside the clone (built once, ~7 GB;
 # scripts/xla_venv.sh), then tests_xla/ on the CPU (PJRT_DEVICE=CPU). Skipped, saying so, when the package
@@ -48,4 +61,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
-	rm -rf $(VENV) .gpu-venv .stepscope stepscope-*.html
+	rm -rf $(VENV) .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/_native*.so

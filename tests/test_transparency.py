@@ -2,9 +2,11 @@
 can see must be the same: stdout, stderr, exit code (which carry identity checks, frames, recursion,
 warnings, tracebacks, logging, profilers, pickling, classes, Enums, lru_cache, partials, generators,
 coroutines, the script's own namespace). Runs on this interpreter (3.11, with torch elsewhere) and on
-pyenv's 3.12 and 3.13 where present. The traced names must also have recorded spans, so a case cannot
-pass by tracing nothing."""
+pyenv's 3.12 and 3.13 where present, with each recorder (the C one, ``stepscope._native``, built for each
+interpreter by scripts/build_native.py, and the pure-Python one: ``STEPSCOPE_RECORDER=python``). The traced
+names must also have recorded spans, so a case cannot pass by tracing nothing."""
 
+import json
 import os
 import shutil
 import sqlite3
@@ -18,6 +20,9 @@ from stepscope.store import spanblock
 
 HERE = Path(__file__).parent / "programs" / "transparency"
 SRC = Path(__file__).parent.parent / "src"
+BUILD_NATIVE = Path(__file__).parent.parent / "scripts" / "build_native.py"
+#: interpreter -> its stepscope._native was built (the C recorder is in use unless STEPSCOPE_RECORDER=python)
+NATIVE: dict[str, bool] = {}
 
 
 def _interpreters():
@@ -26,6 +31,9 @@ def _interpreters():
         path = Path.home() / ".pyenv" / "versions" / version / "bin" / exe
         if path.exists():
             out.append(pytest.param(str(path), id=exe))
+    for p in out:  # the C recorder for each (a no-op when built; a machine without a compiler: Python only)
+        NATIVE[p.values[0]] = subprocess.run([p.values[0], str(BUILD_NATIVE), "--quiet"], capture_output=True,
+                                             timeout=300).returncode == 0
     return out
 
 
@@ -69,9 +77,13 @@ def _run(cmd, env, cwd):
     return p.returncode, p.stdout, p.stderr
 
 
+RECORDERS = ["native", "python"]
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("python", INTERPRETERS)
-def test_program_behaves_as_without_stepscope(python, case, tmp_path):
+def test_program_behaves_as_without_stepscope(python, recorder, case, tmp_path):
     args, names, must_record, new_only = CASES[case]
     version = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True,
                              text=True).stdout.strip()
@@ -85,7 +97,8 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
     env["PYTHONPATH"] = str(work)
     plain = _run([python, *args], env, work)
     store = tmp_path / "store"
-    cli_env = dict(env, STEPSCOPE_STORE=str(store), PYTHONPATH=os.pathsep.join([str(work), str(SRC)]))
+    cli_env = dict(env, STEPSCOPE_STORE=str(store), PYTHONPATH=os.pathsep.join([str(work), str(SRC)]),
+                   STEPSCOPE_RECORDER=recorder)
     traced_cmd = [sys.executable, "-m", "stepscope", "run", "-q", *FLAGS.get(case, [])]
     for n in names:
         traced_cmd += ["--trace", n]
@@ -98,5 +111,7 @@ def test_program_behaves_as_without_stepscope(python, case, tmp_path):
         assert any("Block.forward: inside a compiled region" in ln for ln in notes), traced[2]
     db = sqlite3.connect(store / "runs.db")
     recorded = {s[2] for (rid,) in db.execute("select id from runs") for s in spanblock.iter_spans(db, rid)}
+    used = {json.loads(e).get("recorder") for (e,) in db.execute("select env from runs where parent_run is null")}
     db.close()
     assert must_record <= recorded, f"not recorded: {must_record - recorded}"
+    assert used == {recorder if NATIVE[python] else "python"}

@@ -29,7 +29,7 @@ from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .envinfo import environment
 from .settings import Settings
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
-from .tracing import buffer, probes, workfacts
+from .tracing import buffer, native, probes, workfacts
 from .tracing.patch import Patcher
 from .dynamo_hooks import dynamo_loaded
 from .forks import call_soon_in_main, forks, os_thread_count
@@ -235,6 +235,10 @@ class Session:
             env = environment()
             env["sampler"] = self.sampler_info()
             env["tracing"] = mechanism  # monitoring (3.12+) or code (3.11): how the spans were recorded
+            # the C recorder (tracing.native) or the pure-Python one; a capture window's calls all go through Python
+            env["recorder"] = native.RECORDER if self.patcher.live is None else "python"
+            if native.load_error:  # a .so that could not load: the one line, here only
+                env["recorder_note"] = native.load_error
             mem = self.memory_info()
             if mem:
                 env["memory"] = mem
@@ -414,13 +418,13 @@ class Session:
             self.patcher.forked()
         except Exception:
             pass
-        buffer.finished.clear()
+        buffer.clear()
 
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
         flush_every = int(self.settings.flush_interval_s * 1e9)
-        pending = buffer.finished
+        pending = buffer.pending
         me = threading.get_ident()
         OWN_THREADS.add(me)
         main = threading.main_thread().ident
@@ -478,7 +482,7 @@ class Session:
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
                 mem.sample(t)
-            if t - last_flush >= flush_every or len(pending) >= FLUSH_SPANS:
+            if t - last_flush >= flush_every or pending() >= FLUSH_SPANS:
                 main_sampler.check()
                 if by_signal:
                     self._track_os_threads([main], t)
@@ -512,6 +516,9 @@ class Session:
                 attrs["stepscope.open"] = True
                 out.append((sid, rec[2], rec[5], op, rec[1], now, main, None, attrs))
             rec = rec[7]
+        if native.ext is not None and self.main_sampler.current is not None:  # the C recorder's open calls, read now
+            for sid, parent, name, op, start in reversed(native.ext.open_spans(main)):
+                out.append((sid, parent, name, op, start, now, main, None, {"stepscope.open": True}))
         return out
 
     def cut_spans(self, end_ns: int) -> list[tuple]:

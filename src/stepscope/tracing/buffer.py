@@ -8,6 +8,10 @@ a drain is kept for the next one. The deque is bounded (``MAX_PENDING``): with n
 Span tuple layout (``SPAN_FIELDS``): ``(span_id, parent_id, name, op, start_ns, end_ns, thread_id,
 error_type, attrs)``; ``parent_id`` is None for a top-level span, ``error_type`` the exception's
 qualified type name or None, ``attrs`` a dict or None. Times are ``perf_counter_ns`` readings.
+
+With the C recorder (``tracing.native``) the plain traced calls finish into its own columns instead; ``take``,
+``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
+the innermost open span of a thread is the open one with the largest id, ``parent_of``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from contextvars import ContextVar
+
+from . import native
+
+_ext = native.ext
 
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 
@@ -28,10 +36,19 @@ def open_record(sid: int, name: str, start_ns: int = 0, attrs: dict | None = Non
     """A current-span value for a span opened outside the probes (``stepscope.span``, wrappers): its
     parent is the span current now."""
     prev = current_span.get()
-    return [sid, start_ns, prev[0] if prev is not None else None, None, attrs, name, None, prev]
+    return [sid, start_ns, parent_of(prev), None, attrs, name, None, prev]
+
+
+def _parent_of(prev: list | None) -> int | None:
+    return prev[0] if prev else None
+
+
+#: ``parent_of(current_span.get())``: the parent id of a span opened now (None: top level). With the C recorder also
+#: this thread's innermost open native span, when it opened later than the ContextVar's.
+parent_of = _ext.parent_of if _ext is not None else _parent_of
 
 #: Span ids: unique within a process, never 0.
-next_span_id = itertools.count(1).__next__
+next_span_id = _ext.next_id if _ext is not None else itertools.count(1).__next__
 
 #: At most this many finished spans wait for the recorder (the recorder drains every second).
 MAX_PENDING = 1_000_000
@@ -51,9 +68,45 @@ def take() -> list[tuple]:
             append(pop())
     except IndexError:  # the other taker emptied it meanwhile
         pass
+    if _ext is not None:
+        more = _ext.take()
+        if more:
+            if out:
+                out.extend(more)
+                out.sort(key=_end)  # (two runs in end order: one merge)
+            else:
+                out = more
     return out
+
+
+def _end(span: tuple) -> int:
+    return span[5]
+
+
+def pending() -> int:
+    """How many finished spans wait for ``take``."""
+    return len(finished) + (_ext.pending() if _ext is not None else 0)
+
+
+def clear() -> None:
+    """Drop every finished span (and with the C recorder this thread's open native calls: a forked child)."""
+    finished.clear()
+    if _ext is not None:
+        _ext.clear()
 
 
 def full() -> bool:
     """True when the buffer is at its bound (spans may have been dropped)."""
-    return len(finished) >= MAX_PENDING
+    return len(finished) >= MAX_PENDING or (_ext is not None and _ext.dropped() > 0)
+
+
+def error_name(exc_type: type) -> str:
+    """``module.Qualname`` of an exception type (``Qualname`` for builtins)."""
+    mod = exc_type.__module__
+    return exc_type.__qualname__ if mod in ("builtins", None) else f"{mod}.{exc_type.__qualname__}"
+
+
+if _ext is not None:
+    import sys as _sys
+
+    _ext.setup(current_span, error_name, getattr(getattr(_sys, "monitoring", None), "DISABLE", None), MAX_PENDING)

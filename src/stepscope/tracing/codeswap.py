@@ -285,6 +285,8 @@ def bind_probes(code: types.CodeType) -> types.CodeType:
     for k in code.co_consts:
         if isinstance(k, str) and k.startswith(PLACEHOLDER):
             k = lookup(int(k[len(PLACEHOLDER):]))
+            if k is not None and k.native is not None:  # the C recorder's (``mechanism.native_probe``)
+                k = k.native
             changed = True
         elif isinstance(k, types.CodeType):
             k2 = bind_probes(k)

@@ -6,6 +6,8 @@
   with probe calls (``tracing.codeswap``). The function object, frames and line events stay.
 
 ``STEPSCOPE_TRACING=code`` picks the 3.11 mechanism on 3.12+ too (for tests and benchmarks).
+
+Both hand the plain traced functions to the C recorder when it is in use (``tracing.native``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import sys
 import types
 
-from . import codeswap
+from . import codeswap, native
 from .codeswap import CannotInstrument
 from .probes import Probe
 
@@ -32,6 +34,11 @@ class Mechanism:
 
     def untrace(self, fn: types.FunctionType) -> None:
         """Undo ``trace`` (calls in flight finish without a span)."""
+        raise NotImplementedError
+
+    def retrace(self, fn: types.FunctionType, probe: Probe) -> None:
+        """``probe`` of the traced ``fn`` changed (a subclass filter added): its calls go to the recorder that
+        fits it now. Raises CannotInstrument."""
         raise NotImplementedError
 
     def compile_main(self, source: str, filename: str, defs: dict[str, Probe]):
@@ -52,9 +59,15 @@ class CodeMechanism(Mechanism):
 
     def trace(self, fn, probe):
         first = probe.first_arg if probe.by_class is not None else None
+        native_probe(probe)
         new = codeswap.instrument_function(fn, probe, first)
         self._original.setdefault(fn, fn.__code__)
         fn.__code__ = new
+
+    def retrace(self, fn, probe):
+        if probe.native is not None and not native.takes(probe):
+            self.untrace(fn)
+            self.trace(fn, probe)
 
     def untrace(self, fn):
         code = self._original.pop(fn, None)
@@ -65,6 +78,8 @@ class CodeMechanism(Mechanism):
                 pass
 
     def compile_main(self, source, filename, defs):
+        for p in defs.values():
+            native_probe(p)
         return codeswap.instrument_module(source, filename, {q: (p, None) for q, p in defs.items()})
 
     def close(self):
@@ -85,6 +100,11 @@ class MonitoringMechanism(Mechanism):
         code = fn.__code__
         self._monitor.add(code, probe)
         self._traced[fn] = code
+
+    def retrace(self, fn, probe):
+        code = self._traced.get(fn)
+        if code is not None:
+            self._monitor.add(code, probe)
 
     def untrace(self, fn):
         code = self._traced.pop(fn, None)
@@ -108,6 +128,12 @@ class MonitoringMechanism(Mechanism):
     def close(self):
         self._monitor.close()
         self._traced.clear()
+
+
+def native_probe(probe: Probe) -> None:
+    """Set ``probe.native``: the C recorder's ``Probe`` that the 3.11 instrumented code calls in its place, when
+    the C recorder takes it (``native.takes``), else None."""
+    probe.native = native.ext.Probe(native.register(probe)) if native.takes(probe) else None
 
 
 def choose(every_call: bool = False) -> Mechanism:

@@ -9,6 +9,10 @@ other code). Callbacks run with events off, so the program's own ``sys.settrace`
 A code object shared by several functions (closures made by one factory) is traced for all of them.
 Code that torch.compile runs as a compiled graph emits no events: the Dynamo bytecode hook notes those
 (see ``tracing.probes.compiled``).
+
+With the C recorder (``tracing.native``) the callbacks registered are its C functions: a plain traced code
+object (``native.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on; the calls of the
+other traced code objects are handed on to the Python callbacks below.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 from threading import get_ident
 from time import perf_counter_ns
 
-from . import buffer
+from . import buffer, native
 from .probes import Probe
 
 _getframe = sys._getframe
@@ -47,6 +51,10 @@ class Monitor:
         DISABLE = mon.DISABLE
         get, set_, next_id, append = buffer.current_span.get, buffer.current_span.set, buffer.next_span_id, \
             buffer.finished.append
+        parent = buffer.parent_of
+        #: the C recorder's module when it takes the plain code objects (not with ``every_call``)
+        self.ext = native.ext if not every_call else None
+        self._plain = ev.PY_START | ev.PY_RETURN
 
         def on_start(code, offset):
             p = probes.get(id(code))
@@ -54,7 +62,7 @@ class Monitor:
                 return DISABLE
             if p.hooks is None and p.by_class is None:  # Probe.enter's common case, inlined (hot path)
                 prev = get()
-                set_([next_id(), perf_counter_ns(), prev[0] if prev else None, p, None, p.name, None, prev])
+                set_([next_id(), perf_counter_ns(), parent(prev), p, None, p.name, None, prev])
             else:
                 p.enter(_getframe(1))
 
@@ -110,6 +118,11 @@ class Monitor:
                 p.exit(fid)
 
         reg = mon.register_callback
+        ext = self.ext
+        if ext is not None:  # the C functions are the callbacks; they hand Python probes' calls to these
+            ext.set_forward(on_start, on_resume, on_return, on_yield, on_throw, on_unwind)
+            on_start, on_resume, on_return, on_yield, on_throw, on_unwind = (
+                ext.mon_start, ext.mon_resume, ext.mon_return, ext.mon_yield, ext.mon_throw, ext.mon_unwind)
         reg(tool, ev.PY_START, on_start)
         reg(tool, ev.PY_RESUME, on_resume)
         reg(tool, ev.PY_RETURN, on_return)
@@ -119,16 +132,25 @@ class Monitor:
         mon.set_events(tool, ev.PY_UNWIND | ev.PY_THROW)
 
     def add(self, code, probe: Probe) -> None:
-        """Trace ``code`` with ``probe``."""
+        """Trace ``code`` with ``probe`` (again after the probe changed: a subclass filter added)."""
         self.probes[code] = probe
         self._by_id[id(code)] = probe
-        self._mon.set_local_events(self.tool, code, self._local)
+        events = self._local
+        if self.ext is not None:
+            if native.takes(probe):
+                self.ext.mark(code, 2 + native.register(probe))
+                events = self._plain
+            else:
+                self.ext.mark(code, 1)
+        self._mon.set_local_events(self.tool, code, events)
         self._mon.restart_events()
 
     def remove(self, code) -> None:
         """Stop tracing ``code`` (calls in flight end without a span)."""
         if self.probes.pop(code, None) is not None:
             self._by_id.pop(id(code), None)
+            if self.ext is not None:
+                self.ext.mark(code, 0)
             try:
                 self._mon.set_local_events(self.tool, code, 0)
             except ValueError:

@@ -439,6 +439,10 @@ class Patcher:
                     existing.by_class.sort(key=lambda cn: -len(cn[0].__mro__))  # most derived first
             elif existing.name is None:  # traced so far through subclasses only
                 existing.name = name
+            try:
+                self.mechanism.retrace(fn, existing)
+            except CannotInstrument:  # (its earlier probes stay)
+                pass
             return
         if self.mirror:
             hooks = mirror.Mirror(name, hooks)

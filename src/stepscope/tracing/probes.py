@@ -12,6 +12,9 @@ A generator or coroutine frame that suspends puts its caller's value back and ke
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
 ``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
+With the C recorder in use (``tracing.native``) the plain traced functions never reach a ``Probe``: their
+calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
+that opened later (``buffer.parent_of``).
 
 Calls inside a region compiled by ``torch.compile`` run as part of the compiled graph and cannot be
 timed on their own: ``compiled(probe_id)`` is called by Dynamo while it traces them (3.11 mechanism) or
@@ -26,13 +29,15 @@ import threading
 from threading import get_ident
 from time import perf_counter_ns
 
-from . import buffer
+from . import buffer, native
 
 _cv = buffer.current_span
 _get = _cv.get
 _set = _cv.set
 _append = buffer.finished.append
 _next_id = buffer.next_span_id
+_parent = buffer.parent_of
+error_name = buffer.error_name
 _getframe = sys._getframe
 
 #: id(frame) -> the open-span record of a suspended generator/coroutine frame
@@ -52,12 +57,6 @@ _compiled: dict[str, set] = {}
 span_memory = None
 
 
-def error_name(exc_type: type) -> str:
-    """``module.Qualname`` of an exception type (``Qualname`` for builtins)."""
-    mod = exc_type.__module__
-    return exc_type.__qualname__ if mod in ("builtins", None) else f"{mod}.{exc_type.__qualname__}"
-
-
 class Probe:
     """The span logic for one traced code object.
 
@@ -66,10 +65,11 @@ class Probe:
     ``by_class``: for a method traced through a subclass (``pkg.Sub.step`` defined on ``Base``), a list of
     ``(class, span name)``: a call is traced only when its first argument is an instance (or subclass, for
     classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
-    ``generator``: the code is a generator, coroutine or async generator (it suspends).
+    ``generator``: the code is a generator, coroutine or async generator (it suspends). ``native``: the C
+    recorder's probe that the 3.11 instrumented code calls instead (``mechanism.native_probe``), or None.
     """
 
-    __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "__weakref__")
+    __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "__weakref__")
 
     def __init__(self, name: str | None, op: str = "function", hooks=None, by_class=None, generator: bool = False,
                  code=None) -> None:
@@ -83,6 +83,7 @@ class Probe:
         self.generator = generator
         self.code = code
         self.first_arg = code.co_varnames[0] if code is not None and code.co_argcount else None
+        self.native = None
 
     def forget(self) -> None:
         """Drop the probe from the registry (after its code is restored)."""
@@ -96,7 +97,7 @@ class Probe:
         hooks = self.hooks
         name = self.name
         if hooks is None and self.by_class is None:  # the common case, kept short
-            _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, None, name, None, prev])
+            _set([_next_id(), perf_counter_ns(), _parent(prev), self, None, name, None, prev])
             return
         if self.by_class is not None:
             name = self._name_for(frame if frame is not None else _getframe(1))
@@ -107,7 +108,7 @@ class Probe:
         attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
         if mem is not None:
             attrs = _memory_merge(attrs, mem)
-        _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
+        _set([_next_id(), perf_counter_ns(), _parent(prev), self, attrs, name, None, prev])
 
     def enter_as(self, first, frame=None) -> None:
         """``enter`` for a probe with ``by_class``, given the call's first argument (3.11 mechanism).
@@ -121,7 +122,7 @@ class Probe:
         attrs = _hook_attrs(self.hooks, frame if frame is not None else _getframe(1)) if self.hooks is not None else None
         if mem is not None:
             attrs = _memory_merge(attrs, mem)
-        _set([_next_id(), perf_counter_ns(), prev[0] if prev else None, self, attrs, name, None, prev])
+        _set([_next_id(), perf_counter_ns(), _parent(prev), self, attrs, name, None, prev])
 
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
         """The call is ending by an exception (``sys.exc_info()`` when not given). ``fid``: id of the
@@ -300,6 +301,9 @@ def note_compiled(name: str) -> None:
     """Record that ``name`` ran inside a compiled region, with the name of the span open around it."""
     rec = _get()
     outer = (rec[5] or "") if rec is not None else ""
+    top = native.ext.top_name() if native.ext is not None else None  # (a native span opened later is the inner one)
+    if top is not None and (rec is None or rec[0] is None or buffer.parent_of(rec) != rec[0]):
+        outer = top
     _compiled.setdefault(name, set()).add(outer)
 
 

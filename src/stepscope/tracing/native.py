@@ -1,0 +1,49 @@
+"""Which recorder records the traced calls: the C one (``stepscope._native``, issue 31) or the pure-Python one.
+
+The C recorder takes the plain traced functions (no hooks, no subclass filter, not a generator, coroutine or
+async generator): their start and end push and pop a per-thread stack in C and write a fixed-size record into
+preallocated columns, no Python object per call, the clock read once per event. On Python 3.12+ its functions
+are the ``sys.monitoring`` callbacks themselves (``tracing.monitoring``), on 3.11 the instrumented code calls
+a ``_native.Probe`` (``tracing.codeswap``). Every other traced code object (step-level spans that read
+memory or frames, subclass-filtered methods, generators and coroutines: nesting per asyncio task) and every
+call of a capture window (``probes.TrackingProbe``) stays on the Python probe (``tracing.probes``).
+
+The pure-Python recorder is used when ``STEPSCOPE_RECORDER=python``, on an interpreter the extension was
+not built for, or when it cannot load (``load_error`` then holds the one line; the session notes it in the
+run, never on the program's stderr). ``RECORDER`` names the one in use ("native" or "python"); it is decided
+once, when this module is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the ``stepscope._native`` module when the C recorder is in use, else None
+ext = None
+#: why the C recorder could not load (one line), or None
+load_error: str | None = None
+
+if os.environ.get("STEPSCOPE_RECORDER", "").strip().lower() != "python":
+    try:
+        from .. import _native as ext
+    except ModuleNotFoundError as e:  # not built here (no compiler, or this interpreter's .so missing)
+        if e.name != "stepscope._native":
+            load_error = f"native recorder: cannot load stepscope._native: {e}"
+    except Exception as e:  # a .so built for another ABI, a missing symbol...
+        load_error = f"native recorder: cannot load stepscope._native: {type(e).__name__}: {e}"
+
+#: "native" or "python"
+RECORDER = "native" if ext is not None else "python"
+
+
+def takes(probe) -> bool:
+    """True when ``probe``'s calls can go to the C recorder (see the module docstring)."""
+    from .probes import Probe
+
+    return (ext is not None and type(probe) is Probe and probe.hooks is None and probe.by_class is None
+            and not probe.generator and probe.name is not None)
+
+
+def register(probe) -> int:
+    """A code index of the C recorder for ``probe``'s span name and op."""
+    return ext.register(probe.name, probe.op)

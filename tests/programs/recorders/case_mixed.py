@@ -1,0 +1,3 @@
+import mixmod
+
+print(mixmod.threaded())

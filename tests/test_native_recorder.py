@@ -1,0 +1,94 @@
+"""The C recorder (stepscope._native, issue 31) against the pure-Python one, under the real `stepscope run` on
+3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
+exceptions caught and raised, a generator, coroutines in asyncio tasks, an async generator, threads): the
+stored spans are the same for both (name, parent's name, exception type, thread) and nest in time; the run
+records which recorder it used; a .so that cannot load is one line in the run's environment facts, the
+program's output unchanged."""
+
+import collections
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from test_transparency import INTERPRETERS, NATIVE
+
+from stepscope.store import spanblock
+
+SRC = Path(__file__).parent.parent / "src"
+PROGRAM = Path(__file__).parent / "programs" / "recorders"
+
+
+def _env(store: Path, src: Path, recorder: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
+    env.update(PYTHONPATH=os.pathsep.join([str(PROGRAM), str(src)]), STEPSCOPE_STORE=str(store),
+               STEPSCOPE_RECORDER=recorder)
+    return env
+
+
+def _record(python: str, recorder: str, store: Path, src: Path = SRC):
+    """Run the program under `stepscope run`: (its completed process, the run's spans, the run's env)."""
+    cmd = [sys.executable, "-m", "stepscope", "run", "-q", "--trace", "mixmod.*", "--", python, "case_mixed.py"]
+    p = subprocess.run(cmd, cwd=PROGRAM, env=_env(store, src, recorder), capture_output=True, text=True,
+                       timeout=120)
+    db = sqlite3.connect(store / "runs.db")
+    try:
+        ((rid, env),) = db.execute("SELECT id, env FROM runs").fetchall()
+        spans = list(spanblock.iter_spans(db, rid))
+    finally:
+        db.close()
+    return p, spans, json.loads(env)
+
+
+def _shape(spans) -> collections.Counter:
+    """Each span as (name, parent's name, exception type, main thread or not), counted."""
+    by_id = {s[0]: s for s in spans}
+    main = next(s[6] for s in spans if s[3] == "transaction")
+    return collections.Counter((s[2], by_id[s[1]][2] if s[1] is not None else None, s[7], s[6] == main)
+                               for s in spans)
+
+
+@pytest.mark.parametrize("python", INTERPRETERS)
+def test_both_recorders_store_the_same_spans(python, tmp_path):
+    if not NATIVE[python]:
+        pytest.skip("stepscope._native could not be built for this interpreter (no C compiler?)")
+    plain = subprocess.run([python, "case_mixed.py"], cwd=PROGRAM, capture_output=True, text=True, timeout=60,
+                           env=dict(_env(tmp_path, SRC, "python"), STEPSCOPE_STORE=""))
+    shapes = {}
+    for recorder in ("native", "python"):
+        p, spans, env = _record(python, recorder, tmp_path / recorder)
+        assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+        assert env["recorder"] == recorder and "recorder_note" not in env
+        shapes[recorder] = _shape(spans)
+        by_id = {s[0]: s for s in spans}
+        for s in spans:  # a span lies inside its parent's time, in the same thread (the root: the main thread's)
+            parent = by_id.get(s[1])
+            if parent is not None:
+                assert parent[4] <= s[4] <= s[5] <= parent[5], (s, parent)
+                assert parent[6] == s[6] or parent[3] == "transaction", (s, parent)
+    assert shapes["native"] == shapes["python"], shapes["native"] - shapes["python"]
+    shape = shapes["native"]
+    assert shape[("mixmod.leaf", "manual.block", None, True)] == 2 * 4  # middle(1) and the 3 coros' middle
+    assert shape[("mixmod.fail", "mixmod.caught", "ValueError", False)] == 2
+    assert shape[("mixmod.fail", "mixmod.outer", "KeyError", True)] == 1
+    assert shape[("mixmod.deep", "mixmod.deep", None, True)] == 5
+    assert shape[("mixmod.middle", "mixmod.coro", None, True)] == 3
+
+
+def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "stepscope", src / "stepscope", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (src / "stepscope" / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(b"not an ELF file")
+    plain = subprocess.run([sys.executable, "case_mixed.py"], cwd=PROGRAM, capture_output=True, text=True,
+                           timeout=60, env=dict(_env(tmp_path, src, ""), STEPSCOPE_STORE=""))
+    p, spans, env = _record(sys.executable, "", tmp_path / "store", src)
+    assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert env["recorder"] == "python"
+    note = env["recorder_note"]
+    assert note.startswith("native recorder: cannot load stepscope._native: ImportError:") and "\n" not in note
+    assert _shape(spans)[("mixmod.deep", "mixmod.deep", None, True)] == 5
