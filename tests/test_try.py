@@ -95,7 +95,7 @@ def test_stored_as_a_benchmark_that_bench_show_reads(classic):
     assert shown["bench"]["spec"]["kind"] == "try" and shown["bench"]["labels"] == ["baseline", "sdpa"]
     assert [r["stats"]["n"] for r in shown["verdict"]["rows"]] == [4, 4]
     p = run_cli(["bench", "show", doc["bench_id"]], store)
-    assert p.returncode == 0 and "sdpa" in p.stdout
+    assert p.returncode == 0 and "recommendation:" in p.stdout and "sdpa" in p.stdout  # the try table
 
 
 def test_a_pipeline_already_on_sdpa_and_compile_on_the_cpu(tmp_path):
@@ -158,7 +158,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert p.returncode == 1 and "before its first diffusers pipeline call" in p.stderr
 
 
-def test_suggest_and_the_report_name_the_fixes_that_apply(tmp_path):
+def test_suggest_and_the_report_name_the_fixes_that_apply(tmp_path, browser_page):
     store = tmp_path / "store"
     call = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
     p = run_cli(["run", "-q", "--trace", call, "--", PY, str(PROGRAMS / "classic.py")], store)
@@ -175,3 +175,11 @@ def test_suggest_and_the_report_name_the_fixes_that_apply(tmp_path):
 
     view = build_view(load_run(Store(store), None))
     assert view["fixes"]["hints"][0]["fix"] == "sdpa" and view["fixes"]["command"] == doc["try_command"]
+    # the report's first screen says it (in Chromium: the note under the verdict)
+    html = tmp_path / "report.html"
+    assert run_cli(["report", "-o", str(html)], store).returncode == 0
+    browser_page.goto(html.as_uri())
+    browser_page.wait_for_function("!document.getElementById('fix-note').hidden")
+    note = browser_page.locator("#fix-note").inner_text()
+    assert note.startswith("Fixes that apply to this run: sdpa (classic attention processors") and doc["try_command"] in note
+    assert browser_page.errors == []

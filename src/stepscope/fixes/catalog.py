@@ -31,6 +31,7 @@ class Site:
 
     @property
     def denoiser_name(self) -> str | None:
+        """The pipeline's attribute holding the denoiser (``unet``, ``transformer``, ``prior``), or None."""
         for name in ("unet", "transformer", "prior"):
             if getattr(self.pipe, name, None) is not None:
                 return name
@@ -38,11 +39,13 @@ class Site:
 
     @property
     def denoiser(self):
+        """The denoiser module (possibly compiled), or None."""
         name = self.denoiser_name
         return getattr(self.pipe, name) if name else None
 
     @property
     def vae(self):
+        """The pipeline's VAE, or None."""
         return getattr(self.pipe, "vae", None)
 
 

@@ -134,6 +134,8 @@ class Controller:
         self.said_ready = False
 
     def call(self, f, pipe, args: tuple, kwargs: dict):
+        """The pipeline's ``__call__`` ``f`` on ``pipe``: fixes at the object's first call, the measurement at the
+        process's first call, then the program's own call (its result returned as is)."""
         if getattr(self.local, "depth", 0):  # a subclass's __call__ calling super().__call__
             return f(pipe, *args, **kwargs)
         self.local.depth = 1

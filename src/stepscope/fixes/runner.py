@@ -74,6 +74,7 @@ class Child:
         self.returncode: int | None = None
 
     def read(self) -> dict:
+        """The child's next reply; ``{"error", "ended": True}`` once it ended without one."""
         line = self.replies.readline()
         if not line:
             code = self.proc.wait()
@@ -87,6 +88,7 @@ class Child:
             return {"error": f"the child said {line.strip()[:200]!r}"}
 
     def ask(self, cmd: str) -> dict:
+        """Send ``cmd`` ("run") and read the reply."""
         try:
             self.cmds.write(cmd + "\n")
             self.cmds.flush()

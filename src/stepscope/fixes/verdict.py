@@ -142,6 +142,7 @@ def _lead(r: Row) -> tuple[ConfigStats | None, Change | None, str]:
 
 
 def within_memory(r: Row) -> bool:
+    """Peak memory at most ``MEMORY_TOLERANCE`` above the baseline's (or not measured)."""
     return r.peak_change is None or r.peak_change <= MEMORY_TOLERANCE
 
 
