@@ -66,8 +66,8 @@ def print_try(v: TryVerdict, console: Console) -> None:
     cols = ["configuration", "step", "change (95% CI)", "call", "change (95% CI) ", "peak mem", "warm-up",
             "output |diff|", "verdict"]
     for c in cols:
-        if c == "configuration":
-            t.add_column(c, overflow="fold", min_width=12)
+        if c == "configuration":  # the longest fix name on one line; a long combination folds
+            t.add_column(c, overflow="fold", min_width=min(24, max(len(r.label) for r in v.rows)))
         elif c == "verdict":
             t.add_column(c, overflow="fold", min_width=12)
         else:
