@@ -81,7 +81,7 @@ def _report_signals(fd: int) -> None:
     os.register_at_fork(after_in_child=in_forked_child)
 
 
-def _missing_target(kind: str, target: str) -> tuple[str, int] | None:
+def missing_target(kind: str, target: str) -> tuple[str, int] | None:
     """Python's own one-line error and exit code for a script that cannot be opened or a module that
     cannot be found (looked up without importing anything), or None."""
     if kind == "script" and not os.path.isdir(target):
@@ -114,7 +114,7 @@ def _missing_target(kind: str, target: str) -> tuple[str, int] | None:
 def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
     """A program that cannot start ends as Python would end it (its one line, its exit code), and its run
     is marked "failed" for ``stepscope run`` to drop."""
-    missing = _missing_target(kind, target)
+    missing = missing_target(kind, target)
     if missing is None:
         return
     message, code = missing
@@ -145,6 +145,18 @@ def _usage() -> None:
     sys.exit(2)
 
 
+def split_argv(argv: list[str]) -> tuple[str, str, list[str]]:
+    """``SCRIPT ARGS | -m MODULE ARGS | -c CODE ARGS`` -> (kind: "script", "module" or "code", target, args);
+    an empty argv prints the usage line and exits 2."""
+    if not argv:
+        _usage()
+    if argv[0] == "-m" and len(argv) >= 2:
+        return "module", argv[1], argv[2:]
+    if argv[0] == "-c" and len(argv) >= 2:
+        return "code", argv[1], argv[2:]
+    return "script", argv[0], argv[1:]
+
+
 def main() -> None:
     from . import api
     from .settings import Settings
@@ -153,21 +165,13 @@ def main() -> None:
     cfg = json.loads(raw) if raw else {}
     if cfg.get("signal_fd") is not None:
         _report_signals(int(cfg["signal_fd"]))
-    argv = sys.argv[1:]
-    if not argv:
-        _usage()
-    if argv[0] == "-m" and len(argv) >= 2:
-        kind, target, rest = "module", argv[1], argv[2:]
-    elif argv[0] == "-c" and len(argv) >= 2:
-        kind, target, rest = "code", argv[1], argv[2:]
-    else:
-        kind, target, rest = "script", argv[0], argv[1:]
+    kind, target, rest = split_argv(sys.argv[1:])
 
     settings = Settings.from_dict(cfg.get("settings", {}))
     _check_target(kind, target, cfg, settings.store)
     traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace)
     # the program's __main__, as the interpreter makes it, in place before the patcher looks at it
-    main_mod = _fresh_main(kind, target)
+    main_mod = fresh_main(kind, target)
     name = settings.transaction or (target if kind != "code" else "-c")
     settings = dataclasses.replace(settings, transaction=name)
     if cfg.get("server_only"):  # record nothing; `stepscope capture` records windows on demand
@@ -210,7 +214,7 @@ def main() -> None:
         end_by_signal(session)
 
     try:
-        _run(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
+        run_main(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
     except SystemExit as e:
         code = e.code
         ok = code is None or code == 0
@@ -344,7 +348,7 @@ def _start_compile_report(session) -> None:
     session.on_finish(lambda: rec.stop(path))
 
 
-def _fresh_main(kind: str, target: str) -> types.ModuleType:
+def fresh_main(kind: str, target: str) -> types.ModuleType:
     """A new ``__main__`` module with the namespace CPython gives a program (same names, same order:
     ``__name__ __doc__ __package__ __loader__ __spec__ __annotations__ __builtins__`` and, for a script,
     an absolute ``__file__``, ``__cached__``), registered in ``sys.modules``."""
@@ -367,7 +371,7 @@ def _fresh_main(kind: str, target: str) -> types.ModuleType:
     return mod
 
 
-def _run(kind: str, target: str, rest: list, main_mod, session) -> None:
+def run_main(kind: str, target: str, rest: list, main_mod, session) -> None:
     """Run the program in ``main_mod`` as ``python SCRIPT | -m MODULE | -c CODE`` would; ``session``
     (when the program's own ``__main__`` functions are traced) compiles it with their probes."""
     compile_main = session.patcher.compile_main if session is not None else None

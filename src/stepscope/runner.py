@@ -77,8 +77,9 @@ def _shebang_python(path: str) -> str | None:
     return parts[0] if _is_python(parts[0]) else None
 
 
-def child_argv(command: list[str]) -> list[str]:
-    """The argv that runs ``command`` through ``stepscope.launch``.
+def child_argv(command: list[str], launcher: str = "stepscope.launch") -> list[str]:
+    """The argv that runs ``command`` through ``launcher`` (a module run with ``-m``: ``stepscope.launch``, or
+    ``stepscope.fixes.child`` for ``stepscope try``).
 
     ``command`` is ``[python, *interpreter options, SCRIPT | -m MOD | -c CODE, *args]``, or an executable
     Python script (its ``#!`` names a python). Raises CommandError otherwise.
@@ -91,7 +92,7 @@ def child_argv(command: list[str]) -> list[str]:
         interp = _shebang_python(resolved)
         if interp is None:
             raise CommandError(f"{exe}: not a Python interpreter or a Python script (stepscope runs Python programs)")
-        return [interp, "-m", "stepscope.launch", resolved, *command[1:]]
+        return [interp, "-m", launcher, resolved, *command[1:]]
     i = 1
     while i < len(command):
         a = command[i]
@@ -108,7 +109,7 @@ def child_argv(command: list[str]) -> list[str]:
         break
     else:
         raise CommandError("no script given: stepscope run -- python SCRIPT [ARGS] (interactive sessions are not profiled)")
-    return [exe, *command[1:i], "-m", "stepscope.launch", *command[i:]]
+    return [exe, *command[1:i], "-m", launcher, *command[i:]]
 
 
 def _same_interpreter(exe: str) -> bool:

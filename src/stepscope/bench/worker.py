@@ -25,14 +25,9 @@ import time
 
 def _vm_peak() -> int | None:
     """The process's peak address space (``VmPeak``, bytes: what ``RLIMIT_AS`` limits), or None."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    from ..profiling.memory import proc_bytes
+
+    return proc_bytes("/proc/self/status", "VmPeak")
 
 
 def _reply(doc: dict) -> None:

@@ -235,6 +235,11 @@ def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] =
         _write_html(b, v, html)
     if as_json:
         print_json({"bench": b, "verdict": dataclasses.asdict(v)})
+    elif b["spec"].get("kind") == "try":  # `stepscope try`: its own table (step and call, output change)
+        from ..fixes.verdict import try_verdict
+        from ..render.try_ import print_try
+
+        print_try(try_verdict(b), out)
     else:
         print_verdict(v, out)
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "explain": ("explain", "explain_cmd", "command"),
     "diff": ("diff", "diff_cmd", "command"),
     "suggest": ("suggest", "suggest_cmd", "command"),
+    "try": ("try_", "try_cmd", "command"),
     "device": ("device", "device", "command"),
     "bench": ("bench", "app", "group"),
     "capture": ("capture", "capture_cmd", "command"),
@@ -44,7 +45,7 @@ def build(names=None) -> typer.Typer:
         if kind == "group":
             t.add_typer(obj, name=name)
         else:
-            t.command(name, context_settings=getattr(m, "CONTEXT", None) if name == "run" else None)(obj)
+            t.command(name, context_settings=getattr(m, "CONTEXT", None) if name in ("run", "try") else None)(obj)
     return t
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .. import limits
+from ..analysis.fixhints import fix_hints, try_command
 from ..analysis.suggest import suggest
 from ..store.reader import load_run
 from ..render.explain import print_suggestions
@@ -19,13 +20,20 @@ from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_js
 def suggest_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
                 top: int = typer.Option(10, "--top", "-n", help="How many functions."),
                 store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
-    """Suggest functions to trace next: wide, untraced, nameable functions inside the traced spans."""
+    """Suggest functions to trace next (wide, untraced, nameable functions inside the traced spans) and the
+    fixes that apply to what the run recorded, with the `stepscope try` line that measures them."""
     limits.in_range("--top", top, 1, 1000, integer=True)
     st = open_store(store)
     data = load_run(st, run_id)  # spans as columns: no object per span
     items = suggest(data, top=top)
+    hints = fix_hints(data)
+    command = try_command(data, hints)
     if as_json:
         print_json({"run_id": data.run.id, "suggestions": [dataclasses.asdict(s) for s in items],
-                    "functions_to_trace": [s.qualified_name for s in items]})
+                    "functions_to_trace": [s.qualified_name for s in items],
+                    "fixes": [dataclasses.asdict(h) for h in hints], "try_command": command})
     else:
+        from ..render.try_ import print_fix_hints
+
         print_suggestions(items, out)
+        print_fix_hints(hints, command, out)

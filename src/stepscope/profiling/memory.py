@@ -303,6 +303,19 @@ OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocat
                 "CUDA out of memory", "out of memory")
 
 
+def proc_bytes(path: str, field: str) -> int | None:
+    """A ``kB`` field of a ``/proc`` file as bytes (``proc_bytes("/proc/self/status", "VmHWM")``,
+    ``proc_bytes("/proc/meminfo", "MemAvailable")``), or None where it cannot be read (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` is an out-of-memory error: ``torch.OutOfMemoryError`` (any class of that name, so also
     one raised deliberately on the CPU), Python's ``MemoryError``, or a RuntimeError with the allocator's

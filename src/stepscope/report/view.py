@@ -336,7 +336,16 @@ def build_view(data: RunData, index: ProfileIndex | None = None, summary: Summar
         "explain": _explain_view(data, index, t0, thread_idx),
         "device": _device_view(device, t0) if device is not None and not device.empty else None,
         "memory": memory_lane_view(data, t0),
+        "fixes": _fixes_view(data),
     }
+
+
+def _fixes_view(data: RunData) -> dict:
+    """The ``stepscope try`` fixes that apply to the run (``analysis.fixhints``) and the line to measure them."""
+    from ..analysis.fixhints import fix_hints, try_command
+
+    hints = fix_hints(data)
+    return {"hints": [{"fix": h.fix, "why": h.why} for h in hints], "command": try_command(data, hints)}
 
 
 MAX_LANE_BARS = 20_000

@@ -141,3 +141,10 @@
     if (E.causes.length) table($("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
       E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
   } else $("explain-none").hidden = false;
+  (function fixNote() {  // stepscope try: the fixes that apply to what the run recorded (analysis/fixhints.py)
+    const F = D.fixes, n = $("fix-note");
+    if (!n || !F || !F.hints || !F.hints.length) return;
+    n.textContent = "Fixes that apply to this run: " + F.hints.map((h) => `${h.fix} (${h.why})`).join("; ") + "." + (F.command ? " Measure them on the program as it is: " : "");
+    if (F.command) { const c = document.createElement("code"); c.textContent = F.command; n.appendChild(c); }
+    n.hidden = false;
+  })();

@@ -1,0 +1,83 @@
+"""``stepscope try``: measure fixes on the user's own diffusers program, unmodified.
+
+stepscope try --fix sdpa,compile,channels_last -- python txt2img.py --steps 20
+stepscope try --fix all --repeats 5 --json -- python txt2img.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .. import limits
+from ..fixes import COMPILE_MODES, parse
+from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, out, print_json
+
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@handles_errors
+def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None, help="-- python SCRIPT [ARGS]"),
+            fix: str = typer.Option(..., "--fix", help="Fixes, comma-separated, or all: sdpa, sdpa-flash, "
+                                    "sdpa-efficient, sdpa-cudnn, compile, channels_last, fp16, bf16, vae-tiling, "
+                                    "vae-slicing, fuse-qkv, no-offload, sync-free-scheduler."),
+            repeats: int = typer.Option(5, "--repeats", help="Timed pipeline calls per configuration, interleaved."),
+            compile_mode: str = typer.Option("default", "--compile-mode", help="torch.compile mode: " + ", ".join(COMPILE_MODES)),
+            seed: int = typer.Option(0, "--seed", help="torch.manual_seed before each measured call."),
+            combine: bool = typer.Option(True, "--combine/--no-combine", help="Also measure the fixes that helped together."),
+            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+    """Apply fixes to a diffusers program at its first pipeline call, each configuration in its own process, and
+    measure them against the program as it is: time per denoising step and per call, peak memory, output change."""
+    from ..bench.plots import plot as plot_png
+    from ..bench import results as bench_results
+    from ..fixes.runner import Plan, TryError, run_try
+    from ..fixes.verdict import try_verdict
+    from ..render.try_ import print_try
+    from ..runner import CommandError
+    from ..store import bench as bench_store
+
+    fixes = parse(fix)
+    limits.in_range("--repeats", repeats, 2, 10_000, integer=True)
+    if compile_mode not in COMPILE_MODES:
+        raise UserError(f"--compile-mode: expected one of {', '.join(COMPILE_MODES)}, got {compile_mode!r}")
+    words = [w for w in list(command or []) + list(ctx.args)]
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UserError("no program: stepscope try --fix FIXES -- python SCRIPT [ARGS]")
+    st = open_store(store, create=True)
+    plan = Plan(words, fixes, repeats, compile_mode, seed, combine)
+    with err.status("starting the baseline", spinner="dots") if not as_json else _Nothing() as status:
+        try:
+            bench_id = run_try(plan, st, (lambda m: status.update(m)) if status is not None else None)
+        except CommandError as e:
+            raise UserError(str(e)) from None
+        except TryError as e:
+            err.print(f"stepscope: {e}", markup=False, highlight=False)
+            raise typer.Exit(1)
+    b = bench_store.load(st, bench_id)
+    v = try_verdict(b)
+    png = st.path / "bench" / f"{bench_id}.png"
+    bv = bench_results.verdict(b)
+    if any(r.times_s for r in bv.rows):
+        plot_png(bv, png, title="stepscope try: the pipeline call per configuration")
+    if as_json:
+        print_json({"bench_id": bench_id, "verdict": dataclasses.asdict(v), "bench": b,
+                    "plot": str(png) if png.exists() else None})
+        return
+    print_try(v, out)
+    if png.exists():
+        err.print(f"plot: {png}")
+    if b["status"] == "interrupted":
+        err.print("[yellow]interrupted: the finished runs are kept[/yellow]")
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
