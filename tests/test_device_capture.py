@@ -165,3 +165,30 @@ def test_run_view_on_the_span_columns_is_the_object_view(tmp_path):
         assert a.sync_sites and any(s.annotation for s in a.summary.syncs)
     finally:
         st.close()
+
+
+
+TORCH_PROG = """\
+import os, sys, torch
+
+def f(i):
+    return float(torch.ones(8).mul(i).sum())
+
+print([f(i) for i in range(4)])
+print("KINETO_LOG_LEVEL" in os.environ, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("steps", [[], ["--device-steps", "2"]])
+def test_device_trace_writes_nothing_into_the_programs_output(tmp_path, steps):
+    """Kineto (torch 2.13) writes "USDT:"/"STAGE:" lines on stderr at each start and stop unless its log level is
+    raised before it first starts: with --device-trace the program's stdout and stderr are as without stepscope, and
+    its environment has no KINETO_LOG_LEVEL of stepscope's."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(TORCH_PROG)
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    plain = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=120)
+    r = run_cli(["run", "-q", "--device-trace", *steps, "-t", "__main__.f", "--", sys.executable, str(prog)],
+                tmp_path / "store", cwd=tmp_path)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert (r.stdout, r.stderr) == (plain.stdout, plain.stderr) == ("[0.0, 8.0, 16.0, 24.0]\n", "False\n")

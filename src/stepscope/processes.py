@@ -58,6 +58,8 @@ def trace_collectives(session) -> None:
         patcher.add([f"{C10D}.{n}" for n in COLLECTIVES if callable(getattr(mod, n, None))])
 
     def add_ddp(mod) -> None:
+        if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
+            return
         if getattr(session, "ddp", None) is None:
             from .tracing.buffer import next_span_id
 

@@ -23,6 +23,7 @@ denoising steps, and stops (``torch.profiler.schedule``), stepping on each sched
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
@@ -36,6 +37,26 @@ from ..profiling.sampler import start_ticker
 
 MARKER = "stepscope.clock_sync"
 MARK_EVERY_S = 0.1
+
+
+#: Kineto's log level while stepscope starts it: above its highest (torch 2.13 writes "USDT:"/"STAGE:" lines to
+#: stderr at every start and stop); Kineto reads ``KINETO_LOG_LEVEL`` once, when it first starts
+KINETO_QUIET = "6"
+
+
+@contextlib.contextmanager
+def quiet_kineto():
+    """Start Kineto inside this block with its log lines off, unless the program's environment sets
+    ``KINETO_LOG_LEVEL`` itself; the environment is as it was after the block (nothing of stepscope's in the
+    program's stderr, nothing left in its ``os.environ``)."""
+    own = "KINETO_LOG_LEVEL" not in os.environ
+    if own:
+        os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET
+    try:
+        yield
+    finally:
+        if own:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
 
 
 class DeviceCapture:
@@ -73,7 +94,8 @@ class DeviceCapture:
             pass
         self.prof = profile(activities=acts, record_shapes=True, with_stack=self.with_stack, with_flops=True,
                             schedule=sched, on_trace_ready=self._write if sched else None, **extra)
-        self.prof.__enter__()
+        with quiet_kineto():
+            self.prof.__enter__()
         mirror.enable()
         self.mark("start")
         step_hooks.add_listener(self._on_step)
@@ -94,7 +116,8 @@ class DeviceCapture:
     def _on_step(self) -> None:
         self.mark("step")
         if self.steps:
-            self.prof.step()
+            with quiet_kineto():  # (with a schedule, Kineto starts at its warm-up step)
+                self.prof.step()
 
     def stop(self) -> None:
         """Stop recording and write the trace (once)."""

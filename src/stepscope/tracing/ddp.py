@@ -23,6 +23,11 @@ How (stdlib only; torch objects are only read, torch is never imported here):
   backward's compute), ``collective.group``, ``collective.group_size``, ``collective.seq`` (the last bucket's
   sequence number in its group: the same on every rank).
 
+Not with ``--device-trace``: the profiler records the collectives themselves (``record_param_comms``, the backend's
+ops), and reading the flight recorder while the profiler ran made a 2-rank gloo DDP job hang at its end in about a
+third of the runs here (its process group, freed with the DDP model, joining a gloo worker that waited for the GIL;
+torch 2.13); without the profiler, no hang in the runs made (torchrun, gloo, CPU).
+
 Entries the ring dropped before a flush (more than ``FR_ENTRIES`` collectives in one flush interval) are counted in
 ``DdpJoin.missed``. Source of the entry layout: torch/csrc/distributed/c10d/FlightRecorder.hpp (``Entry``) and
 ``torch._C._distributed_c10d._dump_fr_trace`` (a pickled dict: ``entries``, ``pg_config``).
