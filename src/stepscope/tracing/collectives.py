@@ -7,6 +7,8 @@ process group's name, ``WORLD`` for the default group), ``collective.group_size`
 
 from __future__ import annotations
 
+from . import ddp
+
 #: the module whose functions are hooked
 C10D = "torch.distributed.distributed_c10d"
 #: its collectives and point-to-point calls, traced in every process that imports it (no name needed): the time a
@@ -72,8 +74,10 @@ class CollectiveSite:
         return None
 
 
-def hooks_for(owner: object, attr: str) -> CollectiveSite | None:
-    """Hooks for ``torch.distributed.distributed_c10d.<attr>`` (a collective or point-to-point call), else None."""
+def hooks_for(owner: object, attr: str):
+    """Hooks for ``torch.distributed.distributed_c10d.<attr>`` (a collective or point-to-point call:
+    ``CollectiveSite``) or for the backward that DDP's gradient all-reduce is joined with (``ddp.BackwardSite``),
+    else None."""
     if getattr(owner, "__name__", None) == C10D and attr in COLLECTIVES:
         return CollectiveSite(attr)
-    return None
+    return ddp.hooks_for(owner, attr)

@@ -39,6 +39,7 @@ normally).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import inspect
 import sys
@@ -47,7 +48,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import collectives, ddp, mirror, probes, steps, syncs
+from . import collectives, mirror, probes, steps, syncs
 from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, note_foreign, nothing_matched, \
     overrides_note, subclasses
 from .importhook import ImportHook
@@ -411,8 +412,7 @@ class Patcher:
             return  # wrapped already, under this or another name
         if isinstance(raw, property):
             raise Unresolved(f"{concrete} is a property; trace its getter's function instead")
-        hooks = (steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
-                 or ddp.hooks_for(owner, attr))
+        hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
         fn = function_of(raw)
         if fn is not None and not isinstance(hooks, syncs.SyncSite):
             self._probe(owner, attr, fn, raw, hooks, concrete)
@@ -439,10 +439,8 @@ class Patcher:
                     existing.by_class.sort(key=lambda cn: -len(cn[0].__mro__))  # most derived first
             elif existing.name is None:  # traced so far through subclasses only
                 existing.name = name
-            try:
+            with contextlib.suppress(CannotInstrument):  # (its earlier probes stay)
                 self.mechanism.retrace(fn, existing)
-            except CannotInstrument:  # (its earlier probes stay)
-                pass
             return
         if self.mirror:
             hooks = mirror.Mirror(name, hooks)
