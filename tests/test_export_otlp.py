@@ -138,6 +138,7 @@ def test_ids_attributes_and_errors(job, tmp_path):
     leaf = next(s for s in spans if s.name == "__main__.leaf")
     la = attrs(leaf.attributes)
     assert la["code.function.name"] == "__main__.leaf" and la["stepscope.op"] == "function"
+    assert la["code.file.path"] == str(JOB) and la["code.line.number"] == 15  # `def leaf` (the traced function)
     assert la["thread.name"] == "MainThread" and la["thread.id"] > 0
     assert leaf.status.code == 0 and leaf.kind == 1  # UNSET, INTERNAL
     booms = [s for s in spans if s.name == "__main__.boom"]

@@ -13,7 +13,8 @@ issue 30:
   ``stepscope.job.id`` (``TORCHELASTIC_RUN_ID`` when the process had one, else ``stepscope run --job``), ``stepscope.rank``,
   ``stepscope.local_rank``, ``stepscope.world_size``.
 - scope: ``stepscope`` at ``stepscope.__version__``.
-- span: its name, kind INTERNAL, ``code.function.name`` (traced functions), ``thread.id``, ``thread.name``,
+- span: its name, kind INTERNAL, ``code.function.name``, ``code.file.path``, ``code.line.number`` (traced functions:
+  the run's ``env["code"]``), ``thread.id``, ``thread.name``,
   ``stepscope.op``, ``diffusion.step`` as is, every other attribute as ``stepscope.<key>``; an error: status ERROR
   with the exception type as the message and an ``exception`` event carrying ``exception.type``.
 
@@ -142,6 +143,7 @@ def span_batches(part: RunData, top_id: str, service: str | None = None, batch: 
     names = part.profile.thread_names
     shift = run.anchor_wall_ns - run.anchor_mono_ns  # wall ns = clock ns + shift (Run.to_wall_ns)
     rid = run.id
+    code = (run.env or {}).get("code") or {}  # span name -> [file, line] of the traced function (Patcher)
 
     def sid(s: int) -> int:
         return int.from_bytes(span_id(rid, s), "big")
@@ -157,6 +159,9 @@ def span_batches(part: RunData, top_id: str, service: str | None = None, batch: 
             a: dict[str, Any] = {}
             if op_name in _FUNCTION_OPS:
                 a["code.function.name"] = name
+                where = code.get(name)
+                if isinstance(where, list) and len(where) == 2:
+                    a["code.file.path"], a["code.line.number"] = str(where[0]), int(where[1])
             a["thread.id"] = int(th)
             if th in names:
                 a["thread.name"] = names[th]

@@ -96,6 +96,7 @@ class Patcher:
         self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
         self._mechanism = None  # made on first use (takes a sys.monitoring tool id)
         self._traced: dict[Any, Probe] = {}  # function -> its probe
+        self._where: dict[str, list] = {}  # a `__main__` span name -> [file, line] (its function is made later)
         self._live: dict[str, Any] = {}  # requested name -> LiveGlob | LiveOverrides (resolved again on imports)
 
     @property
@@ -106,6 +107,13 @@ class Patcher:
         return self._mechanism
 
     # -- public ----------------------------------------------------------------------------------
+    def code_locations(self) -> dict[str, list]:
+        """Span name -> ``[file, first line]`` of each function traced (``code.file.path``, ``code.line.number``)."""
+        with self._lock:
+            found = {n: [f.__code__.co_filename, f.__code__.co_firstlineno] for f, p in self._traced.items()
+                     for n in [p.name, *(c[1] for c in p.by_class or ())] if n and hasattr(f, "__code__")}
+            return {**self._where, **found}
+
     @property
     def unresolved(self) -> dict[str, str]:
         """Names that could not be resolved, with the reason; names still awaiting an import count too."""
@@ -183,28 +191,22 @@ class Patcher:
         """Undo every patch and drop the import hook."""
         with self._lock:
             if self._hook is not None:
-                try:
+                with contextlib.suppress(ValueError):
                     sys.meta_path.remove(self._hook)
-                except ValueError:
-                    pass
                 self._hook = None
             for p in reversed(self._patches):
                 current = own_attr(p.owner, p.attr)
                 if current is not p.wrapper:
                     continue  # someone replaced it since: leave theirs
                 if p.previous is MISSING:
-                    try:
+                    with contextlib.suppress(AttributeError, TypeError):
                         delattr(p.owner, p.attr)
-                    except (AttributeError, TypeError):
-                        pass
                 else:
                     _set(p.owner, p.attr, p.previous)
             self._patches.clear()
             for fn, probe in self._traced.items():
-                try:
+                with contextlib.suppress(Exception):
                     self.mechanism.untrace(fn)
-                except Exception:
-                    pass
                 probe.forget()
                 _TRACED.pop(fn, None)
             self._traced.clear()
@@ -292,10 +294,8 @@ class Patcher:
         if module is None:
             return
         targets: list = []
-        try:
+        with contextlib.suppress(Pending, Unresolved):  # (this module has no such member: nothing of it matches)
             self._expand(module, module_name, live.rest[len(rel):], targets, live.seen)
-        except (Pending, Unresolved):
-            pass  # (this module has no such member: nothing of it matches)
         targets = [t for t in targets if live.done.get(t[2], MISSING) is not raw_attr(t[0], t[1])]
         live.done.update({t[2]: raw_attr(t[0], t[1]) for t in targets})
         try:
@@ -500,6 +500,7 @@ class Patcher:
                             generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
                             hooks = mirror.Mirror(f"__main__.{qual}") if self.mirror else None
                             defs[qual] = self._new_probe(f"__main__.{qual}", hooks=hooks, generator=generator)
+                            self._where[f"__main__.{qual}"] = [filename, node.lineno]
                         hit.setdefault(name, []).append(f"__main__.{qual}")
             code = self.mechanism.compile_main(source, filename, defs)
             for name, concrete in hit.items():
@@ -533,10 +534,8 @@ class Patcher:
         the names awaiting it, the globs over its package and the overridden methods are resolved again."""
         with self._lock:
             for fn in self._callbacks.pop(module_name, ()):
-                try:
+                with contextlib.suppress(Exception):  # an integration must never break the program's import
                     fn(sys.modules[module_name])
-                except Exception:  # an integration must never break the program's import
-                    pass
             top = module_name.partition(".")[0]
             # a name in this package may be a re-export that this import made reachable (lazy modules)
             names = [n for n, m in self._pending.items() if n == module_name or n.startswith(module_name + ".")
