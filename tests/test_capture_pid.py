@@ -269,3 +269,47 @@ def test_report_of_a_capture_names_its_phases_and_cut_spans(browser_page, tmp_pa
     assert note.startswith("Before the first traced call ") and "(the app idle or serving)" in note
     assert "start-up" not in note and note.endswith("1 span was still running when the window ended: cut at its end.")
     assert page.errors == []
+
+
+def test_capture_of_a_launcher_records_every_rank_as_one_run(tmp_path, store):
+    """`stepscope run --server -- torchrun --nproc-per-node 2 train_loop.py` starts a control server in every
+    process of the job; `stepscope capture --pid` of `stepscope run` records a window of the launcher and both ranks
+    at once, read as one run: the processes with their ranks, the steps by rank (those the windows cut left out),
+    rank 1 the straggler (slow_augment on every 5th step) and rank 0's wait."""
+    pytest.importorskip("torch")
+    env = cli_env(store)
+    env["STEPSCOPE_RUNTIME_DIR"] = str(tmp_path / "rt")
+    stop = tmp_path / "STOP"
+    with open(tmp_path / "err", "w") as ef:
+        p = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--server", "--",
+                              str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
+                              str(PROGRAMS / "ranks" / "train_loop.py"), str(stop)], env=env, stdout=subprocess.PIPE,
+                             stderr=ef, text=True, cwd=tmp_path)
+    try:
+        assert p.stdout.readline() == "up\n"
+        wait_until(lambda: len(list((tmp_path / "rt").glob("*.json"))) == 3, 60, "the three servers' token files")
+        r = capture_cli(p.pid, env, "--duration", "2s", "--json", "-t", "__main__.train_step", "-t",
+                        "__main__.slow_augment")
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop.touch()
+        try:
+            out = p.communicate(timeout=90)[0]
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert p.returncode == 0 and out == "stopped\n"  # (after "up", read above)
+    import json
+
+    s = json.loads(r.stdout)["run"]
+    procs_ = s["processes"]
+    assert len(procs_) == 3 and procs_[0]["how"] == "top"
+    assert sorted(x["rank"] for x in procs_[1:]) == [0, 1] and all(x["world_size"] == 2 for x in procs_[1:])
+    rs = s["ranks"]
+    why = json.dumps({k: rs[k] for k in ("held", "straggler", "lead_ns", "cause", "waited_for")})
+    assert rs["name"] == "__main__.train_step" and len(rs["wall"]) >= 5, why
+    assert rs["job_straggler"] == 1 and rs["cause"][0][0] == "__main__.slow_augment", why
+    assert rs["waited_for"]["0"] > 0.05e9, why  # rank 0 waited for rank 1's 60 ms augmentations
+    runs = json.loads(run_cli(["runs", "--json"], store).stdout)["runs"]
+    assert [x["id"] for x in runs] == [s["run_id"]]  # the ranks' windows: processes of the one run, not runs of their own

@@ -126,9 +126,10 @@ def facts(how: str) -> dict:
     return out
 
 
-def follow_env(run_id: str, settings: dict) -> str:
-    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts."""
-    return json.dumps({"run": run_id, "settings": settings})
+def follow_env(run_id: str, settings: dict, server_only: bool = False) -> str:
+    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts (``server_only``: each
+    records nothing and starts a control server of its own, for ``stepscope capture`` of the whole job)."""
+    return json.dumps({"run": run_id, "settings": settings, **({"server_only": True} if server_only else {})})
 
 
 def _chain(own_dir: str) -> None:
@@ -162,6 +163,8 @@ def at_startup(own_dir: str) -> None:
                 options, program = form
                 launch = {"settings": cfg["settings"], "parent_run": cfg["run"], "command": list(sys.orig_argv),
                           "process": facts("exec")}
+                if cfg.get("server_only"):  # `stepscope run --server`: a control server here too, nothing recorded
+                    launch = {"settings": cfg["settings"], "command": list(sys.orig_argv), "server_only": True}
                 os.environ[LAUNCH_VAR] = json.dumps(launch)
                 sys.stdout.flush()
                 sys.stderr.flush()

@@ -144,7 +144,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
     child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
                                      "server_only": server_only})
     tmp = None
-    follow = settings.children and not server_only
+    follow = settings.children  # (server_only: each Python process starts a control server of its own)
     if follow or not _same_interpreter(argv[0]):
         # make this stepscope importable by another interpreter (the collect side is stdlib-only); with
         # ``settings.children``, the program's Python processes record themselves (``processes.at_startup``)
@@ -152,7 +152,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
         if follow:
             (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
-            child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict)
+            child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict, server_only)
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
     relay = _Relay()
     oom_kills = oom_kill_count()

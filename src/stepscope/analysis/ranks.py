@@ -123,6 +123,18 @@ def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return keep
 
 
+def _whole_steps(t, per: dict[int, np.ndarray], window: bool) -> dict[int, np.ndarray]:
+    """Each rank's steps without those a capture window cut at its end (``stepscope.cut``); for a capture window
+    (``window``: each rank's window opened at its own moment), also without the steps that ended before the last
+    rank's first step began, so that step i is the same step on every rank (synchronous ranks' steps overlap)."""
+    cut = set(t.rows_with_attr("stepscope.cut").tolist()) if t.attrs else set()
+    per = {k: np.array([r for r in v.tolist() if r not in cut], np.int64) for k, v in per.items()}
+    if window and all(len(v) for v in per.values()):
+        first = max(int(t.start[v[0]]) for v in per.values())
+        per = {k: v[t.end[v] > first] for k, v in per.items()}
+    return per
+
+
 def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | None = None) -> RankSteps | None:
     """The job's steps rank by rank, or None (fewer than two ranks, or no span every rank repeats); ``name``: the
     span to take as the step (default: the denoising step, else the one every rank repeats with the most time)."""
@@ -166,6 +178,9 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         for k in ks:
             rows = np.flatnonzero((t.name == best) & (proc == k))
             per[k] = rows[_outermost(t.start[rows], t.end[rows])]
+    per = _whole_steps(t, per, bool(((data.run.settings or {}).get("extra") or {}).get("capture")))
+    if min(len(v) for v in per.values()) < 1:
+        return None
     index = index or ProfileIndex(data.profile)
     n_steps = max(len(v) for v in per.values())
     R = len(ks)

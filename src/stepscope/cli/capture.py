@@ -13,7 +13,7 @@ from .. import limits
 from ..analysis.summary import summarize
 from ..store.reader import load_run
 from ..control import procs
-from ..control.client import CaptureError, app_of, capture, find_server, locate, parse_duration, pid_alive
+from ..control.client import CaptureError, app_of, capture, find_server, locate_job, parse_duration, pid_alive
 from ..control.server import DEFAULT_TIMEOUT_S, span_traced
 from ..profiling.calltree import ProfileIndex
 from ..render.terminal import print_summary
@@ -59,9 +59,10 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
     timed_out = False
     limit = parse_duration(timeout, "--timeout") if timeout else max(DEFAULT_TIMEOUT_S, window or 0)
     try:
-        info = locate(pid) if pid is not None else find_server(None, address)
+        job = locate_job(pid) if pid is not None else [i for i in [find_server(None, address)] if i is not None]
     except CaptureError as e:
         raise UserError(str(e)) from None
+    info = job[0] if job else None
     t0 = time.perf_counter()
     if info is None:
         if address is not None:
@@ -94,10 +95,12 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         request = {"traces": list(trace), "hz": hz, "duration_s": window, "steps": steps, "span": span,
                    "device_trace": device_trace, "timeout_s": limit}
         if not as_json:
-            err.print(f"capturing {escape(app_of(info))} (pid {info['pid']}{_under(int(info['pid']), pid)})...")
+            more = f" and {len(job) - 1} processes below it ({', '.join(str(i['pid']) for i in job[1:])})" \
+                if len(job) > 1 else ""
+            err.print(f"capturing {escape(app_of(info))} (pid {info['pid']}{_under(int(info['pid']), pid)}){more}...")
         try:  # the server ends the window by the timeout; the rest bounds writing it out
-            reply = capture(info, request, on_recording=(lambda r: err.print(f"recording run {r['run_id']}"))
-                            if not as_json else None, timeout=limit + 120)
+            reply = capture_job(job, request, on_recording=(lambda r: err.print(f"recording run {r['run_id']}"))
+                                if not as_json else None, timeout=limit + 120)
         except CaptureError as e:
             raise UserError(str(e)) from None
         run_id, store_path = reply["run_id"], Path(reply["store"])
@@ -119,3 +122,41 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
 def _under(found: int, given: int | None) -> str:
     """``, below pid N`` when the process captured is not the one the user named."""
     return f", below pid {given}" if given is not None and found != given else ""
+
+
+def capture_job(job: list[dict], request: dict, on_recording=None, timeout: float | None = None) -> dict:
+    """Capture the servers of ``job`` (``control.client.locate_job``: the top program first) at once, each window a
+    run in its program; then the others' runs become process runs of the top one's (``runs.parent_run``, with each
+    process's facts: its rank...), so that the window reads as one run of the job (``store.jobjoin``). Returns the
+    top's final reply. Raises CaptureError (the first met) after joining what was captured."""
+    if len(job) == 1:
+        return capture(job[0], request, on_recording, timeout)
+    import threading
+
+    replies: list = [None] * len(job)
+
+    def one(k: int) -> None:
+        try:
+            replies[k] = capture(job[k], request, on_recording if k == 0 else None, timeout)
+        except CaptureError as e:
+            replies[k] = e
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(job))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    top = replies[0]
+    if isinstance(top, CaptureError):
+        raise top
+    st = open_store(Path(top["store"]))
+    try:
+        for info, r in zip(job[1:], replies[1:]):
+            if isinstance(r, dict) and r.get("run_id") and Path(r["store"]).resolve() == Path(top["store"]).resolve():
+                st.update_run(r["run_id"], parent_run=top["run_id"], process=dict(info.get("facts") or {}))
+    finally:
+        st.close()
+    failed = [r for r in replies[1:] if isinstance(r, CaptureError)]
+    if failed:
+        raise CaptureError(f"{failed[0]} (the other processes' windows are stored in run {top['run_id']})")
+    return top

@@ -224,7 +224,8 @@ def run(
                             if not targets else "--export: not with --server (it records nothing itself)")
         st = open_store(store, create=True)
         try:
-            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler, children=False), st, server_only=True,
+            outcome = run_program(args, Settings(profiles_hz=rate, sampler=sampler, children=children), st,
+                                  server_only=True,
                                   on_server=None if quiet else _serving_line)
         except CommandError as e:
             raise UserError(str(e)) from None

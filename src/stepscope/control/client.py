@@ -79,6 +79,26 @@ def locate(pid: int) -> dict | None:
     return dict(below[0], under=pid) if below else None
 
 
+def locate_job(pid: int) -> list[dict]:
+    """The servers a capture of ``pid`` records: ``[locate(pid)]``, or, when ``pid``'s server (or the one server below
+    ``pid`` that every other is below) has servers below it too (``stepscope run --server`` of a launcher: torchrun's
+    ranks, a program's subprocesses), that one first, then the others in pid order: one job. [] when none. Raises
+    CaptureError when several unrelated programs below ``pid`` run one (as ``locate``)."""
+    own = find_server(pid)
+    below = [i for i in servers() if int(i["pid"]) != pid and procs.is_descendant(int(i["pid"]), pid)]
+    found = ([own] if own is not None else []) + below
+    if len(found) <= 1:
+        info = locate(pid)
+        return [info] if info is not None else []
+    pids = {int(i["pid"]) for i in found}
+    roots = [i for i in found if not any(procs.is_descendant(int(i["pid"]), q) for q in pids - {int(i["pid"])})]
+    if len(roots) > 1:
+        locate(pid)  # (raises CaptureError naming them)
+    top = roots[0]
+    rest = sorted((i for i in found if i is not top), key=lambda i: int(i["pid"]))
+    return [dict(top, under=pid) if int(top["pid"]) != pid else top, *rest]
+
+
 def capture(info: dict, request: dict, on_recording=None, timeout: float | None = None) -> dict:
     """Send a capture request; call ``on_recording(reply)`` when the window opens; return the final reply.
 
