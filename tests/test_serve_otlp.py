@@ -100,6 +100,7 @@ def test_an_otel_sdk_programs_trace_is_a_run_with_its_steps(otel_server):
     e = json.loads(r.stdout)["explanation"]
     assert e["unit"] == "step" and [x["group"] for x in e["repeats"]].count("slow") == 1
     assert next(x for x in e["repeats"] if x["group"] == "slow")["index"] == 2  # the program's slow step
+    assert e["advice"].startswith("no samples in this run (spans only: sent as otlp)"), e["advice"]
     r = run_cli(["explain", otel_server.run_id], store)
     assert r.returncode == 0 and "step 2" in r.stdout, r.stdout + r.stderr
 

@@ -359,6 +359,10 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                                    "(pass --slow to compare chosen repeats)" if verdict.noisy and slow is None else
                                    "no slow repeats: every repeat is within the rule") if not len(slow_i)
                            else "every repeat is slow: nothing fast to compare with (pass --fast)")
+    if per_slow < MIN_SAMPLES and not len(data.profile) and data.run.env.get("source") not in (None, "sentry"):
+        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
+                           advice=f"no samples in this run (spans only: sent as {data.run.env['source']}): record the "
+                                  "same code with `stepscope run` to name a cause from its stacks")
     if per_slow < MIN_SAMPLES:
         hz_now = data.profile.hz or 101
         need = math.ceil(MIN_SAMPLES * 2 / max(slow_mean / 1e9, 1e-6))
