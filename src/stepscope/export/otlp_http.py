@@ -133,6 +133,8 @@ def otlp_exporter(url: str, session=None):
             self.payload = data  # export() of no span: its retry loop around _export, which sends the payload
             try:
                 return self.export([]) is SpanExportResult.SUCCESS
+            except OSError:  # (requests' errors: 1.27's export() lets a second failed connection out)
+                return False
             finally:
                 self.payload = b""
 
