@@ -90,7 +90,7 @@ def _to_file(stream, output: Optional[Path], run_id: str, fmt: str, as_json: boo
 
 
 def _write_otlp(st, run_id: Optional[str], output: Optional[Path], service: Optional[str], as_json: bool) -> None:
-    from ..export.otlp import write_otlp_json
+    from ..export.otlp_json import write_otlp_json
     from ..store.reader import load_parts
 
     rid = st.resolve_id(run_id)

@@ -21,20 +21,25 @@ issue 30:
 Samples are not exported (OTLP profiles are still alpha): the sampled stacks stay in the store, in the Sentry export
 (``export.sentry_out``) and in the Chrome/speedscope files.
 
-Encoding is OpenTelemetry's own (``opentelemetry-sdk``'s ``ReadableSpan`` and ``opentelemetry-exporter-otlp-proto-
-common``'s ``encode_spans``, imported when called): ``requests`` gives ``ExportTraceServiceRequest`` messages of at
-most ``BATCH`` spans (a million spans never make one message), ``write_otlp_json`` streams OTLP/JSON (the protobuf
-JSON mapping, with the OTLP/JSON rules: trace and span ids as hex, enums as integers;
-https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding) to a file, ``export.otlp_http`` sends them.
+The spans are read from the run's columns (``spantable.SpanTable``) a batch of ``BATCH`` at a time
+(``span_batches``: ids, parents, wall times and a group per name, op, thread and error, whose attributes are
+made once), never one Python object per span. ``requests`` builds OpenTelemetry's own protobuf messages
+(``opentelemetry-proto``'s ``ExportTraceServiceRequest``, imported when called) from them: each group's ``Span``
+is made and serialized once by protobuf, and every span of the group is parsed from those bytes
+(``MergeFromString``) and given its ids and times; ``export.otlp_http`` sends the serialized requests and
+``export.otlp_json`` writes the same content as OTLP/JSON. The messages are the ones OpenTelemetry's SDK encoder
+(``opentelemetry-exporter-otlp-proto-common``'s ``encode_spans`` of SDK ``ReadableSpan``s) makes for the same
+spans: span flags ``SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`` (256), kind INTERNAL, a status on every span (UNSET:
+an empty one); tests/test_export_otlp.py checks them against it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Any, BinaryIO, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
 
-import numpy as np
 import orjson
 
 from .. import __version__
@@ -60,6 +65,16 @@ def span_id(process_run_id: str, span: int) -> bytes:
     """The OTLP span id (8 bytes) of span ``span`` (its id in process run ``process_run_id``): the first 8 bytes
     of ``sha256(b"stepscope-span:" + process run id + b":" + str(span))``, never all zero."""
     return _nonzero(hashlib.sha256(b"stepscope-span:%s:%d" % (process_run_id.encode(), span)).digest()[:8])
+
+
+def span_ids(process_run_id: str, spans: Iterable[int]) -> list[bytes]:
+    """``span_id(process_run_id, s)`` of each of ``spans`` (ints), in that order (one prefix, one hash a span)."""
+    sha, pre = hashlib.sha256, b"stepscope-span:%s:" % process_run_id.encode()
+    out = [sha(b"%b%d" % (pre, s)).digest()[:8] for s in spans]
+    return [b if b != _ZERO8 else _nonzero(b) for b in out] if _ZERO8 in out else out
+
+
+_ZERO8 = bytes(8)
 
 
 def _nonzero(b: bytes) -> bytes:
@@ -125,126 +140,149 @@ def span_attributes(attrs: dict | None) -> dict[str, Any]:
     return out
 
 
-def span_batches(part: RunData, top_id: str, service: str | None = None, batch: int = BATCH) -> Iterator[list]:
-    """The spans of one process run (``part``: a ``store.reader.load_parts`` item, on its own ids) as lists of at
-    most ``batch`` OpenTelemetry SDK ``ReadableSpan`` objects, in ``(start, id)`` order, sharing one ``Resource``
-    (``resource_attributes``) and the ``stepscope`` scope. Times in wall ns."""
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import Event, ReadableSpan
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+@dataclass(frozen=True, slots=True)
+class SpanGroup:
+    """What the spans of one (name, op, thread, error type) of a process run share: ``name``, ``attributes`` (their
+    OTLP attributes, in order: ``code.function.name``, ``code.file.path``, ``code.line.number`` for traced
+    functions, ``thread.id``, ``thread.name``, ``stepscope.op``), ``error`` (the exception type; None: ended ok)."""
 
+    name: str
+    attributes: dict[str, Any]
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBatch:
+    """At most ``BATCH`` spans of one process run as columns, in ``(start, id)`` order, one entry a span:
+    ``span_id`` and ``parent_id`` (8-byte OTLP ids; ``b""``: no parent), ``start`` and ``end`` (wall ns, ints),
+    ``group`` (index into ``groups``: the process run's ``SpanGroup``s so far, shared by its batches), ``own``
+    (index in the batch -> the span's whole attribute dict, for the spans that have attributes of their own)."""
+
+    span_id: list[bytes]
+    parent_id: list[bytes]
+    start: list[int]
+    end: list[int]
+    group: list[int]
+    own: dict[int, dict[str, Any]]
+    groups: list[SpanGroup]
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+
+def span_batches(part: RunData, batch: int = BATCH) -> Iterator[SpanBatch]:
+    """The spans of one process run (``part``: a ``store.reader.load_parts`` item, on its own ids) as
+    ``SpanBatch``es of at most ``batch`` spans, read from its span columns (no object per span). Times in wall ns
+    (``Run.to_wall_ns``); ids as ``span_id``."""
     run = part.run
-    resource = Resource(resource_attributes(run, top_id, service))
-    scope = InstrumentationScope(SCOPE_NAME, __version__)
-    tid = int.from_bytes(trace_id(top_id), "big")
-    flags = TraceFlags(TraceFlags.SAMPLED)
     t = as_table(part.spans)
     names = part.profile.thread_names
     shift = run.anchor_wall_ns - run.anchor_mono_ns  # wall ns = clock ns + shift (Run.to_wall_ns)
     rid = run.id
     code = (run.env or {}).get("code") or {}  # span name -> [file, line] of the traced function (Patcher)
+    groups: list[SpanGroup] = []
+    index: dict[tuple, int] = {}
+    parents: dict[int, bytes] = {}  # parent span -> its OTLP id (the parents a batch meets again)
 
-    def sid(s: int) -> int:
-        return int.from_bytes(span_id(rid, s), "big")
+    def group(key: tuple) -> int:
+        nm, op, th, er = key
+        name, op_name = t.names[nm], t.ops[op]
+        a: dict[str, Any] = {}
+        if op_name in _FUNCTION_OPS:
+            a["code.function.name"] = name
+            where = code.get(name)
+            if isinstance(where, list) and len(where) == 2:
+                a["code.file.path"], a["code.line.number"] = str(where[0]), int(where[1])
+        a["thread.id"] = int(th)
+        if th in names:
+            a["thread.name"] = names[th]
+        a["stepscope.op"] = op_name
+        groups.append(SpanGroup(name, a, t.errors[er] if er >= 0 else None))
+        index[key] = len(groups) - 1
+        return len(groups) - 1
 
     for lo in range(0, len(t), batch):
-        rows = np.arange(lo, min(len(t), lo + batch))
-        out = []
-        for r, s, par, nm, op, st, en, th, er in zip(
-                rows.tolist(), t.id[rows].tolist(), t.parent[rows].tolist(), t.name[rows].tolist(),
-                t.op[rows].tolist(), (t.start[rows] + shift).tolist(), (t.end[rows] + shift).tolist(),
-                t.thread[rows].tolist(), t.error[rows].tolist()):
-            name, op_name = t.names[nm], t.ops[op]
-            a: dict[str, Any] = {}
-            if op_name in _FUNCTION_OPS:
-                a["code.function.name"] = name
-                where = code.get(name)
-                if isinstance(where, list) and len(where) == 2:
-                    a["code.file.path"], a["code.line.number"] = str(where[0]), int(where[1])
-            a["thread.id"] = int(th)
-            if th in names:
-                a["thread.name"] = names[th]
-            a["stepscope.op"] = op_name
-            a.update(span_attributes(t.attrs.get(r) if t.attrs else None))
-            status, events = Status(StatusCode.UNSET), ()
-            if er >= 0:
-                etype = t.errors[er]
-                status = Status(StatusCode.ERROR, etype)
-                events = (Event("exception", {"exception.type": etype}, timestamp=en),)
-            ctx = SpanContext(tid, sid(s), is_remote=False, trace_flags=flags)
-            parent = None if par == NO_PARENT else SpanContext(tid, sid(par), is_remote=False, trace_flags=flags)
-            out.append(ReadableSpan(name, ctx, parent, resource, a, events, (), SpanKind.INTERNAL, None, status,
-                                    st, en, scope))
-        yield out
+        hi = min(len(t), lo + batch)
+        ids = span_ids(rid, t.id[lo:hi].tolist())
+        par = t.parent[lo:hi].tolist()
+        if len(parents) > 4 * batch:
+            parents.clear()
+        missing = list({p for p in par if p != NO_PARENT and p not in parents})
+        if missing:
+            parents.update(zip(missing, span_ids(rid, missing)))
+        keys = zip(t.name[lo:hi].tolist(), t.op[lo:hi].tolist(), t.thread[lo:hi].tolist(), t.error[lo:hi].tolist())
+        gs = [index[k] if k in index else group(k) for k in keys]
+        own = {}
+        if t.attrs:
+            for r in range(lo, hi):
+                extra = t.attrs.get(r)
+                if extra:
+                    own[r - lo] = {**groups[gs[r - lo]].attributes, **span_attributes(extra)}
+        yield SpanBatch(ids, [b"" if p == NO_PARENT else parents[p] for p in par], (t.start[lo:hi] + shift).tolist(),
+                        (t.end[lo:hi] + shift).tolist(), gs, own, groups)
+
+
+def any_value(v: Any):
+    """An ``attribute_value`` result (str, bool, int, float, or a list of one of those) as an OTLP ``AnyValue``
+    protobuf message (``opentelemetry.proto.common.v1``), as the SDK's encoder makes it."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue
+
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, str):
+        return AnyValue(string_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    return AnyValue(array_value=ArrayValue(values=[any_value(x) for x in v]))
+
+
+def key_values(attrs: dict[str, Any]) -> list:
+    """``attrs`` (values as ``attribute_value`` gives them) as OTLP ``KeyValue`` messages, in order."""
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+    return [KeyValue(key=k, value=any_value(v)) for k, v in attrs.items()]
 
 
 def requests(parts: Iterable[RunData], top_id: str, service: str | None = None, batch: int = BATCH) -> Iterator:
     """``ExportTraceServiceRequest`` protobuf messages (``opentelemetry-proto``) of at most ``batch`` spans each,
-    one process run (one resource) per message, encoded by OpenTelemetry's ``encode_spans``."""
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    one process run (one resource: ``resource_attributes``; scope ``stepscope``) per message; see the module's
+    docstring for how they are built."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
+    tid = trace_id(top_id)
+    scope = InstrumentationScope(name=SCOPE_NAME, version=__version__)
+    flags = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
     for part in parts:
-        for spans in span_batches(part, top_id, service, batch):
-            yield encode_spans(spans)
-
-
-_ID_KEYS = ("traceId", "spanId", "parentSpanId")
-
-
-def otlp_json(message) -> dict:
-    """An OTLP protobuf message as OTLP/JSON (a dict): the protobuf JSON mapping (lowerCamelCase names, int64 as
-    strings) with enums as integers and trace/span ids as lowercase hex, as the OTLP specification requires."""
-    import base64
-
-    from google.protobuf.json_format import MessageToDict
-
-    doc = MessageToDict(message, use_integers_for_enums=True)
-
-    def fix(span: dict) -> None:
-        for k in _ID_KEYS:
-            if k in span:
-                span[k] = base64.b64decode(span[k]).hex()
-        for link in span.get("links", ()):
-            fix(link)
-
-    for rs in doc.get("resourceSpans", ()):
-        for ss in rs.get("scopeSpans", ()):
-            for span in ss.get("spans", ()):
-                fix(span)
-    return doc
-
-
-def write_otlp_json(parts: Iterable[RunData], out: BinaryIO, top_id: str, service: str | None = None,
-                    batch: int = BATCH) -> tuple[int, int]:
-    """Write the run as one OTLP/JSON ``ExportTraceServiceRequest`` document (``{"resourceSpans": [...]}``, one
-    entry per process run that has spans) to the binary file ``out``, a batch of spans at a time (memory bounded by
-    ``batch``, not by the run). Returns ``(spans, bytes written)``."""
-    written = spans = 0
-
-    def put(b: bytes) -> None:
-        nonlocal written
-        out.write(b)
-        written += len(b)
-
-    put(b'{"resourceSpans":[')
-    first_part = True
-    for part in parts:
-        opened = False
-        for message in requests([part], top_id, service, batch):
-            rs = otlp_json(message)["resourceSpans"][0]
-            ss = rs["scopeSpans"][0]
-            if not opened:
-                head = {k: v for k, v in rs.items() if k != "scopeSpans"}
-                scope = {k: v for k, v in ss.items() if k != "spans"}
-                put((b"" if first_part else b",") + orjson.dumps(head)[:-1] + b',"scopeSpans":['
-                    + orjson.dumps(scope)[:-1] + b',"spans":[')
-                opened, first_part = True, False
-            else:
-                put(b",")
-            put(orjson.dumps(ss["spans"])[1:-1])
-            spans += len(ss["spans"])
-        if opened:
-            put(b"]}]}")
-    put(b"]}")
-    return spans, written
+        resource = Resource(attributes=key_values(resource_attributes(part.run, top_id, service)))
+        templates: list[bytes] = []  # group -> its Span (no ids, no times), serialized once
+        for b in span_batches(part, batch):
+            for g in b.groups[len(templates):]:
+                span = Span(trace_id=tid, name=g.name, kind=Span.SpanKind.SPAN_KIND_INTERNAL,
+                            attributes=key_values(g.attributes), status=Status(), flags=flags)
+                if g.error is not None:
+                    span.status.code, span.status.message = Status.StatusCode.STATUS_CODE_ERROR, g.error
+                    span.events.add(name="exception", attributes=key_values({"exception.type": g.error}))
+                templates.append(span.SerializeToString())
+            req = ExportTraceServiceRequest()
+            rs = req.resource_spans.add()
+            rs.resource.CopyFrom(resource)
+            ss = rs.scope_spans.add()
+            ss.scope.CopyFrom(scope)
+            add, groups, own = ss.spans.add, b.groups, b.own
+            for k, (sid, par, st, en, g) in enumerate(zip(b.span_id, b.parent_id, b.start, b.end, b.group)):
+                s = add()
+                s.MergeFromString(templates[g])
+                s.span_id, s.start_time_unix_nano, s.end_time_unix_nano = sid, st, en
+                if par:
+                    s.parent_span_id = par
+                if groups[g].error is not None:
+                    s.events[0].time_unix_nano = en
+                if own and k in own:
+                    s.ClearField("attributes")
+                    s.attributes.extend(key_values(own[k]))
+            yield req

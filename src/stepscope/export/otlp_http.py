@@ -1,13 +1,16 @@
-"""Send a run to an OpenTelemetry collector over OTLP/HTTP (protobuf), with OpenTelemetry's own exporter.
+"""Send a run to an OpenTelemetry collector over OTLP/HTTP (protobuf), through OpenTelemetry's own exporter.
 
-``send`` hands ``export.otlp.span_batches`` (at most ``otlp.BATCH`` spans a request, one process run each) to
-``opentelemetry-exporter-otlp-proto-http``'s ``OTLPSpanExporter``, which reads the standard variables:
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT`` (plus ``/v1/traces``), ``..._HEADERS``,
-``..._TIMEOUT``, ``..._COMPRESSION``, ``..._CERTIFICATE`` (https://opentelemetry.io/docs/specs/otel/protocol/exporter/),
-and retries 429/502/503/504 and connection errors within the timeout. An explicit endpoint (``--endpoint URL``)
-is sent to ``URL/v1/traces``. The first batch the collector refuses ends the export with ``SendFailed``: one line
-with the HTTP status and the collector's message (its ``google.rpc.Status`` body, JSON or text), or why it could
-not be reached.
+``send`` serializes ``export.otlp.requests`` (at most ``otlp.BATCH`` spans a request, one process run each) and
+hands each request's bytes to the HTTP client of ``opentelemetry-exporter-otlp-proto-http``'s ``OTLPSpanExporter``
+(``Exporter``), which reads the standard variables: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_ENDPOINT`` (plus ``/v1/traces``), ``..._HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION``,
+``..._CERTIFICATE`` (https://opentelemetry.io/docs/specs/otel/protocol/exporter/), compresses, and retries
+429/502/503/504 and connection errors within the timeout. The exporter's ``export`` takes SDK ``ReadableSpan``s
+only (one Python object per span, then its own encoder: ~20x slower than the messages built here), so the bytes
+go through its client directly: ``_client.export`` (1.45 and later), or ``_export`` under its ``export``'s retry
+loop (1.27 to 1.44). An explicit endpoint (``--endpoint URL``) is sent to ``URL/v1/traces``. The first batch the
+collector refuses ends the export with ``SendFailed``: one line with the HTTP status and the collector's message
+(its ``google.rpc.Status`` body, JSON or text), or why it could not be reached.
 """
 
 from __future__ import annotations
@@ -107,6 +110,37 @@ def connection_reason(e: BaseException) -> str:
     return " ".join((text or type(e).__name__).split())[:300]
 
 
+def otlp_exporter(url: str, session=None):
+    """OpenTelemetry's ``OTLPSpanExporter`` for ``url`` (the full ``/v1/traces`` URL; ``session``: a
+    ``requests.Session`` or None), its headers, timeout, compression and certificates from the ``OTEL_EXPORTER_OTLP_*``
+    variables, with one more method: ``export_serialized(bytes) -> bool``, which sends one serialized
+    ``ExportTraceServiceRequest`` through the exporter's own client (compression, headers, retries within the
+    timeout; see the module's docstring) and says whether the collector took it. Raises ImportError without
+    ``opentelemetry-exporter-otlp-proto-http``."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    class Exporter(OTLPSpanExporter):
+        payload = b""
+
+        def _export(self, serialized_data, *args, **kwargs):  # (1.27 to 1.44: called by export()'s retry loop)
+            return super()._export(self.payload, *args, **kwargs)
+
+        def export_serialized(self, data: bytes) -> bool:
+            client = getattr(self, "_client", None)
+            if client is not None and callable(getattr(client, "export", None)):  # (1.45 and later)
+                return bool(client.export(data).success)
+            self.payload = data  # export() of no span: its retry loop around _export, which sends the payload
+            try:
+                return self.export([]) is SpanExportResult.SUCCESS
+            except OSError:  # (requests' errors: 1.27's export() lets a second failed connection out)
+                return False
+            finally:
+                self.payload = b""
+
+    return Exporter(endpoint=url, session=session)
+
+
 def send(parts: Iterable[RunData], top_id: str, service: str | None = None, endpoint: str | None = None,
          batch: int = otlp.BATCH) -> Sent:
     """Send the run (``parts``: ``store.reader.load_parts``) to an OTLP/HTTP collector, ``batch`` spans a request.
@@ -114,8 +148,6 @@ def send(parts: Iterable[RunData], top_id: str, service: str | None = None, endp
     ``DEFAULT_URL``). Headers, timeout and compression from the environment.
     Raises ``SendFailed`` (one line) at the first batch not delivered; batches sent before it stay sent."""
     import requests as http
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExportResult
 
     last: list = []  # what the latest request met: ("http", status, message) or ("connection", exception)
 
@@ -139,19 +171,21 @@ def send(parts: Iterable[RunData], top_id: str, service: str | None = None, endp
         lg.addHandler(quiet)
         lg.propagate = False
         lg.setLevel(logging.WARNING)
-    exporter = OTLPSpanExporter(endpoint=url, session=session)
+    exporter = otlp_exporter(url, session)
     spans = sent = 0
     try:
-        for part in parts:
-            for b in otlp.span_batches(part, top_id, service, batch):
-                last.clear()
-                if exporter.export(b) is not SpanExportResult.SUCCESS:
-                    if last and last[0] == "http":
-                        raise SendFailed(f"OTLP export to {url} refused: HTTP {last[1]}" + (f": {last[2]}" if last[2] else ""))
-                    why = connection_reason(last[1]) if last else "no answer within the timeout"
-                    raise SendFailed(f"OTLP export: could not reach {url}: {why}")
-                spans += len(b)
-                sent += 1
+        for req in otlp.requests(parts, top_id, service, batch):
+            data = req.SerializeToString()
+            n = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+            del req
+            last.clear()
+            if not exporter.export_serialized(data):
+                if last and last[0] == "http":
+                    raise SendFailed(f"OTLP export to {url} refused: HTTP {last[1]}" + (f": {last[2]}" if last[2] else ""))
+                why = connection_reason(last[1]) if last else "no answer within the timeout"
+                raise SendFailed(f"OTLP export: could not reach {url}: {why}")
+            spans += n
+            sent += 1
     finally:
         exporter.shutdown()
         for lg, (prop, level) in zip(loggers, saved):
