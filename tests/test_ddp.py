@@ -8,6 +8,7 @@ from stepscope.tracing.ddp import DDP_SPAN, FR_VARS, DdpJoin, enable_flight_reco
 
 MS = 1_000_000
 ANCHOR = Anchor(mono_ns=1_000 * MS, wall_ns=1_700_000_000_000 * MS)  # wall = mono + offset
+SHIFT = ANCHOR.mono_ns - ANCHOR.wall_ns
 TH = 140000000000001
 
 
@@ -24,7 +25,7 @@ def span(sid, op, t0, t1, parent=None, thread=TH, name="x"):
 def join(spans, entries, configs=None):
     j = DdpJoin(ANCHOR, itertools.count(1000).__next__)
     return j, j.spans_for(spans, read=lambda: (entries, configs if configs is not None else
-                                                 {"": {"name": "", "ranks": "[0, 1, 2, 3]"}}))
+                                                 {"": {"name": "", "ranks": "[0, 1, 2, 3]"}}), shift=SHIFT)
 
 
 def test_the_span_runs_from_the_last_bucket_launch_to_the_end_of_backward():
@@ -50,7 +51,7 @@ def test_nothing_without_backward_or_without_buckets_and_dropped_entries_are_cou
     assert out == []
     j, out = join([span(1, "backward", 2000 * MS, 2010 * MS)], [entry(0, 1000 * MS)])
     assert out == [] and j.missed == 0
-    j.spans_for([span(2, "backward", 3000 * MS, 3010 * MS)], read=lambda: ([entry(50, 3005 * MS)], {}))
+    j.spans_for([span(2, "backward", 3000 * MS, 3010 * MS)], read=lambda: ([entry(50, 3005 * MS)], {}), shift=SHIFT)
     assert j.missed == 49  # records 1..49 left the ring between two reads
 
 
@@ -62,3 +63,12 @@ def test_bytes_and_the_recorder_is_sized_only_in_a_rank_that_did_not_size_it():
     assert not enable_flight_recorder(env) and FR_VARS[0] not in env
     env = {}
     assert not enable_flight_recorder(env) and env == {}  # not a rank
+
+
+def test_the_clocks_offset_is_read_tight():
+    from stepscope.tracing.ddp import wall_to_mono
+    import time
+
+    a = wall_to_mono()
+    m, w = time.perf_counter_ns(), time.time_ns()
+    assert abs((m - w) - a) < 50_000_000  # the same offset as a plain reading, within a loaded machine's preemption

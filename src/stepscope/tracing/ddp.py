@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 
 #: the module whose import tells that the program uses DDP
 DDP_MODULE = "torch.nn.parallel.distributed"
@@ -130,9 +131,24 @@ def _group(entry: dict, configs: dict) -> tuple[str, int | None]:
     return ("WORLD" if desc == "default_pg" else (desc or name)), size
 
 
+def wall_to_mono(tries: int = 7) -> int:
+    """``perf_counter_ns() - time_ns()`` now (ns), from the tightest of ``tries`` bracketed readings: a reading
+    preempted between its clock reads (a loaded machine) is off by as long as it was preempted, and a bucket's launch
+    is often under a millisecond before backward's end."""
+    best = None
+    for _ in range(tries):
+        m0 = time.perf_counter_ns()
+        w = time.time_ns()
+        m1 = time.perf_counter_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, (m0 + m1) // 2 - w)
+    return best[1]
+
+
 class DdpJoin:
     """Adds DDP's gradient all-reduce spans to a flush's spans (see the module). ``anchor``: the process's
-    ``clock.Anchor`` (flight-recorder wall times -> perf_counter_ns); ``next_id``: the span id source."""
+    ``clock.Anchor`` (kept for reference: flight-recorder wall times are put on perf_counter_ns by ``wall_to_mono``
+    at each read, which a slewed wall clock cannot drift from); ``next_id``: the span id source."""
 
     def __init__(self, anchor, next_id) -> None:
         self.anchor = anchor
@@ -140,8 +156,10 @@ class DdpJoin:
         self.last_record = -1
         self.missed = 0
 
-    def spans_for(self, spans: list[tuple], read=read_entries) -> list[tuple]:
-        """New span tuples (``tracing.buffer.SPAN_FIELDS``) for the ``backward`` spans among ``spans``."""
+    def spans_for(self, spans: list[tuple], read=read_entries, shift: int | None = None) -> list[tuple]:
+        """New span tuples (``tracing.buffer.SPAN_FIELDS``) for the ``backward`` spans among ``spans``. ``read``:
+        the flight recorder's ``(entries, pg_config)``; ``shift``: perf_counter ns minus wall ns (default: read now,
+        ``wall_to_mono``)."""
         backs = [s for s in spans if s[3] == "backward"]
         if not backs:
             return []
@@ -153,7 +171,8 @@ class DdpJoin:
             self.missed += first - self.last_record - 1
         self.last_record = max(self.last_record, max(int(e.get("record_id", 0)) for e in entries))
         colls = [(s[6], s[4], s[5]) for s in spans if s[3] == "collective"]
-        to_mono = self.anchor.to_mono_ns
+        shift = wall_to_mono() if shift is None else shift
+        to_mono = lambda wall: wall + shift  # noqa: E731
         out: list[tuple] = []
         for b in backs:
             sid, thread, t0, t1 = b[0], b[6], b[4], b[5]
