@@ -87,7 +87,8 @@ class SyncFreeSteps:
         self.set_begin = searches_index(sched)
         self.own_set_timesteps = sched.set_timesteps
         self.own_step = sched.step
-        self.of = None  # the timesteps tensor the host lists were read from
+        self.of = None  # the timesteps and sigmas tensors the host lists were read from
+        self.sigmas_of = None
         self.timesteps: list = []
         self.sigmas: list = []
 
@@ -113,12 +114,14 @@ class SyncFreeSteps:
         self.of = s.timesteps
         self.timesteps = s.timesteps.tolist() if s.timesteps is not None else []
         if self.owner == EULER:
+            self.sigmas_of = s.sigmas
             self.sigmas = s.sigmas.tolist()
 
     def step(self, model_output, timestep, sample, *args, **kwargs):
         """The scheduler's step without its host syncs where the call can be placed, else its own."""
         s = self.sched
-        if s.timesteps is not self.of:  # the schedule was replaced without set_timesteps: read it again
+        if s.timesteps is not self.of or (self.owner == EULER and s.sigmas is not self.sigmas_of):
+            # the schedule was replaced without set_timesteps: read it again
             self.read()
         if self.owner in HOST_TIMESTEP:
             k = position(timestep, s.timesteps)
@@ -128,7 +131,7 @@ class SyncFreeSteps:
         import torch
 
         if (s.step_index is None or not s.is_scale_input_called or s.config.prediction_type not in _PREDICTIONS
-                or isinstance(timestep, (int, torch.IntTensor, torch.LongTensor)) or len(self.sigmas) != len(s.sigmas)):
+                or isinstance(timestep, (int, torch.IntTensor, torch.LongTensor))):
             return self.own_step(model_output, timestep, sample, *args, **kwargs)
         return euler_step(s, self.sigmas, model_output, sample, *args, **kwargs)
 
