@@ -183,3 +183,83 @@ def test_suggest_and_the_report_name_the_fixes_that_apply(tmp_path, browser_page
     note = browser_page.locator("#fix-note").inner_text()
     assert note.startswith("Fixes that apply to this run: sdpa (classic attention processors") and doc["try_command"] in note
     assert browser_page.errors == []
+
+
+def _figures(row: dict) -> list[str]:
+    """What the try page shows of a configuration (the terminal's figures, as the page formats them)."""
+    step, call = row["step"], row["call"]
+    out = [row["label"], f"{1e3 * step['median']:.1f} ms", f"{1e3 * step['ci_low']:.1f}–{1e3 * step['ci_high']:.1f}",
+           f"{call['median']:.3f} s", f"{call['ci_low']:.3f}–{call['ci_high']:.3f}", f"{row['peak_bytes'] / 2**20:,.0f} MiB",
+           f"{row['warmup_s']:.2f} s"]
+    if row["index"]:
+        for ch in (row["step_change"], row["call_change"]):
+            out += [f"{100 * ch['change']:+.1f}%", f"{100 * ch['ci_low']:+.1f} .. {100 * ch['ci_high']:+.1f}%"]
+        out += [f"({100 * row['peak_change']:+.0f}%)", f"{row['output']['max_abs_diff']:.3g}",
+                f"{row['output']['psnr_db']:.1f} dB"]
+    return out
+
+
+def test_the_try_result_in_the_web_ui_bench_show_html_and_the_plot(classic, tmp_path, browser_page):
+    import html as htmlmod
+    import os
+    import struct
+
+    from serve_helpers import Server
+
+    from stepscope.fixes.verdict import try_verdict, verdict_word
+    from stepscope.store import bench as bench_store
+    from stepscope.store.db import Store
+
+    store, doc = classic
+    v, bid = doc["verdict"], doc["bench_id"]
+    words = [verdict_word(r) for r in try_verdict(bench_store.load(Store(store), bid)).rows]
+    assert words[0] == "baseline" and words[1] in ("faster", "faster, more memory", "slower", "no significant change")
+    srv = Server(store)
+    try:
+        status, body, _ = srv.get("/bench")
+        listing = htmlmod.unescape(body.decode())
+        assert status == 200 and bid in listing and ">try<" in listing and "classic.py" in listing
+        assert v["recommendation"] in listing
+        status, body, _ = srv.get(f"/bench/{bid}")
+        page = htmlmod.unescape(body.decode())
+        assert status == 200 and 'id="try-verdict"' in page
+        for row, word in zip(v["rows"], words):
+            tr = page[page.index(f'<tr data-config="{row["index"]}">'):]
+            tr = tr[:tr.index("</tr>")]
+            for fig in _figures(row) + [word]:
+                assert fig in tr, (fig, tr)
+        assert f"Recommendation:</b> {v['recommendation']}" in page
+        for fix, why in v["not_applicable"].items():
+            assert f"<code>{fix}</code>: {why}" in page
+        status, body, _ = srv.get(f"/api/bench/{bid}")
+        api = json.loads(body)
+        assert status == 200 and api["try"]["rows"] == v["rows"] and api["try"]["recommendation"] == v["recommendation"]
+        status, png, _ = srv.get(f"/bench/{bid}/plot.png")
+        # two panels (the step, the call): twice the width of a one-panel plot of two configurations
+        assert status == 200 and png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1000, 480)
+        page_ = browser_page
+        page_.goto(f"{srv.url}/bench/{bid}")
+        assert page_.locator("#recommendation").inner_text() == f"Recommendation: {v['recommendation']}"
+        table = page_.locator("table#try-verdict").inner_text()
+        assert "sdpa" in table and "reference" in table and words[1] in table
+        assert "vae-slicing: one image per call" in page_.locator("#not-applicable").inner_text()
+        page_.wait_for_function("document.getElementById('plot').complete")
+        assert page_.locator("#plot").evaluate("img => img.naturalWidth") == 1000
+        if os.environ.get("STEPSCOPE_SHOTS"):
+            page_.screenshot(path=os.path.join(os.environ["STEPSCOPE_SHOTS"], "try-bench-page.png"), full_page=True)
+        assert page_.errors == []
+    finally:
+        srv.stop()
+    out = tmp_path / "try.html"
+    p = run_cli(["bench", "show", bid, "--html", str(out)], store)
+    assert p.returncode == 0, p.stderr
+    standalone = htmlmod.unescape(out.read_text())
+    assert 'src="data:image/png;base64,' in standalone and "<style>" in standalone
+    for row in v["rows"]:
+        for fig in _figures(row):
+            assert fig in standalone, fig
+    assert v["recommendation"] in standalone
+    shown = _json(run_cli(["bench", "show", bid, "--json"], store))
+    assert shown["try"]["rows"] == v["rows"]
+    p = run_cli(["bench", "plot", bid, "-o", str(tmp_path / "p.png")], store)
+    assert p.returncode == 0 and struct.unpack(">II", (tmp_path / "p.png").read_bytes()[16:24]) == (1000, 480)

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from ..bench import results as bench_results
 from ..bench.plots import plot as plot_png
+from ..bench.plots import plot_bench
 from ..bench.runner import run_bench
 from ..bench.spec import Spec, SpecError, command_spec, from_toml, sd_spec
 from ..bench.stats import compare as compare_times
@@ -233,13 +234,17 @@ def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] =
                             r["peak_bytes"], r["error"] or ""])
     if html is not None:
         _write_html(b, v, html)
-    if as_json:
-        print_json({"bench": b, "verdict": dataclasses.asdict(v)})
-    elif b["spec"].get("kind") == "try":  # `stepscope try`: its own table (step and call, output change)
+    tv = None
+    if b["spec"].get("kind") == "try":  # `stepscope try`: its own table (step and call, output change)
         from ..fixes.verdict import try_verdict
+
+        tv = try_verdict(b)
+    if as_json:
+        print_json({"bench": b, "verdict": dataclasses.asdict(v)} | ({"try": dataclasses.asdict(tv)} if tv else {}))
+    elif tv is not None:
         from ..render.try_ import print_try
 
-        print_try(try_verdict(b), out)
+        print_try(tv, out)
     else:
         print_verdict(v, out)
 
@@ -251,7 +256,7 @@ def _write_html(b: dict, v: bench_results.Verdict, path: Path) -> None:
     from ..web.templating import bench_page
 
     with tempfile.TemporaryDirectory() as d:
-        png = plot_png(v, Path(d) / "p.png") if any(r.times_s for r in v.rows) else None
+        png = plot_bench(b, Path(d) / "p.png")
         src = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() if png else None
     path.write_text(bench_page(b, v, src, standalone=True), encoding="utf-8")
 
@@ -296,11 +301,10 @@ def plot_cmd(bench_id: Optional[str] = typer.Argument(None), output: Optional[Pa
     """Per-run plot (PNG): every run a point, medians as bars, a panel per batch size."""
     st = open_store(store)
     b = bench_store.load(st, bench_store.resolve(st, bench_id))
-    v = bench_results.verdict(b)
-    if not any(r.times_s for r in v.rows):
-        raise UserError(f"benchmark {v.bench_id} has no timed runs to plot")
-    p = plot_png(v, output or Path(f"stepscope-{v.bench_id}.png"))
+    p = plot_bench(b, output or Path(f"stepscope-{b['id']}.png"))
+    if p is None:
+        raise UserError(f"benchmark {b['id']} has no timed runs to plot")
     if as_json:
-        print_json({"bench_id": v.bench_id, "plot": str(p)})
+        print_json({"bench_id": b["id"], "plot": str(p)})
     else:
         out.print(f"plot: {p}")

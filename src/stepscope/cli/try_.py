@@ -31,8 +31,7 @@ def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(No
             store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Apply fixes to a diffusers program at its first pipeline call, each configuration in its own process, and
     measure them against the program as it is: time per denoising step and per call, peak memory, output change."""
-    from ..bench.plots import plot as plot_png
-    from ..bench import results as bench_results
+    from ..bench.plots import plot_bench
     from ..fixes.runner import Plan, TryError, run_try
     from ..fixes.verdict import try_verdict
     from ..render.try_ import print_try
@@ -60,16 +59,13 @@ def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(No
             raise typer.Exit(1)
     b = bench_store.load(st, bench_id)
     v = try_verdict(b)
-    png = st.path / "bench" / f"{bench_id}.png"
-    bv = bench_results.verdict(b)
-    if any(r.times_s for r in bv.rows):
-        plot_png(bv, png, title="stepscope try: the pipeline call per configuration")
+    png = plot_bench(b, st.path / "bench" / f"{bench_id}.png")  # the step and the call per configuration
     if as_json:
         print_json({"bench_id": bench_id, "verdict": dataclasses.asdict(v), "bench": b,
-                    "plot": str(png) if png.exists() else None})
+                    "plot": str(png) if png else None})
         return
     print_try(v, out)
-    if png.exists():
+    if png is not None:
         err.print(f"plot: {png}")
     if b["status"] == "interrupted":
         err.print("[yellow]interrupted: the finished runs are kept[/yellow]")

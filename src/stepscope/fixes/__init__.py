@@ -26,7 +26,9 @@ FIXES: dict[str, str] = {
     "vae-slicing": "the VAE decodes one image of the batch at a time",
     "fuse-qkv": "the attention's q, k, v projections fused into one matmul",
     "no-offload": "the CPU offload hooks removed, every component on the device",
-    "sync-free-scheduler": "the scheduler's first step index set (set_begin_index(0)) instead of searched with .nonzero().item()",
+    "sync-free-scheduler": "the scheduler's step without host syncs: its first index set (set_begin_index(0)) instead of "
+                           "searched with .nonzero().item(); the schedule read on the host once, so Euler's churn test "
+                           "and DDIM's/PNDM's timestep arithmetic are host values (fixes.schedulers)",
 }
 
 #: fixes of which at most one goes into a combination (the fastest of those that helped)

@@ -190,11 +190,14 @@ def check(name: str, site: Site) -> str | None:
         off = _offloaded(site.pipe)
         return None if off else "no CPU offload hook on the pipeline's components"
     if name == "sync-free-scheduler":
+        from .schedulers import removes
+
         s = getattr(site.pipe, "scheduler", None)
-        if s is None or not hasattr(s, "set_begin_index") or not hasattr(s, "index_for_timestep"):
-            return f"the scheduler ({type(s).__name__}) does not search its step index"
-        if getattr(s, "begin_index", None) is not None:
-            return "the scheduler's begin index is already set"
+        if s is None:
+            return "the pipeline has no scheduler"
+        if not removes(s):
+            return (f"the scheduler's step ({type(s).__name__}) makes no host sync this fix removes"
+                    + (" (its begin index is already set)" if getattr(s, "begin_index", None) is not None else ""))
         return None
     raise ValueError(f"unknown fix {name!r}")
 
@@ -283,16 +286,9 @@ def apply(name: str, site: Site) -> str:
         pipe.to(dev)
         return f"offload hooks removed from {', '.join(off)}; pipeline on {dev}"
     if name == "sync-free-scheduler":
-        sched = pipe.scheduler
-        set_timesteps = sched.set_timesteps
+        from .schedulers import SyncFreeSteps
 
-        def set_timesteps_then_begin(*args, **kwargs):
-            r = set_timesteps(*args, **kwargs)
-            sched.set_begin_index(0)  # a pipeline that starts later (img2img) sets its own after this
-            return r
-
-        sched.set_timesteps = set_timesteps_then_begin
-        return f"{type(sched).__name__}.set_begin_index(0) after set_timesteps"
+        return SyncFreeSteps(pipe.scheduler).install()
     raise ValueError(f"unknown fix {name!r}")
 
 

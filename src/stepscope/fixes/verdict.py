@@ -152,6 +152,23 @@ def helped(r: Row) -> bool:
     return ch is not None and ch.significant and ch.change < 0 and within_memory(r)
 
 
+def verdict_word(r: Row) -> str:
+    """A configuration's verdict in words: ``baseline``, ``failed``, ``faster``, ``faster, more memory``, ``slower``,
+    ``no significant change`` (on the denoising step when measured, else the call) or ``-`` (nothing to compare)."""
+    if r.index == 0:
+        return "baseline"
+    if r.problem:
+        return "failed"
+    ch = r.step_change if r.step_change is not None else r.call_change
+    if ch is None:
+        return "-"
+    if not ch.significant:
+        return "no significant change"
+    if ch.change < 0:
+        return "faster" if helped(r) else "faster, more memory"
+    return "slower"
+
+
 def combination(b: dict) -> list[str]:
     """The fixes to combine: each single fix that helped; of ``EXCLUSIVE`` groups the fastest; in ``FIXES``
     order. Fewer than two: nothing to combine."""

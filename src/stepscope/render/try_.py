@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..bench.results import MiB
 from ..analysis.fixhints import FixHint
-from ..fixes.verdict import Row, TryVerdict, helped
+from ..fixes.verdict import Row, TryVerdict, verdict_word
 
 
 def _change(ch) -> str:
@@ -37,19 +37,13 @@ def _output(r: Row) -> str:
     return "identical" if psnr == math.inf else f"{o['max_abs_diff']:.2g} ({psnr:.0f}dB)"
 
 
+_COLOUR = {"failed": "yellow", "faster": "green", "faster, more memory": "yellow", "slower": "red"}
+
+
 def _verdict(r: Row) -> str:
-    if r.index == 0:
-        return "baseline"
-    if r.problem:
-        return "[yellow]failed[/yellow]"
-    ch = r.step_change if r.step_change is not None else r.call_change
-    if ch is None:
-        return "-"
-    if not ch.significant:
-        return "no significant change"
-    if ch.change < 0:
-        return "[green]faster[/green]" if helped(r) else "[yellow]faster, more memory[/yellow]"
-    return "[red]slower[/red]"
+    word = verdict_word(r)
+    c = _COLOUR.get(word)
+    return f"[{c}]{word}[/{c}]" if c else word
 
 
 def print_try(v: TryVerdict, console: Console) -> None:

@@ -50,12 +50,19 @@ def resolve(store: Store, ref: str | None) -> str:
 
 
 def list_benches(store: Store) -> list[dict]:
-    """Every benchmark, newest first: ``{"id", "created_wall_ns", "status", "labels"}`` (``labels``: one per
-    configuration). Raises StoreError for an unreadable store."""
+    """Every benchmark, newest first: ``{"id", "created_wall_ns", "status", "labels", "kind", "command"}``
+    (``labels``: one per configuration; ``kind``: the spec's, "sd", "command", "try"...; ``command``: the program's
+    words or None). Raises StoreError for an unreadable store."""
     with store._reading():
         _ensure(store)
-        rows = store.conn.execute("SELECT id, created_wall_ns, status, labels FROM bench ORDER BY created_wall_ns DESC").fetchall()
-    return [{"id": r[0], "created_wall_ns": r[1], "status": r[2], "labels": json.loads(r[3] or "[]")} for r in rows]
+        rows = store.conn.execute("SELECT id, created_wall_ns, status, labels, spec FROM bench "
+                                  "ORDER BY created_wall_ns DESC").fetchall()
+    out = []
+    for r in rows:
+        spec = json.loads(r[4] or "{}")
+        out.append({"id": r[0], "created_wall_ns": r[1], "status": r[2], "labels": json.loads(r[3] or "[]"),
+                    "kind": spec.get("kind"), "command": spec.get("command")})
+    return out
 
 
 def load(store: Store, bench_id: str) -> dict:

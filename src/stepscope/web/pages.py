@@ -193,9 +193,23 @@ def routes(state) -> list[Route]:
     def bench_list(request: Request) -> HTMLResponse:
         from ..store import bench as bench_store
 
-        items = [{"id": b["id"], "created": b["created_wall_ns"], "status": b["status"], "configs": len(b["labels"])}
-                 for b in bench_store.list_benches(state.store())]
+        items = []
+        for b in bench_store.list_benches(state.store()):
+            cmd = b["command"]
+            items.append({"id": b["id"], "created": b["created_wall_ns"], "status": b["status"],
+                          "configs": len(b["labels"]), "kind": b["kind"] or "-",
+                          "command": " ".join(cmd) if isinstance(cmd, list) else cmd,
+                          "recommendation": _recommendation(b["id"]) if b["kind"] == "try" else None})
         return HTMLResponse(env.get_template("benches.html.j2").render(title="benchmarks", items=items))
+
+    def _recommendation(bench_id: str) -> str | None:
+        from ..fixes.verdict import try_verdict
+        from ..store import bench as bench_store
+
+        try:
+            return try_verdict(bench_store.load(state.store(), bench_id)).recommendation
+        except StoreError:
+            return None
 
     def _bench(bench_id: str):
         from ..bench.results import verdict
@@ -207,6 +221,17 @@ def routes(state) -> list[Route]:
             raise HTTPException(404, str(e)) from None
         return b, verdict(b)
 
+    def api_bench(request: Request) -> Response:
+        """``GET /api/bench/{id}``: what ``bench show --json`` prints: the benchmark, its verdict and, for a
+        ``stepscope try`` benchmark, the try verdict (``fixes.verdict.TryVerdict``)."""
+        b, v = _bench(request.path_params["bench_id"])
+        doc = {"bench": b, "verdict": dataclasses.asdict(v)}
+        if b["spec"].get("kind") == "try":
+            from ..fixes.verdict import try_verdict
+
+            doc["try"] = dataclasses.asdict(try_verdict(b))
+        return Response(orjson.dumps(doc), media_type="application/json")
+
     def bench_view(request: Request) -> HTMLResponse:
         b, v = _bench(request.path_params["bench_id"])
         return HTMLResponse(bench_page(b, v, f"/bench/{b['id']}/plot.png" if any(r.times_s for r in v.rows) else None))
@@ -215,13 +240,14 @@ def routes(state) -> list[Route]:
         import tempfile
         from pathlib import Path
 
-        from ..bench.plots import plot
+        from ..bench.plots import plot_bench
 
-        b, v = _bench(request.path_params["bench_id"])
-        if not any(r.times_s for r in v.rows):
-            raise HTTPException(404, f"benchmark {b['id']} has no timed runs to plot")
+        b, _ = _bench(request.path_params["bench_id"])
         with tempfile.TemporaryDirectory() as d:
-            png = plot(v, Path(d) / "plot.png").read_bytes()
+            p = plot_bench(b, Path(d) / "plot.png")
+            if p is None:
+                raise HTTPException(404, f"benchmark {b['id']} has no timed runs to plot")
+            png = p.read_bytes()
         return Response(png, media_type="image/png")
 
     def compare(request: Request) -> HTMLResponse:
@@ -254,6 +280,7 @@ def routes(state) -> list[Route]:
         Route("/bench", bench_list),
         Route("/bench/{bench_id}", bench_view),
         Route("/bench/{bench_id}/plot.png", bench_plot),
+        Route("/api/bench/{bench_id}", api_bench),
         Route("/static/{name}", static),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]
