@@ -1,6 +1,7 @@
 """The C recorder (stepscope._native, issue 31) against the pure-Python one, under the real `stepscope run` on
 3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
-exceptions caught and raised, a generator, coroutines in asyncio tasks, an async generator, threads): the
+exceptions caught and raised, generators (raising, thrown into and closed early, delegating), coroutines in asyncio
+tasks (one cancelled), async generators (one closed early), threads): the
 stored spans are the same for both (name, parent's name, exception type, thread) and nest in time; the run
 records which recorder it used; a .so that cannot load is one line in the run's environment facts, the
 program's output unchanged."""
@@ -78,6 +79,18 @@ def test_both_recorders_store_the_same_spans(python, tmp_path):
     assert shape[("mixmod.fail", "mixmod.outer", "KeyError", True)] == 1
     assert shape[("mixmod.deep", "mixmod.deep", None, True)] == 5
     assert shape[("mixmod.middle", "mixmod.coro", None, True)] == 3
+    # generators, coroutines and async generators (the C recorder's on 3.12+): 3 runs of outer (2 workers, main)
+    assert shape[("mixmod.gen_fail", "mixmod.gen_cases", "KeyError", True)] == 1
+    # after the ValueError thrown in was caught (3.11's instrumented code sees no throw: the catcher's span is not
+    # current again until its next yield, the call lands under its caller)
+    monitoring = subprocess.run([python, "-c", "import sys; print(hasattr(sys, 'monitoring'))"], capture_output=True,
+                                text=True).stdout.strip() == "True"
+    assert shape[("mixmod.leaf", "mixmod.catcher" if monitoring else "mixmod.gen_cases", None, True)] == 1
+    assert shape[("mixmod.catcher", "mixmod.gen_cases", None, True)] == 1  # closed early: no error
+    assert shape[("mixmod.nested", "mixmod.nested", None, False)] == 2 * 2  # yield from itself
+    assert shape[("mixmod.sleeper", "mixmod.amain", "asyncio.exceptions.CancelledError", True)] == 1
+    assert shape[("mixmod.coro", "mixmod.amain", None, False)] == 2 * 3  # each task under the coroutine that made it
+    assert shape[("mixmod.agen", "mixmod.amain", None, True)] == 2  # one closed early, one run out
 
 
 def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):

@@ -12,7 +12,8 @@ A generator or coroutine frame that suspends puts its caller's value back and ke
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
 ``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
-With the C recorder in use (``tracing.native``) the plain traced functions never reach a ``Probe``: their
+With the C recorder in use (``tracing.native``) the plain traced functions (on 3.12+ also generators and
+coroutines without hooks or subclass filter: the same records, made in C) never reach a ``Probe``: their
 calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
 that opened later (``buffer.parent_of``).
 
