@@ -244,20 +244,11 @@ static PyObject *frame_key(void) { /* the running frame's address (id(frame)), o
 
 static void gen_start(int32_t idx) {
     PyObject *prev = cv_get();
-    int64_t parent = parent_now(prev);
-    int64_t sid = ++last_sid;
-    PyObject *rec = PyList_New(8);
-    if (rec == NULL) { PyErr_Clear(); Py_DECREF(prev); return; }
-    PyObject *no = PyList_GET_ITEM(names, idx);
-    PyList_SET_ITEM(rec, 0, PyLong_FromLongLong(sid));
-    PyList_SET_ITEM(rec, 2, opt_id(parent));
-    PyList_SET_ITEM(rec, 3, Py_NewRef(PyList_GET_ITEM(probe_objs, idx)));
-    PyList_SET_ITEM(rec, 4, Py_NewRef(Py_None));
-    PyList_SET_ITEM(rec, 5, Py_NewRef(PyTuple_GET_ITEM(no, 0)));
-    PyList_SET_ITEM(rec, 6, Py_NewRef(Py_None));
-    PyList_SET_ITEM(rec, 7, prev);
-    PyList_SET_ITEM(rec, 1, PyLong_FromLongLong(now_ns()));
-    if (PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(rec); return; }
+    int64_t parent = parent_now(prev), sid = ++last_sid;
+    PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
+                                  opt_id(parent), PyList_GET_ITEM(probe_objs, idx), Py_None,
+                                  PyTuple_GET_ITEM(PyList_GET_ITEM(names, idx), 0), Py_None, prev);
+    if (rec == NULL) { PyErr_Clear(); return; }
     cv_set(rec);
     Py_DECREF(rec);
 }
@@ -266,12 +257,8 @@ static void gen_yield(int32_t idx) { /* Probe.suspend */
     PyObject *rec = current_of(idx);
     if (rec == NULL) return;
     PyObject *key = frame_key();
-    if (key != NULL) {
-        if (PyDict_SetItem(parked, key, rec) < 0) PyErr_Clear();
-        Py_DECREF(key);
-    } else {
-        PyErr_Clear();
-    }
+    if (key == NULL || PyDict_SetItem(parked, key, rec) < 0) PyErr_Clear();
+    Py_XDECREF(key);
     cv_set(PyList_GET_ITEM(rec, 7));
     Py_DECREF(rec);
 }
