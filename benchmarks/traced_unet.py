@@ -14,7 +14,10 @@ tracing is measured), ``--rounds`` rounds interleaved (the order rotated each ro
 of ``--steps`` steps per process after one warm-up call. Printed per configuration: the median step time with a
 bootstrap 95% CI (``bench/stats.py``: all the steps of all rounds pooled), the change against untraced with its
 CI, the per-round ratios of medians, and the traced calls per step (spans stored inside the UNet's ``forward``
-span, per step, read back from the run).
+span, per step, read back from the run), of which the step-level ones: the UNet's blocks and its
+``Transformer2DModel`` are denoiser forwards by ``tracing/steps.py``'s rule (a class from
+``diffusers.models.unets``/``transformers``), recorded by the Python probe with step tags and memory readings
+whichever recorder is in use. On a loaded machine read the main thread's CPU time.
 
     python benchmarks/traced_unet.py [--size 64] [--steps 8] [--calls 3] [--rounds 5] [--threads 1] [--hz 0]
     python benchmarks/traced_unet.py --child plain|native|python ...   (one process's figures, JSON on stdout)
@@ -179,17 +182,20 @@ def main() -> None:
     for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU (main thread)")):
         report(res, key, label)
     from stepscope.bench.stats import compare
+    from stepscope.tracing.steps import kind_of_name
 
+    scoped = sum(k for n, k in first["by_name"].items() if kind_of_name(n) == "scoped")
+    print(f"traced calls per step inside the UNet forward: {first['calls_per_step']:.0f} (+1 the UNet forward); "
+          f"{scoped:.0f} of them and the UNet forward are step-level spans (denoiser rule of tracing/steps.py: "
+          f"Python probe, step tags, memory read at entry and exit), the rest recorded by the recorder under test")
     for m in ("native", "python"):
-        n = res[m][0]["calls_per_step"]
         parts = []
         for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU")):
             base = statistics.median(x for r in res["plain"] for x in r[key])
             ch = compare([x for r in res[m] for x in r[key]], [x for r in res["plain"] for x in r[key]])
-            parts.append(f"{ch.change * base / n:.0f} ns {label} (95% CI {ch.ci_low * base / n:.0f}.."
-                         f"{ch.ci_high * base / n:.0f})")
-        print(f"{m} recorder: {n:.0f} traced calls per step inside the UNet forward (+1 the UNet forward); the step's "
-              f"change per traced call: " + ", ".join(parts))
+            parts.append(f"{ch.change * base / 1e3:+.0f} us {label} (95% CI {ch.ci_low * base / 1e3:+.0f}.."
+                         f"{ch.ci_high * base / 1e3:+.0f})")
+        print(f"{m} recorder: the step's change: " + ", ".join(parts))
     top = sorted(first["by_name"].items(), key=lambda kv: -kv[1])
     print("per step: " + ", ".join(f"{n.rsplit('.', 2)[-2]} {k:g}" for n, k in top))
 
