@@ -230,7 +230,8 @@ static inline void cv_set(PyObject *v) {
 /* this code index's record if it is the current one (a new reference), else NULL */
 static PyObject *current_of(int32_t idx) {
     PyObject *rec = cv_get();
-    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8 && PyList_GET_ITEM(rec, 3) == PyList_GET_ITEM(probe_objs, idx))
+    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8
+        && PyList_GET_ITEM(rec, 3) == PyList_GET_ITEM(probe_objs, idx))
         return rec;
     Py_DECREF(rec);
     return NULL;
@@ -242,7 +243,24 @@ static PyObject *frame_key(void) { /* the running frame's address (id(frame)), o
     return PyLong_FromVoidPtr(f);
 }
 
+/* the parked record of the running frame (removed from the table when take), a new reference, or NULL */
+static PyObject *parked_rec(int take) {
+    if (PyDict_GET_SIZE(parked) == 0) return NULL;
+    PyObject *key = frame_key();
+    if (key == NULL) { PyErr_Clear(); return NULL; }
+    PyObject *rec = PyDict_GetItemWithError(parked, key);
+    if (rec != NULL) {
+        Py_INCREF(rec);
+        if (take && PyDict_DelItem(parked, key) < 0) PyErr_Clear();
+    } else {
+        PyErr_Clear();
+    }
+    Py_DECREF(key);
+    return rec;
+}
+
 static void gen_start(int32_t idx) {
+    Py_XDECREF(parked_rec(1)); /* a frame left suspended with no event (3.13's close) at this address: forgotten */
     PyObject *prev = cv_get();
     int64_t parent = parent_now(prev), sid = ++last_sid;
     PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
@@ -261,22 +279,6 @@ static void gen_yield(int32_t idx) { /* Probe.suspend */
     Py_XDECREF(key);
     cv_set(PyList_GET_ITEM(rec, 7));
     Py_DECREF(rec);
-}
-
-/* the parked record of the running frame (removed from the table when take), a new reference, or NULL */
-static PyObject *parked_rec(int take) {
-    if (PyDict_GET_SIZE(parked) == 0) return NULL;
-    PyObject *key = frame_key();
-    if (key == NULL) { PyErr_Clear(); return NULL; }
-    PyObject *rec = PyDict_GetItemWithError(parked, key);
-    if (rec != NULL) {
-        Py_INCREF(rec);
-        if (take && PyDict_DelItem(parked, key) < 0) PyErr_Clear();
-    } else {
-        PyErr_Clear();
-    }
-    Py_DECREF(key);
-    return rec;
 }
 
 static void gen_resume(void) { /* Probe.resume */
@@ -337,19 +339,18 @@ static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
         return Py_NewRef(disable);                                                          \
     }
 
-#define IS_GEN(idx) (gen_flags[idx])
+#define IDX ((int32_t)(x - 2))
 
-LOCAL_CALLBACK(mon_start, EV_START, { int32_t i = (int32_t)(x - 2); if (IS_GEN(i)) gen_start(i); else push(i); })
-LOCAL_CALLBACK(mon_return, EV_RETURN, { int32_t i = (int32_t)(x - 2); if (IS_GEN(i)) gen_end(i, NULL); else pop(i, NULL); })
-LOCAL_CALLBACK(mon_resume, EV_RESUME, { if (IS_GEN(x - 2)) gen_resume(); })
-LOCAL_CALLBACK(mon_yield, EV_YIELD, { if (IS_GEN(x - 2)) gen_yield((int32_t)(x - 2)); })
+LOCAL_CALLBACK(mon_start, EV_START, if (gen_flags[IDX]) gen_start(IDX); else push(IDX))
+LOCAL_CALLBACK(mon_return, EV_RETURN, if (gen_flags[IDX]) gen_end(IDX, NULL); else pop(IDX, NULL))
+LOCAL_CALLBACK(mon_resume, EV_RESUME, if (gen_flags[IDX]) gen_resume())
+LOCAL_CALLBACK(mon_yield, EV_YIELD, if (gen_flags[IDX]) gen_yield(IDX))
 
 static PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
     if (x >= 2) {
-        int32_t i = (int32_t)(x - 2);
-        if (IS_GEN(i)) gen_end(i, (PyObject *)Py_TYPE(args[2])); else pop(i, (PyObject *)Py_TYPE(args[2]));
+        if (gen_flags[IDX]) gen_end(IDX, (PyObject *)Py_TYPE(args[2])); else pop(IDX, (PyObject *)Py_TYPE(args[2]));
         Py_RETURN_NONE;
     }
     if (x == 1) return pass_on(EV_UNWIND, args, nargs);
@@ -359,7 +360,7 @@ static PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 static PyObject *mon_throw(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
-    if (x >= 2 && IS_GEN(x - 2)) gen_resume();
+    if (x >= 2 && gen_flags[IDX]) gen_resume();
     else if (x == 1) return pass_on(EV_THROW, args, nargs);
     Py_RETURN_NONE;
 }

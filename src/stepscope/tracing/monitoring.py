@@ -24,7 +24,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from . import buffer, native
-from .probes import Probe
+from .probes import Probe, forget_frame
 
 _getframe = sys._getframe
 
@@ -62,6 +62,8 @@ class Monitor:
             if p is None:
                 return DISABLE
             if p.hooks is None and p.by_class is None:  # Probe.enter's common case, inlined (hot path)
+                if p.generator:
+                    forget_frame(_getframe(1))
                 prev = get()
                 set_([next_id(), perf_counter_ns(), parent(prev), p, None, p.name, None, prev])
             else:
