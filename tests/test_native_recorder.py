@@ -1,6 +1,7 @@
 """The C recorder (stepscope._native, issue 31) against the pure-Python one, under the real `stepscope run` on
 3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
-exceptions caught and raised, a generator, coroutines in asyncio tasks, an async generator, threads): the
+exceptions caught and raised, generators (raising, thrown into and closed early, delegating), coroutines in asyncio
+tasks (one cancelled), async generators (one closed early), threads): the
 stored spans are the same for both (name, parent's name, exception type, thread) and nest in time; the run
 records which recorder it used; a .so that cannot load is one line in the run's environment facts, the
 program's output unchanged."""
@@ -46,10 +47,11 @@ def _record(python: str, recorder: str, store: Path, src: Path = SRC):
 
 
 def _shape(spans) -> collections.Counter:
-    """Each span as (name, parent's name, exception type, main thread or not), counted."""
+    """Each span as (name, parent's name, exception type, main thread or not), counted (a parent never stored:
+    "(not stored)")."""
     by_id = {s[0]: s for s in spans}
     main = next(s[6] for s in spans if s[3] == "transaction")
-    return collections.Counter((s[2], by_id[s[1]][2] if s[1] is not None else None, s[7], s[6] == main)
+    return collections.Counter((s[2], by_id[s[1]][2] if s[1] in by_id else s[1] and "(not stored)", s[7], s[6] == main)
                                for s in spans)
 
 
@@ -59,12 +61,14 @@ def test_both_recorders_store_the_same_spans(python, tmp_path):
         pytest.skip("stepscope._native could not be built for this interpreter (no C compiler?)")
     plain = subprocess.run([python, "case_mixed.py"], cwd=PROGRAM, capture_output=True, text=True, timeout=60,
                            env=dict(_env(tmp_path, SRC, "python"), STEPSCOPE_STORE=""))
-    shapes = {}
+    shapes, childless = {}, {}
     for recorder in ("native", "python"):
         p, spans, env = _record(python, recorder, tmp_path / recorder)
         assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
         assert env["recorder"] == recorder and "recorder_note" not in env
         shapes[recorder] = _shape(spans)
+        parents = {s[1] for s in spans}
+        childless[recorder] = sum(1 for s in spans if s[2] == "mixmod.maybe" and s[0] not in parents)
         by_id = {s[0]: s for s in spans}
         for s in spans:  # a span lies inside its parent's time, in the same thread (the root: the main thread's)
             parent = by_id.get(s[1])
@@ -78,6 +82,22 @@ def test_both_recorders_store_the_same_spans(python, tmp_path):
     assert shape[("mixmod.fail", "mixmod.outer", "KeyError", True)] == 1
     assert shape[("mixmod.deep", "mixmod.deep", None, True)] == 5
     assert shape[("mixmod.middle", "mixmod.coro", None, True)] == 3
+    # generators, coroutines and async generators (the C recorder's on 3.12+): 3 runs of outer (2 workers, main)
+    assert shape[("mixmod.gen_fail", "mixmod.gen_cases", "KeyError", True)] == 1
+    # after the ValueError thrown in was caught (3.11's instrumented code sees no throw: the catcher's span is not
+    # current again until its next yield, the call lands under its caller)
+    version = tuple(json.loads(subprocess.run([python, "-c", "import sys; print(list(sys.version_info[:2]))"],
+                                              capture_output=True, text=True).stdout))
+    assert shape[("mixmod.leaf", "mixmod.catcher" if version >= (3, 12) else "mixmod.gen_cases", None, True)] == 1
+    assert shape[("mixmod.catcher", "mixmod.gen_cases", None, True)] == 1  # closed early: no error
+    assert shape[("mixmod.nested", "mixmod.nested", None, False)] == 2 * 2  # yield from itself
+    assert shape[("mixmod.sleeper", "mixmod.amain", "asyncio.exceptions.CancelledError", True)] == 1
+    assert shape[("mixmod.coro", "mixmod.amain", None, False)] == 2 * 3  # each task under the coroutine that made it
+    assert shape[("mixmod.agen", "mixmod.amain", None, True)] == 2  # one closed early, one run out
+    # a generator dropped while suspended: on 3.13 no event, no span; the next one's span is its own (no child)
+    assert shape[("mixmod.maybe", "mixmod.abandoned", None, True)] == (1 if version >= (3, 13) else 2)
+    assert shape[("mixmod.leaf", "(not stored)", None, True)] == (version >= (3, 13))  # that one's call
+    assert childless == {"native": 3, "python": 3}, childless  # maybe(0)'s, one per run of outer
 
 
 def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):

@@ -12,6 +12,13 @@
    Python callback registered with set_forward), 2 + index a native one.
    Python 3.11: the instrumented code calls a Probe object's enter/error/exit (tracing.codeswap).
 
+   Generators, coroutines and async generators (3.12+, registered with generator=True): their records are the
+   Python recorder's own (tracing.probes: a list [span id, start ns, parent id, probe, attrs, name, error type,
+   restore] made current in the ContextVar, so that nesting follows each asyncio task's context); at PY_YIELD the
+   record is parked by frame address and the caller's value put back, at PY_RESUME/PY_THROW it is current again,
+   at PY_RETURN/PY_UNWIND it ends as one record in the columns. The same steps as tracing.probes.Probe, without
+   a Python frame per event.
+
    Nesting with the spans kept in the Python ContextVar (tracing.buffer.current_span: stepscope.span,
    wrappers, step-level probes): span ids come from one counter (next_id), so of the two innermost open spans
    (this thread's native one, the ContextVar's) the one with the larger id is the inner one: the parent.
@@ -67,6 +74,10 @@ static int64_t dropped = 0;
 
 static int64_t last_sid = 0;
 static PyObject *names = NULL;        /* list: index -> (name, op) */
+static PyObject *probe_objs = NULL;   /* list: index -> the Python Probe (a generator record's probe slot) */
+static char *gen_flags = NULL;        /* index -> 1 for a generator, coroutine or async generator */
+static Py_ssize_t cap_flags = 0;
+static PyObject *parked = NULL;       /* dict: frame address -> the record of a suspended generator frame */
 static PyObject *current_span = NULL; /* the ContextVar */
 static PyObject *error_name = NULL;   /* exception type -> "module.Qualname" */
 static PyObject *disable = NULL;      /* sys.monitoring.DISABLE */
@@ -188,6 +199,129 @@ static inline intptr_t extra_of(PyObject *code) {
     return (intptr_t)x;
 }
 
+/* ---- generators, coroutines, async generators (3.12+): tracing.probes.Probe's steps in C ---------------- */
+
+static PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
+
+/* the parent id of a span opened now, given the ContextVar's value prev (0: none; a record whose id is None is the
+   marker of a call a subclass filter left untraced) */
+static int64_t parent_now(PyObject *prev) {
+    int64_t p = 0;
+    if (prev != NULL && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > 0) {
+        PyObject *s = PyList_GET_ITEM(prev, 0);
+        if (PyLong_CheckExact(s)) p = PyLong_AsLongLong(s);
+    }
+    TState *t = tls;
+    if (t != NULL && t->depth > 0 && t->stack[t->depth - 1].sid > p) p = t->stack[t->depth - 1].sid;
+    return p;
+}
+
+static inline PyObject *cv_get(void) { /* a new reference; None when unset */
+    PyObject *v = NULL;
+    if (PyContextVar_Get(current_span, Py_None, &v) < 0) { PyErr_Clear(); return Py_NewRef(Py_None); }
+    return v;
+}
+
+static inline void cv_set(PyObject *v) {
+    PyObject *tok = PyContextVar_Set(current_span, v);
+    if (tok == NULL) PyErr_Clear(); else Py_DECREF(tok);
+}
+
+/* this code index's record if it is the current one (a new reference), else NULL */
+static PyObject *current_of(int32_t idx) {
+    PyObject *rec = cv_get();
+    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8
+        && PyList_GET_ITEM(rec, 3) == PyList_GET_ITEM(probe_objs, idx))
+        return rec;
+    Py_DECREF(rec);
+    return NULL;
+}
+
+static PyObject *frame_key(void) { /* the running frame's address (id(frame)), or NULL */
+    PyFrameObject *f = PyEval_GetFrame();
+    if (f == NULL) return NULL;
+    return PyLong_FromVoidPtr(f);
+}
+
+/* the parked record of the running frame (removed from the table when take), a new reference, or NULL */
+static PyObject *parked_rec(int take) {
+    if (PyDict_GET_SIZE(parked) == 0) return NULL;
+    PyObject *key = frame_key();
+    if (key == NULL) { PyErr_Clear(); return NULL; }
+    PyObject *rec = PyDict_GetItemWithError(parked, key);
+    if (rec != NULL) {
+        Py_INCREF(rec);
+        if (take && PyDict_DelItem(parked, key) < 0) PyErr_Clear();
+    } else {
+        PyErr_Clear();
+    }
+    Py_DECREF(key);
+    return rec;
+}
+
+static void gen_start(int32_t idx) {
+    Py_XDECREF(parked_rec(1)); /* a frame left suspended with no event (3.13's close) at this address: forgotten */
+    PyObject *prev = cv_get();
+    int64_t parent = parent_now(prev), sid = ++last_sid;
+    PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
+                                  opt_id(parent), PyList_GET_ITEM(probe_objs, idx), Py_None,
+                                  PyTuple_GET_ITEM(PyList_GET_ITEM(names, idx), 0), Py_None, prev);
+    if (rec == NULL) { PyErr_Clear(); return; }
+    cv_set(rec);
+    Py_DECREF(rec);
+}
+
+static void gen_yield(int32_t idx) { /* Probe.suspend */
+    PyObject *rec = current_of(idx);
+    if (rec == NULL) return;
+    PyObject *key = frame_key();
+    if (key == NULL || PyDict_SetItem(parked, key, rec) < 0) PyErr_Clear();
+    Py_XDECREF(key);
+    cv_set(PyList_GET_ITEM(rec, 7));
+    Py_DECREF(rec);
+}
+
+static void gen_resume(void) { /* Probe.resume */
+    PyObject *rec = parked_rec(1);
+    if (rec == NULL) return;
+    PyList_SetItem(rec, 7, cv_get());
+    cv_set(rec);
+    Py_DECREF(rec);
+}
+
+static PyObject *gen_record(int32_t idx, int take) { /* Probe._record */
+    PyObject *rec = parked_rec(take);
+    return rec != NULL ? rec : current_of(idx);
+}
+
+static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
+    int64_t end = now_ns();
+    PyObject *rec = gen_record(idx, 1);
+    if (rec == NULL) return;
+    PyObject *sid = PyList_GET_ITEM(rec, 0);
+    if (PyLong_CheckExact(sid)) {
+        PyObject *e = PyList_GET_ITEM(rec, 6);
+        if (exc_type != NULL && !PyType_IsSubtype((PyTypeObject *)exc_type, (PyTypeObject *)PyExc_GeneratorExit))
+            e = exc_type; /* (a closed generator ended normally) */
+        if (n_fin < cap_fin || grow_fin() == 0) {
+            Py_ssize_t i = n_fin++;
+            PyObject *parent = PyList_GET_ITEM(rec, 2);
+            c_sid[i] = PyLong_AsLongLong(sid);
+            c_parent[i] = PyLong_CheckExact(parent) ? PyLong_AsLongLong(parent) : 0;
+            c_idx[i] = idx;
+            c_start[i] = PyLong_AsLongLong(PyList_GET_ITEM(rec, 1));
+            c_end[i] = end;
+            c_tid[i] = tls != NULL ? tls->tid : PyThread_get_thread_ident();
+            c_err[i] = PyType_Check(e) ? Py_NewRef(e) : NULL;
+            if (PyErr_Occurred()) PyErr_Clear();
+        } else {
+            dropped++;
+        }
+    }
+    cv_set(PyList_GET_ITEM(rec, 7));
+    Py_DECREF(rec);
+}
+
 /* ---- sys.monitoring callbacks (3.12+) ---------------------------------------------------------------------- */
 
 static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
@@ -205,22 +339,29 @@ static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
         return Py_NewRef(disable);                                                          \
     }
 
-LOCAL_CALLBACK(mon_start, EV_START, push((int32_t)(x - 2)))
-LOCAL_CALLBACK(mon_return, EV_RETURN, pop((int32_t)(x - 2), NULL))
-LOCAL_CALLBACK(mon_resume, EV_RESUME, (void)0)
-LOCAL_CALLBACK(mon_yield, EV_YIELD, (void)0)
+#define IDX ((int32_t)(x - 2))
+
+LOCAL_CALLBACK(mon_start, EV_START, if (gen_flags[IDX]) gen_start(IDX); else push(IDX))
+LOCAL_CALLBACK(mon_return, EV_RETURN, if (gen_flags[IDX]) gen_end(IDX, NULL); else pop(IDX, NULL))
+LOCAL_CALLBACK(mon_resume, EV_RESUME, if (gen_flags[IDX]) gen_resume())
+LOCAL_CALLBACK(mon_yield, EV_YIELD, if (gen_flags[IDX]) gen_yield(IDX))
 
 static PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
-    if (x >= 2) { pop((int32_t)(x - 2), (PyObject *)Py_TYPE(args[2])); Py_RETURN_NONE; }
+    if (x >= 2) {
+        if (gen_flags[IDX]) gen_end(IDX, (PyObject *)Py_TYPE(args[2])); else pop(IDX, (PyObject *)Py_TYPE(args[2]));
+        Py_RETURN_NONE;
+    }
     if (x == 1) return pass_on(EV_UNWIND, args, nargs);
     Py_RETURN_NONE; /* (a global event: cannot be disabled) */
 }
 
 static PyObject *mon_throw(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
-    if (extra_of(args[0]) == 1) return pass_on(EV_THROW, args, nargs);
+    intptr_t x = extra_of(args[0]);
+    if (x >= 2 && gen_flags[IDX]) gen_resume();
+    else if (x == 1) return pass_on(EV_THROW, args, nargs);
     Py_RETURN_NONE;
 }
 
@@ -245,14 +386,24 @@ static PyObject *py_set_forward(PyObject *m, PyObject *args) {
 }
 
 static PyObject *py_register(PyObject *m, PyObject *args) {
-    PyObject *name, *op;
-    if (!PyArg_ParseTuple(args, "OO", &name, &op)) return NULL;
+    PyObject *name, *op, *probe = Py_None;
+    int gen = 0;
+    if (!PyArg_ParseTuple(args, "OO|Op", &name, &op, &probe, &gen)) return NULL;
+    Py_ssize_t idx = PyList_GET_SIZE(names);
+    if (idx >= cap_flags) {
+        Py_ssize_t cap = cap_flags ? cap_flags * 2 : 256;
+        char *f = (char *)realloc(gen_flags, cap);
+        if (f == NULL) return PyErr_NoMemory();
+        gen_flags = f;
+        cap_flags = cap;
+    }
     PyObject *t = PyTuple_Pack(2, name, op);
     if (t == NULL) return NULL;
-    Py_ssize_t idx = PyList_GET_SIZE(names);
     int r = PyList_Append(names, t);
     Py_DECREF(t);
     if (r < 0) return NULL;
+    if (PyList_Append(probe_objs, probe) < 0) { PyList_SetSlice(names, idx, idx + 1, NULL); return NULL; }
+    gen_flags[idx] = (char)gen;
     return PyLong_FromSsize_t(idx);
 }
 
@@ -268,18 +419,7 @@ static PyObject *py_next_id(PyObject *m, PyObject *unused) { return PyLong_FromL
 
 static PyObject *py_parent_of(PyObject *m, PyObject *prev) {
     /* the parent id of a span opened now, given the ContextVar's value prev */
-    int64_t p = 0;
-    if (prev != Py_None && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > 0) {
-        PyObject *s = PyList_GET_ITEM(prev, 0);
-        if (s != Py_None) { /* (None: the marker of a call a subclass filter left untraced) */
-            p = PyLong_AsLongLong(s);
-            if (p == -1 && PyErr_Occurred()) return NULL;
-        }
-    }
-    TState *t = tls;
-    if (t != NULL && t->depth > 0 && t->stack[t->depth - 1].sid > p) p = t->stack[t->depth - 1].sid;
-    if (p == 0) Py_RETURN_NONE;
-    return PyLong_FromLongLong(p);
+    return opt_id(parent_now(prev));
 }
 
 static PyObject *py_top_name(PyObject *m, PyObject *unused) {
@@ -290,8 +430,6 @@ static PyObject *py_top_name(PyObject *m, PyObject *unused) {
     if (no == NULL) return NULL;
     return Py_NewRef(PyTuple_GET_ITEM(no, 0));
 }
-
-static PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
 
 static PyObject *py_take(PyObject *m, PyObject *unused) {
     /* the finished calls as span tuples (SPAN_FIELDS), oldest first; the columns emptied */
@@ -419,7 +557,8 @@ static PyMethodDef methods[] = {
     {"setup", py_setup, METH_VARARGS, "setup(current_span, error_name, DISABLE, max_pending)"},
     {"set_forward", py_set_forward, METH_VARARGS,
      "set_forward(start, resume, return, yield, throw, unwind): the Python callbacks for Python probes' codes"},
-    {"register", py_register, METH_VARARGS, "register(name, op) -> code index"},
+    {"register", py_register, METH_VARARGS,
+     "register(name, op, probe=None, generator=False) -> code index (generator: 3.12+ sys.monitoring only)"},
     {"mark", py_mark, METH_VARARGS, "mark(code, value): co_extra value (0 untraced, 1 Python probe, 2+index native)"},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
@@ -451,7 +590,9 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     names = PyList_New(0);
-    if (names == NULL || PyType_Ready(&ProbeType) < 0) return NULL;
+    probe_objs = PyList_New(0);
+    parked = PyDict_New();
+    if (names == NULL || probe_objs == NULL || parked == NULL || PyType_Ready(&ProbeType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;

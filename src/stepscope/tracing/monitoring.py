@@ -11,8 +11,9 @@ Code that torch.compile runs as a compiled graph emits no events: the Dynamo byt
 (see ``tracing.probes.compiled``).
 
 With the C recorder (``tracing.native``) the callbacks registered are its C functions: a plain traced code
-object (``native.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on; the calls of the
-other traced code objects are handed on to the Python callbacks below.
+object (``native.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on, a generator,
+coroutine or async generator with its yields and resumptions too; the calls of the other traced code objects
+are handed on to the Python callbacks below.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from . import buffer, native
-from .probes import Probe
+from .probes import Probe, forget_frame
 
 _getframe = sys._getframe
 
@@ -61,6 +62,8 @@ class Monitor:
             if p is None:
                 return DISABLE
             if p.hooks is None and p.by_class is None:  # Probe.enter's common case, inlined (hot path)
+                if p.generator:
+                    forget_frame(_getframe(1))
                 prev = get()
                 set_([next_id(), perf_counter_ns(), parent(prev), p, None, p.name, None, prev])
             else:
@@ -137,9 +140,10 @@ class Monitor:
         self._by_id[id(code)] = probe
         events = self._local
         if self.ext is not None:
-            if native.takes(probe):
+            if native.takes(probe, generators=True):
                 self.ext.mark(code, 2 + native.register(probe))
-                events = self._plain
+                if not probe.generator:
+                    events = self._plain
             else:
                 self.ext.mark(code, 1)
         self._mon.set_local_events(self.tool, code, events)

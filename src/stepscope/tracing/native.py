@@ -4,9 +4,12 @@ The C recorder takes the plain traced functions (no hooks, no subclass filter, n
 async generator): their start and end push and pop a per-thread stack in C and write a fixed-size record into
 preallocated columns, no Python object per call, the clock read once per event. On Python 3.12+ its functions
 are the ``sys.monitoring`` callbacks themselves (``tracing.monitoring``), on 3.11 the instrumented code calls
-a ``_native.Probe`` (``tracing.codeswap``). Every other traced code object (step-level spans that read
-memory or frames, subclass-filtered methods, generators and coroutines: nesting per asyncio task) and every
-call of a capture window (``probes.TrackingProbe``) stays on the Python probe (``tracing.probes``).
+a ``_native.Probe`` (``tracing.codeswap``). On 3.12+ it also takes generators, coroutines and async generators
+without hooks or subclass filter: their records are the Python probe's (a list made current in the ContextVar,
+so that they nest per asyncio task; parked by frame while suspended), made and ended in C, each finished one a
+record in the columns. Every other traced code object (step-level spans that read memory or frames,
+subclass-filtered methods, on 3.11 generators and coroutines) and every call of a capture window
+(``probes.TrackingProbe``) stays on the Python probe (``tracing.probes``).
 
 The pure-Python recorder is used when ``STEPSCOPE_RECORDER=python``, on an interpreter the extension was
 not built for, or when it cannot load (``load_error`` then holds the one line; the session notes it in the
@@ -36,14 +39,17 @@ if os.environ.get("STEPSCOPE_RECORDER", "").strip().lower() != "python":
 RECORDER = "native" if ext is not None else "python"
 
 
-def takes(probe) -> bool:
-    """True when ``probe``'s calls can go to the C recorder (see the module docstring)."""
+def takes(probe, generators: bool = False) -> bool:
+    """True when ``probe``'s calls can go to the C recorder (see the module docstring). ``generators``: the
+    mechanism hands the C recorder the yield and resume events too (``sys.monitoring``, 3.12+), so generators,
+    coroutines and async generators qualify."""
     from .probes import Probe
 
     return (ext is not None and type(probe) is Probe and probe.hooks is None and probe.by_class is None
-            and not probe.generator and probe.name is not None)
+            and (generators or not probe.generator) and probe.name is not None)
 
 
 def register(probe) -> int:
-    """A code index of the C recorder for ``probe``'s span name and op."""
-    return ext.register(probe.name, probe.op)
+    """A code index of the C recorder for ``probe``'s span name and op (a generator's: recorded as the Python
+    probe's records, with ``probe`` in them)."""
+    return ext.register(probe.name, probe.op, probe, probe.generator)

@@ -12,7 +12,8 @@ A generator or coroutine frame that suspends puts its caller's value back and ke
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
 ``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
-With the C recorder in use (``tracing.native``) the plain traced functions never reach a ``Probe``: their
+With the C recorder in use (``tracing.native``) the plain traced functions (on 3.12+ also generators and
+coroutines without hooks or subclass filter: the same records, made in C) never reach a ``Probe``: their
 calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
 that opened later (``buffer.parent_of``).
 
@@ -42,6 +43,13 @@ _getframe = sys._getframe
 
 #: id(frame) -> the open-span record of a suspended generator/coroutine frame
 _suspended: dict[int, list] = {}
+
+def forget_frame(frame) -> None:
+    """A generator or coroutine ``frame`` starts: a record parked under its address belongs to a frame that was
+    left suspended and freed with no event (3.13 closes a generator suspended outside any ``try`` block that
+    way), whose span cannot end; dropped, so that this frame's calls do not end it."""
+    _suspended.pop(id(frame), None)
+
 
 #: probe id -> Probe (the 3.11 mechanism's code refers to probes by id)
 _registry: dict[int, "Probe"] = {}
@@ -96,6 +104,8 @@ class Probe:
         prev = _get()
         hooks = self.hooks
         name = self.name
+        if self.generator and _suspended:
+            forget_frame(frame if frame is not None else _getframe(1))
         if hooks is None and self.by_class is None:  # the common case, kept short
             _set([_next_id(), perf_counter_ns(), _parent(prev), self, None, name, None, prev])
             return
