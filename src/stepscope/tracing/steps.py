@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 from contextvars import ContextVar
 
-from . import workfacts
+from . import buffer, workfacts
 
 STEP_ATTR = "diffusion.step"
 #: Set (True) on a denoiser span that runs inside another denoiser call: same step, not a step of its own.
@@ -153,6 +153,22 @@ class StepMarker:
                 pass
 
 
+def _open_denoiser_step():
+    """The step of the innermost open span of a traced denoiser's ``forward`` in this thread or task
+    (``buffer.current_span``'s records, whose hooks are ``StepScoped``, mirrored or not), or None."""
+    rec = buffer.current_span.get()
+    n = 0
+    while rec is not None and rec.__class__ is list and n < 256:
+        probe = rec[3]
+        hooks = getattr(probe, "hooks", None)
+        hooks = getattr(hooks, "inner", hooks)
+        if hooks.__class__ is StepScoped and rec[4] is not None and STEP_ATTR in rec[4]:
+            return rec[4][STEP_ATTR]
+        rec = rec[7]
+        n += 1
+    return None
+
+
 def _outer_denoiser(frame):
     """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``."""
     outer = None
@@ -194,7 +210,12 @@ class StepScoped:
         return _began(s, attrs) if _start_listeners else attrs
 
     def enter_frame(self, frame) -> dict:
-        """The same from the forward's own frame (probes)."""
+        """The same from the forward's own frame (probes). Inside a traced denoiser's open span (a UNet's blocks,
+        a transformer in it, when they are traced too) the call takes that span's step, as the stack walk would
+        find, without walking the stack or reading frames' locals (~15 us a call on 3.11)."""
+        step = _open_denoiser_step()
+        if step is not None:
+            return {STEP_ATTR: step, NESTED_ATTR: True}
         workfacts.note_denoiser(frame)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
         outer = _outer_denoiser(frame)
