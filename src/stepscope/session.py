@@ -377,6 +377,9 @@ class Session:
         except RuntimeError:
             pass
         th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
+        gone_by = time.monotonic() + 0.5  # join returns as the thread's state is freed: its OS thread may still be
+        while th.native_id and os.path.exists(f"/proc/self/task/{th.native_id}") and time.monotonic() < gone_by:
+            time.sleep(0.0002)  # ending, and 3.12 counts /proc's threads for its fork warning
         self._alone_at_fork = sys.version_info >= (3, 13) and os_thread_count() == 1
 
     def after_fork_in_parent(self) -> None:
