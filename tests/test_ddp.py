@@ -23,7 +23,7 @@ def span(sid, op, t0, t1, parent=None, thread=TH, name="x"):
 
 
 def join(spans, entries, configs=None):
-    j = DdpJoin(ANCHOR, itertools.count(1000).__next__)
+    j = DdpJoin(itertools.count(1000).__next__)
     return j, j.spans_for(spans, read=lambda: (entries, configs if configs is not None else
                                                  {"": {"name": "", "ranks": "[0, 1, 2, 3]"}}), shift=SHIFT)
 

@@ -63,7 +63,7 @@ def trace_collectives(session) -> None:
         if getattr(session, "ddp", None) is None:
             from .tracing.buffer import next_span_id
 
-            session.ddp = ddp.DdpJoin(session.anchor, next_span_id)
+            session.ddp = ddp.DdpJoin(next_span_id)
         patcher.add([ddp.BACKWARD])
 
     patcher.when_imported(C10D, add)

@@ -146,12 +146,10 @@ def wall_to_mono(tries: int = 7) -> int:
 
 
 class DdpJoin:
-    """Adds DDP's gradient all-reduce spans to a flush's spans (see the module). ``anchor``: the process's
-    ``clock.Anchor`` (kept for reference: flight-recorder wall times are put on perf_counter_ns by ``wall_to_mono``
-    at each read, which a slewed wall clock cannot drift from); ``next_id``: the span id source."""
+    """Adds DDP's gradient all-reduce spans to a flush's spans (see the module). Flight-recorder wall times are put on
+    perf_counter_ns by ``wall_to_mono`` at each read; ``next_id``: the span id source."""
 
-    def __init__(self, anchor, next_id) -> None:
-        self.anchor = anchor
+    def __init__(self, next_id) -> None:
         self.next_id = next_id
         self.last_record = -1
         self.missed = 0
