@@ -1,26 +1,31 @@
 """Denoising step time of the tiny SD pipeline (CPU) with every module ``forward`` of its UNet traced, against
-untraced: stepscope's C recorder and its pure-Python recorder (issue 31's target: within 3% of untraced).
+untraced in the same process: stepscope's C recorder and its pure-Python recorder (issue 31's target: within 3%
+of untraced).
 
 The pipeline is built offline (``pipelines.sd.build_pipeline("tiny")``: random weights, nothing downloaded). The
 traced names are the ``forward`` of each class of module the UNet holds, named where the method is defined
 (``torch.nn.modules.conv.Conv2d.forward``, ``diffusers.models.resnet.ResnetBlock2D.forward``...; containers
 that keep ``Module``'s placeholder ``forward`` are never called and left out). A step is the time between two
 ``callback_on_step_end`` calls (UNet with classifier-free guidance batched, the guidance arithmetic, the scheduler
-step); the first step of each call is left out (it follows the prompt encoding).
+step); the first step of each call is left out (it follows the prompt encoding and, traced, the code's first
+calls after it was instrumented).
 
-Each configuration runs in its own process (``--child``: untraced, no stepscope imported; ``native``/``python``:
-``stepscope.init`` with ``STEPSCOPE_RECORDER`` set, the sampler at ``--hz``, 0 by default so that only the
-tracing is measured), ``--rounds`` rounds interleaved (the order rotated each round), ``--calls`` pipeline calls
-of ``--steps`` steps per process after one warm-up call. Printed per configuration: the median step time with a
-bootstrap 95% CI (``bench/stats.py``: all the steps of all rounds pooled), the change against untraced with its
-CI, the per-round ratios of medians, and the traced calls per step (spans stored inside the UNet's ``forward``
-span, per step, read back from the run), of which the step-level ones: the UNet's blocks and its
+Each recorder runs in processes of its own (``--child native|python``: ``STEPSCOPE_RECORDER`` set, the sampler at
+``--hz``, 0 by default so that only the tracing is measured), ``--rounds`` processes each, interleaved. A process
+compares in itself: after one warm-up call it makes ``--calls`` pairs of pipeline calls of ``--steps`` steps, one
+untraced and one traced (``stepscope.init`` before it, ``stepscope.shutdown`` after; the order of the two
+alternates from pair to pair), so that what differs from process to process (memory layout, the CPU's state,
+here several percent) is in both sides. Printed per recorder: the median step time of both sides with bootstrap
+95% CIs (``bench/stats.py``: every step of every process pooled), the traced side's change with its CI, and each
+process's change (ratio of its medians); then the traced calls per step (spans stored inside the UNet's
+``forward`` span, per step, read back from the run), of which the step-level ones: the UNet's blocks and its
 ``Transformer2DModel`` are denoiser forwards by ``tracing/steps.py``'s rule (a class from
-``diffusers.models.unets``/``transformers``), recorded by the Python probe with step tags and memory readings
-whichever recorder is in use. On a loaded machine read the main thread's CPU time.
+``diffusers.models.unets``/``transformers``), recorded by the Python probe with step tags (the outermost one
+with memory readings) whichever recorder is in use. Both the wall time and the main thread's CPU time are
+printed; on a loaded machine read the CPU time.
 
-    python benchmarks/traced_unet.py [--size 64] [--steps 8] [--calls 3] [--rounds 5] [--threads 1] [--hz 0]
-    python benchmarks/traced_unet.py --child plain|native|python ...   (one process's figures, JSON on stdout)
+    python benchmarks/traced_unet.py [--size 32] [--steps 10] [--calls 6] [--rounds 4] [--threads 1] [--hz 0]
+    python benchmarks/traced_unet.py --child native|python ...   (one process's figures, JSON on stdout)
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 UNET_FORWARD = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
-MODES = ("plain", "native", "python")
+RECORDERS = ("native", "python")
 
 
 def forward_names(unet) -> list[str]:
@@ -80,18 +85,15 @@ def child(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    import stepscope
     from stepscope.pipelines.sd import build_pipeline
+    from stepscope.tracing import native
 
+    if native.RECORDER != args.child:
+        raise SystemExit(f"asked for the {args.child} recorder, got {native.RECORDER} ({native.load_error})")
     pipe = build_pipeline("tiny")
     names = forward_names(pipe.unet)
     store = tempfile.mkdtemp(prefix="stepscope-traced-unet-")
-    if args.child != "plain":
-        import stepscope
-        from stepscope.tracing import native
-
-        if native.RECORDER != args.child:
-            raise SystemExit(f"asked for the {args.child} recorder, got {native.RECORDER} ({native.load_error})")
-        stepscope.init(functions_to_trace=names, profiles_hz=args.hz, store=store, transaction="traced-unet")
     marks: list[tuple[int, int]] = []
     clock, cpu = time.perf_counter_ns, time.thread_time_ns
 
@@ -99,21 +101,30 @@ def child(args) -> dict:
         marks.append((clock(), cpu()))
         return kw
 
-    def call():
+    def call(traced: bool):
+        if traced:
+            stepscope.init(functions_to_trace=names, profiles_hz=args.hz, store=store, transaction="traced-unet")
         marks.clear()
-        pipe("a photo of an astronaut", num_inference_steps=args.steps, height=args.size, width=args.size,
-             generator=torch.Generator().manual_seed(0), callback_on_step_end=on_step, output_type="latent")
+        try:
+            pipe("a photo of an astronaut", num_inference_steps=args.steps, height=args.size, width=args.size,
+                 generator=torch.Generator().manual_seed(0), callback_on_step_end=on_step, output_type="latent")
+        finally:
+            if traced:
+                stepscope.shutdown()
         return [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])]
 
-    call()  # warm-up
-    steps: list[tuple[int, int]] = []
-    for _ in range(args.calls):
-        steps += call()
-    out = {"steps_ns": [s[0] for s in steps], "cpu_ns": [s[1] for s in steps], "traced_names": len(names)}
-    if args.child != "plain":
-        stepscope.shutdown()
-        n, by = calls_per_step(store, names, (args.calls + 1) * args.steps)
-        out.update(calls_per_step=n, by_name=by)
+    call(False)  # warm-up
+    out = {m: {"steps_ns": [], "cpu_ns": [], "pairs": []} for m in ("plain", "traced")}
+    for i in range(args.calls):
+        got = {}
+        for traced in ((False, True) if i % 2 == 0 else (True, False)):
+            got[traced] = call(traced)
+        for traced, side in ((False, "plain"), (True, "traced")):
+            out[side]["steps_ns"] += [s[0] for s in got[traced]]
+            out[side]["cpu_ns"] += [s[1] for s in got[traced]]
+    out["traced_names"] = len(names)
+    n, by = calls_per_step(store, names, args.steps)
+    out.update(calls_per_step=n, by_name=by)
     return out
 
 
@@ -121,64 +132,63 @@ def run_child(mode: str, args) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSCOPE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env["PYTHONWARNINGS"] = "ignore"
-    if mode != "plain":
-        env["STEPSCOPE_RECORDER"] = mode
+    env["STEPSCOPE_RECORDER"] = mode
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
     cmd = [sys.executable, __file__, "--child", mode, "--size", str(args.size), "--steps", str(args.steps),
            "--calls", str(args.calls), "--threads", str(args.threads), "--hz", str(args.hz)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if p.returncode:
         raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.splitlines()[-1])
 
 
 def report(res: dict, key: str, label: str) -> None:
-    """Print the step times ``res[mode][i][key]`` (ns): untraced, then each recorder's change against it."""
+    """Print, per recorder, the step times ``res[recorder][process][side][key]`` (ns) untraced and traced, and
+    the change."""
     from stepscope.bench.stats import compare, describe
 
     print(f"step time, {label}:")
-    pooled = {m: [x / 1e6 for c in res[m] for x in c[key]] for m in MODES}
-    base = describe(pooled["plain"])
-    print(f"{'untraced':>16}: {base.median:.3f} ms (95% CI {base.ci_low:.3f}..{base.ci_high:.3f}), "
-          f"{base.n} steps, CV {100 * base.cv:.1f}%")
-    for m in ("native", "python"):
-        d, ch = describe(pooled[m]), compare(pooled[m], pooled["plain"])
-        rounds = [statistics.median(a[key]) / statistics.median(b[key]) - 1 for a, b in zip(res[m], res["plain"])]
-        print(f"{m + ' recorder':>16}: {d.median:.3f} ms (95% CI {d.ci_low:.3f}..{d.ci_high:.3f}) -> "
+    for m in RECORDERS:
+        side = {k: [x / 1e6 for c in res[m] for x in c[k][key]] for k in ("plain", "traced")}
+        base, d = describe(side["plain"]), describe(side["traced"])
+        ch = compare(side["traced"], side["plain"])
+        procs = [statistics.median(c["traced"][key]) / statistics.median(c["plain"][key]) - 1 for c in res[m]]
+        print(f"{m + ' recorder':>16}: untraced {base.median:.3f} ms ({base.ci_low:.3f}..{base.ci_high:.3f}), "
+              f"traced {d.median:.3f} ms ({d.ci_low:.3f}..{d.ci_high:.3f}), {d.n} steps each -> "
               f"{100 * ch.change:+.2f}% (95% CI {100 * ch.ci_low:+.2f}..{100 * ch.ci_high:+.2f}%"
-              f"{'' if ch.significant else ', not significant'}); per round "
-              + " ".join(f"{100 * x:+.1f}%" for x in rounds))
+              f"{'' if ch.significant else ', not significant'}); per process "
+              + " ".join(f"{100 * x:+.1f}%" for x in procs))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=64, help="image size in px (the tiny UNet's latents: size / 8)")
-    ap.add_argument("--steps", type=int, default=8, help="denoising steps per pipeline call")
-    ap.add_argument("--calls", type=int, default=3, help="timed pipeline calls per process (after one warm-up)")
-    ap.add_argument("--rounds", type=int, default=5, help="processes per configuration, interleaved")
+    ap.add_argument("--size", type=int, default=32, help="image size in px (the tiny UNet's latents: size / 8)")
+    ap.add_argument("--steps", type=int, default=10, help="denoising steps per pipeline call")
+    ap.add_argument("--calls", type=int, default=6, help="pairs of pipeline calls (untraced, traced) per process")
+    ap.add_argument("--rounds", type=int, default=4, help="processes per recorder, interleaved")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    ap.add_argument("--hz", type=float, default=0.0, help="stepscope's sampler in the traced processes (0: off)")
-    ap.add_argument("--child", choices=MODES)
+    ap.add_argument("--hz", type=float, default=0.0, help="stepscope's sampler in the traced calls (0: off)")
+    ap.add_argument("--child", choices=RECORDERS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
         return
     sys.path.insert(0, str(ROOT / "src"))
     load0 = os.getloadavg()[0]
-    res: dict[str, list[dict]] = {m: [] for m in MODES}
+    res: dict[str, list[dict]] = {m: [] for m in RECORDERS}
     for r in range(args.rounds):
-        order = MODES[r % 3:] + MODES[:r % 3]
-        for mode in order:
+        for mode in (RECORDERS if r % 2 == 0 else RECORDERS[::-1]):
             res[mode].append(run_child(mode, args))
-        meds = {m: statistics.median(res[m][-1]["steps_ns"]) / 1e6 for m in MODES}
-        print(f"round {r + 1}: median step " + ", ".join(f"{m} {meds[m]:.2f} ms" for m in MODES), flush=True)
+        print(f"round {r + 1}: " + ", ".join(
+            f"{m} {statistics.median(res[m][-1]['plain']['steps_ns']) / 1e6:.2f} -> "
+            f"{statistics.median(res[m][-1]['traced']['steps_ns']) / 1e6:.2f} ms" for m in RECORDERS), flush=True)
     load1 = os.getloadavg()[0]
     first = res["native"][0]
-    print(f"\ntiny SD pipeline, CPU, {args.size} px, {args.steps} steps x {args.calls} calls per process (+1 warm-up), "
-          f"{args.rounds} interleaved rounds, {args.threads or 'default'} torch thread(s), sampler "
-          f"{args.hz:g} Hz; {first['traced_names']} forward methods traced; load average {load0:.2f} -> {load1:.2f}, "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(f"\ntiny SD pipeline, CPU, {args.size} px, {args.steps} steps, {args.calls} pairs of calls (untraced, "
+          f"traced) per process (+1 warm-up), {args.rounds} processes per recorder, {args.threads or 'default'} torch "
+          f"thread(s), sampler {args.hz:g} Hz; {first['traced_names']} forward methods traced; load average "
+          f"{load0:.2f} -> {load1:.2f}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU (main thread)")):
         report(res, key, label)
     from stepscope.bench.stats import compare
@@ -187,12 +197,13 @@ def main() -> None:
     scoped = sum(k for n, k in first["by_name"].items() if kind_of_name(n) == "scoped")
     print(f"traced calls per step inside the UNet forward: {first['calls_per_step']:.0f} (+1 the UNet forward); "
           f"{scoped:.0f} of them and the UNet forward are step-level spans (denoiser rule of tracing/steps.py: "
-          f"Python probe, step tags, memory read at entry and exit), the rest recorded by the recorder under test")
-    for m in ("native", "python"):
+          f"Python probe, step tags), the rest recorded by the recorder under test")
+    for m in RECORDERS:
         parts = []
         for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU")):
-            base = statistics.median(x for r in res["plain"] for x in r[key])
-            ch = compare([x for r in res[m] for x in r[key]], [x for r in res["plain"] for x in r[key]])
+            plain = [x for c in res[m] for x in c["plain"][key]]
+            ch = compare([x for c in res[m] for x in c["traced"][key]], plain)
+            base = statistics.median(plain)
             parts.append(f"{ch.change * base / 1e3:+.0f} us {label} (95% CI {ch.ci_low * base / 1e3:+.0f}.."
                          f"{ch.ci_high * base / 1e3:+.0f})")
         print(f"{m} recorder: the step's change: " + ", ".join(parts))

@@ -22,7 +22,7 @@ so frames, tracebacks, ``inspect``, recursion depth and identity are those of th
 
 ``PROBE`` is a constant of the code object (the ``Probe``); ``__stepscope_compiling__`` and
 ``__stepscope_compiled__`` are two names in ``builtins`` (``bool`` and ``id`` until torch.compile is
-loaded; then ``torch.compiler.is_compiling`` and a ``torch._dynamo.assume_constant_result`` function), so
+loaded; then ``torch.compiler.is_dynamo_compiling`` and a ``torch._dynamo.assume_constant_result`` function), so
 Dynamo sees exactly the original body and adds no graph break. The probe calls' lines are marked as
 having no location, so ``sys.settrace`` sees the original line events.
 

@@ -31,6 +31,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from . import buffer, native
+from .steps import NESTED_ATTR, STEP_ATTR, StepScoped, open_step_of
 
 _cv = buffer.current_span
 _get = _cv.get
@@ -109,6 +110,12 @@ class Probe:
         if hooks is None and self.by_class is None:  # the common case, kept short
             _set([_next_id(), perf_counter_ns(), _parent(prev), self, None, name, None, prev])
             return
+        if hooks.__class__ is StepScoped and self.by_class is None and prev is not None:
+            step = open_step_of(prev)
+            if step is not None:  # a denoiser inside a traced denoiser's call (a UNet's blocks): its step, no readings
+                _set([_next_id(), perf_counter_ns(), _parent(prev), self, {STEP_ATTR: step, NESTED_ATTR: True}, name,
+                      None, prev])
+                return
         if self.by_class is not None:
             name = self._name_for(frame if frame is not None else _getframe(1))
             if name is None:  # a call this probe does not trace: a marker so that exit pairs up
@@ -146,12 +153,15 @@ class Probe:
     def exit(self, fid: int | None = None) -> None:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
         the traced frame (default: the caller's; only generators need it)."""
-        if span_memory is not None and self.hooks is not None:  # memory at exit, read before the end is taken
+        hooks = self.hooks
+        if span_memory is not None and hooks is not None:  # memory at exit, read before the end is taken
             r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
             if r is None:
                 r = _get()
             if r is not None and r.__class__ is list and r[3] is self and r[0] is not None and r[4] is not None:
-                _memory_out(r[4])
+                a = r[4]
+                if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a:
+                    _memory_out(a)
         end = perf_counter_ns()
         if self.generator:
             rec = self._record(fid if fid is not None else id(_getframe(1)))
@@ -164,9 +174,9 @@ class Probe:
         if rec[0] is not None:
             _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
         _set(rec[7])
-        if self.hooks is not None and rec[0] is not None:
+        if hooks is not None and rec[0] is not None and hooks.__class__ is not StepScoped:  # (its exit does nothing)
             try:
-                self.hooks.exit()
+                hooks.exit()
             except Exception:
                 pass
 

@@ -156,7 +156,11 @@ class StepMarker:
 def _open_denoiser_step():
     """The step of the innermost open span of a traced denoiser's ``forward`` in this thread or task
     (``buffer.current_span``'s records, whose hooks are ``StepScoped``, mirrored or not), or None."""
-    rec = buffer.current_span.get()
+    return open_step_of(buffer.current_span.get())
+
+
+def open_step_of(rec):
+    """``_open_denoiser_step`` from the open-span record ``rec`` (the current one, then those it restores)."""
     n = 0
     while rec is not None and rec.__class__ is list and n < 256:
         probe = rec[3]
