@@ -24,9 +24,9 @@ def target() -> Path:
 
 
 def build(quiet: bool = False) -> int:
-    """Compile and link ``_native.c`` if the ``.so`` is missing or older. Returns the compiler's exit code."""
+    """Compile and link ``_native.c`` (with the ``_native_*.h`` it includes) if the ``.so`` is missing or older. Returns the compiler's exit code."""
     out, c = target(), SRC / "_native.c"
-    if out.exists() and out.stat().st_mtime >= c.stat().st_mtime:
+    if out.exists() and out.stat().st_mtime >= max(f.stat().st_mtime for f in [c, *SRC.glob("_native_*.h")]):
         return 0
     cv = sysconfig.get_config_var
     cc = shlex.split(os.environ.get("CC") or cv("CC") or "cc")

@@ -112,3 +112,64 @@ def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):
     note = env["recorder_note"]
     assert note.startswith("native recorder: cannot load stepscope._native: ImportError:") and "\n" not in note
     assert _shape(spans)[("mixmod.deep", "mixmod.deep", None, True)] == 5
+
+
+DENOISERS = ["diffusers.pipelines.pipeline_fake.FakePipeline.__call__",
+             "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
+             "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
+             "diffusers.models.unets.unet_2d_blocks.CrossAttnDownBlock2D.forward",
+             "diffusers.models.transformers.transformer_2d.Transformer2DModel.forward"]
+
+
+@pytest.mark.parametrize("python", INTERPRETERS)
+def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorders(python, tmp_path):
+    """The C recorder records a denoiser called inside an open denoiser call (a UNet's blocks, the transformers in
+    them) itself, with the step of the call around it (``diffusion.step``, ``diffusion.nested``); the outermost
+    calls stay on the Python probe. Both recorders store the same spans, tags and errors (tests/programs/recorders/
+    case_denoisers.py, a stand-in for diffusers: non-batched guidance, a transformer that raises, a transformer as
+    the outermost denoiser, a pipeline in a thread)."""
+    if not NATIVE[python]:
+        pytest.skip("stepscope._native could not be built for this interpreter (no C compiler?)")
+    shapes = {}
+    for recorder in ("native", "python"):
+        store = tmp_path / recorder
+        env = _env(store, SRC, recorder)
+        env["PYTHONPATH"] = os.pathsep.join([str(PROGRAM / "fakediff"), env["PYTHONPATH"]])
+        cmd = [sys.executable, "-m", "stepscope", "run", "-q", *[a for n in DENOISERS for a in ("-t", n)], "--",
+               python, "case_denoisers.py"]
+        p = subprocess.run(cmd, cwd=PROGRAM, env=env, capture_output=True, text=True, timeout=120)
+        assert (p.returncode, p.stdout, p.stderr) == (0, "0\n2\n0\n", "")
+        db = sqlite3.connect(store / "runs.db")
+        try:
+            ((rid, renv),) = db.execute("SELECT id, env FROM runs").fetchall()
+            spans = list(spanblock.iter_spans(db, rid))
+        finally:
+            db.close()
+        assert json.loads(renv)["recorder"] == recorder
+        by_id = {s[0]: s for s in spans}
+        short = {n: n.rsplit(".", 2)[-2] for n in DENOISERS}
+        rows = []
+        for s in sorted(spans, key=lambda s: s[4]):
+            if s[2] not in short:
+                continue
+            a = s[8] or {}
+            parent = by_id.get(s[1])
+            rows.append((short[s[2]], short.get(parent[2], parent[3]) if parent else None, a.get("diffusion.step"),
+                         bool(a.get("diffusion.nested")), s[7], s[6]))
+        threads = list(dict.fromkeys(r[5] for r in rows))  # thread ids differ from run to run: their order
+        shapes[recorder] = [(*r[:5], threads.index(r[5])) for r in rows]
+    assert shapes["native"] == shapes["python"]
+    rows = shapes["native"]
+    main, worker = 0, 1
+    unet = [r for r in rows if r[0] == "UNet2DConditionModel" and r[5] == main]
+    assert [r[2] for r in unet] == [0, 0, 1, 1, 2, 2] and not any(r[3] for r in unet)
+    blocks = [r for r in rows if r[0] == "CrossAttnDownBlock2D" and r[5] == main]
+    assert [r[2] for r in blocks] == [k for k in range(3) for _ in range(4)]
+    assert all(r[1] == "UNet2DConditionModel" and r[3] for r in blocks)
+    inner = [r for r in rows if r[0] == "Transformer2DModel" and r[1] == "CrossAttnDownBlock2D" and r[5] == main]
+    assert len(inner) == 3 * 2 * 2 * 3 and all(r[3] for r in inner)
+    assert [r[2] for r in inner] == [k for k in range(3) for _ in range(12)]
+    assert [r[4] for r in inner].count("ValueError") == 3 * 2 * 2
+    alone = [r for r in rows if r[0] == "Transformer2DModel" and r[1] != "CrossAttnDownBlock2D"]
+    assert alone == [("Transformer2DModel", "transaction", 0, False, None, main)]  # the outermost: a step of its own
+    assert [r[2] for r in rows if r[0] == "UNet2DConditionModel" and r[5] == worker] == [0, 0, 1, 1]

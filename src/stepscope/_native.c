@@ -22,6 +22,11 @@
    Nesting with the spans kept in the Python ContextVar (tracing.buffer.current_span: stepscope.span,
    wrappers, step-level probes): span ids come from one counter (next_id), so of the two innermost open spans
    (this thread's native one, the ContextVar's) the one with the larger id is the inner one: the parent.
+   Denoisers (code kind 2: the forward of a traced diffusers UNet or transformer without a device mirror, see
+   tracing.steps): a call inside an open denoiser call (a UNet's blocks, the transformers in them) is part of that
+   call's denoising step; it is recorded here with the step, which take() writes into the span's attrs
+   (diffusion.step, diffusion.nested). Any other call of such code (the outermost denoiser: its step is counted,
+   its memory read) is handed to its Python probe.
    The GIL serialises everything here; a free-threaded build is refused at build time. */
 
 #define PY_SSIZE_T_CLEAN
@@ -46,7 +51,7 @@
 #endif
 
 typedef struct {
-    int64_t sid, parent, start;
+    int64_t sid, parent, start, step; /* step: the denoising step of a nested denoiser call, else -1 */
     int32_t idx;
     PyObject *err; /* the exception type seen by error() (3.11), a strong reference, or NULL */
 } Frame;
@@ -64,7 +69,7 @@ static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static TState *states = NULL; /* every thread's state (open_spans reads another thread's stack) */
 
 /* finished calls, column by column */
-static int64_t *c_sid, *c_parent, *c_start, *c_end;
+static int64_t *c_sid, *c_parent, *c_start, *c_end, *c_step;
 static int32_t *c_idx;
 static unsigned long *c_tid;
 static PyObject **c_err;
@@ -75,12 +80,14 @@ static int64_t dropped = 0;
 static int64_t last_sid = 0;
 static PyObject *names = NULL;        /* list: index -> (name, op) */
 static PyObject *probe_objs = NULL;   /* list: index -> the Python Probe (a generator record's probe slot) */
-static char *gen_flags = NULL;        /* index -> 1 for a generator, coroutine or async generator */
+static char *gen_flags = NULL;        /* index -> its kind: 0 plain, 1 generator/coroutine, 2 denoiser */
 static Py_ssize_t cap_flags = 0;
 static PyObject *parked = NULL;       /* dict: frame address -> the record of a suspended generator frame */
 static PyObject *current_span = NULL; /* the ContextVar */
 static PyObject *error_name = NULL;   /* exception type -> "module.Qualname" */
 static PyObject *disable = NULL;      /* sys.monitoring.DISABLE */
+static PyObject *denoisers = NULL;    /* set: the Python probes of denoiser codes (their records carry the step) */
+static PyObject *step_key = NULL, *nested_key = NULL; /* "diffusion.step", "diffusion.nested" */
 static PyObject *forward[6];          /* Python callbacks for codes with Python probes, by event below */
 enum { EV_START, EV_RESUME, EV_RETURN, EV_YIELD, EV_THROW, EV_UNWIND };
 static Py_ssize_t extra_index = -1;
@@ -134,7 +141,7 @@ static inline int64_t cv_top(void) {
     return sid;
 }
 
-static inline void push(int32_t idx) {
+static inline void push_step(int32_t idx, int64_t step) {
     TState *t = tls;
     if (t == NULL && (t = new_state()) == NULL) return;
     if (t->depth == t->cap) {
@@ -150,7 +157,44 @@ static inline void push(int32_t idx) {
     f->parent = outer > parent ? outer : parent;
     f->idx = idx;
     f->err = NULL;
+    f->step = step;
     f->start = now_ns();
+}
+
+#define push(idx) push_step(idx, -1)
+
+/* the denoising step of the innermost open denoiser call of this thread (a nested one here, else a record in the
+   ContextVar made by a denoiser's Python probe), or -1 when no denoiser call is open */
+static int64_t open_step(void) {
+    TState *t = tls;
+    if (t != NULL)
+        for (Py_ssize_t d = t->depth - 1; d >= 0; d--)
+            if (t->stack[d].step >= 0) return t->stack[d].step;
+    if (PySet_GET_SIZE(denoisers) == 0) return -1;
+    PyObject *v = NULL;
+    int64_t step = -1;
+    if (PyContextVar_Get(current_span, NULL, &v) < 0) { PyErr_Clear(); return -1; }
+    PyObject *rec = v;
+    for (int n = 0; rec != NULL && PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8 && n < 256; n++) {
+        PyObject *attrs = PyList_GET_ITEM(rec, 4);
+        if (PyDict_CheckExact(attrs) && PySet_Contains(denoisers, PyList_GET_ITEM(rec, 3)) == 1) {
+            PyObject *k = PyDict_GetItemWithError(attrs, step_key);
+            if (k != NULL && PyLong_CheckExact(k)) { step = PyLong_AsLongLong(k); break; }
+        }
+        rec = PyList_GET_ITEM(rec, 7);
+    }
+    if (PyErr_Occurred()) { PyErr_Clear(); step = -1; }
+    Py_XDECREF(v);
+    return step;
+}
+
+/* whether the innermost open call of this thread is a nested call of denoiser index idx recorded here (not one of
+   its Python probe's, whose record in the ContextVar is then the newer) */
+static int native_top(int32_t idx) {
+    TState *t = tls;
+    if (t == NULL || t->depth == 0) return 0;
+    Frame *f = &t->stack[t->depth - 1];
+    return f->idx == idx && f->step >= 0 && f->sid > cv_top();
 }
 
 static int grow_fin(void) {
@@ -158,7 +202,7 @@ static int grow_fin(void) {
     if (cap > max_fin) cap = max_fin;
     if (cap <= cap_fin) return -1;
 #define GROW(col, T) { T *p = (T *)realloc(col, sizeof(T) * cap); if (p == NULL) return -1; col = p; }
-    GROW(c_sid, int64_t) GROW(c_parent, int64_t) GROW(c_start, int64_t) GROW(c_end, int64_t)
+    GROW(c_sid, int64_t) GROW(c_parent, int64_t) GROW(c_start, int64_t) GROW(c_end, int64_t) GROW(c_step, int64_t)
     GROW(c_idx, int32_t) GROW(c_tid, unsigned long) GROW(c_err, PyObject *)
 #undef GROW
     cap_fin = cap;
@@ -189,6 +233,7 @@ static inline void pop(int32_t idx, PyObject *err) {
     c_idx[i] = f->idx;
     c_start[i] = f->start;
     c_end[i] = end;
+    c_step[i] = f->step;
     c_tid[i] = t->tid;
     c_err[i] = e;
 }
@@ -199,128 +244,7 @@ static inline intptr_t extra_of(PyObject *code) {
     return (intptr_t)x;
 }
 
-/* ---- generators, coroutines, async generators (3.12+): tracing.probes.Probe's steps in C ---------------- */
-
-static PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
-
-/* the parent id of a span opened now, given the ContextVar's value prev (0: none; a record whose id is None is the
-   marker of a call a subclass filter left untraced) */
-static int64_t parent_now(PyObject *prev) {
-    int64_t p = 0;
-    if (prev != NULL && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > 0) {
-        PyObject *s = PyList_GET_ITEM(prev, 0);
-        if (PyLong_CheckExact(s)) p = PyLong_AsLongLong(s);
-    }
-    TState *t = tls;
-    if (t != NULL && t->depth > 0 && t->stack[t->depth - 1].sid > p) p = t->stack[t->depth - 1].sid;
-    return p;
-}
-
-static inline PyObject *cv_get(void) { /* a new reference; None when unset */
-    PyObject *v = NULL;
-    if (PyContextVar_Get(current_span, Py_None, &v) < 0) { PyErr_Clear(); return Py_NewRef(Py_None); }
-    return v;
-}
-
-static inline void cv_set(PyObject *v) {
-    PyObject *tok = PyContextVar_Set(current_span, v);
-    if (tok == NULL) PyErr_Clear(); else Py_DECREF(tok);
-}
-
-/* this code index's record if it is the current one (a new reference), else NULL */
-static PyObject *current_of(int32_t idx) {
-    PyObject *rec = cv_get();
-    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8
-        && PyList_GET_ITEM(rec, 3) == PyList_GET_ITEM(probe_objs, idx))
-        return rec;
-    Py_DECREF(rec);
-    return NULL;
-}
-
-static PyObject *frame_key(void) { /* the running frame's address (id(frame)), or NULL */
-    PyFrameObject *f = PyEval_GetFrame();
-    if (f == NULL) return NULL;
-    return PyLong_FromVoidPtr(f);
-}
-
-/* the parked record of the running frame (removed from the table when take), a new reference, or NULL */
-static PyObject *parked_rec(int take) {
-    if (PyDict_GET_SIZE(parked) == 0) return NULL;
-    PyObject *key = frame_key();
-    if (key == NULL) { PyErr_Clear(); return NULL; }
-    PyObject *rec = PyDict_GetItemWithError(parked, key);
-    if (rec != NULL) {
-        Py_INCREF(rec);
-        if (take && PyDict_DelItem(parked, key) < 0) PyErr_Clear();
-    } else {
-        PyErr_Clear();
-    }
-    Py_DECREF(key);
-    return rec;
-}
-
-static void gen_start(int32_t idx) {
-    Py_XDECREF(parked_rec(1)); /* a frame left suspended with no event (3.13's close) at this address: forgotten */
-    PyObject *prev = cv_get();
-    int64_t parent = parent_now(prev), sid = ++last_sid;
-    PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
-                                  opt_id(parent), PyList_GET_ITEM(probe_objs, idx), Py_None,
-                                  PyTuple_GET_ITEM(PyList_GET_ITEM(names, idx), 0), Py_None, prev);
-    if (rec == NULL) { PyErr_Clear(); return; }
-    cv_set(rec);
-    Py_DECREF(rec);
-}
-
-static void gen_yield(int32_t idx) { /* Probe.suspend */
-    PyObject *rec = current_of(idx);
-    if (rec == NULL) return;
-    PyObject *key = frame_key();
-    if (key == NULL || PyDict_SetItem(parked, key, rec) < 0) PyErr_Clear();
-    Py_XDECREF(key);
-    cv_set(PyList_GET_ITEM(rec, 7));
-    Py_DECREF(rec);
-}
-
-static void gen_resume(void) { /* Probe.resume */
-    PyObject *rec = parked_rec(1);
-    if (rec == NULL) return;
-    PyList_SetItem(rec, 7, cv_get());
-    cv_set(rec);
-    Py_DECREF(rec);
-}
-
-static PyObject *gen_record(int32_t idx, int take) { /* Probe._record */
-    PyObject *rec = parked_rec(take);
-    return rec != NULL ? rec : current_of(idx);
-}
-
-static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
-    int64_t end = now_ns();
-    PyObject *rec = gen_record(idx, 1);
-    if (rec == NULL) return;
-    PyObject *sid = PyList_GET_ITEM(rec, 0);
-    if (PyLong_CheckExact(sid)) {
-        PyObject *e = PyList_GET_ITEM(rec, 6);
-        if (exc_type != NULL && !PyType_IsSubtype((PyTypeObject *)exc_type, (PyTypeObject *)PyExc_GeneratorExit))
-            e = exc_type; /* (a closed generator ended normally) */
-        if (n_fin < cap_fin || grow_fin() == 0) {
-            Py_ssize_t i = n_fin++;
-            PyObject *parent = PyList_GET_ITEM(rec, 2);
-            c_sid[i] = PyLong_AsLongLong(sid);
-            c_parent[i] = PyLong_CheckExact(parent) ? PyLong_AsLongLong(parent) : 0;
-            c_idx[i] = idx;
-            c_start[i] = PyLong_AsLongLong(PyList_GET_ITEM(rec, 1));
-            c_end[i] = end;
-            c_tid[i] = tls != NULL ? tls->tid : PyThread_get_thread_ident();
-            c_err[i] = PyType_Check(e) ? Py_NewRef(e) : NULL;
-            if (PyErr_Occurred()) PyErr_Clear();
-        } else {
-            dropped++;
-        }
-    }
-    cv_set(PyList_GET_ITEM(rec, 7));
-    Py_DECREF(rec);
-}
+#include "_native_gen.h" /* generators, coroutines, async generators (3.12+); the ContextVar helpers */
 
 /* ---- sys.monitoring callbacks (3.12+) ---------------------------------------------------------------------- */
 
@@ -341,15 +265,45 @@ static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
 
 #define IDX ((int32_t)(x - 2))
 
-LOCAL_CALLBACK(mon_start, EV_START, if (gen_flags[IDX]) gen_start(IDX); else push(IDX))
-LOCAL_CALLBACK(mon_return, EV_RETURN, if (gen_flags[IDX]) gen_end(IDX, NULL); else pop(IDX, NULL))
-LOCAL_CALLBACK(mon_resume, EV_RESUME, if (gen_flags[IDX]) gen_resume())
-LOCAL_CALLBACK(mon_yield, EV_YIELD, if (gen_flags[IDX]) gen_yield(IDX))
+#define DENOISER_OR(ev, native)                                                             \
+    if (gen_flags[IDX] == 2) {                                                              \
+        if (native) { Py_RETURN_NONE; }                                                     \
+        return pass_on(ev, args, nargs);                                                    \
+    }
+
+static PyObject *mon_start(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2) Py_RETURN_NONE;
+    intptr_t x = extra_of(args[0]);
+    if (x >= 2) {
+        int64_t step;
+        DENOISER_OR(EV_START, (step = open_step()) >= 0 && (push_step(IDX, step), 1))
+        if (gen_flags[IDX]) gen_start(IDX); else push(IDX);
+        Py_RETURN_NONE;
+    }
+    if (x == 1) return pass_on(EV_START, args, nargs);
+    return Py_NewRef(disable);
+}
+
+static PyObject *mon_return(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2) Py_RETURN_NONE;
+    intptr_t x = extra_of(args[0]);
+    if (x >= 2) {
+        DENOISER_OR(EV_RETURN, native_top(IDX) && (pop(IDX, NULL), 1))
+        if (gen_flags[IDX]) gen_end(IDX, NULL); else pop(IDX, NULL);
+        Py_RETURN_NONE;
+    }
+    if (x == 1) return pass_on(EV_RETURN, args, nargs);
+    return Py_NewRef(disable);
+}
+
+LOCAL_CALLBACK(mon_resume, EV_RESUME, if (gen_flags[IDX] == 1) gen_resume())
+LOCAL_CALLBACK(mon_yield, EV_YIELD, if (gen_flags[IDX] == 1) gen_yield(IDX))
 
 static PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
     if (x >= 2) {
+        DENOISER_OR(EV_UNWIND, native_top(IDX) && (pop(IDX, (PyObject *)Py_TYPE(args[2])), 1))
         if (gen_flags[IDX]) gen_end(IDX, (PyObject *)Py_TYPE(args[2])); else pop(IDX, (PyObject *)Py_TYPE(args[2]));
         Py_RETURN_NONE;
     }
@@ -360,7 +314,7 @@ static PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 static PyObject *mon_throw(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
-    if (x >= 2 && gen_flags[IDX]) gen_resume();
+    if (x >= 2 && gen_flags[IDX] == 1) gen_resume();
     else if (x == 1) return pass_on(EV_THROW, args, nargs);
     Py_RETURN_NONE;
 }
@@ -375,6 +329,11 @@ static PyObject *py_setup(PyObject *m, PyObject *args) {
     Py_XSETREF(error_name, Py_NewRef(errname));
     Py_XSETREF(disable, Py_NewRef(dis));
     max_fin = maxp;
+    if (step_key == NULL) {
+        step_key = PyUnicode_InternFromString("diffusion.step");
+        nested_key = PyUnicode_InternFromString("diffusion.nested");
+        if (step_key == NULL || nested_key == NULL) return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -388,7 +347,9 @@ static PyObject *py_set_forward(PyObject *m, PyObject *args) {
 static PyObject *py_register(PyObject *m, PyObject *args) {
     PyObject *name, *op, *probe = Py_None;
     int gen = 0;
-    if (!PyArg_ParseTuple(args, "OO|Op", &name, &op, &probe, &gen)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO|Oi", &name, &op, &probe, &gen)) return NULL;
+    if (gen < 0 || gen > 2) { PyErr_SetString(PyExc_ValueError, "kind: 0, 1 or 2"); return NULL; }
+    if (gen == 2 && PySet_Add(denoisers, probe) < 0) return NULL;
     Py_ssize_t idx = PyList_GET_SIZE(names);
     if (idx >= cap_flags) {
         Py_ssize_t cap = cap_flags ? cap_flags * 2 : 256;
@@ -444,9 +405,12 @@ static PyObject *py_take(PyObject *m, PyObject *unused) {
         } else {
             err = Py_NewRef(Py_None);
         }
-        PyObject *t = Py_BuildValue("(NNOOLLkNO)", PyLong_FromLongLong(c_sid[i]), opt_id(c_parent[i]),
+        PyObject *attrs = c_step[i] >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(c_step[i]),
+                                                         nested_key, Py_True) : Py_NewRef(Py_None);
+        if (attrs == NULL) { Py_DECREF(err); Py_DECREF(out); return NULL; }
+        PyObject *t = Py_BuildValue("(NNOOLLkNN)", PyLong_FromLongLong(c_sid[i]), opt_id(c_parent[i]),
                                     PyTuple_GET_ITEM(no, 0), PyTuple_GET_ITEM(no, 1), (long long)c_start[i],
-                                    (long long)c_end[i], c_tid[i], err, Py_None);
+                                    (long long)c_end[i], c_tid[i], err, attrs);
         if (t == NULL) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, i, t);
     }
@@ -495,70 +459,15 @@ static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
     return out;
 }
 
-/* ---- Probe: what the 3.11 instrumented code calls ------------------------------------------------------ */
-
-typedef struct {
-    PyObject_HEAD
-    int32_t idx;
-} ProbeObject;
-
-static PyObject *probe_enter(ProbeObject *self, PyObject *unused) { push(self->idx); Py_RETURN_NONE; }
-
-static PyObject *probe_error(ProbeObject *self, PyObject *unused) {
-    TState *t = tls;
-    if (t == NULL || t->depth == 0 || t->stack[t->depth - 1].idx != self->idx) Py_RETURN_NONE;
-    PyObject *exc = PyErr_GetHandledException();
-    if (exc != NULL && exc != Py_None) {
-        Frame *f = &t->stack[t->depth - 1];
-        Py_XSETREF(f->err, Py_NewRef((PyObject *)Py_TYPE(exc)));
-    }
-    Py_XDECREF(exc);
-    Py_RETURN_NONE;
-}
-
-static PyObject *probe_exit(ProbeObject *self, PyObject *unused) { pop(self->idx, NULL); Py_RETURN_NONE; }
-
-static int probe_init(ProbeObject *self, PyObject *args, PyObject *kw) {
-    int idx;
-    if (!PyArg_ParseTuple(args, "i", &idx)) return -1;
-    self->idx = idx;
-    return 0;
-}
-
-static PyObject *probe_repr(ProbeObject *self) {
-    PyObject *no = PyList_GetItem(names, self->idx);
-    if (no == NULL) { PyErr_Clear(); return PyUnicode_FromFormat("<stepscope native probe %d>", self->idx); }
-    return PyUnicode_FromFormat("<stepscope native probe %R>", PyTuple_GET_ITEM(no, 0));
-}
-
-static PyObject *probe_get_index(ProbeObject *self, void *c) { return PyLong_FromLong(self->idx); }
-
-static PyMethodDef probe_methods[] = {
-    {"enter", (PyCFunction)probe_enter, METH_NOARGS, "The traced call starts (pushes it on this thread's stack)."},
-    {"error", (PyCFunction)probe_error, METH_NOARGS, "The call is ending by the exception being handled."},
-    {"exit", (PyCFunction)probe_exit, METH_NOARGS, "The call ends: one finished record."},
-    {NULL}};
-
-static PyGetSetDef probe_getset[] = {{"index", (getter)probe_get_index, NULL, "code index (register)", NULL}, {NULL}};
-
-static PyTypeObject ProbeType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope._native.Probe",
-    .tp_basicsize = sizeof(ProbeObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Probe(index): the native recorder's calls for the 3.11 instrumented code of one traced function.",
-    .tp_methods = probe_methods,
-    .tp_getset = probe_getset,
-    .tp_init = (initproc)probe_init,
-    .tp_new = PyType_GenericNew,
-    .tp_repr = (reprfunc)probe_repr,
-};
+#include "_native_probes.h" /* the Probe types that the 3.11 instrumented code calls */
 
 static PyMethodDef methods[] = {
     {"setup", py_setup, METH_VARARGS, "setup(current_span, error_name, DISABLE, max_pending)"},
     {"set_forward", py_set_forward, METH_VARARGS,
      "set_forward(start, resume, return, yield, throw, unwind): the Python callbacks for Python probes' codes"},
     {"register", py_register, METH_VARARGS,
-     "register(name, op, probe=None, generator=False) -> code index (generator: 3.12+ sys.monitoring only)"},
+     "register(name, op, probe=None, kind=0) -> code index (kind 0 plain, 1 generator: 3.12+ sys.monitoring only, "
+     "2 denoiser: the Python probe takes its outermost calls)"},
     {"mark", py_mark, METH_VARARGS, "mark(code, value): co_extra value (0 untraced, 1 Python probe, 2+index native)"},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
@@ -592,9 +501,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     names = PyList_New(0);
     probe_objs = PyList_New(0);
     parked = PyDict_New();
-    if (names == NULL || probe_objs == NULL || parked == NULL || PyType_Ready(&ProbeType) < 0) return NULL;
+    denoisers = PySet_New(NULL);
+    if (names == NULL || probe_objs == NULL || parked == NULL || denoisers == NULL || PyType_Ready(&ProbeType) < 0
+        || PyType_Ready(&DenoiserProbeType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "DenoiserProbe", (PyObject *)&DenoiserProbeType) < 0) return NULL;
     return m;
 }

@@ -65,7 +65,7 @@ class CodeMechanism(Mechanism):
         fn.__code__ = new
 
     def retrace(self, fn, probe):
-        if probe.native is not None and not native.takes(probe):
+        if probe.native is not None and native.native_kind(probe) != probe.native_kind:
             self.untrace(fn)
             self.trace(fn, probe)
 
@@ -132,8 +132,15 @@ class MonitoringMechanism(Mechanism):
 
 def native_probe(probe: Probe) -> None:
     """Set ``probe.native``: the C recorder's ``Probe`` that the 3.11 instrumented code calls in its place, when
-    the C recorder takes it (``native.takes``), else None."""
-    probe.native = native.ext.Probe(native.register(probe)) if native.takes(probe) else None
+    the C recorder takes it (``native.takes``), its ``DenoiserProbe`` when it takes the nested calls
+    (``native.takes_nested``: the others go to ``probe``), else None; ``probe.native_kind`` says which."""
+    kind = probe.native_kind = native.native_kind(probe)
+    if kind == "all":
+        probe.native = native.ext.Probe(native.register(probe))
+    elif kind == "nested":
+        probe.native = native.ext.DenoiserProbe(native.register(probe), probe)
+    else:
+        probe.native = None
 
 
 def choose(every_call: bool = False) -> Mechanism:

@@ -140,7 +140,7 @@ class Monitor:
         self._by_id[id(code)] = probe
         events = self._local
         if self.ext is not None:
-            if native.takes(probe, generators=True):
+            if native.native_kind(probe, generators=True):  # all its calls, or a denoiser's nested ones
                 self.ext.mark(code, 2 + native.register(probe))
                 if not probe.generator:
                     events = self._plain

@@ -7,9 +7,10 @@ are the ``sys.monitoring`` callbacks themselves (``tracing.monitoring``), on 3.1
 a ``_native.Probe`` (``tracing.codeswap``). On 3.12+ it also takes generators, coroutines and async generators
 without hooks or subclass filter: their records are the Python probe's (a list made current in the ContextVar,
 so that they nest per asyncio task; parked by frame while suspended), made and ended in C, each finished one a
-record in the columns. Every other traced code object (step-level spans that read memory or frames,
-subclass-filtered methods, on 3.11 generators and coroutines) and every call of a capture window
-(``probes.TrackingProbe``) stays on the Python probe (``tracing.probes``).
+record in the columns. A denoiser's ``forward`` (``takes_nested``) has its nested calls recorded in C with
+their step and its outermost ones on its Python probe. Every other traced code object (step-level spans that
+read memory or frames, subclass-filtered methods, on 3.11 generators and coroutines) and every call of a
+capture window (``probes.TrackingProbe``) stays on the Python probe (``tracing.probes``).
 
 The pure-Python recorder is used when ``STEPSCOPE_RECORDER=python``, on an interpreter the extension was
 not built for, or when it cannot load (``load_error`` then holds the one line; the session notes it in the
@@ -49,7 +50,27 @@ def takes(probe, generators: bool = False) -> bool:
             and (generators or not probe.generator) and probe.name is not None)
 
 
+def takes_nested(probe) -> bool:
+    """True when the C recorder takes ``probe``'s nested calls: the probe of a denoiser's ``forward``
+    (``steps.StepScoped`` hooks, no device mirror, no subclass filter, not a generator). A call inside an open
+    denoiser call (a UNet's blocks, the transformers in them) is recorded in C with that call's step (the
+    span's ``diffusion.step`` and ``diffusion.nested``), as the probe would tag it, without its Python hooks
+    (~5 us a call on 3.11); any other call (the outermost denoiser: its step counted, its memory read) goes to
+    the probe."""
+    from .probes import Probe
+    from .steps import StepScoped
+
+    return (ext is not None and type(probe) is Probe and probe.hooks.__class__ is StepScoped
+            and probe.by_class is None and not probe.generator and probe.name is not None)
+
+
 def register(probe) -> int:
     """A code index of the C recorder for ``probe``'s span name and op (a generator's: recorded as the Python
-    probe's records, with ``probe`` in them)."""
-    return ext.register(probe.name, probe.op, probe, probe.generator)
+    probe's records, with ``probe`` in them; a denoiser's: ``takes_nested``)."""
+    return ext.register(probe.name, probe.op, probe, 2 if takes_nested(probe) else 1 if probe.generator else 0)
+
+
+def native_kind(probe, generators: bool = False) -> str | None:
+    """How the C recorder takes ``probe``: "all" its calls (``takes``), "nested" ones (``takes_nested``), or
+    None."""
+    return "all" if takes(probe, generators) else "nested" if takes_nested(probe) else None

@@ -75,10 +75,12 @@ class Probe:
     ``(class, span name)``: a call is traced only when its first argument is an instance (or subclass, for
     classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
     ``generator``: the code is a generator, coroutine or async generator (it suspends). ``native``: the C
-    recorder's probe that the 3.11 instrumented code calls instead (``mechanism.native_probe``), or None.
+    recorder's probe that the 3.11 instrumented code calls instead (``mechanism.native_probe``), or None;
+    ``native_kind``: "all", "nested" (a denoiser's: ``native.takes_nested``) or None.
     """
 
-    __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "__weakref__")
+    __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "native_kind",
+                 "__weakref__")
 
     def __init__(self, name: str | None, op: str = "function", hooks=None, by_class=None, generator: bool = False,
                  code=None) -> None:
@@ -93,6 +95,7 @@ class Probe:
         self.code = code
         self.first_arg = code.co_varnames[0] if code is not None and code.co_argcount else None
         self.native = None
+        self.native_kind = None
 
     def forget(self) -> None:
         """Drop the probe from the registry (after its code is restored)."""
