@@ -407,11 +407,19 @@ static PyObject *py_take(PyObject *m, PyObject *unused) {
         }
         PyObject *attrs = c_step[i] >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(c_step[i]),
                                                          nested_key, Py_True) : Py_NewRef(Py_None);
-        if (attrs == NULL) { Py_DECREF(err); Py_DECREF(out); return NULL; }
-        PyObject *t = Py_BuildValue("(NNOOLLkNN)", PyLong_FromLongLong(c_sid[i]), opt_id(c_parent[i]),
-                                    PyTuple_GET_ITEM(no, 0), PyTuple_GET_ITEM(no, 1), (long long)c_start[i],
-                                    (long long)c_end[i], c_tid[i], err, attrs);
-        if (t == NULL) { Py_DECREF(out); return NULL; }
+        PyObject *t = PyTuple_New(9); /* (built item by item: Py_BuildValue's format parsing was half the cost) */
+        if (t == NULL || attrs == NULL) { Py_XDECREF(t); Py_XDECREF(attrs); Py_DECREF(err); Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(c_sid[i]));
+        PyTuple_SET_ITEM(t, 1, opt_id(c_parent[i]));
+        PyTuple_SET_ITEM(t, 2, Py_NewRef(PyTuple_GET_ITEM(no, 0)));
+        PyTuple_SET_ITEM(t, 3, Py_NewRef(PyTuple_GET_ITEM(no, 1)));
+        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(c_start[i]));
+        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(c_end[i]));
+        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(c_tid[i]));
+        PyTuple_SET_ITEM(t, 7, err);
+        PyTuple_SET_ITEM(t, 8, attrs);
+        for (int k = 0; k < 7; k++)
+            if (PyTuple_GET_ITEM(t, k) == NULL) { Py_DECREF(t); Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, i, t);
     }
     for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(c_err[i]);

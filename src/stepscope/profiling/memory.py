@@ -112,25 +112,30 @@ class CudaReader:
     ``read()`` -> ``(allocated, reserved, peak allocated)`` bytes, or None (no torch, CUDA not initialised,
     or the call failed). Never imports torch and never initialises CUDA."""
 
-    __slots__ = ("_stats", "_device", "_checked_torch", "failed")
+    __slots__ = ("_stats", "_device", "_checked_torch", "failed", "_cuda")
 
     def __init__(self) -> None:
         self._stats = None
         self._device = None
         self._checked_torch = None
         self.failed = False
+        self._cuda = None  # torch.cuda, once torch is imported
 
     def _ready(self) -> bool:
         if self._stats is not None:
             return True
         if self.failed:
             return False
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return False
-        cuda = getattr(torch, "cuda", None)
-        try:
-            if cuda is None or not cuda.is_initialized():
+        cuda = self._cuda
+        if cuda is None:
+            torch = sys.modules.get("torch")
+            if torch is None:
+                return False
+            cuda = self._cuda = getattr(torch, "cuda", None)
+            if cuda is None:
+                return False
+        try:  # (``_initialized``, read first: a step-level span asks twice a step on a machine without CUDA)
+            if not getattr(cuda, "_initialized", True) or not cuda.is_initialized():
                 return False
         except Exception:
             return False

@@ -185,13 +185,16 @@ def _outer_denoiser(frame):
     return outer
 
 
-def _timestep_of(frame):
-    """A denoiser forward frame's ``timestep`` argument (by name, else its third parameter)."""
+def _timestep_of(frame, loc=None):
+    """A denoiser forward frame's ``timestep`` argument (by name, else its third parameter). ``loc``: the frame's
+    ``f_locals`` when read already."""
     code = frame.f_code
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if loc is None:
+        loc = frame.f_locals
     if "timestep" in names:
-        return frame.f_locals.get("timestep")
-    return frame.f_locals.get(names[2]) if len(names) > 2 else None
+        return loc.get("timestep")
+    return loc.get(names[2]) if len(names) > 2 else None
 
 
 class StepScoped:
@@ -220,11 +223,12 @@ class StepScoped:
         step = _open_denoiser_step()
         if step is not None:
             return {STEP_ATTR: step, NESTED_ATTR: True}
-        workfacts.note_denoiser(frame)  # its weights' device/dtype, once per module (`stepscope diff`)
+        loc = frame.f_locals  # (one read: on 3.11 each builds the dict again, a few us)
+        workfacts.note_denoiser(frame, loc)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
         outer = _outer_denoiser(frame)
         if outer is None or outer is frame:
-            attrs = self._tag(s, _timestep_of(frame), False)
+            attrs = self._tag(s, _timestep_of(frame, loc), False)
         else:
             attrs = self._tag(s, _timestep_of(outer), True)
         return _began(s, attrs) if _start_listeners else attrs
