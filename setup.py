@@ -10,6 +10,7 @@ import sys
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("stepscope._native", ["src/stepscope/_native.c"], optional=True,
-                             depends=["src/stepscope/_native_gen.h", "src/stepscope/_native_probes.h"],
+                             depends=["src/stepscope/_native_gen.h", "src/stepscope/_native_probes.h",
+                                      "src/stepscope/_native_block.h"],
                              extra_compile_args=["-O2", "-std=c11"],
                              libraries=[] if sys.platform == "darwin" else ["pthread"])])

@@ -173,3 +173,47 @@ def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorder
     alone = [r for r in rows if r[0] == "Transformer2DModel" and r[1] != "CrossAttnDownBlock2D"]
     assert alone == [("Transformer2DModel", "transaction", 0, False, None, main)]  # the outermost: a step of its own
     assert [r[2] for r in rows if r[0] == "UNet2DConditionModel" and r[5] == worker] == [0, 0, 1, 1]
+
+
+def test_finished_calls_drain_into_span_blocks_in_order(tmp_path, monkeypatch):
+    """The recorder thread's flush drains the C recorder's calls straight into span blocks
+    (``buffer.take_native_blocks``): at most ``max_spans`` each, oldest first, the same spans (ids, parents, names,
+    ops, thread, exception type) as the tuples ``take`` gives, readable by ``store.spanblock``."""
+    from stepscope.tracing import buffer, native
+
+    if native.ext is None:
+        pytest.skip("the C recorder is not loaded in this interpreter")
+    import stepscope
+    from stepscope.store import spanblock
+
+    (tmp_path / "blockmod.py").write_text(
+        "def leaf(x):\n    return x + 1\n\n"
+        "def boom():\n    raise KeyError('k')\n\n"
+        "def outer(n):\n    for i in range(n):\n        leaf(i)\n    try:\n        boom()\n    except KeyError:\n"
+        "        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stepscope.init(functions_to_trace=["blockmod.*"], profiles_hz=0, store=str(tmp_path / "store"),
+                   flush_interval_s=3600)
+    try:
+        import blockmod
+
+        buffer.take()
+        for run in range(2):
+            blockmod.outer(5)
+            if run == 0:
+                tuples = buffer.take()
+        blocks = buffer.take_native_blocks(spanblock.dumps_header, 3)
+    finally:
+        stepscope.shutdown()
+    assert [b[1] for b in blocks] == [3, 3, 1]
+    got = [s for body, n, first in blocks for s in spanblock.spans_of(body)]
+    assert [b[2] for b in blocks] == [got[0][0], got[3][0], got[6][0]]
+    assert [list(spanblock.ids_of(b[0])) for b in blocks] == [[s[0] for s in got[k:k + 3]] for k in (0, 3, 6)]
+    assert [s[5] for s in got] == sorted(s[5] for s in got)  # in the order the calls ended
+    assert min(s[0] for s in got) > max(s[0] for s in tuples)  # (the first call's spans were taken as tuples)
+    shape = lambda spans: [(s[2], s[3], s[6], s[7], s[8], s[1] is None) for s in spans]  # noqa: E731
+    assert shape(got) == shape(tuples)
+    assert [s[7] for s in got].count("KeyError") == 1
+    by_id = {s[0]: s for s in got}
+    assert {by_id[s[1]][2] for s in got if s[2] == "blockmod.leaf"} == {"blockmod.outer"}
+    assert all(s[4] <= s[5] for s in got)

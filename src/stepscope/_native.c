@@ -468,6 +468,7 @@ static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
 }
 
 #include "_native_probes.h" /* the Probe types that the 3.11 instrumented code calls */
+#include "_native_block.h"  /* take_block: finished calls straight into a span block */
 
 static PyMethodDef methods[] = {
     {"setup", py_setup, METH_VARARGS, "setup(current_span, error_name, DISABLE, max_pending)"},
@@ -481,6 +482,9 @@ static PyMethodDef methods[] = {
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
     {"top_name", py_top_name, METH_NOARGS, "The name of this thread's innermost open native span, or None."},
     {"take", py_take, METH_NOARGS, "The finished calls as span tuples (tracing.buffer.SPAN_FIELDS), oldest first."},
+    {"take_block", py_take_block, METH_VARARGS,
+     "take_block(dumps, max_spans) -> (body, n, first span id): the oldest finished calls as a span block "
+     "(store/spanblock.py; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
     {"pending", py_pending, METH_NOARGS, "How many finished calls wait."},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},

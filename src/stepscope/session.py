@@ -28,6 +28,7 @@ from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_threa
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .envinfo import environment
 from .settings import Settings
+from .store import spanblock
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .tracing import buffer, native, probes, workfacts
 from .tracing.patch import Patcher
@@ -563,6 +564,9 @@ class Session:
                     threads[th.ident] = (th.name, th.native_id)
             self._threads_seen.update({k: v[0] for k, v in threads.items()})
             open_spans = self._open_chain() if not self.finished or self._dying else []
+            # the C recorder's calls straight into span blocks (no tuple a call), unless something below reads them
+            blocks = (buffer.take_native_blocks(spanblock.dumps_header, spanblock.BLOCK_SPANS)
+                      if self.ddp is None and not self._cut else [])
             spans = buffer.take()
             if self._cut:  # (a call that ended meanwhile keeps its own span)
                 ended = {s[0] for s in spans}
@@ -577,8 +581,9 @@ class Session:
             if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
                 return
             try:
-                self.store.append(self.run_id, spans=spans, frames=frames, frame_base=self._frames_written,
-                                  stacks=stacks, stack_base=self._stacks_written, samples=samples, threads=threads,
+                self.store.append(self.run_id, spans=spans, blocks=blocks, frames=frames,
+                                  frame_base=self._frames_written, stacks=stacks, stack_base=self._stacks_written,
+                                  samples=samples, threads=threads,
                                   os_threads=os_threads, memory=memory, open_spans=open_spans,
                                   drop_open=self.finished and not self._dying and self._open_written,
                                   one_statement=not self.finished)  # (beside the running program: no GIL convoy)

@@ -183,7 +183,7 @@ class Store:
                stacks: list[tuple] = (), stack_base: int = 0, samples: Iterable[tuple] = (),
                threads: dict[int, tuple[str, int | None]] | None = None, os_threads: list[tuple] = (),
                memory: Iterable[tuple] = (), open_spans: Iterable[tuple] = (), drop_open: bool = False,
-               one_statement: bool = False) -> None:
+               one_statement: bool = False, blocks: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """Append recorded data in one transaction.
 
         ``spans``: tuples as in ``stepscope.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
@@ -197,7 +197,8 @@ class Store:
         ``drop_open``: delete the run's remaining provisional rows (the program ended normally).
 
         Spans other than transactions go into ``span_blocks`` (``store.spanblock``: one row per 65,536 spans);
-        transactions stay rows of ``spans``.
+        transactions stay rows of ``spans``. ``blocks``: span blocks already encoded, ``(body, n, first span id)``
+        (``tracing.buffer.take_native_blocks``), written as they are.
 
         Samples go in as one block (``store.sampleblock``).
 
@@ -223,6 +224,18 @@ class Store:
                     ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], json.dumps(s[8], default=str))
                      for s in open_spans))
                 self._provisional.setdefault(run_id, set()).update(s[0] for s in open_spans)
+            ended_in_blocks: list[int] = []
+            for body, n, first in blocks:
+                spanblock.insert_body(c, run_id, body, n, first)
+                if self._provisional.get(run_id):
+                    ended_in_blocks.extend(spanblock.ids_of(body))
+            if ended_in_blocks:  # open spans written before that have ended now: their block entry replaces the row
+                prov = self._provisional[run_id]
+                done = prov.intersection(ended_in_blocks)
+                if done:
+                    c.executemany("DELETE FROM spans WHERE run_id = ? AND span_id = ? AND attrs LIKE "
+                                  "'%\"stepscope.open\"%'", ((run_id, x) for x in done))
+                    prov -= done
             spans = spans if isinstance(spans, list) else list(spans)
             if spans:
                 rows, bulk = spanblock.split(spans)

@@ -51,6 +51,10 @@ def _dumps(obj) -> str:
     return json.dumps(obj, default=str, separators=(",", ":"))
 
 
+#: the header's JSON writer of the blocks this module writes (``tracing.buffer.take_native_blocks`` takes it too)
+dumps_header = _dumps
+
+
 def _ints(spans: list[tuple], k: int, none: int | None) -> array:
     """An int64 array of field ``k`` of each span, with ``none`` for its None values (TypeError when None)."""
     try:
@@ -154,6 +158,22 @@ def insert(conn, run_id: str, spans: list[tuple], dumps: Callable[[object], str]
                      (run_id, len(chunk), chunk[0][0], encode(chunk, dumps)))
         k += 1
     return k
+
+
+def insert_body(conn, run_id: str, body: bytes, n: int, first_id: int) -> None:
+    """Write one block already encoded (``tracing.buffer.take_native_blocks``: ``n`` spans, the first with id
+    ``first_id``) in the caller's transaction."""
+    conn.execute("INSERT INTO span_blocks (run_id, n, first_id, body) VALUES (?,?,?,?)", (run_id, n, first_id, body))
+
+
+def ids_of(body: bytes) -> array:
+    """The span ids of a block (array 'q'). Raises BlockError."""
+    n, _, off = header(body)
+    a = array("q")
+    a.frombytes(body[off:off + 8 * n])
+    if _SWAP:
+        a.byteswap()
+    return a
 
 
 def bodies(conn, run_id: str) -> Iterator[bytes]:

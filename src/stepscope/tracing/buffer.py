@@ -79,6 +79,21 @@ def take() -> list[tuple]:
     return out
 
 
+def take_native_blocks(dumps, max_spans: int) -> list[tuple[bytes, int, int]]:
+    """Remove the C recorder's finished calls as span blocks (``store.spanblock``'s layout, at most ``max_spans``
+    spans each, ``dumps`` writing each header's JSON): ``[(body, n, first span id)]``, oldest first; empty
+    without the C recorder or on a big-endian machine (``take`` then returns them as tuples). No Python object is
+    made per call: what the recorder thread's flush does for ~0.1 us a call instead of ~1 us."""
+    out: list[tuple[bytes, int, int]] = []
+    if _ext is None:
+        return out
+    while True:
+        b = _ext.take_block(dumps, max_spans)
+        if b is None:
+            return out
+        out.append(b)
+
+
 def _end(span: tuple) -> int:
     return span[5]
 
