@@ -68,11 +68,15 @@ static pthread_key_t tls_key;
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static TState *states = NULL; /* every thread's state (open_spans reads another thread's stack) */
 
-/* finished calls, column by column */
-static int64_t *c_sid, *c_parent, *c_start, *c_end, *c_step;
-static int32_t *c_idx;
-static unsigned long *c_tid;
-static PyObject **c_err;
+/* finished calls, in the order they ended */
+typedef struct { /* one finished call: 64 bytes, one cache line (the pop of a call writes one line, not eight) */
+    int64_t sid, parent, start, end, step; /* parent 0: none; step -1: none */
+    unsigned long tid;
+    PyObject *err; /* the exception type, a strong reference, or NULL */
+    int32_t idx;
+} Rec;
+_Static_assert(sizeof(Rec) == 64, "a finished call is one cache line");
+static Rec *recs = NULL;
 static Py_ssize_t n_fin = 0, cap_fin = 0;
 static Py_ssize_t max_fin = 1000000; /* tracing.buffer.MAX_PENDING: past it new spans are dropped */
 static int64_t dropped = 0;
@@ -201,10 +205,11 @@ static int grow_fin(void) {
     Py_ssize_t cap = cap_fin ? cap_fin * 2 : 65536;
     if (cap > max_fin) cap = max_fin;
     if (cap <= cap_fin) return -1;
-#define GROW(col, T) { T *p = (T *)realloc(col, sizeof(T) * cap); if (p == NULL) return -1; col = p; }
-    GROW(c_sid, int64_t) GROW(c_parent, int64_t) GROW(c_start, int64_t) GROW(c_end, int64_t) GROW(c_step, int64_t)
-    GROW(c_idx, int32_t) GROW(c_tid, unsigned long) GROW(c_err, PyObject *)
-#undef GROW
+    void *p = NULL; /* (on a cache line boundary: a record is one line) */
+    if (posix_memalign(&p, 64, sizeof(Rec) * cap) != 0) return -1;
+    if (recs != NULL) memcpy(p, recs, sizeof(Rec) * n_fin);
+    free(recs);
+    recs = (Rec *)p;
     cap_fin = cap;
     return 0;
 }
@@ -228,14 +233,14 @@ static inline void pop(int32_t idx, PyObject *err) {
         return;
     }
     Py_ssize_t i = n_fin++;
-    c_sid[i] = f->sid;
-    c_parent[i] = f->parent;
-    c_idx[i] = f->idx;
-    c_start[i] = f->start;
-    c_end[i] = end;
-    c_step[i] = f->step;
-    c_tid[i] = t->tid;
-    c_err[i] = e;
+    recs[i].sid = f->sid;
+    recs[i].parent = f->parent;
+    recs[i].idx = f->idx;
+    recs[i].start = f->start;
+    recs[i].end = end;
+    recs[i].step = f->step;
+    recs[i].tid = t->tid;
+    recs[i].err = e;
 }
 
 static inline intptr_t extra_of(PyObject *code) {
@@ -397,32 +402,32 @@ static PyObject *py_take(PyObject *m, PyObject *unused) {
     PyObject *out = PyList_New(n_fin);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < n_fin; i++) {
-        PyObject *no = PyList_GET_ITEM(names, c_idx[i]);
+        PyObject *no = PyList_GET_ITEM(names, recs[i].idx);
         PyObject *err;
-        if (c_err[i] != NULL) {
-            err = PyObject_CallOneArg(error_name, c_err[i]);
+        if (recs[i].err != NULL) {
+            err = PyObject_CallOneArg(error_name, recs[i].err);
             if (err == NULL) { PyErr_Clear(); err = Py_NewRef(Py_None); }
         } else {
             err = Py_NewRef(Py_None);
         }
-        PyObject *attrs = c_step[i] >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(c_step[i]),
+        PyObject *attrs = recs[i].step >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(recs[i].step),
                                                          nested_key, Py_True) : Py_NewRef(Py_None);
         PyObject *t = PyTuple_New(9); /* (built item by item: Py_BuildValue's format parsing was half the cost) */
         if (t == NULL || attrs == NULL) { Py_XDECREF(t); Py_XDECREF(attrs); Py_DECREF(err); Py_DECREF(out); return NULL; }
-        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(c_sid[i]));
-        PyTuple_SET_ITEM(t, 1, opt_id(c_parent[i]));
+        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(recs[i].sid));
+        PyTuple_SET_ITEM(t, 1, opt_id(recs[i].parent));
         PyTuple_SET_ITEM(t, 2, Py_NewRef(PyTuple_GET_ITEM(no, 0)));
         PyTuple_SET_ITEM(t, 3, Py_NewRef(PyTuple_GET_ITEM(no, 1)));
-        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(c_start[i]));
-        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(c_end[i]));
-        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(c_tid[i]));
+        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(recs[i].start));
+        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(recs[i].end));
+        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(recs[i].tid));
         PyTuple_SET_ITEM(t, 7, err);
         PyTuple_SET_ITEM(t, 8, attrs);
         for (int k = 0; k < 7; k++)
             if (PyTuple_GET_ITEM(t, k) == NULL) { Py_DECREF(t); Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, i, t);
     }
-    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(c_err[i]);
+    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(recs[i].err);
     n_fin = 0;
     return out;
 }
@@ -433,7 +438,7 @@ static PyObject *py_dropped(PyObject *m, PyObject *unused) { return PyLong_FromL
 
 static PyObject *py_clear(PyObject *m, PyObject *unused) {
     /* drop the finished calls and this thread's open ones (a forked child that records nothing) */
-    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(c_err[i]);
+    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(recs[i].err);
     n_fin = 0;
     if (tls != NULL) tls->depth = 0;
     Py_RETURN_NONE;

@@ -1,5 +1,5 @@
 /* stepscope._native, part of _native.c (included there): take_block, the finished calls drained straight into a
-   span block (store/spanblock.py's layout "SSB1"), with no Python object per call: the recorder thread's flush
+   span block (store/spanblock.py's layout "SSB1": the records turned into columns), with no Python object per call: the recorder thread's flush
    holds the GIL for a fraction of what building a tuple per call and encoding them took. */
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -32,7 +32,7 @@ static PyObject *encode_block(Py_ssize_t k, PyObject *dumps, int32_t *name_c, in
     if (!hn || !ho || !he || !ha || !nmap || !omap || !emap || !by_idx) goto done;
     for (Py_ssize_t j = 0; j < 2 * nidx; j++) by_idx[j] = -1;
     for (Py_ssize_t i = 0; i < k; i++) {
-        int32_t x = c_idx[i];
+        int32_t x = recs[i].idx;
         if (by_idx[2 * x] < 0) {
             PyObject *no = PyList_GET_ITEM(names, x);
             if ((by_idx[2 * x] = code_of(nmap, hn, PyTuple_GET_ITEM(no, 0))) < 0) goto done;
@@ -41,15 +41,15 @@ static PyObject *encode_block(Py_ssize_t k, PyObject *dumps, int32_t *name_c, in
         name_c[i] = by_idx[2 * x];
         op_c[i] = by_idx[2 * x + 1];
         err_c[i] = -1;
-        if (c_err[i] != NULL) {
-            PyObject *e = PyObject_CallOneArg(error_name, c_err[i]);
+        if (recs[i].err != NULL) {
+            PyObject *e = PyObject_CallOneArg(error_name, recs[i].err);
             if (e == NULL) goto done;
             err_c[i] = code_of(emap, he, e);
             Py_DECREF(e);
             if (err_c[i] < 0) goto done;
         }
-        if (c_step[i] >= 0) {
-            PyObject *row = Py_BuildValue("[n{sLsO}]", i, "diffusion.step", (long long)c_step[i], "diffusion.nested",
+        if (recs[i].step >= 0) {
+            PyObject *row = Py_BuildValue("[n{sLsO}]", i, "diffusion.step", (long long)recs[i].step, "diffusion.nested",
                                           Py_True);
             if (row == NULL || PyList_Append(ha, row) < 0) { Py_XDECREF(row); goto done; }
             Py_DECREF(row);
@@ -69,12 +69,15 @@ static PyObject *encode_block(Py_ssize_t k, PyObject *dumps, int32_t *name_c, in
     memcpy(p + 12, PyBytes_AS_STRING(utf), h);
     memset(p + 12 + h, ' ', hp - h);
     p += 12 + hp;
-    memcpy(p, c_sid, 8 * k); p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = c_parent[i] ? c_parent[i] : NO_PARENT; memcpy(p + 8 * i, &v, 8); }
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].sid, 8);
     p += 8 * k;
-    memcpy(p, c_start, 8 * k); p += 8 * k;
-    memcpy(p, c_end, 8 * k); p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = (int64_t)c_tid[i]; memcpy(p + 8 * i, &v, 8); }
+    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = recs[i].parent ? recs[i].parent : NO_PARENT; memcpy(p + 8 * i, &v, 8); }
+    p += 8 * k;
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].start, 8);
+    p += 8 * k;
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].end, 8);
+    p += 8 * k;
+    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = (int64_t)recs[i].tid; memcpy(p + 8 * i, &v, 8); }
     p += 8 * k;
     memcpy(p, name_c, 4 * k); p += 4 * k;
     memcpy(p, op_c, 4 * k); p += 4 * k;
@@ -99,14 +102,12 @@ static PyObject *py_take_block(PyObject *m, PyObject *args) {
     PyObject *body = encode_block(k, dumps, codes, codes + k, codes + 2 * k);
     free(codes);
     if (body == NULL) return NULL; /* (nothing taken: the calls stay for the next try) */
-    PyObject *out = Py_BuildValue("(NnL)", body, k, (long long)c_sid[0]);
+    PyObject *out = Py_BuildValue("(NnL)", body, k, (long long)recs[0].sid);
     if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < k; i++) Py_XDECREF(c_err[i]);
+    for (Py_ssize_t i = 0; i < k; i++) Py_XDECREF(recs[i].err);
     Py_ssize_t rest = n_fin - k;
     if (rest > 0) {
-#define SHIFT(col) memmove(col, col + k, sizeof(*col) * rest);
-        SHIFT(c_sid) SHIFT(c_parent) SHIFT(c_start) SHIFT(c_end) SHIFT(c_step) SHIFT(c_idx) SHIFT(c_tid) SHIFT(c_err)
-#undef SHIFT
+        memmove(recs, recs + k, sizeof(Rec) * rest);
     }
     n_fin = rest;
     return out;

@@ -106,14 +106,14 @@ static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type 
         if (n_fin < cap_fin || grow_fin() == 0) {
             Py_ssize_t i = n_fin++;
             PyObject *parent = PyList_GET_ITEM(rec, 2);
-            c_sid[i] = PyLong_AsLongLong(sid);
-            c_parent[i] = PyLong_CheckExact(parent) ? PyLong_AsLongLong(parent) : 0;
-            c_idx[i] = idx;
-            c_start[i] = PyLong_AsLongLong(PyList_GET_ITEM(rec, 1));
-            c_end[i] = end;
-            c_step[i] = -1;
-            c_tid[i] = tls != NULL ? tls->tid : PyThread_get_thread_ident();
-            c_err[i] = PyType_Check(e) ? Py_NewRef(e) : NULL;
+            recs[i].sid = PyLong_AsLongLong(sid);
+            recs[i].parent = PyLong_CheckExact(parent) ? PyLong_AsLongLong(parent) : 0;
+            recs[i].idx = idx;
+            recs[i].start = PyLong_AsLongLong(PyList_GET_ITEM(rec, 1));
+            recs[i].end = end;
+            recs[i].step = -1;
+            recs[i].tid = tls != NULL ? tls->tid : PyThread_get_thread_ident();
+            recs[i].err = PyType_Check(e) ? Py_NewRef(e) : NULL;
             if (PyErr_Occurred()) PyErr_Clear();
         } else {
             dropped++;
