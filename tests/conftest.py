@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,14 @@ def process_ended(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] == "Z"
     except OSError:
         return True
+
+
+def default_signals() -> None:
+    """``preexec_fn`` for a test that signals the process it starts: SIGINT, SIGQUIT and SIGHUP back to their
+    default action. A shell starts a background job with SIGINT and SIGQUIT ignored (and ``nohup`` SIGHUP), and
+    an ignored signal stays ignored across exec: a suite run that way would test a program that ignores them."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def cli_env(store: Path) -> dict:

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import cli_env, run_cli, wait_until
+from conftest import cli_env, default_signals, run_cli, wait_until
 
 from stepscope.bench.spec import SpecError, command_spec, from_toml, sd_spec
 from stepscope.bench.stats import compare, describe
@@ -80,7 +80,8 @@ def test_ctrl_c_keeps_finished_runs(store):
     from stepscope.store import bench as bench_store
 
     p = subprocess.Popen([sys.executable, "-m", "stepscope", "bench", "--args", "0.2", "--repeats", "20", "--warmup", "0",
-                          "--", *SLEEP], env=cli_env(store), cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          "--", *SLEEP], env=cli_env(store), cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=default_signals)
 
     def finished() -> int:  # runs of the benchmark stored so far (each is written as it ends: what `bench show` reads)
         st = Store(store, create=False)

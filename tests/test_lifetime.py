@@ -13,7 +13,7 @@ import termios
 import time
 
 import pytest
-from conftest import PROGRAMS, cli_env, process_ended, run_cli, wait_until
+from conftest import PROGRAMS, cli_env, default_signals, process_ended, run_cli, wait_until
 
 from sstargets import funcs
 
@@ -26,6 +26,7 @@ SIGNALS = str(PROGRAMS / "signals.py")
 
 def _no_core():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    default_signals()
 
 
 def start(store, *prog_args, run_args=(), prog=SIGNALS, **kw):
