@@ -206,3 +206,17 @@ def test_a_waiting_main_thread_rests_and_its_time_still_adds_up(store):
     assert idle > 0.8 * (wall - spun - 0.4e9), (idle, wall, spun)  # (start-up's imports aside)
     assert data.run.env["sampler"]["main"] == "signal"
     assert data.run.env["sampler"].get("rests", 0) >= 2, data.run.env["sampler"]
+
+
+def test_a_function_first_sampled_on_no_line_takes_a_later_samples_line():
+    """Python 3.11's instrumented code runs its probe calls on no line: a sample taken there reads line 0. The
+    function's line (tables' "where") is one a sample saw it on, not 0, whichever sample came first."""
+    from stepscope.model import Frame, Profile
+
+    unet = ("UNet2DConditionModel.forward", "diffusers.models.unets.unet_2d_condition", "unet_2d_condition.py")
+    frames = [Frame(*unet, 0), Frame("leaf", "m", "m.py", 3), Frame(*unet, 1212), Frame(*unet, 1250)]
+    p = Profile(frames=frames, stacks=[(0,), (2, 1), (3,)], sample_t_ns=[1, 2, 3], sample_thread=[1, 1, 1],
+                sample_stack=[0, 1, 2], hz=100.0, thread_names={1: "MainThread"})
+    index = ProfileIndex(p)
+    lines = {f.name: f.line for f in index.functions}
+    assert lines == {"diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward": 1212, "m.leaf": 3}

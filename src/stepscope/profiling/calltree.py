@@ -94,7 +94,8 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
 
 @dataclass(slots=True)
 class Function:
-    """A function as flame graphs show it: ``name`` (module.qualname), ``file``, first ``line`` seen."""
+    """A function as flame graphs show it: ``name`` (module.qualname), ``file``, first ``line`` seen (0, "no line",
+    only when no sample saw it on a line: Python 3.11's instrumented code runs the probe calls on none)."""
 
     name: str
     file: str
@@ -170,6 +171,8 @@ class ProfileIndex:
             if fid is None:
                 fid = fid_of[key] = len(self.functions)
                 self.functions.append(Function(fr.label, fr.file, fr.line, fr.module))
+            elif not self.functions[fid].line and fr.line:
+                self.functions[fid].line = fr.line
             self.frame_func[i] = fid
         ff = self.frame_func
         self.stack_funcs = [tuple(int(ff[i]) for i in s) for s in profile.stacks]
