@@ -25,17 +25,20 @@ SRC = Path(__file__).parent.parent / "src"
 PROGRAM = Path(__file__).parent / "programs" / "recorders"
 
 
-def _env(store: Path, src: Path, recorder: str) -> dict:
+def _env(store: Path, src: Path, recorder: str, path: tuple = ()) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
-    env.update(PYTHONPATH=os.pathsep.join([str(PROGRAM), str(src)]), STEPSCOPE_STORE=str(store),
+    env.update(PYTHONPATH=os.pathsep.join([*map(str, path), str(PROGRAM), str(src)]), STEPSCOPE_STORE=str(store),
                STEPSCOPE_RECORDER=recorder)
     return env
 
 
-def _record(python: str, recorder: str, store: Path, src: Path = SRC):
-    """Run the program under `stepscope run`: (its completed process, the run's spans, the run's env)."""
-    cmd = [sys.executable, "-m", "stepscope", "run", "-q", "--trace", "mixmod.*", "--", python, "case_mixed.py"]
-    p = subprocess.run(cmd, cwd=PROGRAM, env=_env(store, src, recorder), capture_output=True, text=True,
+def _record(python: str, recorder: str, store: Path, src: Path = SRC, trace=("mixmod.*",), program="case_mixed.py",
+            path: tuple = ()):
+    """Run ``program`` (in tests/programs/recorders; ``path``: folders ahead of it on PYTHONPATH) under `stepscope
+    run`, tracing ``trace``: (its completed process, the run's spans, the run's env)."""
+    cmd = [sys.executable, "-m", "stepscope", "run", "-q", *[a for n in trace for a in ("--trace", n)], "--", python,
+           program]
+    p = subprocess.run(cmd, cwd=PROGRAM, env=_env(store, src, recorder, path), capture_output=True, text=True,
                        timeout=120)
     db = sqlite3.connect(store / "runs.db")
     try:
@@ -132,20 +135,10 @@ def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorder
         pytest.skip("stepscope._native could not be built for this interpreter (no C compiler?)")
     shapes = {}
     for recorder in ("native", "python"):
-        store = tmp_path / recorder
-        env = _env(store, SRC, recorder)
-        env["PYTHONPATH"] = os.pathsep.join([str(PROGRAM / "fakediff"), env["PYTHONPATH"]])
-        cmd = [sys.executable, "-m", "stepscope", "run", "-q", *[a for n in DENOISERS for a in ("-t", n)], "--",
-               python, "case_denoisers.py"]
-        p = subprocess.run(cmd, cwd=PROGRAM, env=env, capture_output=True, text=True, timeout=120)
+        p, spans, renv = _record(python, recorder, tmp_path / recorder, trace=DENOISERS, program="case_denoisers.py",
+                                 path=(PROGRAM / "fakediff",))
         assert (p.returncode, p.stdout, p.stderr) == (0, "0\n2\n0\n", "")
-        db = sqlite3.connect(store / "runs.db")
-        try:
-            ((rid, renv),) = db.execute("SELECT id, env FROM runs").fetchall()
-            spans = list(spanblock.iter_spans(db, rid))
-        finally:
-            db.close()
-        assert json.loads(renv)["recorder"] == recorder
+        assert renv["recorder"] == recorder
         by_id = {s[0]: s for s in spans}
         short = {n: n.rsplit(".", 2)[-2] for n in DENOISERS}
         rows = []

@@ -224,18 +224,12 @@ class Store:
                     ((run_id, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], json.dumps(s[8], default=str))
                      for s in open_spans))
                 self._provisional.setdefault(run_id, set()).update(s[0] for s in open_spans)
-            ended_in_blocks: list[int] = []
+            prov = self._provisional.get(run_id)
+            ended: list[int] = []  # (the spans put into blocks now, when provisional rows may wait for them)
             for body, n, first in blocks:
                 spanblock.insert_body(c, run_id, body, n, first)
-                if self._provisional.get(run_id):
-                    ended_in_blocks.extend(spanblock.ids_of(body))
-            if ended_in_blocks:  # open spans written before that have ended now: their block entry replaces the row
-                prov = self._provisional[run_id]
-                done = prov.intersection(ended_in_blocks)
-                if done:
-                    c.executemany("DELETE FROM spans WHERE run_id = ? AND span_id = ? AND attrs LIKE "
-                                  "'%\"stepscope.open\"%'", ((run_id, x) for x in done))
-                    prov -= done
+                if prov:
+                    ended.extend(spanblock.ids_of(body))
             spans = spans if isinstance(spans, list) else list(spans)
             if spans:
                 rows, bulk = spanblock.split(spans)
@@ -244,13 +238,14 @@ class Store:
                                   ((run_id, *s[:8], json.dumps(s[8], default=str) if s[8] else None) for s in rows))
                 if bulk:
                     spanblock.insert(c, run_id, bulk)
-                prov = self._provisional.get(run_id)
-                if prov:  # open spans written before that have ended now: their block entry replaces the row
-                    done = prov.intersection([s[0] for s in bulk])
-                    if done:
-                        c.executemany("DELETE FROM spans WHERE run_id = ? AND span_id = ? AND attrs LIKE "
-                                      "'%\"stepscope.open\"%'", ((run_id, x) for x in done))
-                        prov -= done
+                    if prov:
+                        ended.extend(s[0] for s in bulk)
+            if ended:  # open spans written before that have ended now: their block entry replaces the row
+                done = prov.intersection(ended)
+                if done:
+                    c.executemany("DELETE FROM spans WHERE run_id = ? AND span_id = ? AND attrs LIKE "
+                                  "'%\"stepscope.open\"%'", ((run_id, x) for x in done))
+                    prov -= done
             if frames:
                 c.executemany("INSERT OR REPLACE INTO frames VALUES (?,?,?,?,?,?)",
                               ((run_id, frame_base + i, *f) for i, f in enumerate(frames)))

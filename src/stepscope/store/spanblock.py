@@ -154,8 +154,7 @@ def insert(conn, run_id: str, spans: list[tuple], dumps: Callable[[object], str]
     k = 0
     for lo in range(0, len(spans), BLOCK_SPANS):
         chunk = spans[lo:lo + BLOCK_SPANS]
-        conn.execute("INSERT INTO span_blocks (run_id, n, first_id, body) VALUES (?,?,?,?)",
-                     (run_id, len(chunk), chunk[0][0], encode(chunk, dumps)))
+        insert_body(conn, run_id, encode(chunk, dumps), len(chunk), chunk[0][0])
         k += 1
     return k
 
