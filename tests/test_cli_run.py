@@ -73,6 +73,16 @@ def test_module_mode_and_trace_file(store, tmp_path):
     assert data.run.unresolved == {"sstargets.nope.f": "sstargets has no attribute or submodule 'nope'"}
 
 
+def test_a_script_without_a_shebang_runs_under_this_python(store, tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import sys\nprint(sys.executable)\n")
+    r = run_cli(["run", "-q", "--", str(script)], store)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == sys.executable
+    data = load_run(Store(store))
+    assert data.run.status == "ok"
+
+
 def test_bad_inputs_are_one_line_errors(store, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("functions_to_trace = [3]\n")

@@ -2,6 +2,8 @@
 multirank``) the figures are HTA's, and a torchrun job recorded with ``--device-trace`` shows each rank's trace."""
 
 import json
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -84,3 +86,33 @@ def test_a_torchrun_job_with_device_trace_has_each_ranks_timeline(store, tmp_pat
     for lane in lanes:  # inside the job's time span (the run's clock, ms from its start)
         assert lane["start"] and min(lane["start"]) >= 0 and max(a + b for a, b in zip(lane["start"], lane["dur"])) <= \
             (data.run.end_ns - data.run.start_ns) / 1e3
+
+
+def test_groups_destroyed_under_the_profiler_outlive_the_ddp_model(store, tmp_path):
+    """With --device-trace, destroy_process_group's groups are kept to the session's end, so freeing a DDP model
+    afterwards does not destroy the group (joining gloo workers that may wait for the GIL: tracing/collectives.py;
+    under the profiler alone, freeing the model ends the group's threads)."""
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    os.environ.update(env)
+    try:
+        r = run_cli(["run", "-q", "--device-trace", "--", sys.executable, str(PROGRAMS / "ranks" / "teardown.py")],
+                    store, cwd=tmp_path)
+    finally:
+        for k in env:
+            del os.environ[k]
+    assert r.returncode == 0, r.stderr
+    before, after = (int(x) for x in r.stdout.split()[1:3])
+    assert after == before, r.stdout  # the group (and its gloo threads) still alive
+    from stepscope.store.db import Store
+    from stepscope.store.reader import load_run
+
+    st = Store(store)
+    try:
+        names = [x.name for x in load_run(st).spans]
+    finally:
+        st.close()
+    assert "torch.distributed.distributed_c10d.destroy_process_group" in names

@@ -45,6 +45,15 @@ def test_nested_calls_nest(traced):
     assert all(outer["start_ns"] <= s["start_ns"] <= s["end_ns"] <= outer["end_ns"] for s in inner)
 
 
+def test_global_declarations_anywhere_in_the_body(traced):
+    """A ``global`` after other statements or inside blocks: traced (3.11 compiles such a body again with the
+    declarations once at its top), and the names are the module's."""
+    traced.calls = 0
+    assert traced.bump(3) == 6 and traced.bump(7) == 20
+    assert traced.calls == 20 and traced.biggest == 7 and traced.last == 7
+    assert [s["name"] for s in spans_now()] == ["sstargets.funcs.bump"] * 2
+
+
 def test_generator_span_covers_iteration_and_send(traced):
     assert inspect.isgeneratorfunction(traced.count)
     g = traced.count(3)

@@ -47,15 +47,16 @@ RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_si
 
 def trace_collectives(session) -> None:
     """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
-    once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans, joined with
-    the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
+    and ``destroy_process_group`` (``GroupEndSite``: its groups kept to the session's finish where the torch
+    profiler ran) once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans,
+    joined with the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
     from .tracing import ddp
-    from .tracing.collectives import C10D, COLLECTIVES
+    from .tracing.collectives import C10D, COLLECTIVES, GROUP_END, release_groups
 
     patcher = session.patcher
 
     def add(mod) -> None:
-        patcher.add([f"{C10D}.{n}" for n in COLLECTIVES if callable(getattr(mod, n, None))])
+        patcher.add([f"{C10D}.{n}" for n in (*COLLECTIVES, GROUP_END) if callable(getattr(mod, n, None))])
 
     def add_ddp(mod) -> None:
         if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
@@ -68,6 +69,7 @@ def trace_collectives(session) -> None:
 
     patcher.when_imported(C10D, add)
     patcher.when_imported(ddp.DDP_MODULE, add_ddp)
+    session.on_finish(release_groups)
 
 
 SITECUSTOMIZE = '''\

@@ -81,8 +81,9 @@ def child_argv(command: list[str], launcher: str = "stepscope.launch") -> list[s
     """The argv that runs ``command`` through ``launcher`` (a module run with ``-m``: ``stepscope.launch``, or
     ``stepscope.fixes.child`` for ``stepscope try``).
 
-    ``command`` is ``[python, *interpreter options, SCRIPT | -m MOD | -c CODE, *args]``, or an executable
-    Python script (its ``#!`` names a python). Raises CommandError otherwise.
+    ``command`` is ``[python, *interpreter options, SCRIPT | -m MOD | -c CODE, *args]``, an executable Python
+    script (its ``#!`` names a python), or a ``.py`` file (run by ``sys.executable``). Raises CommandError
+    otherwise.
     """
     if not command:
         raise CommandError("no command given: stepscope run [OPTIONS] -- python SCRIPT [ARGS]")
@@ -90,6 +91,8 @@ def child_argv(command: list[str], launcher: str = "stepscope.launch") -> list[s
     if not _is_python(exe):
         resolved = shutil.which(exe) or exe
         interp = _shebang_python(resolved)
+        if interp is None and resolved.endswith((".py", ".pyw")) and os.path.isfile(resolved):
+            interp = sys.executable  # a script without ``#!``: run by this interpreter, as ``python SCRIPT`` is
         if interp is None:
             raise CommandError(f"{exe}: not a Python interpreter or a Python script (stepscope runs Python programs)")
         return [interp, "-m", launcher, resolved, *command[1:]]

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from time import perf_counter_ns
 
-from ..tracing import mirror
+from ..tracing import collectives, mirror
 from ..tracing import steps as step_hooks
 from ..profiling.sampler import start_ticker
 
@@ -96,6 +96,7 @@ class DeviceCapture:
                             schedule=sched, on_trace_ready=self._write if sched else None, **extra)
         with quiet_kineto():
             self.prof.__enter__()
+        collectives.hold_groups = True  # gloo works now hold Python objects: see tracing/collectives.py
         mirror.enable()
         self.mark("start")
         step_hooks.add_listener(self._on_step)

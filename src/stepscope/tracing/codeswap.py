@@ -145,6 +145,7 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
             body[0].value.value, str):
         doc, body = body[:1], body[1:]
+    scope = _hoist_scope_statements(body)  # the body is compiled twice: one ``global``/``nonlocal`` at the top
     if not body:
         body = [ast.Pass()]
     plain = copy.deepcopy(body)
@@ -169,7 +170,43 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     branch.lineno = branch.end_lineno = _MARK
     for n in (instrumented[0], instrumented[1], note, test, enter):
         n.lineno = n.end_lineno = _MARK
-    node.body = doc + [branch]
+    node.body = doc + scope + [branch]
+
+
+def _hoist_scope_statements(body: list) -> list:
+    """Take the ``global`` and ``nonlocal`` statements of a function's own scope out of ``body`` (in place; one
+    left alone in a block becomes ``pass``) and return them merged, one of each kind, to put before it.
+
+    The instrumented body holds the original twice (the compiling branch and the probed one), and a name declared
+    ``global`` in the second copy would be "used prior to global declaration" in the first (SyntaxError). A
+    declaration holds for its whole scope wherever it stands, so one at the top means the same."""
+    names: dict[type, list[str]] = {ast.Global: [], ast.Nonlocal: []}
+
+    def strip(stmts: list) -> list:
+        out = []
+        for n in stmts:
+            if isinstance(n, (ast.Global, ast.Nonlocal)):
+                names[type(n)].extend(x for x in n.names if x not in names[type(n)])
+                continue
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for field in ("body", "orelse", "finalbody"):
+                    inner = getattr(n, field, None)
+                    if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                        kept = strip(inner)
+                        setattr(n, field, kept or [ast.copy_location(ast.Pass(), inner[0])])
+                for h in getattr(n, "handlers", None) or ():
+                    h.body = strip(h.body) or [ast.copy_location(ast.Pass(), h.body[0])]
+                for c in getattr(n, "cases", None) or ():
+                    c.body = strip(c.body) or [ast.copy_location(ast.Pass(), c.body[0])]
+            out.append(n)
+        return out
+
+    body[:] = strip(body)
+    hoisted = [kind(ns) for kind, ns in names.items() if ns]
+    for n in hoisted:
+        n.lineno = n.end_lineno = _MARK
+        n.col_offset = n.end_col_offset = 0
+    return hoisted
 
 
 _MARK = 1 << 30  # line number of injected code before it is stripped of locations
@@ -234,7 +271,10 @@ def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:
     else:  # module level, so that names it reads stay globals (its own name too)
         mod = ast.Module([*imports, *inner], [])
     _fill_locations(mod, node.lineno)
-    top = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE_MASK, dont_inherit=True)
+    try:
+        top = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE_MASK, dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # (its module compiled: a form this rewrite does not handle)
+        raise CannotInstrument(f"{code.co_qualname}: cannot compile it with probes ({e.msg if isinstance(e, SyntaxError) else e})") from None
     found = _find_code(top, code.co_name, code.co_firstlineno)
     if found is None:
         raise CannotInstrument(f"{code.co_qualname}: instrumented code not found")

@@ -48,3 +48,22 @@ async def agen(n):
 
 def sleep_ms(ms):
     time.sleep(ms / 1000)
+
+
+calls = 0
+
+
+def bump(n):
+    """Add 2n to a module global declared after a first statement, and record a large n in another declared
+    inside a block (the shape of torch.distributed's destroy_process_group)."""
+    step = n * 2
+    global calls
+    calls += step
+    if n > 5:
+        global biggest
+        biggest = n
+    try:
+        return calls
+    finally:
+        global last
+        last = n
