@@ -274,7 +274,8 @@ def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:
     try:
         top = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE_MASK, dont_inherit=True)
     except (SyntaxError, ValueError) as e:  # (its module compiled: a form this rewrite does not handle)
-        raise CannotInstrument(f"{code.co_qualname}: cannot compile it with probes ({e.msg if isinstance(e, SyntaxError) else e})") from None
+        why = e.msg if isinstance(e, SyntaxError) else e
+        raise CannotInstrument(f"{code.co_qualname}: cannot compile it with probes ({why})") from None
     found = _find_code(top, code.co_name, code.co_firstlineno)
     if found is None:
         raise CannotInstrument(f"{code.co_qualname}: instrumented code not found")
