@@ -2,7 +2,9 @@
 
 import asyncio
 import inspect
+import sys
 import threading
+import time
 
 import pytest
 from conftest import spans_now
@@ -75,6 +77,29 @@ def test_generator_return_value_and_close(traced):
     g.close()
     spans = spans_now()
     assert len(spans) == 2 and all(s["error_type"] is None for s in spans)
+
+
+def test_generators_left_suspended_end_once(traced):
+    """A generator closed or freed at a yield, and a coroutine closed at an await: one span each, error-free. 3.13
+    runs none of their code then and fires no event (a frame suspended outside any ``try`` block just completes):
+    the span ends at the last suspension; before 3.13 a GeneratorExit runs through the frame, and it ends there."""
+    for x in traced.count(5):
+        if x == 1:
+            break  # (freed here)
+    g = traced.count(3)
+    next(g)
+    closing = time.perf_counter_ns()
+    g.close()
+    c = traced.coro(1)  # (asyncio.sleep(0): one bare yield, no event loop needed)
+    c.send(None)
+    c.close()
+    spans = spans_now()
+    assert sorted(s["name"] for s in spans) == ["sstargets.funcs.coro", "sstargets.funcs.count",
+                                                 "sstargets.funcs.count"], spans
+    assert all(s["error_type"] is None and s["start_ns"] <= s["end_ns"] for s in spans)
+    closed = [s for s in spans if s["name"].endswith("count")][1]
+    assert closed["end_ns"] <= closing if sys.version_info >= (3, 13) else closed["end_ns"] >= closing
+    assert spans_now() == []
 
 
 def test_generator_calls_nest_under_it_but_caller_context_is_untouched(traced):

@@ -87,6 +87,9 @@ static PyObject *probe_objs = NULL;   /* list: index -> the Python Probe (a gene
 static char *gen_flags = NULL;        /* index -> its kind: 0 plain, 1 generator/coroutine, 2 denoiser */
 static Py_ssize_t cap_flags = 0;
 static PyObject *parked = NULL;       /* dict: frame address -> the record of a suspended generator frame */
+static PyObject *parked_gen = NULL;   /* 3.13+, dict: frame address -> (weakref to its generator, bytearray: int64 last
+                                         suspension ns, uint64 thread id) (tracing.probes.end_closed) */
+static PyObject *orphans = NULL;      /* 3.13+, list: (record, note) of such frames freed before end_closed saw them */
 static PyObject *current_span = NULL; /* the ContextVar */
 static PyObject *error_name = NULL;   /* exception type -> "module.Qualname" */
 static PyObject *disable = NULL;      /* sys.monitoring.DISABLE */
@@ -518,13 +521,19 @@ PyMODINIT_FUNC PyInit__native(void) {
     names = PyList_New(0);
     probe_objs = PyList_New(0);
     parked = PyDict_New();
+    parked_gen = PyDict_New();
+    orphans = PyList_New(0);
     denoisers = PySet_New(NULL);
-    if (names == NULL || probe_objs == NULL || parked == NULL || denoisers == NULL || PyType_Ready(&ProbeType) < 0
+    if (names == NULL || probe_objs == NULL || parked == NULL || parked_gen == NULL || orphans == NULL || denoisers == NULL
+        || PyType_Ready(&ProbeType) < 0
         || PyType_Ready(&DenoiserProbeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "DenoiserProbe", (PyObject *)&DenoiserProbeType) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;
     return m;
 }

@@ -60,7 +60,21 @@ static PyObject *parked_rec(int take) {
 }
 
 static void gen_start(int32_t idx) {
-    Py_XDECREF(parked_rec(1)); /* a frame left suspended with no event (3.13's close) at this address: forgotten */
+    PyObject *stale = parked_rec(1); /* a frame that ended with no event (3.13's close) and was freed, at this address */
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyDict_GET_SIZE(parked_gen) > 0) { /* what was noted of its generator: its span ends (tracing.probes) */
+        PyObject *key = frame_key(), *note = NULL;
+        if (key != NULL && PyDict_Pop(parked_gen, key, &note) < 0) PyErr_Clear();
+        if (stale != NULL && note != NULL) {
+            PyObject *pair = PyTuple_Pack(2, stale, note);
+            if (pair == NULL || PyList_Append(orphans, pair) < 0) PyErr_Clear();
+            Py_XDECREF(pair);
+        }
+        Py_XDECREF(note);
+        Py_XDECREF(key);
+    }
+#endif
+    Py_XDECREF(stale);
     PyObject *prev = cv_get();
     int64_t parent = parent_now(prev), sid = ++last_sid;
     PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
@@ -71,11 +85,43 @@ static void gen_start(int32_t idx) {
     Py_DECREF(rec);
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+/* 3.13 closes a generator suspended outside any try block with no event (its frame just completes): note, per frame
+   address, a weak reference to the generator and a 16-byte bytearray (made once), whose int64 time (ns) and uint64
+   thread id of this suspension are rewritten in place at each yield (no allocation), so that
+   tracing.probes.end_closed can end the span at its last suspension once the generator is closed or freed */
+static void note_suspension(PyObject *key) {
+    struct { int64_t t; uint64_t tid; } when = {now_ns(), tls != NULL ? tls->tid : PyThread_get_thread_ident()};
+    PyObject *note = PyDict_GetItemWithError(parked_gen, key); /* borrowed */
+    if (note != NULL && PyTuple_CheckExact(note) && PyTuple_GET_SIZE(note) == 2) {
+        PyObject *buf = PyTuple_GET_ITEM(note, 1);
+        if (PyByteArray_CheckExact(buf) && PyByteArray_GET_SIZE(buf) == sizeof when) {
+            memcpy(PyByteArray_AS_STRING(buf), &when, sizeof when);
+            return;
+        }
+    }
+    PyErr_Clear();
+    PyFrameObject *f = PyEval_GetFrame();
+    PyObject *gen = f != NULL ? PyFrame_GetGenerator(f) : NULL;
+    PyObject *ref = gen != NULL ? PyWeakref_NewRef(gen, NULL) : NULL;
+    Py_XDECREF(gen);
+    PyObject *buf = ref != NULL ? PyByteArray_FromStringAndSize((const char *)&when, sizeof when) : NULL;
+    note = buf != NULL ? PyTuple_Pack(2, ref, buf) : NULL;
+    if (note == NULL || PyDict_SetItem(parked_gen, key, note) < 0) PyErr_Clear();
+    Py_XDECREF(note);
+    Py_XDECREF(buf);
+    Py_XDECREF(ref);
+}
+#endif
+
 static void gen_yield(int32_t idx) { /* Probe.suspend */
     PyObject *rec = current_of(idx);
     if (rec == NULL) return;
     PyObject *key = frame_key();
     if (key == NULL || PyDict_SetItem(parked, key, rec) < 0) PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030D0000
+    if (key != NULL) note_suspension(key);
+#endif
     Py_XDECREF(key);
     cv_set(PyList_GET_ITEM(rec, 7));
     Py_DECREF(rec);

@@ -24,6 +24,9 @@ from . import native
 
 _ext = native.ext
 
+#: called by ``take`` first (3.13+: ``probes.end_closed``, spans of generators closed with no event), or None
+sweep = None
+
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 
 #: The innermost open span in this thread / asyncio task (None outside any span), as a list
@@ -60,6 +63,8 @@ finished: deque[tuple] = deque(maxlen=MAX_PENDING)
 def take() -> list[tuple]:
     """Remove and return the spans finished so far (oldest first). Safe beside another taker (a program or a
     benchmark that drains the buffer itself while the recorder flushes): what it took is not returned here."""
+    if sweep is not None:
+        sweep()
     pop = finished.popleft
     out: list[tuple] = []
     append = out.append

@@ -44,12 +44,101 @@ _getframe = sys._getframe
 
 #: id(frame) -> the open-span record of a suspended generator/coroutine frame
 _suspended: dict[int, list] = {}
+#: 3.13+: id(frame) -> [weak reference to its generator, last suspension ns, thread id] (``end_closed``)
+_gens: dict[int, list] = {}
+#: 3.13+, the C recorder's (record, note) pairs of such frames freed before ``end_closed`` saw them
+_orphans: list = []
+#: whether a frame can end with no event: 3.13's ``close()`` of a generator or coroutine suspended outside any
+#: ``try`` block just completes its frame (CPython's ``gen_close`` fast path), as does freeing such a generator
+SILENT_CLOSE = sys.version_info >= (3, 13)
+
 
 def forget_frame(frame) -> None:
-    """A generator or coroutine ``frame`` starts: a record parked under its address belongs to a frame that was
-    left suspended and freed with no event (3.13 closes a generator suspended outside any ``try`` block that
-    way), whose span cannot end; dropped, so that this frame's calls do not end it."""
-    _suspended.pop(id(frame), None)
+    """A generator or coroutine ``frame`` starts: a record parked under its address belongs to a frame that ended
+    with no event and was freed (``SILENT_CLOSE``) before ``end_closed`` saw it: its span ends at its last
+    suspension (before 3.13: dropped), so that this frame's calls do not end it."""
+    rec = _suspended.pop(id(frame), None)
+    if _gens:
+        note = _gens.pop(id(frame), None)
+        if rec is not None and note is not None:  # (the generator that ran there is gone: its span ends)
+            _end_at(rec, note)
+
+
+def _generator_of(frame):
+    """The generator, coroutine or async generator object running ``frame`` (3.13: no Python attribute gives it;
+    ``PyFrame_GetGenerator``), or None."""
+    try:
+        return _frame_get_generator(frame)
+    except Exception:  # (NULL: not a generator's frame)
+        return None
+
+
+def _note_suspension(fid: int, frame) -> None:
+    note = _gens.get(fid)
+    if note is not None:
+        note[1] = perf_counter_ns()
+        note[2] = get_ident()
+        return
+    gen = _generator_of(frame)
+    if gen is not None:
+        try:
+            _gens[fid] = [weakref.ref(gen), perf_counter_ns(), get_ident()]
+        except TypeError:
+            pass
+
+
+def _ended(gen) -> bool:
+    """Whether a generator/coroutine/async generator object is gone or its frame completed."""
+    if gen is None:
+        return True
+    for attr in ("gi_frame", "cr_frame", "ag_frame"):
+        if hasattr(gen, attr):
+            return getattr(gen, attr) is None
+    return False
+
+
+def end_closed() -> int:
+    """End the spans of generator and coroutine frames that ended with no event (``SILENT_CLOSE``) as if they
+    returned at their last suspension (closing one runs none of its code); the records of both recorders
+    (``_suspended`` and the C recorder's ``parked``). Called by ``buffer.take``; returns how many were ended."""
+    n = 0
+    if _orphans:
+        while _orphans:
+            n += _end_at(*_orphans.pop())
+    for parked, notes in _tables:
+        if not notes:
+            continue
+        for fid, note in list(notes.items()):
+            if not _ended(note[0]()) or notes.get(fid) is not note:  # (not a new frame's at the same address)
+                continue
+            notes.pop(fid, None)
+            n += _end_at(parked.pop(fid, None), note)
+    return n
+
+
+def _end_at(rec, note) -> int:
+    """Finish a parked record at its note's last suspension (ns) on its thread; 1 if it was a span. ``note``: this
+    module's ``[ref, ns, thread id]`` or the C recorder's ``(ref, bytearray)`` (native int64 ns, uint64 id)."""
+    if rec is None or rec.__class__ is not list or len(rec) != 8 or rec[0] is None:
+        return 0
+    end, tid = struct.unpack("=qQ", note[1]) if len(note) == 2 else note[1:3]
+    _append((rec[0], rec[2], rec[5], getattr(rec[3], "op", "function"), rec[1], end, tid, rec[6], rec[4]))
+    return 1
+
+
+if SILENT_CLOSE:
+    import ctypes
+    import struct
+    import weakref
+
+    _frame_get_generator = ctypes.pythonapi.PyFrame_GetGenerator
+    _frame_get_generator.restype = ctypes.py_object
+    _frame_get_generator.argtypes = [ctypes.py_object]
+    _tables = [(_suspended, _gens)]
+    if native.ext is not None and hasattr(native.ext, "parked_gen"):
+        _tables.append((native.ext.parked, native.ext.parked_gen))
+        _orphans = native.ext.orphans
+    buffer.sweep = end_closed
 
 
 #: probe id -> Probe (the 3.11 mechanism's code refers to probes by id)
@@ -200,7 +289,15 @@ class Probe:
         """The frame is about to yield ``value``: give the caller its context back. Returns ``value``."""
         rec = _get()
         if rec is not None and rec.__class__ is list and rec[3] is self:
-            _suspended[fid if fid is not None else id(_getframe(1))] = rec
+            if fid is None:
+                fid = id(_getframe(1))
+            _suspended[fid] = rec
+            if SILENT_CLOSE:
+                f = _getframe(1)
+                while f is not None and id(f) != fid:  # (the monitoring callback's caller)
+                    f = f.f_back
+                if f is not None:
+                    _note_suspension(fid, f)
             _set(rec[7])
         return value
 

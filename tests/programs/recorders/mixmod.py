@@ -79,7 +79,7 @@ def maybe(n):
 def abandoned():
     g = maybe(1)
     next(g)
-    del g  # 3.13: closed with no event at all (suspended outside any try block): no span
+    del g  # 3.13: closed with no event at all (suspended outside any try block): its span ends at its yield
     return list(maybe(0))  # (its frame often at the same address: the first one's record must not end it)
 
 
