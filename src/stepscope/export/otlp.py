@@ -52,7 +52,7 @@ SCOPE_NAME = "stepscope"
 BATCH = 2048
 #: span attributes kept under their own name (OpenTelemetry's or stepscope's documented ones)
 KEPT_AS_IS = ("diffusion.step",)
-_FUNCTION_OPS = ("function", "collective")
+_FUNCTION_OPS = ("function", "collective", "process_group")
 
 
 def trace_id(top_run_id: str) -> bytes:
