@@ -140,8 +140,7 @@ def _hold(group) -> None:
 def release_groups() -> None:
     """Drop the groups ``GroupEndSite`` kept (at the session's finish, while the interpreter is whole); those no
     longer referenced elsewhere are destroyed now, with the GIL released by torch's binding."""
-    while _held:
-        _held.pop()
+    _held.clear()
 
 
 def hooks_for(owner: object, attr: str):
