@@ -19,7 +19,7 @@ here several percent) is in both sides. Printed per recorder: the median step ti
 95% CIs (``bench/stats.py``: every step of every process pooled), the traced side's change with its CI, and each
 process's change (ratio of its medians); then the traced calls per step (spans stored inside the UNet's
 ``forward`` span, per step, read back from the run), of which the step-level ones: the UNet's blocks and its
-``Transformer2DModel`` are denoiser forwards by ``tracing/steps.py``'s rule (a class from
+``Transformer2DModel`` are denoiser forwards by ``steps/hooks.py``'s rule (a class from
 ``diffusers.models.unets``/``transformers``), recorded by the Python probe with step tags (the outermost one
 with memory readings) whichever recorder is in use. Both the wall time and the main thread's CPU time are
 printed; on a loaded machine read the CPU time.
@@ -194,11 +194,11 @@ def main() -> None:
     for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU (main thread)")):
         report(res, key, label)
     from stepscope.bench.stats import compare
-    from stepscope.tracing.steps import kind_of_name
+    from stepscope.steps.rules import kind_of_name
 
     scoped = sum(k for n, k in first["by_name"].items() if kind_of_name(n) == "scoped")
     print(f"traced calls per step inside the UNet forward: {first['calls_per_step']:.0f} (+1 the UNet forward); "
-          f"{scoped:.0f} of them and the UNet forward are step-level spans (denoiser rule of tracing/steps.py: "
+          f"{scoped:.0f} of them and the UNet forward are step-level spans (denoiser rule of steps/hooks.py: "
           f"Python probe, step tags), the rest recorded by the recorder under test")
     for m in RECORDERS:
         parts = []

@@ -13,7 +13,8 @@ from stepscope.model import Frame, Profile, Run, RunData, Span
 from stepscope.profiling.calltree import ProfileIndex
 from stepscope.render.cells import left_short
 from stepscope.render.terminal import print_summary
-from stepscope.tracing.steps import NESTED_ATTR, STEP_ATTR, steps_from_names
+from stepscope.steps.after import steps_from_names
+from stepscope.steps.rules import NESTED_ATTR, STEP_ATTR
 
 MS = 1_000_000
 PIPE = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"

@@ -23,7 +23,7 @@
    wrappers, step-level probes): span ids come from one counter (next_id), so of the two innermost open spans
    (this thread's native one, the ContextVar's) the one with the larger id is the inner one: the parent.
    Denoisers (code kind 2: the forward of a traced diffusers UNet or transformer without a device mirror, see
-   tracing.steps): a call inside an open denoiser call (a UNet's blocks, the transformers in them) is part of that
+   steps.hooks): a call inside an open denoiser call (a UNet's blocks, the transformers in them) is part of that
    call's denoising step; it is recorded here with the step, which take() writes into the span's attrs
    (diffusion.step, diffusion.nested). Any other call of such code (the outermost denoiser: its step is counted,
    its memory read) is handed to its Python probe.

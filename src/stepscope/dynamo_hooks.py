@@ -70,7 +70,7 @@ def dynamo_loaded(patcher: Patcher):
 
         from .tracing import codeswap, probes
 
-        for module in ("stepscope.tracing.wrappers", "stepscope.tracing.steps", "stepscope.tracing.syncs",
+        for module in ("stepscope.tracing.wrappers", "stepscope.steps.hooks", "stepscope.tracing.syncs",
                        "stepscope.tracing.mirror", "stepscope.api"):
             trace_rules.add(module)
         # ``is_dynamo_compiling`` (a function that returns False, which Dynamo folds to True while it traces) costs

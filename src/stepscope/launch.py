@@ -169,7 +169,7 @@ def main() -> None:
 
     settings = Settings.from_dict(cfg.get("settings", {}))
     _check_target(kind, target, cfg, settings.store)
-    traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace)
+    traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace + settings.step_functions)
     # the program's __main__, as the interpreter makes it, in place before the patcher looks at it
     main_mod = fresh_main(kind, target)
     name = settings.transaction or (target if kind != "code" else "-c")

@@ -27,6 +27,7 @@ from .profiling import memory as _memory
 from .profiling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
 from .profiling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .envinfo import environment
+from .steps.rules import LOOP_TRACES
 from .settings import Settings
 from .store import spanblock
 from .store.db import MEMORY_SNAPSHOT, Store, write_error_text
@@ -71,7 +72,9 @@ class Session:
         self.on_forked_child = None
         #: DDP's gradient all-reduce spans (``tracing.ddp.DdpJoin``), set once the program imports DDP
         self.ddp = None
-        self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open)
+        self.preset = None  # the app preset (``apps``) of ``settings.app``
+        self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open, step_names=settings.step_functions,
+                               labels=settings.labels)
         self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
         hz = settings.profiles_hz
         self.sampler = Sampler(settings.max_stack_depth, int(1e9 / hz) if hz > 0 else 10_000_000)
@@ -136,7 +139,21 @@ class Session:
         if self.settings.memory_history:
             self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
             self.patcher.when_imported("torch", self.history.start)
-        self.patcher.add(self.settings.functions_to_trace)
+        self.preset = None
+        if self.settings.app:
+            from . import apps
+
+            try:
+                self.preset = apps.get(self.settings.app)
+            except ValueError:
+                self.preset = None
+            else:
+                self.patcher.use_preset(self.preset)
+                self.patcher.add(self.preset.traces)
+        self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
+        if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
+                                         or self.preset is not None):
+            self.patcher.add(LOOP_TRACES, quiet=True)  # the sampler loops' steps (``steps.rules``)
         self.patcher.when_imported("torch._dynamo", dynamo_loaded(self.patcher))
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
@@ -218,6 +235,12 @@ class Session:
             except Exception as e:  # recorded, never raised into the program's exit
                 print(f"stepscope: {getattr(fn, '__qualname__', fn)} failed: {e}", file=sys.stderr)
         self.unresolved = self.patcher.unresolved
+        if self.preset is not None:  # the preset's names this app version lacks: one line
+            from .apps import missing_line
+
+            self.unresolved, line = missing_line(self.preset, self.unresolved)
+            if line:
+                self.unresolved[f"--app {self.preset.name}"] = line
         from .tracing.probes import compiled_notes
 
         for name, outer in compiled_notes().items():  # ran as part of a torch.compile graph

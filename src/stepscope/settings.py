@@ -50,6 +50,15 @@ class Settings:
     memory_history: bool = False
     #: record every Python process the program starts as a process of the run (``processes``; ``--no-children``)
     children: bool = True
+    #: ``--step``: names (globs) each of whose calls is one denoising step (traced too; ``steps.hooks.StepMarker``)
+    step_functions: tuple[str, ...] = ()
+    #: ``--label``/``traces.toml``'s ``labels``: name (glob) -> template naming its spans from the arguments
+    #: (``tracing.labels``)
+    labels: dict[str, str] = field(default_factory=dict)
+    #: ``--app``: the app preset whose names are traced (``apps``), or None
+    app: str | None = None
+    #: the sampler loops of ``steps.rules.LOOP_TRACES`` traced too (quietly) whenever anything is traced
+    loop_rules: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,15 +73,26 @@ class Settings:
             raise ValueError(f"cuda_peaks: must be safe or reset, got {self.cuda_peaks!r}")
         if self.device_steps is not None:
             limits.in_range("device_steps", self.device_steps, 1, 1_000_000, integer=True)
+        object.__setattr__(self, "step_functions", tuple(self.step_functions))
+        if self.app is not None:
+            from . import apps
+
+            object.__setattr__(self, "app", apps.get(self.app).name)  # (ValueError: one line naming --app)
+        if self.labels:
+            from .tracing.labels import parse_labels
+
+            object.__setattr__(self, "labels", parse_labels(dict(self.labels), "labels"))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["functions_to_trace"] = list(self.functions_to_trace)
+        d["step_functions"] = list(self.step_functions)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Settings":
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        if "functions_to_trace" in known:
-            known["functions_to_trace"] = tuple(known["functions_to_trace"])
+        for k in ("functions_to_trace", "step_functions"):
+            if k in known:
+                known[k] = tuple(known[k])
         return cls(**known)

@@ -32,7 +32,7 @@ import numpy as np
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
-from ..tracing.steps import STEP_ATTR
+from ..steps.rules import STEP_ATTR
 from .difftree import DiffNode, flame_diff
 from .ranks import RankChange, rank_changes
 from .envfacts import BLAMEABLE, EnvChange, env_changes

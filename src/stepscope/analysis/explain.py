@@ -29,7 +29,7 @@ from ..limits import HZ_MAX
 from ..model import RunData, Span
 from ..profiling.calltree import ProfileIndex
 from ..spantable import SpanTable, as_table
-from ..tracing.steps import STEP_ATTR
+from ..steps.rules import STEP_ATTR
 from .difftree import DiffNode, diff_tree
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats

@@ -346,7 +346,7 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
 def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     """The stages of the work (see ``Stage``), in time order: the step table's rows, and the traced spans at the
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
-    from ..tracing.steps import STEP_ATTR
+    from ..steps.rules import STEP_ATTR
 
     from ..spantable import as_table
 

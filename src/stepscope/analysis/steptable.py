@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import Span
 from ..spantable import SpanTable, as_table
-from ..tracing.steps import NESTED_ATTR, STEP_ATTR, kind_of_name
+from ..steps.rules import NESTED_ATTR, STEP_ATTR, STEP_OP, is_call_name
 from .slow import call_slow, shape_of, slow_cells
 from .spans import SpanStat, span_stats
 from .steploop import last_step_end, left_driver, steps_driver
@@ -99,8 +99,8 @@ class StepTable:
 
 
 def is_pipeline_call(name: str) -> bool:
-    """A pipeline call's span name: a scope (``tracing.steps``) or a traced ``...Pipeline...__call__``."""
-    return kind_of_name(name) == "scope" or (name.endswith(".__call__") and "Pipeline" in name)
+    """A call that numbers its steps from 0: a pipeline call, a sampler call (``steps.rules.is_call_name``)."""
+    return is_call_name(name)
 
 
 class _ThreadRows:
@@ -145,10 +145,12 @@ def _content(t: SpanTable, tr: _ThreadRows, prow: np.ndarray, lo: int, hi: int, 
     ``[lo, hi)`` of ``tr`` (a window's spans; transactions and the row ``skip`` left out). ``prow``: each
     row's parent row (``SpanTable.parent_rows``)."""
     rows = tr.rows[lo:hi]
-    ok = (t.op[rows] != _op_code(t, "transaction")) & (rows != skip)
+    tx, it = _op_code(t, "transaction"), _op_code(t, STEP_OP)
+    ok = (t.op[rows] != tx) & (t.op[rows] != it) & (rows != skip)  # (a loop iteration's span is the window itself)
     pr = prow[rows]
     pin = (pr >= 0) & (tr.pos[np.maximum(pr, 0)] >= lo) & (tr.pos[np.maximum(pr, 0)] < hi)
-    top = ok & (~pin | (pr == skip))
+    pit = (pr >= 0) & (t.op[np.maximum(pr, 0)] == it)
+    top = ok & (~pin | (pr == skip) | pit)
     by_name: dict[str, int] = {}
     okr = rows[ok]
     if len(okr):

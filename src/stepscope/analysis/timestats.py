@@ -25,7 +25,7 @@ from ..bench.stats import compare
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
-from ..tracing.steps import kind_of_name
+from ..steps.rules import kind_of_name
 from .envfacts import cpu_wait_share
 from .steptable import step_table
 

@@ -19,6 +19,7 @@ from ..runner import CommandError, Outcome, die_like, run_program
 from ..settings import DEFAULT_HZ, Settings
 from ..tracefile import read_trace_file
 from ..tracing import precheck
+from ..tracing.labels import parse_labels
 from ..tracing.resolve import normalize_targets
 from ..tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
@@ -43,7 +44,8 @@ def _early_unresolved(command: list[str], names) -> dict[str, str]:
 class RecordOptions:
     """What ``stepscope run`` records besides the traced names and the rate, as its flags give it: the ``Settings``
     fields of the same names (``device_trace``, ``device_stacks``, ``device_steps``, ``compile_report``,
-    ``sampler``, ``memory``, ``memory_history``, ``cuda_peaks``, ``children``) and ``syncs``: trace the host-device sync sites
+    ``sampler``, ``memory``, ``memory_history``, ``cuda_peaks``, ``children``, ``step_functions``, ``labels``,
+    ``app``) and ``syncs``: trace the host-device sync sites
     (``tracing.syncs.SYNC_TARGETS``; ``device_trace`` traces them too). Checked by ``Settings`` (ValueError)."""
 
     device_trace: bool
@@ -56,10 +58,15 @@ class RecordOptions:
     memory_history: bool
     cuda_peaks: str
     children: bool = True
+    step_functions: tuple[str, ...] = ()
+    labels: dict | None = None
+    app: str | None = None
 
     def settings_fields(self) -> dict:
         """These options as ``Settings`` keyword arguments (all but ``syncs``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "syncs"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "syncs"}
+        out["labels"] = dict(self.labels or {})
+        return out
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
@@ -179,6 +186,14 @@ def run(
                                      "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or "
                                      "sentry=DSN (spans and samples). A failed send is one line on stderr; the run "
                                      "stays stored and the exit status is the program's."),
+    step: List[str] = typer.Option([], "--step", help="A function each of whose calls is one denoising step, for "
+                                   "a loop no built-in rule knows (repeatable; traced too). Built in: diffusers, "
+                                   "k-diffusion, ComfyUI, ldm and sgm samplers (docs/steps.md)."),
+    label: List[str] = typer.Option([], "--label", help="NAME=TEMPLATE: name NAME's spans from its arguments, e.g. "
+                                    "'execution.execute={dynprompt.original_prompt[current_item][\'class_type\']}' "
+                                    "(attribute and item access only; repeatable)."),
+    app: Optional[str] = typer.Option(None, "--app", help="Trace an app with its preset: diffusers, comfyui (a span "
+                                      "per prompt and per node, by type and id) or invokeai."),
     job: Optional[str] = typer.Option(None, "--job", help="A job id for the run (exported as stepscope.job.id): "
                                       "runs sent to one `stepscope serve` with the same id, from any host, are "
                                       "joined into one run. Default: torchrun's TORCHELASTIC_RUN_ID in its ranks."),
@@ -209,17 +224,31 @@ def run(
         args = [sys.executable, "-m", module, *args]
     names = list(trace)
     file_hz = None
+    steps_named, labels, preset = list(step), {}, app
     if trace_file is not None:
-        more, file_hz = read_trace_file(trace_file)
-        names += more
+        tf = read_trace_file(trace_file)
+        names += tf.names
+        file_hz = tf.hz
+        steps_named += [x for x in tf.steps if x not in steps_named]
+        labels.update(tf.labels)
+        preset = preset or tf.app
+    try:
+        labels.update(parse_labels(label))
+        if preset is not None:
+            from .. import apps
+
+            preset = apps.get(preset).name
+    except ValueError as e:
+        raise UserError(str(e)) from None
     rate = hz if hz is not None else (file_hz if file_hz is not None else DEFAULT_HZ)
     options = RecordOptions(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
                             device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
-                            memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children)
+                            memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children,
+                            step_functions=tuple(normalize_targets(steps_named)), labels=labels, app=preset)
     if job is not None and not (0 < len(job) <= 200):
         raise UserError("--job: an id of 1 to 200 characters")
     if server:
-        if names or auto_trace or options.device_trace or compile_report or syncs or targets:
+        if names or auto_trace or options.device_trace or compile_report or syncs or targets or steps_named or preset:
             raise UserError("--server records nothing itself: name what to trace (and --export) in `stepscope capture`"
                             if not targets else "--export: not with --server (it records nothing itself)")
         st = open_store(store, create=True)

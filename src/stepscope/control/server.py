@@ -318,7 +318,7 @@ class ControlServer:
 
 
 def _count_steps(store: Store, run_id: str, span: str) -> int:
-    from ..tracing.steps import STEP_ATTR
+    from ..steps.rules import STEP_ATTR
 
     try:
         rows = sorted(store.spans_named(run_id, lambda n: n == span or n.endswith("." + span)), key=lambda s: s[4])

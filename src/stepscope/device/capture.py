@@ -32,7 +32,7 @@ from pathlib import Path
 from time import perf_counter_ns
 
 from ..tracing import collectives, mirror
-from ..tracing import steps as step_hooks
+from ..steps import hooks as step_hooks
 from ..profiling.sampler import start_ticker
 
 MARKER = "stepscope.clock_sync"

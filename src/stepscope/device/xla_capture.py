@@ -37,7 +37,7 @@ from pathlib import Path
 from time import perf_counter_ns
 
 from ..tracing import mirror
-from ..tracing import steps as step_hooks
+from ..steps import hooks as step_hooks
 from .capture import MARKER
 from ..profiling.sampler import start_ticker
 

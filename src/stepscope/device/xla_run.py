@@ -52,7 +52,7 @@ def _by_name(tr: XlaTrace, names: set[str]) -> dict[str, tuple[np.ndarray, np.nd
 def run_spans(data, cmap, native_to_tid: dict[int, int], tr: XlaTrace | None = None) -> list[HostSpan]:
     """The run's spans (not the transaction) on the trace clock and threads: a thread is known by the
     clock markers recorded on it, else by a span's mirrored range (same name, within ``MIRROR_MATCH_NS``)."""
-    from ..tracing.steps import STEP_ATTR
+    from ..steps.rules import STEP_ATTR
 
     prof = data.profile
     out = []

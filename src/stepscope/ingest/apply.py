@@ -21,7 +21,8 @@ import orjson
 
 from ..store import profileblock, sampleblock, spanblock
 from ..store.schema import INGEST as SCHEMA  # the layout lives in store/schema.py
-from ..tracing.steps import STEP_ATTR, steps_from_names
+from ..steps.after import steps_from_names
+from ..steps.rules import STEP_ATTR
 from .otlp import resource_key
 from .sentry import SENTRY_PYTHON_HZ, Batch, ProfileRecord, TransactionRecord
 

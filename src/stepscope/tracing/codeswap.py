@@ -152,6 +152,8 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     if has_own_yield(node):
         yields = _Yields(ph)
         body = [yields.visit(stmt) for stmt in body]
+    if probe.loop is not None and probe.loop.loop is not None:  # a step loop: PROBE.loop_begin() / loop_end()
+        _mark_loop(body, probe.loop.loop, ph)
     enter = _call(ph, "enter_as", [ast.Name(first_arg, ast.Load())]) if first_arg else _call(ph, "enter", [])
     instrumented = [
         ast.Expr(enter),
@@ -171,6 +173,37 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     for n in (instrumented[0], instrumented[1], note, test, enter):
         n.lineno = n.end_lineno = _MARK
     node.body = doc + scope + [branch]
+
+
+def _mark_loop(stmts: list, spec, ph: str) -> bool:
+    """Put ``PROBE.loop_begin()`` first in the body of the step loop (``spec``: ``steps.loops.LoopSpec``, found by
+    its line and column in ``stmts``, the function's own statements) and ``PROBE.loop_end()`` right after it
+    (lines marked ``_MARK``: no location). Whether it was found."""
+    for k, n in enumerate(stmts):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(n, (ast.For, ast.While)) and n.lineno == spec.head and n.col_offset == spec.col:
+            begin = ast.Expr(_call(ph, "loop_begin", []))
+            end = ast.Expr(_call(ph, "loop_end", []))
+            for m in (begin, end):
+                for x in ast.walk(m):
+                    if "lineno" in getattr(x, "_attributes", ()):
+                        x.lineno = x.end_lineno = _MARK
+                        x.col_offset = x.end_col_offset = 0
+            n.body.insert(0, begin)
+            stmts.insert(k + 1, end)
+            return True
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(n, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt) and _mark_loop(inner, spec, ph):
+                return True
+        for h in getattr(n, "handlers", None) or ():
+            if _mark_loop(h.body, spec, ph):
+                return True
+        for c in getattr(n, "cases", None) or ():
+            if _mark_loop(c.body, spec, ph):
+                return True
+    return False
 
 
 def _hoist_scope_statements(body: list) -> list:

@@ -120,8 +120,27 @@ class Monitor:
                 p.error(type(exc), fid)
                 p.exit(fid)
 
+        def on_line(code, line):  # the step loops' lines only (``steps.hooks.LoopScope``)
+            p = probes.get(id(code))
+            h = p.loop if p is not None else None
+            if h is None:
+                return DISABLE
+            spec = h.loop
+            try:
+                if line == spec.head:
+                    h.head()
+                elif line == spec.first:
+                    h.begin(True)
+                elif spec.first < line <= spec.last:
+                    return DISABLE  # (inside the loop: not an event it needs)
+                else:
+                    h.end()
+            except Exception:  # a hook must never break the program
+                pass
+
         reg = mon.register_callback
         ext = self.ext
+        reg(tool, ev.LINE, on_line)
         if ext is not None:  # the C functions are the callbacks; they hand Python probes' calls to these
             ext.set_forward(on_start, on_resume, on_return, on_yield, on_throw, on_unwind)
             on_start, on_resume, on_return, on_yield, on_throw, on_unwind = (
@@ -146,6 +165,8 @@ class Monitor:
                     events = self._plain
             else:
                 self.ext.mark(code, 1)
+        if probe.loop is not None:  # its step loop's iterations: LINE events of this code
+            events |= self._mon.events.LINE
         self._mon.set_local_events(self.tool, code, events)
         self._mon.restart_events()
 
@@ -167,6 +188,6 @@ class Monitor:
             self.remove(code)
         mon.set_events(self.tool, 0)
         for event in (mon.events.PY_START, mon.events.PY_RESUME, mon.events.PY_RETURN, mon.events.PY_YIELD,
-                      mon.events.PY_THROW, mon.events.PY_UNWIND):
+                      mon.events.PY_THROW, mon.events.PY_UNWIND, mon.events.LINE):
             mon.register_callback(self.tool, event, None)
         mon.free_tool_id(self.tool)

@@ -58,7 +58,7 @@ def takes_nested(probe) -> bool:
     (~5 us a call on 3.11); any other call (the outermost denoiser: its step counted, its memory read) goes to
     the probe."""
     from .probes import Probe
-    from .steps import StepScoped
+    from ..steps.hooks import StepScoped
 
     return (ext is not None and type(probe) is Probe and probe.hooks.__class__ is StepScoped
             and probe.by_class is None and not probe.generator and probe.name is not None)

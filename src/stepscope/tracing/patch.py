@@ -48,7 +48,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import collectives, mirror, probes, steps, syncs
+from . import collectives, labels, mirror, probes, syncs
+from ..steps import hooks as steps
 from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, note_foreign, nothing_matched, \
     overrides_note, subclasses
 from .importhook import ImportHook
@@ -82,8 +83,16 @@ def is_traced(fn: Any) -> bool:
 class Patcher:
     """Resolves qualified names and puts probes on them (wraps builtins in place); thread-safe."""
 
-    def __init__(self, mirror: bool = False, track_open: bool = False) -> None:
+    def __init__(self, mirror: bool = False, track_open: bool = False, step_names: Iterable[str] = (),
+                 labels: dict[str, str] | None = None) -> None:
         self.mirror = mirror  # also open record_function/NVTX ranges (see tracing.mirror)
+        #: ``--step`` names (globs): each call is one step (``steps.hooks.StepMarker``)
+        self.step_names = tuple(step_names)
+        #: name (glob) -> label template: the span is named from the call's arguments (``tracing.labels``)
+        self.labels = dict(labels or {})
+        #: an app preset's names (``apps.Preset``): name -> facts function, name -> op
+        self.facts: dict = {}
+        self.ops: dict = {}
         #: with ``track_open``: the traced calls open now, span id -> (open-span record, thread ident), kept by
         #: ``probes.TrackingProbe`` (a capture window stores those still running at its end, cut there)
         self.live: dict | None = {} if track_open else None
@@ -98,6 +107,7 @@ class Patcher:
         self._traced: dict[Any, Probe] = {}  # function -> its probe
         self._where: dict[str, list] = {}  # a `__main__` span name -> [file, line] (its function is made later)
         self._live: dict[str, Any] = {}  # requested name -> LiveGlob | LiveOverrides (resolved again on imports)
+        self._quiet: set[str] = set()  # names added quietly: never in ``unresolved``
 
     @property
     def mechanism(self):
@@ -136,6 +146,9 @@ class Patcher:
             for name, live in self._live.items():
                 if isinstance(live, LiveOverrides) and live.overrides:
                     out.setdefault(name, overrides_note(live))
+            for name in self._quiet:
+                out.pop(name, None)
+                out.pop(name + " (in part)", None)
             return out
 
     @property
@@ -144,9 +157,14 @@ class Patcher:
         with self._lock:
             return {k: list(v) for k, v in self._resolved.items()}
 
-    def add(self, names: Iterable[str]) -> None:
-        """Trace ``names`` now, or when their module is imported."""
+    def add(self, names: Iterable[str], quiet: bool = False) -> None:
+        """Trace ``names`` now, or when their module is imported. ``quiet``: never report them in ``unresolved``
+        (stepscope's own rules: a program that does not use them is told nothing)."""
         with self._lock:
+            names = list(names)
+            if quiet:
+                self._quiet.update(n for n in names if n not in self._resolved and n not in self._pending
+                                   and n not in self._live)
             batch: list[_Patch] = []
             for name in names:
                 if name in self._resolved or name in self._pending or name in self._live:
@@ -328,7 +346,7 @@ class Patcher:
             concrete = f"{mod}.{qual}.{live.attr}" if isinstance(mod, str) and isinstance(qual, str) else \
                 f"{getattr(sub, '__name__', '?')}.{live.attr}"
             try:
-                hooks = steps.hooks_for(sub, live.attr)
+                hooks = self._hooks(sub, live.attr, fn, concrete)
             except Exception:  # a class with an odd __module__
                 hooks = None
             try:
@@ -412,8 +430,8 @@ class Patcher:
             return  # wrapped already, under this or another name
         if isinstance(raw, property):
             raise Unresolved(f"{concrete} is a property; trace its getter's function instead")
-        hooks = steps.hooks_for(owner, attr) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
         fn = function_of(raw)
+        hooks = self._hooks(owner, attr, fn, concrete)
         if fn is not None and not isinstance(hooks, syncs.SyncSite):
             self._probe(owner, attr, fn, raw, hooks, concrete)
             return
@@ -422,6 +440,47 @@ class Patcher:
         if isinstance(raw, type):
             raise Unresolved(f"{concrete} is a class; trace its methods ({concrete}.__init__, {concrete}.forward ...)")
         self._wrap(owner, attr, raw, own, hooks, concrete, batch)
+
+    def _hooks(self, owner, attr: str, fn, concrete: str):
+        """The hooks of a traced ``owner.attr`` (``fn``: its Python function, or None): a step rule
+        (``steps.hooks.hooks_for``), a sync site or a collective; a ``--step`` name's marker; a label around them."""
+        hooks = steps.hooks_for(owner, attr, fn) or syncs.hooks_for(owner, attr) or collectives.hooks_for(owner, attr)
+        return self._user_hooks(hooks, self._names_of(fn, concrete))
+
+    @staticmethod
+    def _names_of(fn, concrete: str) -> tuple[str, ...]:
+        """The names a user may give ``fn``: as reached, and by its defining module and qualname."""
+        mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+        own = f"{mod}.{qual}" if isinstance(mod, str) and isinstance(qual, str) else None
+        return (concrete, own) if own and own != concrete else (concrete,)
+
+    def _user_hooks(self, hooks, names: tuple[str, ...]):
+        """``hooks`` with the user's rules for ``names``: a ``--step`` name is a step marker (when no rule applies),
+        a labelled name's span is named by its template."""
+        def hit(pattern: str) -> bool:
+            return any(n == pattern or fnmatch.fnmatchcase(n, pattern) for n in names)
+
+        if hooks is None and any(hit(p) for p in self.step_names):
+            hooks = steps.StepMarker()
+        for pattern, template in self.labels.items():
+            if hit(pattern):
+                return labels.Label(template, hooks, f"label {pattern}", op=self._op(pattern))
+        for pattern, fn in self.facts.items():
+            if hit(pattern):
+                return labels.Label(None, hooks, facts=fn, op=self._op(pattern))
+        return hooks
+
+    def _op(self, pattern: str) -> str | None:
+        return self.ops.get(pattern)
+
+    def use_preset(self, preset) -> None:
+        """Take an app preset's labels, facts and ops (``apps.Preset``; its names are traced with ``add``); the user's
+        own labels win."""
+        with self._lock:
+            for k, v in preset.labels.items():
+                self.labels.setdefault(k, v)
+            self.facts.update(preset.facts)
+            self.ops.update(preset.ops)
 
     def _probe(self, owner, attr, fn, raw, hooks, concrete: str) -> None:
         """Put a probe on ``fn`` (the Python function behind ``owner.attr``)."""
@@ -498,7 +557,8 @@ class Patcher:
                     if len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern)):
                         if qual not in defs:
                             generator = isinstance(node, ast.AsyncFunctionDef) or has_own_yield(node)
-                            hooks = mirror.Mirror(f"__main__.{qual}") if self.mirror else None
+                            hooks = self._user_hooks(None, (f"__main__.{qual}",))
+                            hooks = mirror.Mirror(f"__main__.{qual}", hooks) if self.mirror else hooks
                             defs[qual] = self._new_probe(f"__main__.{qual}", hooks=hooks, generator=generator)
                             self._where[f"__main__.{qual}"] = [filename, node.lineno]
                         hit.setdefault(name, []).append(f"__main__.{qual}")

@@ -31,7 +31,9 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from . import buffer, native
-from .steps import NESTED_ATTR, STEP_ATTR, StepScoped, open_step_of
+from ..steps.hooks import LoopScope, StepScoped, open_step_of
+from ..steps.rules import NESTED_ATTR, STEP_ATTR
+from .labels import NAME_KEY
 
 _cv = buffer.current_span
 _get = _cv.get
@@ -159,7 +161,7 @@ class Probe:
     """The span logic for one traced code object.
 
     ``name``: the span name (``module.Qualname``); ``op``: the span op; ``hooks``: optional
-    ``enter_frame(frame) -> attrs | None`` / ``exit()`` object (``tracing.steps``, ``tracing.mirror``);
+    ``enter_frame(frame) -> attrs | None`` / ``exit()`` object (``steps.hooks``, ``tracing.mirror``);
     ``by_class``: for a method traced through a subclass (``pkg.Sub.step`` defined on ``Base``), a list of
     ``(class, span name)``: a call is traced only when its first argument is an instance (or subclass, for
     classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
@@ -169,7 +171,7 @@ class Probe:
     """
 
     __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "native_kind",
-                 "__weakref__")
+                 "loop", "__weakref__")
 
     def __init__(self, name: str | None, op: str = "function", hooks=None, by_class=None, generator: bool = False,
                  code=None) -> None:
@@ -185,6 +187,9 @@ class Probe:
         self.first_arg = code.co_varnames[0] if code is not None and code.co_argcount else None
         self.native = None
         self.native_kind = None
+        #: the ``steps.hooks.LoopScope`` among the hooks (a step loop's iterations), or None
+        self.loop = hooks if hooks.__class__ is LoopScope else getattr(hooks, "inner", None) \
+            if getattr(hooks, "inner", None).__class__ is LoopScope else None
 
     def forget(self) -> None:
         """Drop the probe from the registry (after its code is restored)."""
@@ -215,6 +220,9 @@ class Probe:
                 return
         mem = _memory_in() if span_memory is not None and hooks is not None and not _in_measured(prev) else None
         attrs = _hook_attrs(hooks, frame if frame is not None else _getframe(1)) if hooks is not None else None
+        if attrs is not None and NAME_KEY in attrs:  # a label from the arguments (``tracing.labels``)
+            name = attrs.pop(NAME_KEY)
+            attrs = attrs or None
         if mem is not None:
             attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), _parent(prev), self, attrs, name, None, prev])
@@ -229,6 +237,9 @@ class Probe:
             return
         mem = _memory_in() if span_memory is not None and self.hooks is not None and not _in_measured(prev) else None
         attrs = _hook_attrs(self.hooks, frame if frame is not None else _getframe(1)) if self.hooks is not None else None
+        if attrs is not None and NAME_KEY in attrs:
+            name = attrs.pop(NAME_KEY)
+            attrs = attrs or None
         if mem is not None:
             attrs = _memory_merge(attrs, mem)
         _set([_next_id(), perf_counter_ns(), _parent(prev), self, attrs, name, None, prev])
@@ -236,6 +247,9 @@ class Probe:
     def error(self, exc_type: type | None = None, fid: int | None = None) -> None:
         """The call is ending by an exception (``sys.exc_info()`` when not given). ``fid``: id of the
         traced frame (default: the caller's)."""
+        if self.loop is not None:
+            t = exc_type if exc_type is not None else sys.exc_info()[0]
+            self.loop.end(error_name(t) if t is not None else None)
         rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)), False)
         if rec is not None and rec[0] is not None:
             t = exc_type if exc_type is not None else sys.exc_info()[0]
@@ -246,6 +260,8 @@ class Probe:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
         the traced frame (default: the caller's; only generators need it)."""
         hooks = self.hooks
+        if self.loop is not None:  # its open iteration ends first (it is the current record)
+            self.loop.end()
         if span_memory is not None and hooks is not None:  # memory at exit, read before the end is taken
             r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
             if r is None:
@@ -283,6 +299,21 @@ class Probe:
         if rec is None or rec.__class__ is not list or rec[3] is not self:
             return None
         return rec
+
+    # -- step loops (``steps.hooks.LoopScope``) ----------------------------------------------------------
+    def loop_begin(self, after_head: bool = False) -> None:
+        """An iteration of the step loop starts (3.11: called first in the loop's body)."""
+        try:
+            self.loop.begin(after_head)
+        except Exception:  # a hook must never break the program
+            pass
+
+    def loop_end(self) -> None:
+        """The step loop was left (3.11: called after the loop statement)."""
+        try:
+            self.loop.end()
+        except Exception:
+            pass
 
     # -- generators and coroutines -----------------------------------------------------------------
     def suspend(self, value=None, fid: int | None = None):

@@ -1,7 +1,7 @@
 """Facts about the work a diffusers pipeline does, recorded cheaply at run time for ``stepscope diff``.
 
 When a traced pipeline call (``DiffusionPipeline.__call__``) or denoiser forward starts, the step hooks
-(``tracing.steps``) hand its frame here. We read, without importing torch or diffusers and without a
+(``steps.hooks``) hand its frame here. We read, without importing torch or diffusers and without a
 device sync:
 
 - a pipeline call: the arguments that shape the work (``height``, ``width``, ``num_inference_steps``,

@@ -1,4 +1,4 @@
-"""Denoising-step attribution for diffusers: the ``diffusion.step`` span attribute.
+"""The live step hooks (``steps.rules``' table): the ``diffusion.step`` span attribute, and loop iterations as spans.
 
 Rules, decided once per patched target from the class's MRO names (diffusers is never imported here):
 
@@ -26,19 +26,16 @@ scope ends (a 0-d tensor).
 
 from __future__ import annotations
 
-import functools
 from contextvars import ContextVar
+from threading import get_ident
+from time import perf_counter_ns
 
-from . import buffer, workfacts
-
-STEP_ATTR = "diffusion.step"
-#: Set (True) on a denoiser span that runs inside another denoiser call: same step, not a step of its own.
-NESTED_ATTR = "diffusion.nested"
-_DENOISER_MODULES = ("diffusers.models.unets", "diffusers.models.transformers", "diffusers.models.controlnets",
-                     "diffusers.models.controlnet")
+from ..tracing import buffer, workfacts
+from .rules import DENOISER_MODULES as _DENOISER_MODULES
+from .rules import NESTED_ATTR, STEP_ATTR, STEP_OP, STEP_SUFFIX, loop_rule
 
 class _Scope:
-    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun", "marking")
+    __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun", "marking", "loop")
 
     def __init__(self, outer: "_Scope | None") -> None:
         self.begun = -1  # the last step whose start listeners were called
@@ -48,6 +45,7 @@ class _Scope:
         self.last_t = None  # the denoiser's last timestep argument (identity only)
         self.seen = 0  # distinct timesteps the denoiser saw
         self.marking = 0  # scheduler steps open now (a subclass's step calling super().step(): one step)
+        self.loop: _Loop | None = None  # a loop scope's iteration state
 
 
 # The innermost step scope.
@@ -248,8 +246,134 @@ class StepScoped:
         return None
 
 
-def hooks_for(owner: object, attr: str):
-    """The step hooks for ``owner.attr`` (a class and a method name), or None when no rule applies."""
+class _Loop:
+    """A loop scope's state in one call: its code, the iteration open now (an open-span record, see
+    ``tracing.probes``), its index, and the last time the loop's head ran (ns) while one was open."""
+
+    __slots__ = ("code", "rec", "index", "head_ns", "at_head", "name")
+
+    def __init__(self, code, name: str) -> None:
+        self.code = code
+        self.rec = None
+        self.index = 0
+        self.head_ns = 0
+        self.at_head = False
+        self.name = name
+
+
+class LoopScope(StepScope):
+    """Hooks for a sampler function whose loop iterations are its steps (``loop`` rules): a step scope, and one
+    span per iteration (op ``step``, ``diffusion.step`` = the iteration's index from 0 in this call), current
+    while the iteration runs, so that the calls it makes nest under it. ``loop``: the ``steps.loops.LoopSpec``
+    the tracing mechanism watches; it calls ``head``, ``begin`` and ``end`` (``tracing.monitoring`` from LINE
+    events on 3.12+, the instrumented code on 3.11: ``tracing.codeswap``)."""
+
+    __slots__ = ("loop", "code", "name")
+
+    def __init__(self, loop, code, name: str) -> None:
+        self.loop = loop
+        self.code = code
+        self.name = name + STEP_SUFFIX
+
+    def enter_frame(self, frame) -> None:
+        s = _Scope(_scope.get())
+        s.loop = _Loop(self.code, self.name)
+        _scope.set(s)
+        return None
+
+    @staticmethod
+    def _state(code):
+        s = _scope.get()
+        lp = s.loop if s is not None else None
+        return lp if lp is not None and lp.code is code else None
+
+    def head(self) -> None:
+        """The loop's head line ran: an iteration may end here (3.12+)."""
+        lp = self._state(self.code)
+        if lp is not None:
+            lp.head_ns = perf_counter_ns()
+            lp.at_head = True
+
+    def begin(self, after_head: bool = True) -> None:
+        """An iteration's body starts (the previous iteration ends where the head last ran, or now).
+        ``after_head``: only when the head ran just before (3.12+'s LINE events: the body's first line may run
+        again inside the iteration)."""
+        lp = self._state(self.code)
+        if lp is None or (after_head and not lp.at_head):
+            return
+        now = perf_counter_ns()
+        start = lp.head_ns if lp.at_head and lp.head_ns else now
+        lp.at_head = False
+        if lp.rec is not None:
+            _close(lp, start, None)
+        prev = buffer.current_span.get()
+        k = lp.index
+        lp.index += 1
+        rec = [buffer.next_span_id(), start, buffer.parent_of(prev), _ITER, {STEP_ATTR: k}, lp.name, None, prev]
+        lp.rec = rec
+        buffer.current_span.set(rec)
+        if _start_listeners:
+            for fn in tuple(_start_listeners):
+                try:
+                    fn(k)
+                except Exception:  # a listener must never break the program
+                    pass
+
+    def end(self, error: str | None = None) -> None:
+        """The loop is left (a line after it ran, or the function returns or raises): the open iteration ends where
+        the head last ran (the loop's exhausted test), else now."""
+        lp = self._state(self.code)
+        if lp is not None and lp.rec is not None:
+            now = perf_counter_ns()
+            _close(lp, lp.head_ns if lp.at_head and lp.head_ns >= lp.rec[1] else now, error)
+        if lp is not None:
+            lp.at_head = False
+
+    def exit(self) -> None:
+        s = _scope.get()
+        if s is not None and s.loop is not None and s.loop.code is self.code:
+            _scope.set(s.outer)
+
+
+#: The ``probe`` slot of a loop iteration's open-span record (``tracing.probes``' records): only its ``op``
+#: and ``hooks`` are read.
+class _IterationProbe:
+    __slots__ = ()
+    op = STEP_OP
+    hooks = None
+    name = None
+
+
+_ITER = _IterationProbe()
+
+
+def _close(lp: _Loop, end: int, error: str | None) -> None:
+    rec = lp.rec
+    lp.rec = None
+    if error is not None and rec[6] is None:
+        rec[6] = error
+    buffer.finished.append((rec[0], rec[2], rec[5], STEP_OP, rec[1], max(end, rec[1]), get_ident(), rec[6], rec[4]))
+    if buffer.current_span.get() is rec:
+        buffer.current_span.set(rec[7])
+    for fn in tuple(_listeners):
+        try:
+            fn()
+        except Exception:  # a listener must never break the program
+            pass
+
+
+def hooks_for(owner: object, attr: str, fn=None):
+    """The step hooks for ``owner.attr`` (a class or a module, and a function or method name), or None when no
+    rule applies. ``fn``: the Python function behind it (for the ``loop`` rules, named by its defining module
+    and qualname; a ``LoopScope`` when its code has a step loop, else a ``StepScope``)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        qualified = f"{getattr(fn, '__module__', None) or ''}.{getattr(fn, '__qualname__', '')}"
+        if loop_rule(qualified) is not None:
+            from .loops import loop_of_code
+
+            spec = loop_of_code(code)
+            return LoopScope(spec, code, qualified) if spec is not None else StepScope()
     if not isinstance(owner, type):
         return None
     mro = owner.__mro__
@@ -263,63 +387,3 @@ def hooks_for(owner: object, attr: str):
     if attr == "forward" and any((c.__module__ or "").startswith(_DENOISER_MODULES) for c in mro):
         return StepScoped()
     return None
-
-
-@functools.lru_cache(maxsize=4096)
-def kind_of_name(name: str) -> str | None:
-    """The rule above for a span named by its qualified name (``module.Class.method``, the defining
-    module, as the Sentry SDK names ``functions_to_trace`` spans): "scope", "marker", "scoped" or None.
-    Read from the module path, since there is no class to look at."""
-    if name.startswith("diffusers.pipelines.") and name.endswith(".__call__"):
-        return "scope"
-    if name.startswith("diffusers.schedulers.") and name.endswith(".step"):
-        return "marker"
-    if name.startswith(tuple(m + "." for m in _DENOISER_MODULES)) and name.endswith(".forward"):
-        return "scoped"
-    return None
-
-
-def steps_from_names(spans) -> dict:
-    """``diffusion.step`` for spans recorded elsewhere (ingested from the Sentry SDK), by the same rules as
-    the live hooks. ``spans``: ``(span id, parent id | None, name, start_ns, thread id)``. Returns span id
-    -> step index for the scheduler steps and denoiser forwards.
-
-    Differences forced by working after the fact: without a traced scheduler step in a scope, each
-    outermost denoiser call is a new step (the live rule compares the ``timestep`` argument, which a
-    span does not carry: right for batched classifier-free guidance); a denoiser nested in another
-    gets the outer one's step, as it shares its timestep live.
-    """
-    spans = sorted(spans, key=lambda s: s[3])
-    kind = {s[0]: kind_of_name(s[2]) for s in spans}
-    parent = {s[0]: s[1] for s in spans}
-
-    def nearest(sid, want: str):
-        p = parent.get(sid)
-        while p is not None and p in kind:
-            if kind[p] == want:
-                return p
-            p = parent.get(p)
-        return None
-
-    scopes: dict = {}
-    for sid, _, _, _, tid in spans:
-        if kind[sid] in ("marker", "scoped"):
-            scopes.setdefault(nearest(sid, "scope") or ("thread", tid), []).append(sid)
-    out: dict = {}
-    for members in scopes.values():
-        marked = any(kind[m] == "marker" for m in members)
-        counter = 0
-        for sid in members:  # in start order
-            if kind[sid] == "marker":
-                out[sid] = counter
-                counter += 1
-            elif marked:
-                out[sid] = counter
-            else:
-                outer = nearest(sid, "scoped")
-                if outer is not None:
-                    out[sid] = out[outer]
-                else:
-                    out[sid] = counter
-                    counter += 1
-    return out
