@@ -12,6 +12,7 @@ from ..control.procs import app_label
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
+from .nodes import NodeTable, node_table
 from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
 from .phases import WORK, sample_phase, startup_samples, work_samples
@@ -95,6 +96,8 @@ class Summary:
     #: the job's processes (``analysis.ranks.process_rows``; [] for one process) and its steps rank by rank
     processes: list[ProcessRow] = field(default_factory=list)
     ranks: RankSteps | None = None
+    #: a node-graph app's per-node and per-prompt tables (``analysis.nodes``; ``--app comfyui``), or None
+    nodes: NodeTable | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -158,4 +161,5 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, traced, len(index),
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
                    dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns, capture,
-                   app_label(run.command) if run.command else "", cut, process_rows(data), rank_steps(data, index))
+                   app_label(run.command) if run.command else "", cut, process_rows(data), rank_steps(data, index),
+                   node_table(data.spans))

@@ -5,8 +5,8 @@ k-diffusion loops: ``steps.rules``), the model evaluation, text encoding, VAE an
 Read from ComfyUI 0.3.x (``execution.py``): ``execute(server, dynprompt, caches, current_item, ...)`` (a coroutine
 since 0.3.4x; earlier ``execute(server, prompt, outputs, current_item, ...)``) and
 ``PromptExecutor.execute(self, prompt, prompt_id, extra_data, execute_outputs)``. A node whose outputs are cached is
-still handed to ``execute`` when it is an output, and returns at once: its span says ``comfy.node.cached``; nodes
-cached upstream are never executed: a prompt's span gives its node count (``comfy.prompt.nodes``)."""
+still handed to ``execute`` when it is an output, and returns at once: its span says ``node.cached``; nodes
+cached upstream are never executed: a prompt's span gives its node count (``prompt.nodes``)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ def node_facts(loc: dict):
     elif isinstance(loc.get("prompt"), dict):
         node = loc["prompt"].get(nid)
     ctype = node.get("class_type") if isinstance(node, dict) else None
-    attrs = {"comfy.node.id": str(nid)}
+    attrs = {"node.id": str(nid)}
     if isinstance(ctype, str):
-        attrs["comfy.node.type"] = ctype
+        attrs["node.type"] = ctype
     caches = loc.get("caches")
     cached = None
     if caches is not None:
@@ -38,7 +38,7 @@ def node_facts(loc: dict):
     elif isinstance(loc.get("outputs"), dict):
         cached = nid in loc["outputs"]
     if cached is not None:
-        attrs["comfy.node.cached"] = bool(cached)
+        attrs["node.cached"] = bool(cached)
     return (f"{ctype} #{nid}" if isinstance(ctype, str) else None), attrs
 
 
@@ -47,10 +47,10 @@ def prompt_facts(loc: dict):
     attrs = {}
     pid = loc.get("prompt_id")
     if isinstance(pid, (str, int)):
-        attrs["comfy.prompt.id"] = str(pid)
+        attrs["prompt.id"] = str(pid)
     prompt = loc.get("prompt")
     if isinstance(prompt, dict):
-        attrs["comfy.prompt.nodes"] = len(prompt)
+        attrs["prompt.nodes"] = len(prompt)
     return None, attrs
 
 

@@ -83,6 +83,10 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         console.print(t)
     elif not s.unresolved:
         console.print("Name functions to trace with --trace (or `stepscope suggest` after this run).")
+    if s.nodes is not None:
+        from .nodes import print_nodes
+
+        print_nodes(s.nodes, console)
     if s.steps is not None and s.steps.rows:
         print_steps(s.steps, console)
     if s.memory is not None:
