@@ -1,6 +1,7 @@
 """The built-in nodes of the stand-in: a txt2img graph. KSampler's preview callback is slow at ``slow_step``."""
 import time
 
+import comfy.model_management
 import comfy.samplers
 import comfy.sd
 from comfy.model_base import _busy
@@ -29,8 +30,9 @@ class KSampler:
             if i == slow_step:
                 _busy(0.06)
 
+        comfy.model_management.load_models_gpu([model])
         sampler = comfy.samplers.ksampler("euler")
-        return (sampler.sample(lambda x, s, **kw: model.apply_model(x, s), sigmas, {}, preview, latent_image + seed),)
+        return (sampler.sample(lambda x, s, **kw: comfy.samplers.calc_cond_batch(model, [positive], x, s, {})[0], sigmas, {}, preview, latent_image + seed),)
 
 
 class VAEDecode:

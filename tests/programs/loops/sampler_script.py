@@ -8,9 +8,7 @@ from k_diffusion import sampling
 
 class TinyUNet:
     def forward(self, x, sigma):
-        t = time.perf_counter() + 0.004
-        while time.perf_counter() < t:
-            pass
+        time.sleep(0.004)  # (a device's time: wall-steady on a busy machine)
         return x * 0.9
 
     def __call__(self, x, sigma):

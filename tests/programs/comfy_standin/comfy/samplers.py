@@ -16,3 +16,7 @@ class KSAMPLER:
 
 def ksampler(name):
     return KSAMPLER(getattr(sampling, "sample_" + name))
+
+
+def calc_cond_batch(model, conds, x_in, timestep, model_options):
+    return [model.apply_model(x_in, timestep) for _ in conds]

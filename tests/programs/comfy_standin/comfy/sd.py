@@ -10,6 +10,9 @@ class CLIP:
 
 
 class VAE:
+    def encode(self, pixel_samples):
+        return pixel_samples
+
     def decode(self, samples_in, vae_options={}):
         _busy(0.01)
         return samples_in
