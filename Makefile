@@ -6,9 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-xla xla-venv bench clean gpu-wheels gpu-check native wheels
 
-$(STAMP): pyproject.toml requirements-dev.txt
+$(STAMP): pyproject.toml requirements-dev.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-dev.txt
+	# k-diffusion's samplers for the step-loop tests, without its training extras (torchvision, wandb, clean-fid:
+	# the registry's torchvision for this torch is a CUDA build that would replace it)
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps "k-diffusion==0.1.1.post1" \
+		"torchsde>=0.2.6" "torchdiffeq>=0.2.5" "trampoline>=0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -2,6 +2,7 @@
 span labels from arguments, the ``--app comfyui`` preset's node spans and per-node tables, on stand-ins of the real
 shapes (tests/programs/loops, tests/programs/comfy_standin) under the real `stepscope run`, on each interpreter."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -213,3 +214,26 @@ def test_comfyui_preset_says_what_this_version_lacks(tmp_path):
     assert "comfy.sd.CLIP.encode_from_tokens" in line and "lacks 1 of" in line
     assert not [k for k in run["unresolved"] if k.startswith("comfy.")]
     assert any(n["name"] == "KSampler #3" for n in run["nodes"]["nodes"])
+
+
+KDIFF = Path(__file__).parent / "programs" / "kdiff"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("k_diffusion") is None, reason="k-diffusion not installed (make test "
+                    "installs it)")
+def test_real_k_diffusion_sampler_over_a_torch_model(tmp_path):
+    """The k-diffusion package's DPM++ 2M over a small torch denoiser (not diffusers), its preview slow at step 6:
+    10 steps, step 6 slow, the preview named in it, and `explain` names it too."""
+    store = tmp_path / "s"
+    p, run = _run(store, ["--hz", "499", "--trace", "__main__.TinyUNet.forward", "--", "kdiff_script.py",
+                          "--slow-step", "6"], KDIFF)
+    assert "done" in p.stdout
+    names = {s["name"]: s["count"] for s in run["spans"]}
+    assert names["k_diffusion.sampling.sample_dpmpp_2m step"] == 10 and names["__main__.TinyUNet.forward"] == 10
+    assert [r["step"] for r in run["steps"]["rows"]] == list(range(10))
+    assert 6 in run["steps"]["slow_steps"]
+    assert any("preview" in f["function"] for f in run["steps"]["rows"][6]["fill"])
+    env = {**os.environ, "STEPSCOPE_STORE": str(store), "COLUMNS": "200", "PYTHONPATH": str(SRC)}
+    ex = subprocess.run([sys.executable, "-m", "stepscope", "explain"], env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert "step 6" in ex.stdout and "preview" in ex.stdout, ex.stdout

@@ -230,7 +230,8 @@ def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> R
         rows = table.rows
         return Repeats(np.arange(len(rows)), [r.wall_ns for r in rows], [r.start_ns for r in rows],
                        [r.end_ns for r in rows], [r.thread_id for r in rows],
-                       labels=[f"step {r.step}" + (f" (call {r.call})" if r.call else "") for r in rows])
+                       labels=[f"step {r.step}" + (f" ({table.call_labels[r.call]})" if r.call in table.call_labels
+                                                       else f" (call {r.call})" if r.call else "") for r in rows])
     names = set(t.names)
     if unit not in names:
         matches = sorted(n for n in names if n.endswith("." + unit) or n.endswith(unit))

@@ -238,7 +238,8 @@ class NameMemory:
 class Stage:
     """A part of the work measured for memory: a denoising step (``kind`` "step", ``label`` "step 3", or "call
     1 step 3"), or a traced span at the top of a pipeline call or of the program (``kind`` "span": the prompt
-    encoding, the VAE decode). ``rss``/``cuda``: its window's memory."""
+    encoding, the VAE decode), or a node execution of a node-graph app (``kind`` "node", ``label`` "prompt 1 ·
+    KSampler #3": ``analysis.nodes``). ``rss``/``cuda``: its window's memory."""
 
     label: str
     kind: str
@@ -343,6 +344,26 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     return out[:top]
 
 
+def _node_prompts(t, nodes: np.ndarray, prow: np.ndarray) -> dict[int, int]:
+    """span id of each node row -> the index of its prompt (its nearest op ``prompt`` ancestor, in start order)."""
+    is_prompt = t.op_mask("prompt")
+    prompts = np.flatnonzero(is_prompt)
+    order = {int(r): k for k, r in enumerate(prompts[np.argsort(t.start[prompts], kind="stable")].tolist())}
+    out = {}
+    for r in nodes.tolist():
+        p, n = int(prow[r]), 0
+        while p >= 0 and not is_prompt[p] and n < 10_000:
+            p, n = int(prow[p]), n + 1
+        if p >= 0 and is_prompt[p]:
+            out[int(t.id[r])] = order[p]
+    return out
+
+
+def _short(name: str) -> str:
+    """``Class.method`` of a qualified name (the name itself when it has no dots: a node's ``TYPE #ID``)."""
+    return name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1] if name.count(".") >= 2 else name
+
+
 def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     """The stages of the work (see ``Stage``), in time order: the step table's rows, and the traced spans at the
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
@@ -371,8 +392,10 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
             chosen = sorted(np.argsort(-pk, kind="stable")[:MAX_STAGES].tolist())
         for k in chosen:
             r = rows[k]
-            label = (f"call {r.call} " if several else "") + (f"step {r.step}" if steps.kind == "diffusion.step"
-                                                              else f"repeat {r.step}")
+            named = steps.call_labels.get(r.call)  # ("prompt 1 · KSampler #3": the node that ran the sampler)
+            label = (f"{named} " if named else f"call {r.call} " if several else "") + (
+                f"step {r.step}" if steps.kind == "diffusion.step" else
+                f"{_short(steps.span_name)} #{r.step}" if steps.span_name else f"repeat {r.step}")
             out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns,
                              lane.window(r.start_ns, r.end_ns, thread=r.thread_id),
                              lane.window(r.start_ns, r.end_ns, kind="cuda", thread=r.thread_id) if lane.has_cuda else None))
@@ -405,7 +428,21 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
         tops = t.spans(top_rows)
     else:
         tops = []
+    if len(t):  # a node-graph app's node executions (op node: ``analysis.nodes``), each a stage named by its node
+        nodes = np.flatnonzero(t.op_mask("node") & live)
+        if len(nodes) > MAX_STAGES:
+            nodes = nodes[np.argsort(-(t.end - t.start)[nodes], kind="stable")[:MAX_STAGES]]
+        have = {s.span_id for s in tops}
+        node_spans = [s for s in t.spans(nodes) if not s.attrs.get("node.cached")]
+        tops = [s for s in tops if s.op != "node"] + node_spans
+        prompt_of = _node_prompts(t, nodes, prow) if node_spans else {}
     for s in tops:
+        if s.op == "node":  # "prompt 1 · KSampler #3"
+            k = prompt_of.get(s.span_id)
+            out.append(Stage(f"prompt {k} · {s.name}" if k is not None else s.name, "node", s.name, s.start_ns,
+                             s.end_ns, lane.window(s.start_ns, s.end_ns, s.attrs, thread=s.thread_id),
+                             lane.window(s.start_ns, s.end_ns, s.attrs, "cuda", s.thread_id) if lane.has_cuda else None))
+            continue
         if in_step(s) or (steps is not None and steps.kind == "repeat" and s.name == steps.span_name):
             continue
         out.append(Stage(s.name.rsplit(".", 2)[-2] + "." + s.name.rsplit(".", 1)[-1] if s.name.count(".") >= 2 else s.name,

@@ -92,6 +92,9 @@ class StepTable:
     shape: str = "none"
     total_rows: int = 0
     slow_count: int = 0
+    #: call -> what it is in a node-graph app ("prompt 1 · KSampler #3": the node that ran the sampler, and its
+    #: prompt; ``analysis.nodes``), for the calls that ran inside a node
+    call_labels: dict[int, str] = field(default_factory=dict)
 
     @property
     def slow_rows(self) -> list[StepRow]:
@@ -286,7 +289,10 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
         members[call if call is not None else ("thread", s.thread_id)].append(s)
     groups: list[tuple[int, int, list[Span], int | None]] = []  # (call, step, spans, limit ns)
     ncall = 0
+    call_span: dict[int, int] = {}  # call -> the span that drives its steps (a pipeline or sampler call)
     for key, ms in members.items():
+        if not isinstance(key, tuple):
+            call_span[ncall] = key
         cur: dict[int, list[Span]] = {}
         last = -1
         end = None
@@ -301,6 +307,8 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
                 base = min(cur)  # (the call ends where the next one starts, at the latest)
                 groups.extend((ncall, kk - base, v, s.start_ns if k >= last else None) for kk, v in cur.items())
                 ncall, cur, last = ncall + 1, {}, -1
+                if not isinstance(key, tuple):
+                    call_span[ncall] = key
             cur.setdefault(k, []).append(s)
             last = max(last, k)
             end = s.end_ns if end is None else max(end, s.end_ns)
@@ -358,7 +366,34 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
     _mark(kept, shown, verdict, cells, index, lambda k: intervals[k])
     slow_idx = np.flatnonzero(verdict.mask).tolist()
     return StepTable("diffusion.step", None, cols, kept, verdict.median, verdict.rule, verdict.noisy,
-                     shape_of(slow_idx, len(rows)), len(rows), len(slow_idx))
+                     shape_of(slow_idx, len(rows)), len(rows), len(slow_idx), _call_labels(call_span, get))
+
+
+def _call_labels(call_span: dict[int, int], get) -> dict[int, str]:
+    """call -> "prompt K · NODE" for the calls made inside a node of a node-graph app (op ``node``; its prompt: the
+    nearest op ``prompt`` span, numbered in start order), else nothing."""
+    out: dict[int, str] = {}
+    prompts: dict[int, int] = {}
+    for call, sid in call_span.items():
+        node = prompt = None
+        p = get(sid)
+        while p is not None and (node is None or prompt is None):
+            if p.op == "node" and node is None:
+                node = p
+            elif p.op == "prompt" and prompt is None:
+                prompt = p
+            p = get(p.parent_id)
+        if node is None:
+            continue
+        if prompt is not None:
+            prompts.setdefault(prompt.span_id, prompt.start_ns)
+        out[call] = node.name if prompt is None else f"{prompt.span_id}\x00{node.name}"
+    order = {sid: k for k, sid in enumerate(sorted(prompts, key=lambda x: prompts[x]))}
+    for call, lab in out.items():
+        if "\x00" in lab:
+            sid, name = lab.split("\x00", 1)
+            out[call] = f"prompt {order[int(sid)]} · {name}"
+    return out
 
 
 #: pairs (repeat, span inside it) handled at once by ``repeat_table``

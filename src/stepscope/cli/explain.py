@@ -11,7 +11,9 @@ import typer
 from ..analysis.explain import ExplainError, explain
 from ..analysis.ranks import process_rows, rank_steps
 from ..profiling.calltree import ProfileIndex
+from ..analysis.nodes import node_table
 from ..render.explain import print_explanation
+from ..render.nodes import print_nodes
 from ..render.processes import print_clocks, print_rank_steps
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
@@ -42,11 +44,14 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
     try:
         e = explain(data, span, slow, fast, index)
     except ExplainError as err:
-        if ranks is None:
+        if ranks is None and node_table(data.spans) is None:
             raise UserError(str(err) + _listing(err.names)) from None
         e = None
+    nodes = node_table(data.spans)  # a node-graph app's nodes and prompts (``--app comfyui``)
     if as_json:
         doc = {"run_id": data.run.id, "explanation": e.to_dict() if e is not None else None}
+        if nodes is not None:
+            doc["nodes"] = dataclasses.asdict(nodes)
         if ranks is not None:
             doc["ranks"] = dataclasses.asdict(ranks)
         clocks = {r.host: {"offset_ns": r.clock_offset_ns, "basis": r.clock_basis} for r in process_rows(data)
@@ -58,5 +63,7 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
         out.print(f"[dim]run {data.run.id}[/dim]")
         print_clocks(process_rows(data), out)
         print_rank_steps(ranks, out)
+        if nodes is not None:
+            print_nodes(nodes, out)
         if e is not None:
             print_explanation(e, out)
