@@ -124,7 +124,7 @@ def test_traced_functions_cause_no_graph_break_under_torch_compile(tmp_path):
     data = load_run(Store(store))
     # the compiled forward runs as a graph: reported as such, never silently dropped
     assert data.run.unresolved[UNET].startswith("inside a compiled region: timed as part of"), data.run.unresolved
-    assert f"compiled: {UNET}" in r.stderr
+    assert "compiled:" not in r.stderr  # -q: the note is the first screen's, never printed under -q
 
 
 def test_chrome_export_holds_spans_and_device_events_on_one_clock(euler_run, tmp_path):

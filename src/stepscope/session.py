@@ -248,6 +248,7 @@ class Session:
             self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
         mechanism = getattr(self.patcher._mechanism, "name", None)  # (None when nothing was traced)
         code = self.patcher.code_locations()
+        overrides = self.patcher.overrides
         self.patcher.remove()
         if self.patcher.live is not None:  # no call is traced from here on: those still open end now
             self._cut = self.cut_spans(clock.now_ns())
@@ -261,6 +262,8 @@ class Session:
             env["sampler"] = self.sampler_info()
             env["tracing"] = mechanism  # monitoring (3.12+) or code (3.11): how the spans were recorded
             env["code"] = code  # span name -> [file, line] of the traced function
+            if overrides:  # a traced method -> every override traced with it (which ran: the first screen's note)
+                env["overrides"] = overrides
             # the C recorder (tracing.native) or the pure-Python one; a capture window's calls all go through Python
             env["recorder"] = native.RECORDER if self.patcher.live is None else "python"
             if native.load_error:  # a .so that could not load: the one line, here only

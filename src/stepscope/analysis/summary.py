@@ -98,9 +98,13 @@ class Summary:
     ranks: RankSteps | None = None
     #: a node-graph app's per-node and per-prompt tables (``analysis.nodes``; ``--app comfyui``), or None
     nodes: NodeTable | None = None
+    #: ``unresolved`` as the first screen says it (``screen_notes``: overrides that ran only); not in ``--json``,
+    #: whose ``unresolved`` keeps every note
+    notes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("notes")
         if self.steps is not None:
             d["steps"]["slow_steps"] = [r.step for r in self.steps.slow_rows]
         return d
@@ -162,4 +166,38 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
                    float(index.weight.sum()), int(index.idle.sum()), stats, steps, by_self, by_total,
                    dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns, capture,
                    app_label(run.command) if run.command else "", cut, process_rows(data), rank_steps(data, index),
-                   node_table(data.spans))
+                   nodes=node_table(data.spans),
+                   notes=screen_notes(run.unresolved, _overrides(data), {st.name for st in stats}))
+
+
+def _overrides(data: RunData) -> dict[str, list[str]]:
+    """A traced method -> every override traced with it, over the job's processes (``env["overrides"]``)."""
+    out: dict[str, list[str]] = {}
+    for run in [data.run, *(data.processes or [])]:
+        for name, subs in ((run.env or {}).get("overrides") or {}).items():
+            if isinstance(subs, list):
+                out.setdefault(name, []).extend(s for s in subs if isinstance(s, str) and s not in out[name])
+    return out
+
+
+def screen_notes(unresolved: dict[str, str], overrides: dict[str, list[str]], ran: set[str]) -> dict[str, str]:
+    """The run's notes as its first screen says them: a method's overrides (``tracing.globs.overrides_note``)
+    named only when their spans ran, the note left out when none did (a framework's subclasses the program never
+    used); the other notes and failures as they are. ``overrides``: every override of each method (the stored
+    note names 4; a run without them: those 4); ``ran``: the span names of the run."""
+    out = {}
+    for name, why in unresolved.items():
+        if not why.startswith("overridden in "):
+            out[name] = why
+            continue
+        subs = overrides.get(name)
+        if subs is None:  # (an older run: the names its note shows)
+            subs = [n for n in why[why.find("(") + 1:why.rfind(")")].split(", ") if n and n != "..."]
+        used = [n for n in subs if n in ran]
+        if used:
+            n = max(len(subs), len(used))
+            ran_of = "" if len(used) == n else f", {len(used)} of which ran"
+            shown = ", ".join(used[:4]) + (", ..." if len(used) > 4 else "")
+            out[name] = (f"overridden in {n} subclass{'es' if n != 1 else ''}{ran_of}: each override traced as a span"
+                         f" of its own class ({shown})")
+    return out

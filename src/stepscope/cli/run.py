@@ -102,11 +102,12 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if quiet and not (as_json or json_file):
         _tell_incomplete(store, outcome)
         from ..store.db import job_unresolved
+        from ..tracing.globs import is_note
 
         top = store.get_run(outcome.run_id)
         for name, why in job_unresolved(top, store.process_runs(top.id)).items():  # -q still says what was not
-            if name not in early:  # traced (by any process of the job)
-                err.print(unresolved_line(name, why))
+            if name not in early and not is_note(why):  # traced (by any process of the job); notes (overrides,
+                err.print(unresolved_line(name, why))  # compiled regions, a glob's members) are the first screen's
         store.close()
         return outcome
     from ..store.reader import load_run

@@ -2,7 +2,9 @@
 
 Spans are complete events (``ph: "X"``) on their thread; sampled stacks become begin/end events
 (``B``/``E``) on a companion track per thread (``<thread> (samples)``), emitted where consecutive
-samples' stacks differ, as py-spy's chrometrace output does. ``ts``/``dur`` are microseconds from the
+samples' stacks differ, as py-spy's chrometrace output does. Each process of a job (``export.procs``) is a
+process of its own: its OS pid, a ``process_name`` (``rank N``, or its command) and its threads under their own
+names, as Kineto's per-rank traces are. ``ts``/``dur`` are microseconds from the
 run's start; ``otherData`` carries the run's wall-clock start (ns since the Unix epoch).
 Spec: "Trace Event Format", Google, docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU.
 """
@@ -19,6 +21,7 @@ from .. import __version__
 from ..spantable import NO_PARENT, as_table
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from .procs import ThreadProcesses
 
 SAMPLE_TID_OFFSET = 100_000
 
@@ -45,14 +48,15 @@ def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None 
     index = index or ProfileIndex(data.profile)
     run = data.run
     t0 = run.start_ns
-    pid = run.pid or 1
-    names = data.profile.thread_names
+    procs = ThreadProcesses(data)
+    pids: dict[int, int] = {}  # thread -> its process's pid
     tids: dict[int, int] = {}
     written = 0
 
     def tid_of(t: int) -> int:
         if t not in tids:
             tids[t] = len(tids) + 1
+            pids[t] = procs.process_of(t).pid
         return tids[t]
 
     def emit(events: list[dict], first: bool = False) -> None:
@@ -66,8 +70,10 @@ def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None 
     head = b'{"traceEvents":['
     out.write(head)
     written += len(head)
-    emit([{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-           "args": {"name": f"stepscope run {run.id}: {' '.join(run.command)[:80]}"}}], first=True)
+    emit([e for p in procs.processes for e in (
+        {"ph": "M", "name": "process_name", "pid": p.pid, "tid": 0, "args": {"name": p.name}},
+        {"ph": "M", "name": "process_sort_index", "pid": p.pid, "tid": 0, "args": {"sort_index": p.index}})],
+        first=True)
     t = as_table(data.spans)
     short = [n.rsplit(".", 2)[-2] + "." + n.rsplit(".", 1)[-1] if n.count(".") >= 2 else n for n in t.names]
     for lo in range(0, len(t), _CHUNK):
@@ -85,12 +91,14 @@ def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None 
                 args.update(a)
             if er >= 0:
                 args["error"] = t.errors[er]
-            ev.append({"ph": "X", "name": short[nm], "cat": t.ops[op], "pid": pid, "tid": tid_of(th), "ts": st,
+            tid = tid_of(th)
+            ev.append({"ph": "X", "name": short[nm], "cat": t.ops[op], "pid": pids[th], "tid": tid, "ts": st,
                        "dur": du, "args": args})
         emit(ev)
     funcs = index.functions
     for thread in np.unique(index.thread).tolist():
         tid = SAMPLE_TID_OFFSET + tid_of(thread)
+        pid = pids[thread]
         idx = np.nonzero(index.thread == thread)[0]
         prev: tuple = ()
         last_t = 0.0
@@ -117,7 +125,7 @@ def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None 
         emit(ev)
     ev = []
     for thread, tid in list(tids.items()):
-        nm = names.get(thread, str(thread))
+        nm, pid = procs.thread_name(thread), pids[thread]
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": nm}})
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": SAMPLE_TID_OFFSET + tid, "args": {"name": f"{nm} (samples)"}})
     emit(ev)
@@ -129,7 +137,8 @@ def write_chrome_trace(data: RunData, out: BinaryIO, index: ProfileIndex | None 
     return written + len(tail)
 
 
-DEVICE_PID_BASE = 1_000_000
+#: the torch profiler's processes: above every OS pid and ``procs.SPARE_PID_BASE``'s
+DEVICE_PID_BASE = 1 << 23
 
 
 def _device_events(trace, cmap, t0: int) -> list[dict]:

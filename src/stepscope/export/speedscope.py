@@ -4,7 +4,8 @@ One shared frame table (functions, as flame graphs merge them; span names too). 
 ``sampled`` profile (stacks root first, weights = sampled ns) and, when the thread has spans, an
 ``evented`` profile of its spans (open/close events). speedscope requires evented profiles to nest;
 spans that overlap without nesting (concurrent asyncio tasks on one thread) are left out and counted
-in the exporter note.
+in the exporter note. A job of several processes (``export.procs``): each process's profiles together, named
+after it (``rank 1 (pid 4242): samples: thread MainThread``), each thread under its own name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .. import __version__
 from ..spantable import as_table
 from ..model import RunData
 from ..profiling.calltree import ProfileIndex
+from .procs import ThreadProcesses, process_name
 
 
 def to_speedscope(data: RunData, index: ProfileIndex | None = None) -> dict[str, Any]:
@@ -59,12 +61,20 @@ def write_speedscope(data: RunData, out: BinaryIO, index: ProfileIndex | None = 
 
     put(b'{"$schema":"https://www.speedscope.app/file-format-schema.json","shared":{"frames":' + orjson.dumps(frames)
         + b'},"profiles":[')
-    names = data.profile.thread_names
+    procs = ThreadProcesses(data)
+
+    def title(what: str, tid: int) -> str:  # (a job's processes: each profile says whose it is)
+        head = ""
+        if data.processes:
+            p = procs.process_of(tid)
+            head = f"{process_name(data.run) if p.index == 0 else p.name} (pid {p.pid}): "
+        return f"{head}{what}: thread {procs.thread_name(tid)}"
+
     sep = b""
     for tid in np.unique(index.thread).tolist():
         idx = np.nonzero(index.thread == tid)[0]
         put(sep + orjson.dumps({
-            "type": "sampled", "name": f"samples: thread {names.get(tid, tid)}", "unit": "nanoseconds",
+            "type": "sampled", "name": title("samples", tid), "unit": "nanoseconds",
             "startValue": 0, "endValue": end - t0,
             "samples": [list(index.stack_funcs[s]) for s in index.stack[idx].tolist()],
             "weights": [int(w) for w in index.weight[idx].tolist()],
@@ -75,7 +85,7 @@ def write_speedscope(data: RunData, out: BinaryIO, index: ProfileIndex | None = 
     tids, starts = np.unique(th_sorted, return_index=True)
     stops = np.append(starts[1:], len(tr))
     for tid, a, b in zip(tids.tolist(), starts.tolist(), stops.tolist()):
-        head = orjson.dumps({"type": "evented", "name": f"spans: thread {names.get(tid, tid)}", "unit": "nanoseconds",
+        head = orjson.dumps({"type": "evented", "name": title("spans", tid), "unit": "nanoseconds",
                              "startValue": 0, "endValue": end - t0})
         put(sep + head[:-1] + b',"events":[')
         sep = b","

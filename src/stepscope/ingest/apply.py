@@ -278,6 +278,15 @@ def _facts(rec, host: str) -> dict:
     return out
 
 
+def service_of(resource: dict) -> str | None:
+    """The resource's ``service.name`` as a run is named by it (what users look for in ``stepscope runs``); None
+    when it has none, or only the SDK's default (``unknown_service``, ``unknown_service:node``)."""
+    v = resource.get("service.name")
+    if not isinstance(v, str) or not v.strip() or v.startswith("unknown_service"):
+        return None
+    return v[:200]
+
+
 def _command(rec) -> list[str]:
     r = rec.resource
     args = r.get("process.command_args")
@@ -313,7 +322,8 @@ def _new_trace_run(conn: sqlite3.Connection, rec, project_id: str | None, job: s
             top, anchor = row
     anchor = t0 if anchor is None else anchor
     rid = _run_id(conn, t0, rec.trace_id + rec.resource_key)
-    conn.execute(cols, (rid, _dumps(_command(rec) if job else [rec.source]), "", host, pid, "ok", None, None, t0 - anchor,
+    command = _command(rec) if job else [service_of(r) or rec.source]
+    conn.execute(cols, (rid, _dumps(command), "", host, pid, "ok", None, None, t0 - anchor,
                         t0 - anchor, 0, anchor, _dumps(env), _dumps(settings), "{}", t0, top,
                         _dumps(_facts(rec, host)) if job else None))
     conn.execute("INSERT INTO ingest_trace_runs VALUES (?,?,?,?,?)", (tkey, rec.resource_key, rid, 1, job))
@@ -382,10 +392,13 @@ def apply_trace(conn: sqlite3.Connection, rec, project_id: str | None) -> tuple[
     lo, hi = min(r[4] for r in rows), max(r[5] for r in rows)
     conn.execute("UPDATE runs SET start_ns = min(start_ns, ?), end_ns = max(end_ns, ?) WHERE id = ?", (lo, hi, rid))
     roots = [s for s in spans if s[1] is None]
-    if roots and job is None:  # the trace's root names the run (as a transaction's name does)
-        conn.execute("UPDATE runs SET command = ? WHERE id = ?", (_dumps([roots[0][2]]), rid))
-    if any(s[7] for s in roots):
-        conn.execute("UPDATE runs SET status = 'error', error = ? WHERE id = ?", (next(s[7] for s in roots if s[7]), rid))
+    if roots and job is None and not service_of(rec.resource):  # the trace's root names the run (as a transaction's
+        conn.execute("UPDATE runs SET command = ? WHERE id = ?", (_dumps([roots[0][2]]), rid))  # name does)
+    failed = next((s for s in roots if s[7]), None)
+    if failed is not None:  # the run's error: the root's type and message ("ValueError: bad input")
+        message = (failed[8] or {}).get("exception.message")
+        conn.execute("UPDATE runs SET status = 'error', error = ? WHERE id = ?",
+                     (f"{failed[7]}: {message}" if message else failed[7], rid))
     if job is not None:
         _note_collectives(conn, job, rid, str(rec.resource.get("host.name") or ""), spans)
         clock_offsets(conn, job)

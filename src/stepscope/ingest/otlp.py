@@ -12,7 +12,8 @@ What is kept (docs/architecture.md, the OTLP mapping that ``stepscope export --f
 ``TraceRecord`` per (trace id, resource); a span's ``stepscope.op`` attribute, else its kind, gives its op;
 ``thread.id``/``thread.name`` its thread; keys prefixed ``stepscope.`` lose the prefix, the others (``diffusion.step``,
 ``code.*``, a program's own) are kept as they come; status ERROR is an error named by the span's ``exception`` event's
-``exception.type``, else by the status message. A span without a valid trace id, span id or start is rejected (counted
+``exception.type``, else by the status message; its message (the event's ``exception.message``, else the status
+message) is kept as the span's ``exception.message`` attribute. A span without a valid trace id, span id or start is rejected (counted
 in ``partial_success``), the rest of the request is kept.
 """
 
@@ -172,6 +173,31 @@ def parse_request(body: bytes, content_type: str):
     return req
 
 
+#: how much of an exception's message is kept (``exception.message``)
+MESSAGE_CHARS = 1000
+
+
+def error_of(sp, where: str) -> tuple[str, str | None]:
+    """``(error type, message | None)`` of a span with status ERROR: the type from its ``exception`` event's
+    ``exception.type``, else its status message, else "error"; the message from the event's ``exception.message``,
+    else the status message (when that is not what names the type)."""
+    etype = message = None
+    for ev in sp.events:
+        if ev.name == "exception":
+            for a in ev.attributes:
+                if a.key == "exception.type" and etype is None:
+                    etype = str(_value(a.value, 1, where))[:200] or None
+                elif a.key == "exception.message" and message is None:
+                    message = str(_value(a.value, 1, where))[:MESSAGE_CHARS] or None
+            break
+    status = sp.status.message
+    if etype is None:  # (the status message names it)
+        return status[:200] or "error", message
+    if message is None and status:  # ("ValueError: bad input", as the Python SDK words it: the message)
+        message = status[len(etype) + 2:] if status.startswith(f"{etype}: ") else status
+    return etype, message[:MESSAGE_CHARS] if message else None
+
+
 def records(req) -> tuple[list[TraceRecord], int, str]:
     """``(records, rejected spans, first rejection's reason)`` of a parsed request. Raises BadOtlp (an attribute
     nested too deeply)."""
@@ -196,12 +222,9 @@ def records(req) -> tuple[list[TraceRecord], int, str]:
                                                     KIND_OPS.get(sp.kind, "function"))
                 err = None
                 if sp.status.code == 2:
-                    for ev in sp.events:
-                        if ev.name == "exception":
-                            err = next((str(_value(a.value, 1, where))[:200] for a in ev.attributes
-                                        if a.key == "exception.type"), None)
-                            break
-                    err = err or sp.status.message[:200] or "error"
+                    err, message = error_of(sp, where)
+                    if message and "exception.message" not in (attrs or {}):
+                        attrs = {**(attrs or {}), "exception.message": message}
                 parent = span_id(sp.parent_span_id) if any(sp.parent_span_id) else None
                 start = sp.start_time_unix_nano
                 tkey = sp.trace_id.hex()

@@ -23,8 +23,25 @@ def _text_col(t: Table, col: str, **kw) -> None:
     t.add_column(col, justify="left", overflow="fold", **kw)
 
 
+def device_words(d: DeviceSummary) -> str:
+    """What the trace says of its device, as the header says it: ``device NAME`` (``deviceProperties``); without a
+    name, what its kernels show (``GPU kernels on 5 streams, device unnamed``: a trace written without device
+    properties, as a job's rank traces can be); ``device CPU only`` when no device stream ran."""
+    if d.device:
+        return f"device {d.device}"
+    streams = {(s.device, s.stream) for s in d.streams}
+    if not streams and not d.top_kernels:
+        return "device CPU only"
+    devices = {dev for dev, _ in streams}
+    n = len(streams)
+    on = f"{len(devices)} devices, {n} streams" if len(devices) > 1 else f"{n} stream{'s' if n != 1 else ''}"
+    return (f"GPU kernels on {on}, device{'s' if len(devices) > 1 else ''} unnamed" if n
+            else "GPU kernels, device unnamed")
+
+
 def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
-    console.print(f"[bold]device trace[/bold] {d.path}  device {d.device or 'CPU only'}  {d.events} events  "
+    """One device trace's summary (``device.analysis.summarize``) as the terminal shows it."""
+    console.print(f"[bold]device trace[/bold] {d.path}  {device_words(d)}  {d.events} events  "
                   f"span {fmt_ns(d.span_ns)}")
     if d.streams:
         t = Table(title="Idle time per stream (HTA's categories)", title_justify="left", show_edge=False)

@@ -13,9 +13,13 @@ from rich.text import Text
 from ..analysis.phases import BEFORE_CAPTURE
 from ..analysis.summary import Summary
 from ..model import Run
+from ..tracing.globs import is_note
 from ..units import fmt_bytes, fmt_ns
 from .cells import left_short, name_room, num_col
 from .memory import print_memory
+
+#: how the key of a glob's note on its members that cannot be traced ends (``tracing.patch``)
+IN_PART = " (in part)"
 
 
 def _column_label(name: str) -> str:
@@ -119,7 +123,7 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
             console.print(t)
     elif s.sample_count == 0:
         console.print("No samples (sampling off, or the program ended within one sampling period).")
-    for name, why in s.unresolved.items():
+    for name, why in s.notes.items():  # (overrides only where they ran: Summary.notes)
         console.print(unresolved_line(name, why))
 
 
@@ -219,14 +223,16 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
 
 
 def unresolved_line(name: str, why: str) -> str:
-    """One line for a name that was not traced, that ran inside a torch.compile region, or whose overrides in
-    subclasses were traced too (``tracing.patch.is_note``)."""
+    """One line for a name that was not traced, that ran inside a torch.compile region, whose overrides in
+    subclasses were traced too, or a glob some of whose members cannot be traced (``tracing.globs.is_note``)."""
     if why.startswith("overridden in "):
         return f"[cyan]overrides:[/cyan] {name}: {why}"
     if why.startswith("inside a compiled region"):
         return f"[cyan]compiled:[/cyan] {name}: {why}"
     if why.startswith("not mirrored"):
         return f"[cyan]unmirrored:[/cyan] {name}: {why}"
+    if name.endswith(IN_PART) and is_note(why):  # a glob's members that cannot be traced: one count
+        return f"[cyan]glob:[/cyan] {name[:-len(IN_PART)]}: {why}"
     return f"[yellow]not traced:[/yellow] {name}: {why}"
 
 

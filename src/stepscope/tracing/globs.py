@@ -9,6 +9,7 @@ classes of the class's own top-level package (``class_members``).
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 import types
 from dataclasses import dataclass, field
@@ -158,3 +159,40 @@ def overrides_note(live: LiveOverrides) -> str:
     shown = ", ".join(live.overrides[:4]) + (", ..." if n > 4 else "")
     return (f"overridden in {n} subclass{'es' if n != 1 else ''}: each override traced as a span of its own"
             f" class ({shown})")
+
+
+#: the kinds of reasons a glob's member could not be traced, as the count's note names them (first match)
+_FAIL_KINDS = (("no source", "no source"), ("cannot parse", "no source"), ("source of", "source changed"),
+               ("is a property", "properties"), ("not a function", "not functions"), ("cannot be patched", "cannot be patched"))
+
+
+def _fail_kind(reason: str) -> str:
+    return next((kind for key, kind in _FAIL_KINDS if key in reason), "cannot be instrumented")
+
+
+def members_note(failed: dict[str, str], matched_any: bool = True) -> str:
+    """A glob's members that could not be traced (concrete name -> reason), as one count with the kinds of
+    reasons, never the list: members the user did not name one by one (a dataclass's ``__init__``, ``__eq__``,
+    made from a string) are not failures of the name. ``matched_any``: some members were traced (a note:
+    ``is_note``), else none could be (the name's failure)."""
+    kinds: dict[str, int] = {}
+    for reason in failed.values():
+        kind = _fail_kind(reason)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    why = next(iter(kinds)) if len(kinds) == 1 else ", ".join(f"{n} {k}" for k, n in kinds.items())
+    n = len(failed)
+    if not matched_any:
+        return f"{n} member{'s' if n != 1 else ''} matched, none can be traced ({why})"
+    return f"{n} member{'s' if n != 1 else ''} cannot be traced ({why})"
+
+
+#: how the reasons of notes about traced names begin (``Patcher.unresolved`` holds both: these are not failures)
+NOTE_PREFIXES = ("overridden in ", "inside a compiled region", "not mirrored")
+_MEMBERS_NOTE = re.compile(r"\d+ members? cannot be traced \(")
+
+
+def is_note(why: str) -> bool:
+    """Whether an entry of ``Patcher.unresolved`` / a run's ``unresolved`` is a note about a name that is
+    traced (its overrides, a compiled region, an unmirrored span, a glob's members that cannot be traced: its
+    key ends in `` (in part)``), not a name that could not be traced."""
+    return isinstance(why, str) and (why.startswith(NOTE_PREFIXES) or _MEMBERS_NOTE.match(why) is not None)

@@ -50,8 +50,8 @@ from typing import Any, Iterable
 
 from . import collectives, labels, mirror, probes, syncs
 from ..steps import hooks as steps
-from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, note_foreign, nothing_matched, \
-    overrides_note, subclasses
+from .globs import LiveGlob, LiveOverrides, Seen, class_members, glob_members, is_note, \
+    members_note, note_foreign, nothing_matched, overrides_note, subclasses  # noqa: F401 (is_note: re-exported)
 from .importhook import ImportHook
 from .mechanism import CannotInstrument, choose
 from .probes import Probe
@@ -100,6 +100,7 @@ class Patcher:
         self._patches: list[_Patch] = []
         self._pending: dict[str, str] = {}  # name -> module awaited
         self._unresolved: dict[str, str] = {}  # name -> reason
+        self._failed: dict[str, dict] = {}  # a glob -> its members that could not be traced (concrete -> reason)
         self._resolved: dict[str, list[str]] = {}  # requested name -> concrete names patched
         self._hook: ImportHook | None = None
         self._callbacks: dict[str, list] = {}  # module name -> functions to call once it is imported
@@ -150,6 +151,12 @@ class Patcher:
                 out.pop(name, None)
                 out.pop(name + " (in part)", None)
             return out
+
+    @property
+    def overrides(self) -> dict[str, list[str]]:
+        """A traced method's name -> the span names of every override traced with it (its note names 4)."""
+        with self._lock:
+            return {n: list(v.overrides) for n, v in self._live.items() if isinstance(v, LiveOverrides) and v.overrides}
 
     @property
     def resolved(self) -> dict[str, list[str]]:
@@ -286,21 +293,20 @@ class Patcher:
         """Patch ``targets`` for ``name``; the concrete names done. Those that fail are kept under
         ``name (in part)``; raises Unresolved when none could be patched."""
         done = []
-        errors = []
+        failed = self._failed.setdefault(name, {})
         for owner, attr, concrete in targets:
             try:
                 self._patch(owner, attr, concrete, batch)
             except Unresolved as e:
-                if len(targets) == 1 and name not in self._resolved:
+                if len(targets) == 1 and name not in self._resolved and not failed:
                     raise
-                errors.append(f"{concrete}: {e}")
+                failed[concrete] = str(e)
                 continue
             done.append(concrete)
-        if errors:
-            key = name + " (in part)"
-            self._unresolved[key] = "; ".join(filter(None, [self._unresolved.get(key)] + errors))
-        if not done and name not in self._resolved:
-            raise Unresolved("; ".join(errors))
+        if not done and name not in self._resolved:  # (one count, never the list of members: globs.members_note)
+            raise Unresolved(members_note(failed, matched_any=False))
+        if failed:
+            self._unresolved[name + " (in part)"] = members_note(failed)
         return done
 
     def _grow(self, name: str, live: LiveGlob, module_name: str, batch: list[_Patch]) -> None:
@@ -648,12 +654,3 @@ def _unwrapped(fn: Any) -> Any:
         fn = fn.__wrapped__
     return fn
 
-
-#: how the reasons of notes about traced names begin (``Patcher.unresolved`` holds both: these are not failures)
-NOTE_PREFIXES = ("overridden in ", "inside a compiled region", "not mirrored")
-
-
-def is_note(why: str) -> bool:
-    """Whether an entry of ``Patcher.unresolved`` / a run's ``unresolved`` is a note about a name that is
-    traced (its overrides, a compiled region, an unmirrored span), not a name that could not be traced."""
-    return isinstance(why, str) and why.startswith(NOTE_PREFIXES)

@@ -8,7 +8,9 @@
     $("device-section").hidden = false;
     const hasKineto = DV.kineto !== false;  // (a view model written before the field: it had a Kineto trace)
     const hasDevice = DV.lanes.some((l) => /(^| · )GPU /.test(l.label));  // (a job: "rank N (pid P) · GPU d stream s")
-    $("device-title").textContent = DV.device ? String(DV.device.name || DV.device) : "";
+    const nStreams = DV.lanes.filter((l) => /(^| · )GPU /.test(l.label)).length;  // (no deviceProperties: say what is known)
+    $("device-title").textContent = DV.device ? String(DV.device.name || DV.device)
+      : hasDevice ? `GPU kernels on ${nStreams} stream${nStreams === 1 ? "" : "s"}, device unnamed` : "";
     if (!hasKineto) {
       $("device-gaps-wrap").hidden = true; $("device-syncs-wrap").hidden = true;
     } else if (!hasDevice) {

@@ -36,8 +36,8 @@
     selected = i; selWindow = null; drawWaterfall();
     const name = NAMES[S.name[i]];
     let txt = `${name}  ${fmt(S.dur[i])}  at ${fmt(S.start[i])}  thread ${D.threads[S.thread[i]].name}`;
-    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).filter(([k]) => !k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut").map(([k, v]) => `${k}=${v}`).join(" ");
-    if (S.error[i]) txt += `  error: ${S.error[i]}`;
+    if (S.attrs[i]) txt += "  " + Object.entries(S.attrs[i]).filter(([k]) => !k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut" && k !== "exception.message").map(([k, v]) => `${k}=${v}`).join(" ");
+    if (S.error[i]) txt += `  error: ${errorText(i)}`;
     const mt = memText(i); if (mt) txt += "  · " + mt;
     $("selection").textContent = txt;
     for (const el of treeEl.querySelectorAll(".row.sel")) el.classList.remove("sel");

@@ -41,6 +41,11 @@
     const entry = first == null ? null : before != null ? Math.min(before, first) : first;
     return { entry, peak, n, growth: peak != null && entry != null ? Math.max(peak - entry, 0) : null };
   }
+  // a span's error: its type, and the message the program's SDK sent with it (an OTLP span's exception.message)
+  function errorText(i) {
+    const m = S.attrs[i] && S.attrs[i]["exception.message"];
+    return m ? `${S.error[i]}: ${m}` : S.error[i];
+  }
   function memText(i) {
     const a = S.attrs[i] || {};
     const key = ML && ML.cuda ? "cuda" : "rss", w = memWindow(S.start[i], S.start[i] + S.dur[i], key);
@@ -280,8 +285,8 @@
     }
     wf.style.cursor = "pointer";
     let txt = `${NAMES[S.name[i]]}\n${fmt(S.dur[i])}  (starts at ${fmt(S.start[i])})`;
-    if (S.error[i]) txt += `\nerror: ${S.error[i]}`;
-    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) if (!k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut") txt += `\n${k} = ${v}`;
+    if (S.error[i]) txt += `\nerror: ${errorText(i)}`;
+    if (S.attrs[i]) for (const [k, v] of Object.entries(S.attrs[i])) if (!k.startsWith("memory.") && k !== "stepscope.open" && k !== "stepscope.cut" && k !== "exception.message") txt += `\n${k} = ${v}`;
     if (S.attrs[i] && S.attrs[i]["stepscope.open"]) txt += "\nstill open when the process ended (killed inside it)";
     if (S.attrs[i] && S.attrs[i]["stepscope.cut"]) txt += "\nstill running when the capture window ended: cut at its end";
     const mt = memText(i); if (mt) txt += "\n" + mt;
