@@ -237,3 +237,25 @@ def test_real_k_diffusion_sampler_over_a_torch_model(tmp_path):
     ex = subprocess.run([sys.executable, "-m", "stepscope", "explain"], env=env, capture_output=True, text=True,
                         timeout=120)
     assert "step 6" in ex.stdout and "preview" in ex.stdout, ex.stdout
+
+
+def test_report_shows_nodes_prompts_and_named_calls(tmp_path, browser_page):
+    """The report of a `--app comfyui` run: the Nodes and Prompts tables, the step table's calls named by prompt and
+    node; a click on a node row selects its slowest run."""
+    store = tmp_path / "s"
+    _run(store, ["--app", "comfyui", "--", "main.py", "--slow-step", "5"], COMFY)
+    out = tmp_path / "r.html"
+    env = {**os.environ, "STEPSCOPE_STORE": str(store), "PYTHONPATH": str(SRC)}
+    subprocess.run([sys.executable, "-m", "stepscope", "report", "-o", str(out)], env=env, check=True, timeout=120,
+                   capture_output=True)
+    page = browser_page
+    page.goto(out.as_uri())
+    page.wait_for_function("window.stepscopeReport !== undefined")
+    assert page.locator("#nodes-section").is_visible()
+    rows = page.locator("#nodes tr.clickable")
+    assert rows.count() == 7 and "KSampler #3" in rows.nth(0).inner_text()
+    assert page.locator("#prompts tr.clickable").count() == 2
+    assert "prompt 1 · KSampler #3" in page.locator("#steps").inner_text()
+    rows.nth(0).click()
+    assert "KSampler #3" in page.evaluate("window.stepscopeReport.flameTitle()")
+    assert not page.errors

@@ -551,7 +551,12 @@ def _summary_view(s: Summary, t0: int) -> dict:
         rk["waited_for"] = {str(k): v for k, v in rk["waited_for"].items()}
         for key in ("start", "end"):
             rk[f"{key}_us"] = [[None if v is None else _r((v - t0) / 1e3) for v in row] for row in rk.pop(f"{key}_ns")]
+    if d.get("nodes") is not None:  # a node-graph app's prompts: windows in run time (us)
+        for row in d["nodes"]["prompts"]:
+            row["start_us"] = _r((row.pop("start_ns") - t0) / 1e3)
+    d.pop("notes", None)
     if s.steps is not None:
+        d["steps"]["call_labels"] = {str(k): v for k, v in d["steps"]["call_labels"].items()}
         for row in d["steps"]["rows"]:
             row["start_us"] = _r((row.pop("start_ns") - t0) / 1e3)
             row["end_us"] = _r((row.pop("end_ns") - t0) / 1e3)

@@ -61,3 +61,23 @@
     if (MS.spans.length) table($("memory-spans"), ["span (the call that grew most)", "calls", "growth", "peak", "too short"],
       MS.spans.map((r) => `<tr><td title="${esc(r.name)}">${esc(short(r.name))}</td><td>${r.calls}</td><td>${r.growth != null ? "+" + fmtB(r.growth) + (r.exact ? "" : "~") : "-"}</td><td>${fmtB(r.peak)}${r.peak != null && !r.exact ? "~" : ""}</td><td>${r.unsampled || ""}</td></tr>`));
   }
+
+  // ---- a node-graph app's nodes and prompts (summary.nodes: analysis/nodes.py; --app comfyui)
+  const ND = SM.nodes;
+  if (ND && ND.nodes.length) {
+    $("nodes-section").hidden = false;
+    table($("nodes"), ["node", "runs", "cached", "total", "mean", "p50", "p95", "std", "share"],
+      ND.nodes.map((n, k) => `<tr class="clickable" data-k="${k}"><td>${esc(n.name)}</td><td>${n.count}</td><td>${n.cached}</td><td>${fmtNs(n.total_ns)}</td><td>${fmtNs(n.mean_ns)}</td><td>${fmtNs(n.p50_ns)}</td><td>${fmtNs(n.p95_ns)}</td><td>${fmtNs(n.std_ns)}</td><td>${(100 * n.share).toFixed(1)}%</td></tr>`));
+    document.querySelectorAll("#nodes tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
+      const name = ND.nodes[+tr.dataset.k].name;
+      let best = -1;
+      for (let i = 0; i < NS; i++) if (NAMES[S.name[i]] === name && (best < 0 || S.dur[i] > S.dur[best])) best = i;
+      if (best >= 0) selectSpan(best);
+    }));
+    table($("prompts"), ["prompt", "wall", "ran", "cached", "in nodes", "slowest node"],
+      ND.prompts.map((r, k) => `<tr class="clickable" data-k="${k}"><td>${r.index}${r.prompt_id ? ` <small>${esc(r.prompt_id.slice(0, 8))}</small>` : ""}</td><td>${fmtNs(r.wall_ns)}</td><td>${r.ran}</td><td>${r.cached}</td><td>${fmtNs(r.node_ns)}</td><td class="txt">${esc(r.slowest)} ${r.slowest ? fmtNs(r.slowest_ns) : ""}</td></tr>`));
+    document.querySelectorAll("#prompts tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
+      const r = ND.prompts[+tr.dataset.k];
+      selectWindow({ t0: r.start_us, t1: r.start_us + r.wall_ns / 1e3 }, `prompt ${r.index}`, `prompt ${r.index}: ${fmtNs(r.wall_ns)}`);
+    }));
+  }

@@ -71,7 +71,7 @@
     const memCell = (r) => !hasMem ? "" : `<td title="${r.memory ? esc(`entry ${fmtB(r.memory.entry)}, exit ${fmtB(r.memory.exit)}, +${fmtB(r.memory.growth)} on top of the entry; ${r.memory.samples} samples` + (r.memory.note ? "; " + r.memory.note : "")) : ""}">${r.memory && r.memory.peak != null ? fmtB(r.memory.peak) + (r.memory.exact_peak ? "" : "~") : "-"}</td>`;
     const head = [...(calls > 1 ? ["call"] : []), isStep ? "step" : "repeat", "wall", "× median", "untraced", ...(hasMem ? ["mem peak"] : []), ...cols.map(colLabel), ...(anyFill ? ["untraced time sampled in"] : [])];
     table($("steps"), head,
-      ST.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}">${calls > 1 ? `<td>${r.call}</td>` : ""}<td>${r.step}${r.slow ? '<span class="tag">slow</span>' : r.warmup ? '<span class="tag warm" title="the first step, slow too: set apart as a warm-up">warm-up</span>' : ""}</td>` +
+      ST.rows.map((r, k) => `<tr class="clickable${r.slow ? " slow" : ""}" data-k="${k}">${calls > 1 ? `<td>${esc((ST.call_labels || {})[r.call] ?? r.call)}</td>` : ""}<td>${r.step}${r.slow ? '<span class="tag">slow</span>' : r.warmup ? '<span class="tag warm" title="the first step, slow too: set apart as a warm-up">warm-up</span>' : ""}</td>` +
         cell(r, "wall", fmtNs(r.wall_ns)) + `<td${r.slow ? ' class="slowcell"' : ""}>${r.ratio.toFixed(2)}</td>` + cell(r, "untraced", fmtNs(r.untraced_ns)) + memCell(r) +
         cols.map((c) => cell(r, c, fmtNs(r.by_name[c]))).join("") +
         (anyFill ? `<td class="fill">${(r.fill || []).map((f) => `${esc(short(f.function, 3))} ${fmtNs(f.self_ns)}${f.via ? " <small>via " + esc(short(f.via, 2)) + "</small>" : ""}`).join("<br>")}</td>` : "") + "</tr>"));
@@ -84,7 +84,8 @@
     document.querySelectorAll("#steps tr.clickable").forEach((tr) => tr.addEventListener("click", () => {
       const r = ST.rows[+tr.dataset.k];
       setHash("step=" + tr.dataset.k);
-      const label = isStep ? `step ${r.step}${calls > 1 || PAGE !== "explain" ? " of call " + r.call : ""}` : `repeat ${r.step}`;
+      const cl = (ST.call_labels || {})[r.call];
+      const label = isStep ? `step ${r.step}${calls > 1 || PAGE !== "explain" ? (cl ? " of " + cl : " of call " + r.call) : ""}` : `repeat ${r.step}`;
       selectWindow({ t0: r.start_us, t1: r.end_us, thread: threadIndex.get(r.thread_id) }, label,
         `${label}: ${fmtNs(r.wall_ns)} (${r.ratio.toFixed(2)} x median), untraced ${fmtNs(r.untraced_ns)}, ${fmt(r.start_us)} – ${fmt(r.end_us)}`);
     }));
