@@ -259,3 +259,18 @@ def test_report_shows_nodes_prompts_and_named_calls(tmp_path, browser_page):
     rows.nth(0).click()
     assert "KSampler #3" in page.evaluate("window.stepscopeReport.flameTitle()")
     assert not page.errors
+
+
+def test_bench_times_the_steps_of_a_recorded_command(tmp_path):
+    """``stepscope bench --trace NAME -- command``: each run recorded, its sampler loop's steps timed per run
+    (``step_median_s``: the model's 4 ms a step), the scratch runs not kept in the bench's store."""
+    env = {**os.environ, "STEPSCOPE_STORE": str(tmp_path / "s"), "PYTHONPATH": str(SRC), "COLUMNS": "200"}
+    p = subprocess.run([sys.executable, "-m", "stepscope", "bench", "--json", "--repeats", "2", "--warmup", "0",
+                        "--trace", "__main__.TinyUNet.forward", "--", sys.executable, "sampler_script.py", "--steps",
+                        "5"], cwd=LOOPS, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    row = json.loads(p.stdout)["verdict"]["rows"][0]
+    assert 0.003 < row["step_median_s"] < 0.05, row
+    runs = subprocess.run([sys.executable, "-m", "stepscope", "runs", "--json"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert json.loads(runs.stdout or "[]") in ([], {"runs": []}), runs.stdout

@@ -134,18 +134,45 @@ def command_for(spec: Spec, i: int) -> list[str]:
     return out
 
 
+def recorded_steps(store_path: str) -> list[float] | None:
+    """The denoising steps' wall times (s, in order, every call) of the last run in the scratch store, which is
+    then deleted; None when it has no steps."""
+    from ..analysis.steptable import step_table
+    from ..store.db import Store as _Store
+    from ..store.reader import load_run
+
+    st = _Store(store_path)
+    try:
+        data = load_run(st, None)
+        table = step_table(data.spans, max_rows=None)
+        st.delete_run(data.run.id)
+    except Exception:  # (no run written: the program failed to start)
+        return None
+    finally:
+        st.close()
+    return [r.wall_ns / 1e9 for r in table.rows] if table is not None else None
+
+
 def _run_commands(spec: Spec, store: Store, bench_id: str, say: Progress) -> None:
     import platform
 
     bench_store.update(store, bench_id, env={"python": platform.python_version(), "cpu_count": os.cpu_count()})
 
+    import tempfile
+
+    scratch = tempfile.TemporaryDirectory(prefix="stepscope-bench-") if spec.record else None
+
     def once(i: int, rep: int, warm: bool) -> None:
         cmd = command_for(spec, i)
+        if scratch is not None:  # recorded: its steps timed (sampling and the memory lane off: the least added)
+            cmd = [sys.executable, "-m", "stepscope", "run", "-q", "--hz", "0", "--no-memory", "--store", scratch.name,
+                   *spec.record, "--", *cmd]
         t = time.perf_counter()
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wall = time.perf_counter() - t
         err = None if p.returncode == 0 else f"exit status {p.returncode}: {p.stderr.strip().splitlines()[-1:] }"
-        bench_store.add_run(store, bench_id, i, rep, warm, wall, None, None, err)
+        steps = recorded_steps(scratch.name) if scratch is not None and err is None else None
+        bench_store.add_run(store, bench_id, i, rep, warm, wall, steps, None, err)
 
     for i in range(len(spec.configs)):
         for k in range(spec.warmup):

@@ -22,7 +22,9 @@ parameter's values. TOML form (``stepscope bench --config bench.toml``)::
     attention = "sdpa"
     compile = "default"
 
-    # kind = "command": command = ["python", "script.py", "{args}"] and args = ["--x 1", "--x 2"] in [matrix]
+    # kind = "command": command = ["python", "script.py", "{args}"] and args = ["--x 1", "--x 2"] in [matrix];
+    # record = ["--app", "comfyui"] (or "--trace"/"--step" options): each run recorded by `stepscope run` (sampling
+    # and the memory lane off), its denoising steps' times kept per run
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class Spec:
     repeats: int = 5
     baseline: int = 0
     command: list[str] = field(default_factory=list)
+    #: ``stepscope run`` options (``--trace``, ``--step``, ``--app``, ``--label``) to record each run of a command with:
+    #: its steps (``steps.rules``) are timed per run; empty: the command's wall time only
+    record: list[str] = field(default_factory=list)
 
     def label(self, i: int) -> str:
         """A short label: the parameters that vary across the matrix, ``attention=sdpa compile=off``."""
@@ -67,7 +72,7 @@ class Spec:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "configs": self.configs, "warmup": self.warmup, "repeats": self.repeats,
-                "baseline": self.baseline, "command": self.command}
+                "baseline": self.baseline, "command": self.command, "record": self.record}
 
 
 def expand(matrix: dict[str, list]) -> list[dict[str, Any]]:
@@ -115,15 +120,24 @@ def sd_spec(matrix: dict[str, list], warmup: int, repeats: int, baseline: str | 
     return Spec("sd", configs, _count("warmup", warmup, 0), _count("repeats", repeats, 1), _baseline(configs, baseline))
 
 
-def command_spec(command: list[str], arg_sets: list[str], warmup: int, repeats: int, baseline: str | None) -> Spec:
-    """Any command; ``{args}`` in it is replaced by each argument set (split like a shell would)."""
+RECORD_OPTIONS = ("--trace", "--step", "--app", "--label", "--trace-file")
+
+
+def command_spec(command: list[str], arg_sets: list[str], warmup: int, repeats: int, baseline: str | None,
+                 record: list[str] | None = None) -> Spec:
+    """Any command; ``{args}`` in it is replaced by each argument set (split like a shell would). ``record``:
+    ``stepscope run`` options (pairs of one of ``RECORD_OPTIONS`` and its value) to record each run with, for its
+    steps' times."""
     if not command:
         raise SpecError("no command: stepscope bench [--args SET]... -- python script.py {args}")
     if arg_sets and not any("{args}" in a for a in command):
         raise SpecError("--args given but the command has no {args} placeholder")
+    record = [str(x) for x in (record or [])]
+    if len(record) % 2 or any(o not in RECORD_OPTIONS for o in record[::2]):
+        raise SpecError(f"record: expected pairs of an option ({', '.join(RECORD_OPTIONS)}) and its value")
     configs = [{"args": a} for a in (arg_sets or [""])]
     return Spec("command", configs, _count("warmup", warmup, 0), _count("repeats", repeats, 1),
-                _baseline(configs, baseline), list(command))
+                _baseline(configs, baseline), list(command), record)
 
 
 def _count(name: str, v: int, least: int) -> int:
@@ -164,8 +178,11 @@ def from_toml(path: str | Path) -> Spec:
         raise SpecError(f"{p}: [matrix]: every parameter needs a list of values")
     try:
         if b.get("kind", "sd") == "command":
+            rec = b.get("record", [])
+            if not isinstance(rec, list):
+                raise SpecError("record: expected a list of stepscope run options")
             return command_spec(list(b.get("command", [])), [str(a) for a in m.get("args", [])], b.get("warmup", 1),
-                                b.get("repeats", 5), b.get("baseline"))
+                                b.get("repeats", 5), b.get("baseline"), rec)
         listed = doc.get("config")
         if listed is not None:
             if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed) or not listed:

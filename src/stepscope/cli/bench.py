@@ -95,6 +95,12 @@ def bench(ctx: typer.Context,
           warmup: int = typer.Option(1, "--warmup", help="For a command: untimed runs per configuration."),
           repeats: int = typer.Option(5, "--repeats", help="For a command: timed runs per configuration."),
           baseline: Optional[str] = typer.Option(None, "--baseline", help="For a command: e.g. args=--x 1."),
+          trace: List[str] = typer.Option([], "--trace", help="For a command: record each run with this traced (and "
+                                          "the step rules): its denoising steps are timed too (repeatable)."),
+          step: List[str] = typer.Option([], "--step", help="For a command: a function each call of which is a step "
+                                         "(as stepscope run --step; repeatable)."),
+          app: Optional[str] = typer.Option(None, "--app", help="For a command: record each run with an app preset "
+                                            "(comfyui, invokeai, diffusers): its steps are timed too."),
           store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt,
           time_file: Optional[Path] = typer.Option(None, "--time-file", help="Write plain seconds per timed run.")) -> None:
     """Benchmark fixes: `bench sd ...`, `bench --config F`, or `bench [--args SET]... -- python x.py {args}`."""
@@ -209,7 +215,10 @@ def cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None))
     opts = ctx.parent.params
     words = [w for w in list(command or []) + list(ctx.args) if w != "--"]
     try:
-        spec = command_spec(words, list(opts["args"]), opts["warmup"], opts["repeats"], opts["baseline"])
+        record = [x for n in opts["trace"] for x in ("--trace", n)] + [x for n in opts["step"] for x in ("--step", n)]
+        if opts["app"]:
+            record += ["--app", opts["app"]]
+        spec = command_spec(words, list(opts["args"]), opts["warmup"], opts["repeats"], opts["baseline"], record)
     except SpecError as e:
         raise UserError(str(e)) from None
     tf = opts["time_file"]  # the group's raw value (a str with typer < 0.29)
