@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-xla xla-venv bench clean gpu-wheels gpu-check native wheels
+.PHONY: interp-venvs install demo test test-xla xla-venv bench clean gpu-wheels gpu-check native wheels
 
 $(STAMP): pyproject.toml requirements-dev.txt Makefile
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/stepscope demo
 
-test: $(STAMP)
+# Python 3.12 and 3.13 (pyenv's, where installed) get a virtualenv each with pytest, so that the suite's tests that run
+# under every supported interpreter (tests/test_transparency.py's INTERPRETERS) never skip one for want of pytest
+PYENV_PYS := $(HOME)/.pyenv/versions/3.12.1/bin/python3.12 $(HOME)/.pyenv/versions/3.13.0/bin/python3.13
+interp-venvs:
+	@for py in $(PYENV_PYS); do if [ -x "$$py" ]; then \
+		v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+		[ -x .venv-$$v/bin/python ] || { $$py -m venv .venv-$$v && .venv-$$v/bin/python -m pip install -q \
+			--disable-pip-version-check "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100"; } || rm -rf .venv-$$v; \
+	fi; done
+
+test: $(STAMP) interp-venvs
 	$(BIN)/python -m pytest -q
 
 # The C recorder (stepscope._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
@@ -65,4 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
-	rm -rf $(VENV) .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/_native*.so
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/_native*.so

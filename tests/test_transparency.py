@@ -27,9 +27,13 @@ NATIVE: dict[str, bool] = {}
 
 def _interpreters():
     out = [pytest.param(sys.executable, id=f"py{sys.version_info[0]}.{sys.version_info[1]}")]
+    root = Path(__file__).parent.parent
     for version, exe in (("3.12.1", "python3.12"), ("3.13.0", "python3.13")):
         path = Path.home() / ".pyenv" / "versions" / version / "bin" / exe
-        if path.exists():
+        venv = root / f".venv-{exe[len('python'):]}" / "bin" / "python"  # (`make interp-venvs`: the same, with pytest)
+        if venv.exists():
+            out.append(pytest.param(str(venv), id=exe))
+        elif path.exists():
             out.append(pytest.param(str(path), id=exe))
     for p in out:  # the C recorder for each (a no-op when built; a machine without a compiler: Python only)
         NATIVE[p.values[0]] = subprocess.run([p.values[0], str(BUILD_NATIVE), "--quiet"], capture_output=True,
