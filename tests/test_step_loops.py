@@ -274,3 +274,13 @@ def test_bench_times_the_steps_of_a_recorded_command(tmp_path):
     runs = subprocess.run([sys.executable, "-m", "stepscope", "runs", "--json"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert json.loads(runs.stdout or "[]") in ([], {"runs": []}), runs.stdout
+
+
+@pytest.mark.parametrize("python", INTERPRETERS)
+def test_a_loop_head_over_several_lines(python, tmp_path):
+    """``for ctx.i, ctx.sigma in enumerate(\\n sigmas[:-1]\\n):``: every iteration is a step on each interpreter."""
+    p, run = _run(tmp_path / "s", ["--trace", "__main__.TinyUNet.forward", "--", "sampler_script.py", "--sampler",
+                                   "sample_state_loop", "--steps", "6"], LOOPS, python)
+    names = {s["name"]: s["count"] for s in run["spans"]}
+    assert names["k_diffusion.sampling.sample_state_loop step"] == 6 and names["__main__.TinyUNet.forward"] == 6
+    assert [r["step"] for r in run["steps"]["rows"]] == list(range(6))

@@ -16,7 +16,8 @@ too). Each has a *kind*:
 The loops users run (``RULES``): diffusers pipelines; k-diffusion's ``sample_*`` functions (the package, and
 ComfyUI's copy ``comfy.k_diffusion.sampling``, which ``comfy.samplers.KSAMPLER`` calls for every KSampler
 node); ComfyUI's UniPC; ldm's DDIM/PLMS/DPM-Solver samplers (Stable Diffusion's original repos, A1111's
-``repositories/``); sgm's samplers (SDXL's ``generative-models``); A1111's own timestep samplers. The loop
+``repositories/``); sgm's samplers (SDXL's ``generative-models``); A1111's own timestep samplers; InvokeAI's
+denoising loops (its own pipeline over diffusers' schedulers, whose ``step`` spans then nest in its steps). The loop
 rules are traced by every ``stepscope run`` whose program imports those modules (``LOOP_TRACES``): one span
 per sampler call and per step.
 """
@@ -70,6 +71,12 @@ RULES: tuple[Rule, ...] = (
     Rule("ldm", "loop", "ldm.models.diffusion.dpm_solver.dpm_solver.DPM_Solver.sample"),
     Rule("sgm", "loop", "sgm.modules.diffusionmodules.sampling.*Sampler.__call__"),
     Rule("a1111", "loop", "modules.sd_samplers_timesteps_impl.*"),
+    Rule("invokeai", "loop", "invokeai.backend.stable_diffusion.diffusers_pipeline.StableDiffusionGeneratorPipeline"
+                             ".latents_from_embeddings"),
+    Rule("invokeai", "loop", "invokeai.backend.stable_diffusion.diffusion_backend.StableDiffusionBackend"
+                             ".latents_from_embeddings"),
+    Rule("invokeai", "loop", "invokeai.backend.stable_diffusion.multi_diffusion_pipeline.MultiDiffusionPipeline"
+                             ".multi_diffusion_denoise"),
 )
 
 #: What ``stepscope run`` traces for the loop rules (quietly: a program that never imports them is told nothing):

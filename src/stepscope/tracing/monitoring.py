@@ -127,7 +127,7 @@ class Monitor:
                 return DISABLE
             spec = h.loop
             try:
-                if line == spec.head:
+                if spec.head <= line < spec.first:  # (a head over several lines: its iterator's lines too)
                     h.head()
                 elif line == spec.first:
                     h.begin(True)

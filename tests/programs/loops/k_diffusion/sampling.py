@@ -60,3 +60,20 @@ def sample_dpmpp_2m(model, x, sigmas, extra_args=None, callback=None, disable=No
 def sample_dpmpp_2m_alias(model, x, sigmas, **kw):
     """A sampler that calls another (no loop of its own: a plain scope)."""
     return sample_dpmpp_2m(model, x, sigmas, **kw)
+
+
+class _State:
+    pass
+
+
+def sample_state_loop(model, x, sigmas, extra_args=None, callback=None, disable=None):
+    """A loop whose head spans lines and whose targets are attributes (InvokeAI's
+    ``for ctx.step_index, ctx.timestep in enumerate(...)``)."""
+    ctx = _State()
+    for ctx.i, ctx.sigma in enumerate(  # noqa: B020
+        sigmas[:-1]
+    ):
+        x = model(x, ctx.sigma)
+        if callback is not None:
+            callback({'x': x, 'i': ctx.i, 'sigma': ctx.sigma, 'denoised': x})
+    return x
