@@ -11,6 +11,17 @@
   const devLanes = DV ? DV.lanes.map((l) => Object.assign({}, l)) : [];
   if (DV && DV.syncs.length) devLanes.push({ label: "host syncs", syncs: true, start: [], dur: [] });
   for (const l of devLanes) { l.top = y + 14; y += ROW + 18; }
+  // the node lane: a node-graph app's node executions (spans of op "node": --app comfyui), one bar each, by node type
+  const NODE_SPANS = []; for (let i = 0; i < NS; i++) if (S.op && S.op[i] === "node") NODE_SPANS.push(i);
+  let nodeTop = -1;
+  if (NODE_SPANS.length) { nodeTop = y + 14; y += ROW + 18; }
+  function nodeAt(ev) {
+    const r = wf.getBoundingClientRect(), yy = ev.clientY - r.top;
+    if (nodeTop < 0 || ev.clientX - r.left < LABEL_W || yy < nodeTop - 2 || yy > nodeTop + ROW) return -1;
+    const t = tAt(ev), tol = 2 / (r.width - LABEL_W) * (view.t1 - view.t0);
+    for (let j = NODE_SPANS.length - 1; j >= 0; j--) { const i = NODE_SPANS[j]; if (S.start[i] - tol <= t && t <= S.start[i] + S.dur[i] + tol) return i; }
+    return -1;
+  }
   // the memory lane (RSS; CUDA allocated and reserved when recorded) under everything, same time axis
   const MEM_H = 64;
   // the lane's scale: from its lowest to its highest reading (memory moves by tens of MiB over hundreds held)
@@ -166,6 +177,20 @@
         if (x0 + w >= LABEL_W && x0 <= W) g.fillRect(Math.max(x0, LABEL_W), l.top - 2, w, ROW + 2);
       }
     }
+    if (nodeTop >= 0) {
+      for (const i of NODE_SPANS) {
+        const x0 = X(S.start[i]), w = Math.max(S.dur[i] * scale, 0.5);
+        if (x0 + w < LABEL_W || x0 > W) continue;
+        const a = S.attrs[i] || {}, nm = NAMES[S.name[i]];
+        g.fillStyle = a["node.cached"] ? "#cfd8dc" : color(a["node.type"] || nm);
+        g.fillRect(Math.max(x0, LABEL_W), nodeTop, w, ROW - 2);
+        if (i === selected) { g.strokeStyle = "#111"; g.lineWidth = 2; g.strokeRect(Math.max(x0, LABEL_W), nodeTop, w, ROW - 2); }
+        if (w > 40) {
+          g.save(); g.beginPath(); g.rect(Math.max(x0, LABEL_W), nodeTop, w, ROW); g.clip();
+          g.fillStyle = "#111"; g.fillText(nm + " " + fmt(S.dur[i]), Math.max(x0, LABEL_W) + 3, nodeTop + 11); g.restore();
+        }
+      }
+    }
     if (memTop >= 0) {
       g.fillStyle = "#f6f8fa"; g.fillRect(LABEL_W, memTop, W - LABEL_W, MEM_H);
       g.fillStyle = "#d6dbe3"; g.fillRect(LABEL_W, memTop + MEM_H, W - LABEL_W, 1);
@@ -208,6 +233,7 @@
       }
     }
     for (const l of devLanes) { g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText(l.label, 4, l.top + 11, LABEL_W - 6); }
+    if (nodeTop >= 0) { g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText("nodes", 4, nodeTop + 11, LABEL_W - 6); }
     if (memTop >= 0) {
       g.fillStyle = "#334"; g.font = "bold 11px system-ui"; clipText("memory", 4, memTop + 11, LABEL_W - 6);
       g.font = "11px system-ui"; let ly = memTop + 25;
@@ -266,7 +292,7 @@
   }, { passive: false });
   wf.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, t0: view.t0, t1: view.t1, moved: false }; });
   window.addEventListener("mouseup", (ev) => {
-    if (drag && !drag.moved && ev.target === wf) { const i = spanAt(ev); if (i >= 0) selectSpan(i); }
+    if (drag && !drag.moved && ev.target === wf) { const i = spanAt(ev); const n = i >= 0 ? i : nodeAt(ev); if (n >= 0) selectSpan(n); }
     drag = null;
   });
   wf.addEventListener("mousemove", (ev) => {
@@ -277,7 +303,7 @@
     }
     const dq = deviceAt(ev);
     if (dq) { wf.style.cursor = "default"; showTip(ev, dq); return; }
-    const i = spanAt(ev);
+    const i0 = spanAt(ev), i = i0 >= 0 ? i0 : nodeAt(ev);
     if (i < 0) {
       const q = detailAt(ev);
       if (q) { wf.style.cursor = "default"; showTip(ev, q); return; }
