@@ -108,6 +108,79 @@ def test_module_not_imported_early_and_patched_on_import(patcher):
     assert patcher.unresolved == {}
 
 
+@pytest.mark.parametrize("how", ["import", "by_hand", "lazy_loader"])
+def test_watched_module_sees_its_own_spec_and_loader_and_no_frame_of_ours(patcher, how, tmp_path, monkeypatch):
+    """A watched module executes as without the hook: its real loader on it and on its spec, a plain
+    ModuleSpec afterwards, no frame of stepscope's on the stack as its code runs (on the import statement's
+    path), and the patcher told once it executed, however it was executed (the import statement,
+    module_from_spec + exec_module by hand, importlib.util.LazyLoader)."""
+    import importlib.machinery
+    import importlib.util
+
+    pkg = tmp_path / "sshookpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(
+        "import sys\n"
+        "_f, FILES = sys._getframe(), []\n"
+        "while _f is not None:\n    FILES.append(_f.f_code.co_filename)\n    _f = _f.f_back\n"
+        "SEEN = (type(__loader__).__name__, type(__spec__.loader).__name__, type(__spec__).__name__, FILES)\n"
+        "def late(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patcher.add(["sshookpkg.mod.late"])
+    if how == "import":
+        import sshookpkg.mod as mod
+    else:
+        import sshookpkg  # noqa: F401
+
+        spec = importlib.util.find_spec("sshookpkg.mod")
+        if how == "lazy_loader":
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["sshookpkg.mod"] = mod
+        spec.loader.exec_module(mod)
+    try:
+        assert mod.late(1) == 2  # (a lazy module executes here)
+        assert names(spans_now()) == ["sshookpkg.mod.late"]
+        loader_type, spec_loader_type, spec_type, files = mod.SEEN
+        assert loader_type == spec_loader_type == "SourceFileLoader"
+        assert spec_type == "ModuleSpec" and type(mod.__spec__) is importlib.machinery.ModuleSpec
+        assert type(mod.__loader__) is importlib.machinery.SourceFileLoader
+        if how == "import":
+            assert not [f for f in files if "stepscope" in f], files
+    finally:
+        for name in ("sshookpkg.mod", "sshookpkg"):
+            sys.modules.pop(name, None)
+
+
+def test_module_failing_as_it_imports_is_not_reported_then_imports_again(patcher, tmp_path, monkeypatch):
+    """A watched module that raises: the exception's traceback has no frame of stepscope's, the patcher is
+    not told (the module was removed from sys.modules), and a later import that succeeds is traced."""
+    import traceback
+
+    pkg = tmp_path / "sshookfail"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("import os\nif os.environ.get('SSHOOK_FAIL'):\n    raise KeyError('at import')\n"
+                                "def late(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SSHOOK_FAIL", "1")
+    patcher.add(["sshookfail.mod.late"])
+    try:
+        with pytest.raises(KeyError) as e:
+            import sshookfail.mod  # noqa: F401
+        assert [f.filename for f in traceback.extract_tb(e.value.__traceback__)] == [__file__, str(pkg / "mod.py")]
+        assert "sshookfail.mod" not in sys.modules and "sshookfail.mod.late" in patcher.unresolved
+        monkeypatch.delenv("SSHOOK_FAIL")
+        import sshookfail.mod as mod
+
+        assert mod.late(1) == 2 and names(spans_now()) == ["sshookfail.mod.late"]
+        assert patcher.unresolved == {}
+    finally:
+        for name in ("sshookfail.mod", "sshookfail"):
+            sys.modules.pop(name, None)
+
+
 def test_unresolvable_names_say_which_part(patcher):
     from sstargets import classes  # noqa: F401
 

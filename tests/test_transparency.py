@@ -65,6 +65,10 @@ CASES = {
     "main-m": (["-m", "case_main_plain"], ["__main__.g"], {"__main__.g"}, False),
     # the processes a program starts (os.fork, fork and spawn pools, subprocess of python) recorded with it
     "children": (["case_children.py"], ["__main__.work", "tpmod.handle"], {"__main__.work", "tpmod.handle"}, False),
+    # modules that raise as they import (directly, nested, an ImportError, a SyntaxError; caught, through
+    # importlib.import_module, uncaught) and one that warns with stacklevel=2, in a package the hook watches
+    # (a glob over it): tracebacks and warnings with no frame of stepscope's nor extra importlib frames
+    "import-errors": (["case_import_errors.py"], ["tpimp.*.work"], {"tpimp.good.work", "tpimp.old.work"}, False),
 }
 #: stepscope run's options per case: the fork case checks --no-children's child, that of an unprofiled program
 FLAGS = {"fork": ["--no-children"]}

@@ -1,0 +1,2 @@
+from . import good
+from . import broken  # noqa: F401  (fails: nested)
