@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: interp-venvs install demo test test-xla xla-venv bench clean gpu-wheels gpu-check native wheels
+.PHONY: interp-venvs install demo test test-xla test-apps xla-venv bench clean gpu-wheels gpu-check native wheels
 
 $(STAMP): pyproject.toml requirements-dev.txt Makefile
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,12 @@ xla-venv:
 
 test-xla:
 	scripts/test_xla.sh
+
+# Whole real apps (tests/apps): the ComfyUI server under --app comfyui (about 2 minutes on 2 cores). Needs
+# COMFYUI_DIR (a checkout of Comfy-Org/ComfyUI) and COMFYUI_PYTHON (a Python with its requirements and stepscope's);
+# skipped, saying so, without them.
+test-apps: $(STAMP)
+	$(BIN)/python -m pytest -q -ra tests/apps
 
 # The GPU check (issue 16; docs/device.md: GPU check). gpu-wheels runs here, with the package registry: the wheels that
 # gpu-check installs with no index on a GPU machine (never torch: it uses the machine's). gpu-check: one line and

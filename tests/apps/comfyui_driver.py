@@ -86,15 +86,64 @@ def __getattr__(name):
 '''}
 
 
-def workflow(seed: int, steps: int, size: int) -> dict:
-    """The API-format prompt: node id -> class_type and inputs ([node id, output index] for links)."""
-    return {
+SLOW_NODE = "stepscope_slow_step.py"
+#: A custom node for ``--slow-step``: the model patched so that one denoising step (by the sigma ComfyUI is at
+#: among ``transformer_options["sample_sigmas"]``) runs 2 s of Python more, as a slow preview or a custom
+#: node's hook would.
+SLOW_NODE_SOURCE = '''"""stepscope's app test: a model patch that makes one denoising step slow (tests/apps/comfyui_driver.py)."""
+import time
+
+
+def busy_preview(seconds):
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+class StepscopeSlowStep:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "step": ("INT", {"default": -1, "min": -1, "max": 10000})}}
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+    CATEGORY = "testing"
+
+    def patch(self, model, step):
+        m = model.clone()
+
+        def wrapper(apply_model, args):
+            t = args["timestep"]
+            sig = (args.get("c") or {}).get("transformer_options", {}).get("sample_sigmas")
+            if step >= 0 and sig is not None and int((sig - t[0]).abs().argmin()) == step:
+                busy_preview(2.0)
+            return apply_model(args["input"], t, **args["c"])
+
+        m.set_model_unet_function_wrapper(wrapper)
+        return (m,)
+
+
+NODE_CLASS_MAPPINGS = {"StepscopeSlowStep": StepscopeSlowStep}
+'''
+
+
+def workflow(seed: int, steps: int, size: int, slow_step: int | None = None) -> dict:
+    """The API-format prompt: node id -> class_type and inputs ([node id, output index] for links); with
+    ``slow_step`` (-1: none), the model goes through ``StepscopeSlowStep`` (node 10) to the KSampler."""
+    extra = {}
+    model = ["4", 0]
+    if slow_step is not None:
+        extra = {"10": {"class_type": "StepscopeSlowStep", "inputs": {"model": ["4", 0], "step": slow_step}}}
+        model = ["10", 0]
+    return {**extra,
         "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": CHECKPOINT}},
         "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a photo of a cat", "clip": ["4", 1]}},
         "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "blurry", "clip": ["4", 1]}},
         "5": {"class_type": "EmptyLatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
         "3": {"class_type": "KSampler", "inputs": {"seed": seed, "steps": steps, "cfg": 7.0, "sampler_name": "euler",
-                                                   "scheduler": "normal", "denoise": 1.0, "model": ["4", 0],
+                                                   "scheduler": "normal", "denoise": 1.0, "model": model,
                                                    "positive": ["6", 0], "negative": ["7", 0],
                                                    "latent_image": ["5", 0]}},
         "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
@@ -257,6 +306,9 @@ def main() -> int:
                                                       str(Path.home() / ".cache" / "stepscope" / "comfyui")))
     ap.add_argument("--log", help="write the server's output here (default: a temporary file, printed on failure)")
     ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    ap.add_argument("--slow-step", type=int, default=None, help="make this denoising step slow (a custom node, "
+                    "custom_nodes/stepscope_slow_step.py, written for the run and removed after)")
+    ap.add_argument("--slow-prompt", type=int, default=1, help="in this prompt (0-based; the others: no slow step)")
     args = ap.parse_args()
     if not args.comfyui:
         ap.error("set COMFYUI_DIR or --comfyui")
@@ -273,6 +325,9 @@ def main() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+    slow_file = comfy / "custom_nodes" / SLOW_NODE
+    if args.slow_step is not None:
+        slow_file.write_text(SLOW_NODE_SOURCE)
     out_dir = tempfile.mkdtemp(prefix="comfyui-out-")
     cmd = [*shlex.split(args.prefix), args.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
            "--output-directory", out_dir]
@@ -285,18 +340,21 @@ def main() -> int:
         figures["ready_s"] = wait_ready(base, proc, t_start + args.ready_timeout)
         print(f"ready in {figures['ready_s']:.2f} s ({' '.join(cmd)})", flush=True)
         for i in range(args.prompts):
-            wall, hist = run_prompt(base, workflow(random.Random(i).randrange(2**32), args.steps, args.size),
+            slow = None if args.slow_step is None else args.slow_step if i == args.slow_prompt else -1
+            wall, hist = run_prompt(base, workflow(random.Random(i).randrange(2**32), args.steps, args.size, slow),
                                     time.perf_counter() + args.prompt_timeout)
             images = [im["filename"] for o in hist.get("outputs", {}).values() for im in o.get("images", [])]
             figures["prompts"].append(wall)
             print(f"prompt {i}: {wall:.2f} s ({', '.join(images)})", flush=True)
     except BaseException as e:
         stop(proc, 30)
+        slow_file.unlink(missing_ok=True)
         log.seek(0)
         sys.stderr.write(log.read()[-8000:])
         print(f"failed: {e!r}", file=sys.stderr)
         return 1
     figures["exit"], figures["stop_s"] = stop(proc, 120)
+    slow_file.unlink(missing_ok=True)
     print(f"stopped by SIGINT: exit {figures['exit']} in {figures['stop_s']:.2f} s", flush=True)
     if args.json:
         print(json.dumps(figures))
