@@ -89,6 +89,43 @@ del _stepscope_start
 '''
 
 
+#: the store's folder (``<store>/path/``) of the folders that ``stepscope run`` puts on ``PYTHONPATH``
+PATH_DIR = "path"
+
+
+def path_folder(store_dir, follow: bool) -> str:
+    """The folder that ``stepscope run`` puts on ``PYTHONPATH`` for an interpreter that does not have this stepscope
+    installed: a link to this package (``stepscope``) and, with ``follow``, ``SITECUSTOMIZE``. Made once per package
+    path and content in the store (``<store>/path/<key>``, made whole by a rename) and kept: a followed process can
+    outlive the program (multiprocessing's resource tracker, a daemon) and import stepscope, or start a Python
+    process of its own, long after ``stepscope run`` has ended (a temporary folder removed at the program's end
+    broke their imports: issue 39)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    pkg = os.path.dirname(os.path.realpath(__file__))
+    text = SITECUSTOMIZE if follow else ""
+    key = hashlib.sha256(f"{pkg}\0{text}".encode()).hexdigest()[:16]
+    root = os.path.join(os.fspath(store_dir), PATH_DIR)
+    folder = os.path.join(root, key)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    new = tempfile.mkdtemp(prefix=".new-", dir=root)
+    try:
+        os.symlink(pkg, os.path.join(new, "stepscope"))
+        if follow:
+            with open(os.path.join(new, "sitecustomize.py"), "w") as f:
+                f.write(text)
+        os.rename(new, folder)
+    except OSError:
+        shutil.rmtree(new, ignore_errors=True)
+        if not os.path.isdir(folder):  # (else another run made it meanwhile)
+            raise
+    return folder
+
+
 def split_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
     """``[python, *options, PROGRAM...]`` -> ``(options, program)`` where ``program`` is ``[SCRIPT, *args]``,
     ``["-m", MOD, *args]`` or ``["-c", CODE, *args]``; None when there is no program to run (an interactive

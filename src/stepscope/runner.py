@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from . import clock
 from .endsignals import signal_status
 from .launch import ENV_VAR
 from .model import Run
-from .processes import FOLLOW_VAR, OPTS_WITH_VALUE, SITECUSTOMIZE, follow_env
+from .processes import FOLLOW_VAR, OPTS_WITH_VALUE, follow_env, path_folder
 from .session import new_run_id
 from .settings import Settings
 from .store.db import DbError, Store, write_error_text
@@ -146,33 +145,27 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
     settings_dict["store"] = str(Path(store.path).resolve())
     child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
                                      "server_only": server_only})
-    tmp = None
     follow = settings.children  # (server_only: each Python process starts a control server of its own)
     if follow or not _same_interpreter(argv[0]):
         # make this stepscope importable by another interpreter (the collect side is stdlib-only); with
-        # ``settings.children``, the program's Python processes record themselves (``processes.at_startup``)
-        tmp = tempfile.mkdtemp(prefix="stepscope-path-")
-        os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
+        # ``settings.children``, the program's Python processes record themselves (``processes.at_startup``). The
+        # folder is kept in the store: a followed process may outlive the program (``processes.path_folder``)
+        folder = path_folder(Path(store.path).resolve(), follow)
         if follow:
-            (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
             child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict, server_only)
-        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, child_env.get("PYTHONPATH")]))
     relay = _Relay()
     oom_kills = oom_kill_count()
     cfg = json.loads(child_env[ENV_VAR])
     cfg["signal_fd"] = relay.child_fd
     child_env[ENV_VAR] = json.dumps(cfg)
     try:
-        try:
-            proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
-        except OSError as e:
-            relay.close()
-            store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
-            raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
-        returncode = relay.wait(proc, _server_watch(proc.pid, on_server) if server_only and on_server else None)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
+    except OSError as e:
+        relay.close()
+        store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
+        raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
+    returncode = relay.wait(proc, _server_watch(proc.pid, on_server) if server_only and on_server else None)
     if server_only:
         return Outcome("", returncode)
     if store.get_run(run_id, as_stored=True).status == "failed":  # no such script or module: launch said so
