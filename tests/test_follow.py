@@ -2,14 +2,21 @@
 program: a followed process that outlives the program (multiprocessing's resource tracker, a daemon) still finds
 stepscope when the program has ended; the program's environment and ``sys.path`` are those of a plain run."""
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
+import zipfile
+from pathlib import Path
 
+import pytest
 from conftest import cli_env
 
 from stepscope.store.db import Store
+from stepscope.store.reader import load_run
 
 #: a program that starts a Python child and ends at once: the child is still starting (stepscope's launcher
 #: importing stepscope) as ``stepscope run`` settles the run; it waits for ``stepscope run`` (its grandparent) to
@@ -73,3 +80,87 @@ def test_a_child_that_outlives_the_program_finds_stepscope_to_its_end(tmp_path):
         finally:
             st.close()
 
+
+REPO = Path(__file__).resolve().parent.parent
+#: stepscope's start-up hook (``processes.HOOK_PTH``)
+HOOK_PTH = "stepscope-follow.pth"
+
+#: a program that shows what it sees (its PYTHONPATH, sys.path, its environment's names) in itself and in the Python
+#: processes it starts (a subprocess of python, a spawn process)
+SEEING = textwrap.dedent('''\
+    import json, multiprocessing as mp, os, subprocess, sys
+
+    def work(who):
+        print(json.dumps({"who": who, "PYTHONPATH": os.environ.get("PYTHONPATH"), "path": sys.path,
+                          "env": sorted(os.environ), "sitecustomize": getattr(sys, "sitecustomized", 0)}), flush=True)
+
+    if __name__ == "__main__":
+        work("top")
+        subprocess.run([sys.executable, "-c", "import seeing; seeing.work('subprocess')"], check=True)
+        p = mp.get_context("spawn").Process(target=work, args=("spawn",))
+        p.start()
+        p.join()
+''')
+
+
+def _installed_env(tmp_path) -> Path:
+    """A virtual environment with stepscope installed as ``pip install -e .`` installs it: the editable wheel that
+    setup.py builds (setuptools' PEP 660 hook, on a copy of the source tree, without the C recorder) unpacked into
+    its site-packages, and this process's ``sys.path`` after it for stepscope's dependencies. Its python."""
+    pytest.importorskip("setuptools")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
+        shutil.copy2(REPO / name, tree / name)
+    shutil.copytree(REPO / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    wheels = tmp_path / "wheels"
+    build = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                            "print(b.build_editable(sys.argv[1]))", str(wheels)], cwd=tree, capture_output=True,
+                           text=True, timeout=300, env=dict(os.environ, CC="false"))
+    assert build.returncode == 0, build.stderr
+    wheel = wheels / build.stdout.split()[-1]
+    python = _other_venv(tmp_path)
+    (site_packages,) = (python.parent.parent / "lib").glob("python3*/site-packages")
+    with zipfile.ZipFile(wheel) as z:
+        assert HOOK_PTH in z.namelist()  # at the wheel's root: site-packages
+        z.extractall(site_packages)
+    (site_packages / "zz-test-deps.pth").write_text("".join(p + "\n" for p in sys.path if p and os.path.isdir(p)))
+    (site_packages / "sitecustomize.py").write_text("import sys\n"
+                                                    "sys.sitecustomized = getattr(sys, 'sitecustomized', 0) + 1\n")
+    return python
+
+
+def test_the_program_sees_the_environment_and_sys_path_of_a_plain_run(tmp_path):
+    """Issue 39: ``stepscope run`` put a folder on every program's ``PYTHONPATH`` (so on its ``sys.path``) to follow
+    its processes. Installed, stepscope follows them by its start-up hook (``stepscope-follow.pth`` in site-packages):
+    the program and its processes see the PYTHONPATH and sys.path of a plain run, and one variable of stepscope's
+    (``STEPSCOPE_FOLLOW``); the environment's own ``sitecustomize`` runs once in each; they are still recorded.
+    Without the variable, the hook imports nothing."""
+    python = _installed_env(tmp_path)
+    (tmp_path / "seeing.py").write_text(SEEING)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
+    env["STEPSCOPE_STORE"] = str(tmp_path / "store")
+    idle = subprocess.run([str(python), "-c", "import sys; print(sorted(m for m in sys.modules if 'stepscope' in m))"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert idle.stdout == "[]\n", idle.stderr
+    plain = subprocess.run([str(python), "seeing.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    traced = subprocess.run([str(python), "-m", "stepscope", "run", "-q", "-t", "seeing.work", "-t", "__main__.work",
+                             "--", str(python), "seeing.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert (traced.returncode, traced.stderr) == (plain.returncode, plain.stderr) == (0, "")
+    seen_plain = [json.loads(ln) for ln in plain.stdout.splitlines()]
+    seen_traced = [json.loads(ln) for ln in traced.stdout.splitlines()]
+    assert [(s["who"], s["sitecustomize"]) for s in seen_plain] == [("top", 1), ("subprocess", 1), ("spawn", 1)]
+    for a, b in zip(seen_plain, seen_traced, strict=True):
+        assert (b["who"], b["PYTHONPATH"], b["path"], b["sitecustomize"]) == (a["who"], a["PYTHONPATH"], a["path"], 1)
+        assert sorted(set(b["env"]) - set(a["env"])) == ["STEPSCOPE_FOLLOW"] and set(a["env"]) <= set(b["env"])
+    st = Store(tmp_path / "store")
+    try:
+        (top,) = st.list_runs()
+        kids = [k for k in st.process_runs(top.id) if "resource_tracker" not in " ".join(k.command)]
+        assert sorted((k.process["how"], k.status) for k in kids) == [("exec", "ok")] * 2
+        data = load_run(st)
+    finally:
+        st.close()
+    assert {"__main__.work", "seeing.work"} <= {sp.name for sp in data.spans}
