@@ -5,13 +5,17 @@ starts, directly or further down, each as a *process run* (``Run.parent_run``: t
 reader joins to the top run (``store.reader.load_run``):
 
 - **A new interpreter** (``subprocess`` of ``python``, multiprocessing's spawn and forkserver, torchrun's and
-  ``accelerate launch``'s workers, a shell script that runs ``python``): the runner puts a folder on ``PYTHONPATH``
-  whose ``sitecustomize.py`` calls ``at_startup``; with ``FOLLOW_VAR`` in the environment, it replaces the process
-  (``os.execv``, same pid, same descriptors, same interpreter options) by ``python [options] -m stepscope.launch``
-  with the program's own script, ``-m`` module or ``-c`` code and arguments (``sys.orig_argv``), in child mode: the
-  launcher creates the process run and records it as it records the top program. An interpreter started with
-  ``-E``, ``-I`` or ``-S`` reads no ``sitecustomize`` and is not followed; neither is an interactive one (no script,
-  ``-`` or ``-i``). The program's own ``sitecustomize`` (the next one on ``sys.path``) still runs.
+  ``accelerate launch``'s workers, a shell script that runs ``python``): stepscope's start-up hook, ``HOOK_PTH``,
+  installed with it into site-packages (setup.py), calls ``startup_hook`` at the start of every interpreter of that
+  environment that has ``FOLLOW_VAR`` (set by the runner); it replaces the process (``os.execv``, same pid, same
+  descriptors, same interpreter options) by ``python [options] -m stepscope.launch`` with the program's own script,
+  ``-m`` module or ``-c`` code and arguments (``sys.orig_argv``), in child mode: the launcher creates the process
+  run and records it as it records the top program. ``PYTHONPATH`` and ``sys.path`` are left as they are. Where the
+  program's interpreter has not this stepscope installed with its hook (another interpreter or virtual environment,
+  a source tree on ``PYTHONPATH``), the fallback: the runner puts a folder on ``PYTHONPATH`` (``path_folder``) with a
+  link to this package and a ``sitecustomize.py`` that calls ``at_startup`` (the same, then the program's own
+  ``sitecustomize``, the next one on ``sys.path``). Either way, an interpreter started with ``-E``, ``-I`` or ``-S``
+  is not followed; neither is an interactive one (no script, ``-`` or ``-i``).
 - **A forked child** (multiprocessing's fork, DataLoader workers, ``os.fork``): the parent's recording is undone in
   the child (``Session.after_fork_in_child``), then ``follow_fork`` starts a session of a new process run with the
   same settings. It finishes at the child's exit (``atexit``) or, in a multiprocessing process (which leaves by
@@ -23,8 +27,8 @@ environment that torchrun, ``accelerate launch`` and DeepSpeed set. The clock is
 process of the host (``time.perf_counter_ns``: CLOCK_MONOTONIC), so spans and samples of every process are on the
 run's clock as recorded; each process still takes its own wall-clock anchor (``clock.Anchor``).
 
-The program sees two environment variables of stepscope's (``FOLLOW_VAR`` and the ``PYTHONPATH`` entry), which its
-own children need to be followed in turn. Stdlib only: runs inside any interpreter.
+The program sees one environment variable of stepscope's, ``FOLLOW_VAR`` (its own children need it to be followed in
+turn), and, in the fallback only, the ``PYTHONPATH`` entry. Stdlib only: runs inside any interpreter.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ import sys
 FOLLOW_VAR = "STEPSCOPE_FOLLOW"
 #: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
 LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+#: the start-up hook installed with stepscope into site-packages (setup.py; its source: src/stepscope-follow.pth):
+#: with ``FOLLOW_VAR`` set it calls ``startup_hook``, else it costs one ``in os.environ`` test
+HOOK_PTH = "stepscope-follow.pth"
 #: interpreter options that take a value (python --help)
 OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
 #: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
@@ -87,6 +94,43 @@ def _stepscope_start():
 _stepscope_start()
 del _stepscope_start
 '''
+
+
+#: the store's folder (``<store>/path/``) of the folders that ``stepscope run`` puts on ``PYTHONPATH``
+PATH_DIR = "path"
+
+
+def path_folder(store_dir, follow: bool) -> str:
+    """The folder that ``stepscope run`` puts on ``PYTHONPATH`` for an interpreter that does not have this stepscope
+    installed: a link to this package (``stepscope``) and, with ``follow``, ``SITECUSTOMIZE``. Made once per package
+    path and content in the store (``<store>/path/<key>``, made whole by a rename) and kept: a followed process can
+    outlive the program (multiprocessing's resource tracker, a daemon) and import stepscope, or start a Python
+    process of its own, long after ``stepscope run`` has ended (a temporary folder removed at the program's end
+    broke their imports: issue 39)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    pkg = os.path.dirname(os.path.realpath(__file__))
+    text = SITECUSTOMIZE if follow else ""
+    key = hashlib.sha256(f"{pkg}\0{text}".encode()).hexdigest()[:16]
+    root = os.path.join(os.fspath(store_dir), PATH_DIR)
+    folder = os.path.join(root, key)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    new = tempfile.mkdtemp(prefix=".new-", dir=root)
+    try:
+        os.symlink(pkg, os.path.join(new, "stepscope"))
+        if follow:
+            with open(os.path.join(new, "sitecustomize.py"), "w") as f:
+                f.write(text)
+        os.rename(new, folder)
+    except OSError:
+        shutil.rmtree(new, ignore_errors=True)
+        if not os.path.isdir(folder):  # (else another run made it meanwhile)
+            raise
+    return folder
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
@@ -152,10 +196,10 @@ def _chain(own_dir: str) -> None:
     spec.loader.exec_module(mod)
 
 
-def at_startup(own_dir: str) -> None:
-    """Called by the ``sitecustomize.py`` in ``own_dir`` at the interpreter's start: with ``FOLLOW_VAR`` set (and no
-    launch under way), replace this process by the launcher running the same program as a process of the run;
-    otherwise (or when that cannot be done) run the program's own ``sitecustomize`` and return."""
+def _exec_launcher() -> None:
+    """With ``FOLLOW_VAR`` set (and no launch under way), replace this process by the launcher running the same
+    program (``sys.orig_argv``: same pid, descriptors and interpreter options) as a process of the run; returns only
+    when that is not to be done or cannot be (the program then runs as it would)."""
     raw = os.environ.get(FOLLOW_VAR)
     if raw and LAUNCH_VAR not in os.environ and not sys.flags.interactive:
         form = split_command(list(getattr(sys, "orig_argv", []) or []))
@@ -173,6 +217,37 @@ def at_startup(own_dir: str) -> None:
                 os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.launch", *program])
             except Exception:
                 os.environ.pop(LAUNCH_VAR, None)  # not followed: the program runs as it would
+
+
+def startup_hook() -> None:
+    """Run by ``HOOK_PTH`` (installed with stepscope into site-packages) at the start of every interpreter of the
+    environment that has ``FOLLOW_VAR`` set: replace this process by the launcher running the same program as a
+    process of the run (``_exec_launcher``). Like the fallback (``at_startup``, which needs ``PYTHONPATH``), it
+    leaves an interpreter started with ``-E`` or ``-I`` alone. Never raises."""
+    try:
+        if not (sys.flags.ignore_environment or sys.flags.isolated):
+            _exec_launcher()
+    except Exception:
+        pass
+
+
+def hook_installed() -> bool:
+    """Whether this interpreter runs ``HOOK_PTH`` at its start: the file is in one of its site-packages folders (the
+    user's one where enabled). ``stepscope run`` then follows the program's processes by ``FOLLOW_VAR`` alone."""
+    import site
+
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return any(os.path.isfile(os.path.join(d, HOOK_PTH)) for d in dirs)
+
+
+def at_startup(own_dir: str) -> None:
+    """Called by the ``sitecustomize.py`` in ``own_dir`` (the fallback folder on ``PYTHONPATH``, ``path_folder``) at
+    the interpreter's start: with ``FOLLOW_VAR`` set (and no launch under way), replace this process by the launcher
+    running the same program as a process of the run; otherwise (or when that cannot be done) run the program's own
+    ``sitecustomize`` and return."""
+    _exec_launcher()
     _chain(own_dir)
 
 

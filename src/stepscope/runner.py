@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from . import clock
 from .endsignals import signal_status
 from .launch import ENV_VAR
 from .model import Run
-from .processes import FOLLOW_VAR, OPTS_WITH_VALUE, SITECUSTOMIZE, follow_env
+from .processes import FOLLOW_VAR, OPTS_WITH_VALUE, follow_env, hook_installed, path_folder
 from .session import new_run_id
 from .settings import Settings
 from .store.db import DbError, Store, write_error_text
@@ -115,12 +114,26 @@ def child_argv(command: list[str], launcher: str = "stepscope.launch") -> list[s
     return [exe, *command[1:i], "-m", launcher, *command[i:]]
 
 
+def _env_root(path: str) -> str | None:
+    """The virtual environment that the interpreter at ``path`` (as named, links not followed) belongs to: the
+    folder with ``pyvenv.cfg`` beside its ``bin`` folder (or beside it), or None."""
+    here = os.path.dirname(os.path.abspath(path))
+    for d in (here, os.path.dirname(here)):
+        if os.path.isfile(os.path.join(d, "pyvenv.cfg")):
+            return os.path.realpath(d)
+    return None
+
+
 def _same_interpreter(exe: str) -> bool:
+    """Whether ``exe`` is this interpreter in this environment (the one stepscope runs in): the same binary and the
+    same virtual environment, if any (two venvs of one Python share its binary, not their packages)."""
     found = shutil.which(exe) or exe
     try:
-        return os.path.samefile(found, sys.executable)
+        if not os.path.samefile(found, sys.executable):
+            return False
     except OSError:
         return False
+    return _env_root(found) == _env_root(sys.executable)
 
 
 def run_program(command: list[str], settings: Settings, store: Store, *, run_id: str | None = None,
@@ -146,33 +159,30 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
     settings_dict["store"] = str(Path(store.path).resolve())
     child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
                                      "server_only": server_only})
-    tmp = None
     follow = settings.children  # (server_only: each Python process starts a control server of its own)
-    if follow or not _same_interpreter(argv[0]):
-        # make this stepscope importable by another interpreter (the collect side is stdlib-only); with
-        # ``settings.children``, the program's Python processes record themselves (``processes.at_startup``)
-        tmp = tempfile.mkdtemp(prefix="stepscope-path-")
-        os.symlink(Path(__file__).resolve().parent, Path(tmp) / "stepscope")
-        if follow:
-            (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
-            child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict, server_only)
-        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, child_env.get("PYTHONPATH")]))
+    if follow:  # the program's Python processes record themselves (``processes``)
+        child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict, server_only)
+    if not _same_interpreter(argv[0]) or follow and not hook_installed():
+        # the fallback, for an interpreter without this stepscope and its start-up hook installed (another
+        # interpreter or virtual environment; stepscope run from a source tree on PYTHONPATH): make this stepscope
+        # importable by it (the collect side is stdlib-only) and, with ``follow``, add a ``sitecustomize`` that does
+        # the hook's work (``processes.at_startup``). Otherwise the installed hook (``processes.startup_hook``)
+        # follows the processes and PYTHONPATH is left as it is. The folder is kept in the store: a followed process
+        # may outlive the program (``processes.path_folder``)
+        folder = path_folder(Path(store.path).resolve(), follow)
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, child_env.get("PYTHONPATH")]))
     relay = _Relay()
     oom_kills = oom_kill_count()
     cfg = json.loads(child_env[ENV_VAR])
     cfg["signal_fd"] = relay.child_fd
     child_env[ENV_VAR] = json.dumps(cfg)
     try:
-        try:
-            proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
-        except OSError as e:
-            relay.close()
-            store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
-            raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
-        returncode = relay.wait(proc, _server_watch(proc.pid, on_server) if server_only and on_server else None)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
+    except OSError as e:
+        relay.close()
+        store.update_run(run_id, status="error", exit_code=127, error=f"cannot start {argv[0]}: {e.strerror}")
+        raise CommandError(f"cannot start {argv[0]}: {e.strerror}") from None
+    returncode = relay.wait(proc, _server_watch(proc.pid, on_server) if server_only and on_server else None)
     if server_only:
         return Outcome("", returncode)
     if store.get_run(run_id, as_stored=True).status == "failed":  # no such script or module: launch said so
