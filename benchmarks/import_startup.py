@@ -7,11 +7,13 @@ module of their packages; the names are traced as their modules execute: on 3.11
 
 Each configuration runs ``--rounds`` times, interleaved (plain, untraced, traced, plain, ...), so that the load
 of a shared machine falls on all three alike. Printed per configuration: the imports' time measured inside the
-program (perf_counter around the import statements: the hook's and the tracing's cost, not stepscope's own
-start and finish) and the whole command's wall time, median and min, and the ratios to plain and of traced
-to untraced. The traced names must all resolve (the run fails otherwise).
+program around the import statements (the hook's and the tracing's cost, not stepscope's own start and
+finish), as wall time and as the main thread's CPU time (``thread_time``: what the other processes of a busy
+machine change least), and the whole command's wall time, median and min of each, and the ratios to plain and
+of traced to untraced. The traced names must all resolve (the run fails otherwise).
 
     python benchmarks/import_startup.py --rounds 5
+    python benchmarks/import_startup.py --baseline /tmp/base/src  # also stepscope from another checkout's src/
     python benchmarks/import_startup.py --trace diffusers.models.attention_processor.*.__call__
 """
 
@@ -28,11 +30,12 @@ import time
 
 PROGRAM = r'''
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.thread_time()
 import torch, transformers, diffusers
 from diffusers import UNet2DConditionModel, DDIMScheduler, EulerDiscreteScheduler
 from transformers import CLIPTextModel
-print(json.dumps({"import_s": time.perf_counter() - t0, "modules": len(sys.modules)}))
+print(json.dumps({"import_s": time.perf_counter() - t0, "import_cpu_s": time.thread_time() - c0,
+                  "modules": len(sys.modules)}))
 '''
 
 #: names that resolve only once their modules import (a method in a lazy module, a glob over a package's modules)
@@ -45,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="interleaved runs of each configuration")
     ap.add_argument("--trace", action="append", help=f"a traced name (repeatable; default: {' '.join(LATE)})")
+    ap.add_argument("--baseline", help="another checkout's src/: its stepscope runs too (untraced-base, traced-base)")
     args = ap.parse_args()
     names = args.trace or LATE
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,31 +60,41 @@ def main() -> None:
         configs = {"plain": [sys.executable, prog],
                    "untraced": [*run, "--", sys.executable, prog],
                    "traced": [*run, *(a for n in names for a in ("--trace", n)), "--", sys.executable, prog]}
-        res: dict[str, list[tuple[float, float]]] = {k: [] for k in configs}
+        envs = dict.fromkeys(configs, env)
+        if args.baseline:
+            base_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(args.baseline),
+                                                                          os.environ.get("PYTHONPATH")])))
+            for k in ("untraced", "traced"):
+                configs[k + "-base"], envs[k + "-base"] = configs[k], base_env
+        res: dict[str, list[tuple[float, float, float]]] = {k: [] for k in configs}
         modules = {}
         for _ in range(args.rounds):
             for name, cmd in configs.items():
                 t = time.perf_counter()
-                r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                r = subprocess.run(cmd, env=envs[name], capture_output=True, text=True)
                 wall = time.perf_counter() - t
                 if r.returncode != 0 or "not traced" in r.stderr:
                     sys.exit(f"{name} failed: {r.stderr[-2000:]}")
                 out = json.loads(r.stdout.strip().splitlines()[-1])
-                res[name].append((out["import_s"], wall))
+                res[name].append((out["import_s"], out["import_cpu_s"], wall))
                 modules[name] = out["modules"]
     load = os.getloadavg()[0]
-    print(f"import torch, transformers, diffusers (+ 4 classes): {modules['plain']} modules, "
+    print(f"import torch, transformers, diffusers (+ 4 classes): {modules['plain']} modules plain, "
           f"{args.rounds} interleaved runs each, load average {load:.1f} on {os.cpu_count()} CPUs")
     print(f"traced: {' '.join(names)}")
-    print(f"{'config':<10} {'imports median':>15} {'min':>8} {'command median':>15} {'min':>8}  (s)")
+    cols = ("imports wall", "imports CPU", "command wall")
+    print(f"{'config':<14}" + "".join(f" {c + ' median':>20} {'min':>7}" for c in cols) + "  (s)")
     stats = {}
     for k, v in res.items():
-        imp, wall = [x[0] for x in v], [x[1] for x in v]
-        stats[k] = (statistics.median(imp), min(imp), statistics.median(wall), min(wall))
-        print(f"{k:<10} {stats[k][0]:>15.3f} {stats[k][1]:>8.3f} {stats[k][2]:>15.3f} {stats[k][3]:>8.3f}")
-    for a, b in (("untraced", "plain"), ("traced", "plain"), ("traced", "untraced")):
-        ratios = " ".join(f"{stats[a][i] / stats[b][i]:.2f}x" for i in range(4))
-        print(f"{a} / {b}: imports median, min; command median, min: {ratios}")
+        stats[k] = [f(x[i] for x in v) for i in range(3) for f in (statistics.median, min)]
+        print(f"{k:<14}" + "".join(f" {stats[k][2 * i]:>20.3f} {stats[k][2 * i + 1]:>7.3f}" for i in range(3)))
+    pairs = [("untraced", "plain"), ("traced", "plain"), ("traced", "untraced")]
+    if args.baseline:
+        pairs += [("traced-base", "untraced-base"), ("untraced", "untraced-base"), ("traced", "traced-base")]
+    for a, b in pairs:
+        ratios = "; ".join(f"{c} {stats[a][2 * i] / stats[b][2 * i]:.2f}x, {stats[a][2 * i + 1] / stats[b][2 * i + 1]:.2f}x"
+                           for i, c in enumerate(cols))
+        print(f"{a} / {b} (median, min): {ratios}")
 
 
 if __name__ == "__main__":

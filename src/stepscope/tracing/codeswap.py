@@ -50,7 +50,7 @@ for _f in _future.all_feature_names:
     _FUTURE_MASK |= getattr(_future, _f).compiler_flag
 _OUTER = "__stepscope_outer__"
 
-_ast_cache: dict[str, tuple[int, ast.Module]] = {}
+_ast_cache: dict[str, tuple[object, ast.Module, list]] = {}  # file -> (key of its text, tree, linecache's lines)
 
 
 class CannotInstrument(Exception):
@@ -91,22 +91,31 @@ def _module_ast(filename: str) -> ast.Module:
     lines = linecache.getlines(filename)
     if not lines:
         raise CannotInstrument(f"no source for {filename}")
-    key = hash(tuple(lines)) if len(lines) < 50 else (len(lines), lines[0], lines[-1], sum(map(len, lines)))
     hit = _ast_cache.get(filename)
+    if hit is not None and hit[2] is lines:  # linecache's same list: the same text (no key to compute)
+        return hit[1]
+    key = hash(tuple(lines)) if len(lines) < 50 else (len(lines), lines[0], lines[-1], sum(map(len, lines)))
     if hit is not None and hit[0] == key:
+        _ast_cache[filename] = (key, hit[1], lines)
         return hit[1]
     tree = ast.parse("".join(lines), filename)
-    _ast_cache[filename] = (key, tree)
+    _ast_cache[filename] = (key, tree, lines)
     return tree
 
 
 def _find_def(tree: ast.AST, code: types.CodeType):
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            if first == code.co_firstlineno:
-                return node
-    return None
+    """The ``def`` of ``code`` in its module's tree: from an index of the tree's defs by name and first line,
+    made once per tree (a walk of a large module per traced function was most of the cost of tracing the ~20
+    collectives of torch.distributed's 5,000-line distributed_c10d.py on 3.11)."""
+    index = tree.__dict__.get("_stepscope_defs")
+    if index is None:
+        index = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                index.setdefault((node.name, first), node)  # the first in walk order, as before
+        tree.__dict__["_stepscope_defs"] = index
+    return index.get((code.co_name, code.co_firstlineno))
 
 
 class _Yields(ast.NodeTransformer):
@@ -127,7 +136,7 @@ class _Yields(ast.NodeTransformer):
 
     def visit_Yield(self, node):
         self.generic_visit(node)
-        value = node.value if node.value is not None else ast.Constant(None)
+        value = node.value if node.value is not None else _marked(ast.Constant(None))
         inner = ast.Yield(_call(self.ph, "suspend", [value]))
         outer = _call(self.ph, "resume", [inner])
         for n in ast.walk(outer):  # the yield's own location: its line events and tracebacks stay
@@ -163,7 +172,7 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
         doc, body = body[:1], body[1:]
     scope = _hoist_scope_statements(body)  # the body is compiled twice: one ``global``/``nonlocal`` at the top
     if not body:
-        body = [ast.Pass()]
+        body = [_marked(ast.Pass())]
     plain = copy_ast(body)
     if has_own_yield(node):
         yields = _Yields(ph)
@@ -181,7 +190,13 @@ def transform_def(node, probe: Probe, first_arg: str | None) -> None:
     test = ast.Call(ast.Name(COMPILING, ast.Load()), [], [])
     note = ast.Expr(ast.Call(ast.Name(COMPILED, ast.Load()), [ast.Constant(probe.id)], []))
     branch = ast.If(test, [note, *plain], instrumented)
-    for n in ast.walk(branch):  # injected nodes: a marker line, made "no location" after compiling
+    source = {id(n) for n in (*body, *plain)}  # the function's own statements: located, not walked
+    todo = [branch]
+    while todo:  # injected nodes: a marker line, made "no location" after compiling
+        n = todo.pop()
+        if id(n) in source:
+            continue
+        todo.extend(ast.iter_child_nodes(n))
         if "lineno" in getattr(n, "_attributes", ()) and getattr(n, "lineno", None) is None:
             n.lineno = n.end_lineno = _MARK
             n.col_offset = n.end_col_offset = 0
@@ -261,6 +276,14 @@ def _hoist_scope_statements(body: list) -> list:
 _MARK = 1 << 30  # line number of injected code before it is stripped of locations
 
 
+def _marked(node):
+    """An injected node inside the function's own statements (which ``transform_def`` does not walk) at the
+    marker line."""
+    node.lineno = node.end_lineno = _MARK
+    node.col_offset = node.end_col_offset = 0
+    return node
+
+
 def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | None) -> types.CodeType:
     """A code object for ``fn`` with ``probe`` calls (see the module docstring).
 
@@ -275,7 +298,7 @@ def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | N
     if node is None:
         raise CannotInstrument(f"no source for {code.co_qualname} in {code.co_filename}")
     imports = _module_imports(tree)
-    original = _compile_def(copy_ast(node), code, imports)
+    original = _compile_def(node, code, imports)  # (reads the node: never changes it)
     if original.co_code != code.co_code or original.co_consts != code.co_consts:
         raise CannotInstrument(f"the source of {code.co_qualname} in {code.co_filename} changed since it was loaded")
     node = copy_ast(node)
@@ -292,6 +315,9 @@ def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | N
 def _module_imports(tree: ast.Module) -> list:
     """The module-scope ``import`` statements, also those under ``if``/``try``/``with`` (3.11 compiles
     calls on imported names differently, so the copy must see the same ones)."""
+    cached = tree.__dict__.get("_stepscope_imports")
+    if cached is not None:
+        return cached
     out = []
     todo = list(tree.body)
     while todo:
@@ -301,6 +327,7 @@ def _module_imports(tree: ast.Module) -> list:
                 out.append(n)
         elif isinstance(n, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
             todo.extend(inner_statements(n))
+    tree.__dict__["_stepscope_imports"] = out
     return out
 
 
@@ -319,7 +346,7 @@ def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:
         mod = ast.Module([*imports, outer], [])
     else:  # module level, so that names it reads stay globals (its own name too)
         mod = ast.Module([*imports, *inner], [])
-    _fill_locations(mod, node.lineno)
+    _fill_locations(mod, node.lineno, located=(node, *imports))
     try:
         top = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE_MASK, dont_inherit=True)
     except (SyntaxError, ValueError) as e:  # (its module compiled: a form this rewrite does not handle)
@@ -331,8 +358,16 @@ def _compile_def(node, code: types.CodeType, imports: list) -> types.CodeType:
     return _requalify(found, code.co_qualname).replace(co_flags=code.co_flags)
 
 
-def _fill_locations(tree: ast.AST, line: int) -> None:
-    for n in ast.walk(tree):
+def _fill_locations(tree: ast.AST, line: int, located: tuple = ()) -> None:
+    """Locations for the nodes made here (at ``line``); the subtrees in ``located`` are not walked: the parsed
+    imports and the ``def``, whose nodes all have theirs (parsed, or set by ``transform_def``)."""
+    skip = {id(n) for n in located}
+    todo = [tree]
+    while todo:
+        n = todo.pop()
+        if id(n) in skip:
+            continue
+        todo.extend(ast.iter_child_nodes(n))
         if "lineno" in getattr(n, "_attributes", ()):
             if getattr(n, "lineno", None) is None:
                 n.lineno = line
