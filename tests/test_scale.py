@@ -125,6 +125,26 @@ def test_web_ui_zoom_fetches_the_windows_spans(big, browser_page):
         srv.stop()
 
 
+def test_window_spans_holds_the_spans_touching_its_bounds():
+    """A window's bounds in us as floats (32.3 is 32.2999... in binary) still mean their ns: a span starting
+    at the window's end or ending at its start overlaps it and is returned; one a ns outside is not."""
+    from stepscope.model import Span
+    from stepscope.report.view import table_depths, window_spans
+    from stepscope.spantable import as_table
+
+    base = 1_000_000_000
+    t0_us, t1_us = 16.1, 32.3  # both read 1 ns short when truncated: 16099.99..., 32299.99...
+    spans = [Span(1, None, "run", "transaction", base, base + 100_000, 1),
+             Span(2, 1, "before", "function", base + 10_000, base + 16_099, 1),  # ends a ns before t0
+             Span(3, 1, "ends_at_t0", "function", base + 11_000, base + 16_100, 1),
+             Span(4, 1, "starts_at_t1", "function", base + 32_300, base + 40_000, 1),
+             Span(5, 1, "after", "function", base + 32_301, base + 40_000, 1)]  # starts a ns after t1
+    t = as_table(spans)
+    w = window_spans(t, table_depths(t), base, t0_us, t1_us)
+    assert w["complete"] and sorted(w["spans"]["id"]) == [1, 3, 4]
+    assert set(w["names"]) == {"run", "ends_at_t0", "starts_at_t1"}
+
+
 def test_explain_and_exports_on_the_large_run(big):
     work, store, _ = big
     r = run_cli(["explain", "--json"], store)
