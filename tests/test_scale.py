@@ -10,6 +10,9 @@ import pytest
 from conftest import run_cli, with_span_objects
 from serve_helpers import Server
 
+from stepscope.store import Store
+from stepscope.store.reader import read_spans
+
 PROGRAM = """import time
 def item(i):
     if i % 20000 == 19999:
@@ -100,12 +103,25 @@ def test_web_ui_zoom_fetches_the_windows_spans(big, browser_page):
         status, body, _ = srv.get(f"/api/runs/{rid}/spans?t0=0&t1=1e12")
         whole = json.loads(body)
         assert status == 200 and whole["complete"] is False and whole["count"] == N + 1
+        st = Store(store)
+        try:
+            t, s0 = read_spans(st, rid), st.get_run(rid).start_ns
+        finally:
+            st.close()
+        # zoom onto the middle item, not onto the middle of the run: where the loop falls in the run, and where
+        # the program was off the CPU inside a batch (a busy machine: ms between two items), depends on the
+        # machine's speed, and a window there holds a batch and no item
+        items = np.flatnonzero(t.name == t.names.index("__main__.item"))
+        k = int(items[len(items) // 2])
+        mid = ((int(t.start[k]) + int(t.end[k])) / 2 - s0) / 1e3
         page = browser_page
         page.goto(f"{srv.url}/runs/{rid}")
         page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() >= 0")
         v = page.evaluate("stepscopeReport.view()")
-        a = v["t0"] + (v["t1"] - v["t0"]) * 0.5
-        page.evaluate(f"stepscopeReport.setView({a}, {a + (v['t1'] - v['t0']) * 0.002})")
+        w = (v["t1"] - v["t0"]) * 0.002
+        while w > 1 and _overlapping(t, s0, mid - w, mid + w).sum() > 2000:  # the page fetches 1.5 w: well within
+            w /= 2                                                            # the limit, however fast the loop ran
+        page.evaluate(f"stepscopeReport.setView({mid - w / 2}, {mid + w / 2})")
         page.wait_for_function("stepscopeReport.detail() && stepscopeReport.detail().shown", timeout=30_000)
         d = page.evaluate("stepscopeReport.detail()")
         status, body, _ = srv.get(f"/api/runs/{rid}/spans?t0={d['t0']}&t1={d['t1']}")
@@ -113,6 +129,10 @@ def test_web_ui_zoom_fetches_the_windows_spans(big, browser_page):
         assert win["complete"] and win["count"] == d["count"] > 0
         start, dur = np.array(win["spans"]["start"]), np.array(win["spans"]["dur"])
         assert ((start <= d["t1"]) & (start + dur >= d["t0"] - 0.1)).all()
+        # every span overlapping the window, the item zoomed onto and its batch among them
+        ids = set(win["spans"]["id"])
+        assert ids == set(t.id[_overlapping(t, s0, d["t0"], d["t1"])].tolist()) and len(ids) == win["count"]
+        assert {int(t.id[k]), int(t.parent[k])} <= ids
         assert {"__main__.batch", "__main__.item"} <= set(win["names"])
         assert "fetched from the server" in page.locator("#agg-note").inner_text()
         page.locator("#waterfall-section").scroll_into_view_if_needed()
@@ -123,6 +143,31 @@ def test_web_ui_zoom_fetches_the_windows_spans(big, browser_page):
         assert page.errors == []
     finally:
         srv.stop()
+
+
+def test_window_spans_holds_the_spans_touching_its_bounds():
+    """A window's bounds in us as floats (32.3 is 32.2999... in binary) still mean their ns: a span starting
+    at the window's end or ending at its start overlaps it and is returned; one a ns outside is not."""
+    from stepscope.model import Span
+    from stepscope.report.view import table_depths, window_spans
+    from stepscope.spantable import as_table
+
+    base = 1_000_000_000
+    t0_us, t1_us = 16.1, 32.3  # both read 1 ns short when truncated: 16099.99..., 32299.99...
+    spans = [Span(1, None, "run", "transaction", base, base + 100_000, 1),
+             Span(2, 1, "before", "function", base + 10_000, base + 16_099, 1),  # ends a ns before t0
+             Span(3, 1, "ends_at_t0", "function", base + 11_000, base + 16_100, 1),
+             Span(4, 1, "starts_at_t1", "function", base + 32_300, base + 40_000, 1),
+             Span(5, 1, "after", "function", base + 32_301, base + 40_000, 1)]  # starts a ns after t1
+    t = as_table(spans)
+    w = window_spans(t, table_depths(t), base, t0_us, t1_us)
+    assert w["complete"] and sorted(w["spans"]["id"]) == [1, 3, 4]
+    assert set(w["names"]) == {"run", "ends_at_t0", "starts_at_t1"}
+
+
+def _overlapping(t, s0: int, t0_us: float, t1_us: float) -> np.ndarray:
+    """Which spans of ``t`` overlap ``[t0_us, t1_us]`` (us from ``s0``)."""
+    return (t.start <= s0 + round(t1_us * 1e3)) & (t.end >= s0 + round(t0_us * 1e3))
 
 
 def test_explain_and_exports_on_the_large_run(big):

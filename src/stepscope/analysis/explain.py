@@ -136,7 +136,9 @@ class Repeats(Sequence):
 
 @dataclass(slots=True)
 class Cause:
-    """A function whose self time grew in the slow repeats. Times are ns per repeat (group means)."""
+    """A function whose self time grew in the slow repeats. Times are ns per repeat (group means). ``line``: the
+    first line a sample saw the function on; 0 when no sample saw it on one, and then ``line_note`` says why
+    (``no_line_note``)."""
 
     function: str
     file: str
@@ -145,6 +147,22 @@ class Cause:
     fast_ns: float
     delta_ns: float
     share_of_gap: float
+    line_note: str = ""
+
+
+#: why a cause has no line: a traced function sampled only in the probe calls Python 3.11's instrumented code
+#: adds (they run on no line; stepscope's own frames are not shown, so their time is the function's)
+NO_LINE_TRACED = ("no line: sampled only in stepscope's probe calls at its entry and exit (a traced function on "
+                  "Python 3.11: the calls added to its code have no line)")
+#: why a cause has no line: any other function sampled only on instructions that have none
+NO_LINE_OTHER = "no line: sampled only on instructions without a line number"
+
+
+def no_line_note(spans, function: str) -> str:
+    """Why function ``function`` (a ``Function.name``) was sampled on no line: ``NO_LINE_TRACED`` when it is
+    traced (a span of ``spans`` has its name), else ``NO_LINE_OTHER``."""
+    names = spans.names if isinstance(spans, SpanTable) else {s.name for s in spans}
+    return NO_LINE_TRACED if function in names else NO_LINE_OTHER
 
 
 @dataclass(slots=True)
@@ -389,7 +407,8 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         f = funcs[fid]
         s, fa = (s_total, f_total) if use_total else (s_self, f_self)
         d = d_total[fid] if use_total else d_self[fid]
-        return Cause(f.name, f.file, f.line, float(s[fid] / ns), float(fa[fid] / nf), float(d), float(d / denom))
+        return Cause(f.name, f.file, f.line, float(s[fid] / ns), float(fa[fid] / nf), float(d), float(d / denom),
+                     "" if f.line else no_line_note(data.spans, f.name))
 
     causes, acc = [], 0.0
     for fid in np.argsort(-d_self).tolist():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -30,8 +31,6 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
                   + ", ".join(f"{r.label} {fmt_ns(r.duration_ns)} ({r.duration_ns / e.median_ns:.1f}x)" for r in slow[:12]))
     console.print(f"slow mean {fmt_ns(e.slow_mean_ns)} vs fast mean {fmt_ns(e.fast_mean_ns)}: gap {fmt_ns(e.gap_ns)} per repeat")
     if e.memory_note:
-        from rich.markup import escape
-
         console.print(f"[bold]memory[/bold]: {escape(e.memory_note)}")
     if not e.enough_samples or e.advice:
         console.print(f"[yellow]{e.advice}[/yellow]")
@@ -44,16 +43,21 @@ def print_explanation(e: Explanation, console: Console, tree_depth: int = 12) ->
     room = name_room(console, t, 40)
     t.add_column("where", overflow="fold", ratio=1)
     for c, v in zip(e.causes, vals):
-        t.add_row(left_short(c.function, room * 2 // 3), *v, f"{os.path.basename(c.file)}:{c.line}")
+        t.add_row(left_short(c.function, room * 2 // 3), *v, _where(c))
     console.print(t)
     console.print(f"these cover {100 * e.covered:.0f}% of the gap")
     if e.path:
         console.print("the extra time runs in: [bold]" + " > ".join(short_name(n, 3) for n in e.path) + "[/bold]")
     if e.entry is not None:
-        console.print(f"the extra time enters at [bold]{e.entry.function}[/bold] ({os.path.basename(e.entry.file)}:{e.entry.line}), "
+        console.print(f"the extra time enters at [bold]{e.entry.function}[/bold] ({escape(_where(e.entry))}), "
                       f"{signed_ns(e.entry.delta_ns)} per repeat")
     if e.tree is not None:
         console.print(_tree(e.tree, e.gap_ns, tree_depth))
+
+
+def _where(c) -> str:
+    """A cause's file and line, or its file and why it has no line."""
+    return f"{os.path.basename(c.file)}:{c.line}" if c.line else f"{os.path.basename(c.file)} ({c.line_note or 'no line'})"
 
 
 def _tree(root: DiffNode, gap: float, depth: int) -> Tree:

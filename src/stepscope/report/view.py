@@ -171,9 +171,10 @@ def window_spans(t: SpanTable, depths: np.ndarray, run_start_ns: int, t0_us: flo
     waterfall when zoomed (level of detail): ``{"t0", "t1", "count", "complete", "names", "threads", "spans"}``;
     ``spans``: columns ``id``, ``name`` (into ``names``), ``start``/``dur`` (us), ``depth``, ``thread`` (thread
     id), ``error``; empty with ``complete`` False when more than ``limit`` spans overlap (zoom in further).
-    ``depths``: ``table_depths(t)``."""
-    a = run_start_ns + int(t0_us * 1e3)
-    b = run_start_ns + int(t1_us * 1e3)
+    ``depths``: ``table_depths(t)``. The bounds are taken to the nearest ns (``round``): a float in us such as
+    32.3 reads 32299.999... ns, and truncating would leave out a span starting at 32,300 ns, on the window's end."""
+    a = run_start_ns + round(t0_us * 1e3)
+    b = run_start_ns + round(t1_us * 1e3)
     hi = int(np.searchsorted(t.start, b, "right"))
     rows = np.flatnonzero(t.end[:hi] >= a)
     out = {"t0": t0_us, "t1": t1_us, "count": int(len(rows)), "complete": len(rows) <= limit, "names": [],

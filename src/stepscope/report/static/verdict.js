@@ -140,7 +140,7 @@
       selectWindow({ t0: r.start_us, t1: r.end_us, thread: r.thread }, `${r.label} (${r.group})`, `${r.label} (${r.group}): ${fmtNs(r.duration_ns)}`);
     }));
     if (E.causes.length) table($("explain-causes"), ["what makes the difference", "slow", "fast", "extra", "of gap"],
-      E.causes.map((c) => `<tr><td title="${esc(c.file)}:${c.line}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
+      E.causes.map((c) => `<tr><td title="${esc(c.file)}${c.line ? ":" + c.line : " (" + esc(c.line_note || "no line") + ")"}">${esc(short(c.function, 3))}</td><td>${fmtNs(c.slow_ns)}</td><td>${fmtNs(c.fast_ns)}</td><td>+${fmtNs(c.delta_ns)}</td><td>${(100 * c.share_of_gap).toFixed(0)}%</td></tr>`));
   } else $("explain-none").hidden = false;
   (function fixNote() {  // stepscope try: the fixes that apply to what the run recorded (analysis/fixhints.py)
     const F = D.fixes, n = $("fix-note");
