@@ -204,22 +204,30 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     if slow:
         total = max(st.total_rows, len(st.rows))
         console.print(f"[bold red]{max(st.slow_count, len(slow))} slow[/bold red] of {total} ({shape_words(st.shape)}): "
-                      + ", ".join(f"{r.step} ({r.ratio:.1f}x)" for r in slow[:12])
+                      + ", ".join(f"{_row_name(st, r)} ({r.ratio:.1f}x)" for r in slow[:12])
                       + (f" [dim](the table holds {len(st.rows)} of the {total} rows: the first and the slowest)[/dim]"
                          if total > len(st.rows) else ""))
     named = [r for r in st.rows if r.fill][:12]
     if named:
         u = Table(title=f"Untraced time of {'slow ' if any(r.slow for r in named) else ''}{'steps' if is_step else 'repeats'}: "
                         "the sampled functions in it", title_justify="left", show_edge=False)
-        num_col(u, "step" if is_step else "repeat", [str(r.step) for r in named])
+        num_col(u, "step" if is_step else "repeat", [_row_name(st, r) for r in named])
         num_col(u, "untraced", [fmt_ns(r.untraced_ns) for r in named])
         room = name_room(console, u)
         u.add_column("sampled in (self time)", overflow="fold", ratio=1)
         for r in named:
-            u.add_row(str(r.step), fmt_ns(r.untraced_ns),
+            u.add_row(_row_name(st, r), fmt_ns(r.untraced_ns),
                       "\n".join(f"{left_short(f.function, room // 2)} {fmt_ns(f.self_ns)}" + (f"  via {left_short(f.via, room // 3)}" if f.via else "")
                                  for f in r.fill))
         console.print(u)
+
+
+def _row_name(st, r) -> str:
+    """A step row's name in lines that leave out the call column: its index, and its call when there are several
+    ("5 of prompt 1 · KSampler #3", "5 of call 1")."""
+    if st.kind != "diffusion.step" or not (r.call or len({x.call for x in st.rows}) > 1):
+        return str(r.step)
+    return f"{r.step} of {st.call_labels.get(r.call) or f'call {r.call}'}"
 
 
 def unresolved_line(name: str, why: str) -> str:
