@@ -265,7 +265,7 @@ def repeats_of(data: RunData, unit: str, index: ProfileIndex | None = None) -> R
     rows = np.flatnonzero(t.name == t.code(unit))  # in time order
     attrs = t.attrs
     suffix = {}  # the few rows with a step: their positions among the repeats (``rows`` is sorted)
-    tagged = np.array([r for r, a in attrs.items() if "diffusion.step" in a], np.int64)
+    tagged = np.array([r for r, a in attrs.items() if STEP_ATTR in a], np.int64)
     if len(tagged) and len(rows):
         k = np.searchsorted(rows, tagged)
         hit = (k < len(rows)) & (rows[np.minimum(k, len(rows) - 1)] == tagged)

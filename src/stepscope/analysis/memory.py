@@ -28,6 +28,7 @@ import numpy as np
 
 from ..jobids import process_index
 from ..model import MemoryTrack, RunData, Span
+from ..steps.rules import STEP_ATTR
 from ..units import fmt_bytes
 
 #: At most this many stages (steps, top-level spans) are listed: those with the highest peaks.
@@ -367,8 +368,6 @@ def _short(name: str) -> str:
 def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     """The stages of the work (see ``Stage``), in time order: the step table's rows, and the traced spans at the
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
-    from ..steps.rules import STEP_ATTR
-
     from ..spantable import as_table
 
     t = as_table(data.spans)  # columns: no object per span (a 1M-span run)
@@ -394,7 +393,7 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
             r = rows[k]
             named = steps.call_labels.get(r.call)  # ("prompt 1 · KSampler #3": the node that ran the sampler)
             label = (f"{named} " if named else f"call {r.call} " if several else "") + (
-                f"step {r.step}" if steps.kind == "diffusion.step" else
+                f"step {r.step}" if steps.kind == STEP_ATTR else
                 f"{_short(steps.span_name)} #{r.step}" if steps.span_name else f"repeat {r.step}")
             out.append(Stage(label, "step", steps.span_name, r.start_ns, r.end_ns,
                              lane.window(r.start_ns, r.end_ns, thread=r.thread_id),
@@ -432,7 +431,6 @@ def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
         nodes = np.flatnonzero(t.op_mask("node") & live)
         if len(nodes) > MAX_STAGES:
             nodes = nodes[np.argsort(-(t.end - t.start)[nodes], kind="stable")[:MAX_STAGES]]
-        have = {s.span_id for s in tops}
         node_spans = [s for s in t.spans(nodes) if not s.attrs.get("node.cached")]
         tops = [s for s in tops if s.op != "node"] + node_spans
         prompt_of = _node_prompts(t, nodes, prow) if node_spans else {}
@@ -494,14 +492,14 @@ def oom_record(data: RunData, lane: Lane | None = None) -> dict | None:
         out.update(span=s.name, span_id=s.span_id, open=bool(s.attrs.get("stepscope.open")))
         cur = s
         while cur is not None:
-            if "diffusion.step" in cur.attrs:
-                out["step"] = cur.attrs["diffusion.step"]
+            if STEP_ATTR in cur.attrs:
+                out["step"] = cur.attrs[STEP_ATTR]
                 break
             cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
         if out["step"] is None:  # inside a pipeline call but outside a step: the last step that ran before it
-            prev = [p for p in data.spans if "diffusion.step" in p.attrs and p.end_ns <= s.start_ns and p.span_id not in ids]
+            prev = [p for p in data.spans if STEP_ATTR in p.attrs and p.end_ns <= s.start_ns and p.span_id not in ids]
             if prev:
-                out["after_step"] = max(prev, key=lambda p: p.end_ns).attrs["diffusion.step"]
+                out["after_step"] = max(prev, key=lambda p: p.end_ns).attrs[STEP_ATTR]
     mem = {k: v for k, v in (rec or {}).items() if k in ("rss", "rss_peak", "cuda_allocated", "cuda_reserved", "cuda_peak")}
     if len(lane):
         t0 = run.start_ns

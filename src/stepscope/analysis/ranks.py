@@ -32,6 +32,7 @@ from ..profiling.calltree import ProfileIndex
 from ..spantable import as_table
 from ..jobids import process_index
 from ..store.jobjoin import process_label
+from ..steps.rules import STEP_ATTR
 
 #: a step is held up by its straggler when the lead is over this share of the median step wall time...
 HELD_SHARE = 0.2
@@ -147,7 +148,7 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         return None
     proc = process_index(t.thread)
     ks = sorted(rank_of, key=lambda k: rank_of[k])
-    steps_rows = t.rows_with_attr("diffusion.step") if t.attrs else np.zeros(0, np.int64)
+    steps_rows = t.rows_with_attr(STEP_ATTR) if t.attrs else np.zeros(0, np.int64)
     per: dict[int, np.ndarray] = {}
     if name is not None:
         code = t.code(name)
@@ -160,7 +161,7 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         for k in ks:
             rows = steps_rows[proc[steps_rows] == k]
             per[k] = rows[_outermost(t.start[rows], t.end[rows])]
-        name = "diffusion.step"
+        name = STEP_ATTR
     else:
         best, best_total = None, 0.0
         # not a step: the root, collectives and backward (spans the user did not name)
@@ -289,7 +290,7 @@ def rank_changes(a: RunData, b: RunData, index_a: ProfileIndex | None = None,
     rb = rank_steps(b, index_b) if b.processes else None
     if rb is None or not a.processes:
         return None, []
-    ra = rank_steps(a, index_a, rb.name if rb.name != "diffusion.step" else None)
+    ra = rank_steps(a, index_a, rb.name if rb.name != STEP_ATTR else None)
     if ra is None or ra.name != rb.name:
         return None, []
 

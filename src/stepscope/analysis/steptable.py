@@ -365,7 +365,7 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
     kept = [rows[k] for k in shown.tolist()]
     _mark(kept, shown, verdict, cells, index, lambda k: intervals[k])
     slow_idx = np.flatnonzero(verdict.mask).tolist()
-    return StepTable("diffusion.step", None, cols, kept, verdict.median, verdict.rule, verdict.noisy,
+    return StepTable(STEP_ATTR, None, cols, kept, verdict.median, verdict.rule, verdict.noisy,
                      shape_of(slow_idx, len(rows)), len(rows), len(slow_idx), _call_labels(call_span, get))
 
 

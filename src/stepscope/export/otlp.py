@@ -46,12 +46,13 @@ from .. import __version__
 from ..model import Run, RunData
 from ..spantable import NO_PARENT, as_table
 from ..store.jobjoin import program_of
+from ..steps.rules import STEP_ATTR
 
 SCOPE_NAME = "stepscope"
 #: spans per ``ExportTraceServiceRequest`` (about 0.3 KB each as protobuf: ~0.6 MB a request)
 BATCH = 2048
 #: span attributes kept under their own name (OpenTelemetry's or stepscope's documented ones)
-KEPT_AS_IS = ("diffusion.step",)
+KEPT_AS_IS = (STEP_ATTR,)
 _FUNCTION_OPS = ("function", "collective", "process_group")
 
 

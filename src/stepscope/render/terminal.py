@@ -17,6 +17,7 @@ from ..tracing.globs import is_note
 from ..units import fmt_bytes, fmt_ns
 from .cells import left_short, name_room, num_col
 from .memory import print_memory
+from ..steps.rules import STEP_ATTR
 
 #: how the key of a glob's note on its members that cannot be traced ends (``tracing.patch``)
 IN_PART = " (in part)"
@@ -149,7 +150,7 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
     cells of a slow row are marked; the rule once under it; the untraced time of slow steps named."""
     from ..analysis.steptable import UNTRACED
 
-    is_step = st.kind == "diffusion.step"
+    is_step = st.kind == STEP_ATTR
     title = "Steps (diffusion.step)" if is_step else f"Repeats of {left_short(st.span_name)}"
     rows = st.rows
     hidden_slow = 0
@@ -225,7 +226,7 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
 def _row_name(st, r) -> str:
     """A step row's name in lines that leave out the call column: its index, and its call when there are several
     ("5 of prompt 1 · KSampler #3", "5 of call 1")."""
-    if st.kind != "diffusion.step" or not (r.call or len({x.call for x in st.rows}) > 1):
+    if st.kind != STEP_ATTR or not (r.call or len({x.call for x in st.rows}) > 1):
         return str(r.step)
     return f"{r.step} of {st.call_labels.get(r.call) or f'call {r.call}'}"
 

@@ -416,7 +416,7 @@ def _in_measured(rec) -> bool:
     n = 0
     while rec is not None and rec.__class__ is list and n < 64:
         a = rec[4]
-        if a is not None and "memory.rss_in" in a and "diffusion.step" in a:
+        if a is not None and "memory.rss_in" in a and STEP_ATTR in a:
             return True
         rec = rec[7]
         n += 1
