@@ -516,8 +516,9 @@ def test_memory_read_outside_a_span_is_never_its_own():
     assert (w[7].entry, w[7].peak) == (300 * MiB, 300 * MiB)
     s = summarize(data)
     m = s.memory
-    assert [g.label for g in m.stages] == ["repeat 0", "__main__.load", "repeat 1", "__main__.short", "repeat 2",
-                                           "__main__.tail"]
+    # (a repeat's stage is named by its span and index, as its row: not "repeat 0" (issue 38))
+    assert [g.label for g in m.stages] == ["__main__.step #0", "__main__.load", "__main__.step #1", "__main__.short",
+                                           "__main__.step #2", "__main__.tail"]
     for g in m.stages + [m.largest]:
         _consistent(g.rss, g.label)
     for r in m.spans:

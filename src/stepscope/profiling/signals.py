@@ -75,7 +75,15 @@ MEMORY_PERIOD_MIN_NS = 9_000_000
 #: again: each tick is a wake-up of a waiting thread (~30 us of CPU, as much as the sample itself). A wait shorter than
 #: this (a sleep or a sync inside a step) keeps the full rate: ``explain`` times it per step.
 REST_NS = 1_000_000_000
-REST_CPU_NS = 200_000
+#: (a waiting thread's tick costs its handler plus the signal's wake-up: 150-220 us of CPU measured on a 2-core VM,
+#: where 200 us let a waiting thread rest only now and then; a quarter of the period at most, so that at high rates a
+#: thread that runs between ticks is never taken for a waiting one)
+REST_CPU_NS = 600_000
+
+
+def rest_cpu_ns(period_ns: int) -> int:
+    """The CPU (ns) a tick of a waiting main thread may use at the period ``period_ns`` (see ``REST_CPU_NS``)."""
+    return min(REST_CPU_NS, max(period_ns // 4, 200_000))
 #: While the main thread rests, the recorder wakes it up once it used this much CPU (ns) since it began resting.
 WAKE_CPU_NS = 1_000_000
 
@@ -195,7 +203,7 @@ class MainThreadSampler:
         # waiting: over the ticks since the quiet stretch began, the thread used under REST_CPU_NS a tick on average
         # (each tick's own handler counts: one slow tick, a cold cache or a busy host, does not end the stretch; a
         # thread that runs between ticks does)
-        if self._tick_cpu >= 0 and self._quiet_cpu + cpu - self._tick_cpu < (self._quiet_ticks + 1) * REST_CPU_NS:
+        if self._tick_cpu >= 0 and self._quiet_cpu + cpu - self._tick_cpu < (self._quiet_ticks + 1) * self._rest_cpu:
             self._quiet_ticks += 1
             self._quiet_cpu += cpu - self._tick_cpu
             if self._quiet_ticks >= max(10, REST_NS // max(self.period_ns, 1)) and self.carry == 0:
@@ -256,6 +264,7 @@ class MainThreadSampler:
         self.pid = os.getpid()
         self.thread_id = threading.main_thread().ident
         self.period_ns = 1
+        self._rest_cpu = REST_CPU_NS
         self.due = 0  # when the wall timer's pending expiration is due (perf_counter_ns)
         self.waited = 0  # the length of the wait that ends then (ns)
         self.interval = 1  # the kernel timer's interval in the current block (ns)
@@ -315,6 +324,7 @@ class MainThreadSampler:
             cpu = ThreadTimer(signums[1], main.native_id, timer.thread_cpu_clock(main.native_id))
             self._timers.append(cpu)
             self.period_ns = int(period_ns)
+            self._rest_cpu = rest_cpu_ns(self.period_ns)
             self.cpu_last = sampler_cpu(main.native_id)
             self.wall_timer = wall
             self.carry = 0
