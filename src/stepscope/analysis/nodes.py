@@ -106,24 +106,20 @@ def node_table(spans) -> NodeTable | None:
     owner = np.array([prompt_of(int(r)) for r in nodes.tolist()], np.int64)
     dur = t.dur[nodes]
     all_ns = float(dur[~cached].sum()) or 1.0
-    by_name: dict[str, list[int]] = {}
-    for k, n in enumerate(names):
-        by_name.setdefault(n, []).append(k)
-    stats = []
-    for n, ks in by_name.items():
-        ks = np.array(ks)
-        ran = ks[~cached[ks]]
-        stats.append(_stats(n, types[int(ks[0])], dur[ran], int(cached[ks].sum()), len(set(owner[ran].tolist())), all_ns))
-    stats.sort(key=lambda s: (-s.total_ns, s.name))
-    by_type: dict[str, list[int]] = {}
-    for k, ty in enumerate(types):
-        by_type.setdefault(ty, []).append(k)
-    tstats = []
-    for ty, ks in by_type.items():
-        ks = np.array(ks)
-        ran = ks[~cached[ks]]
-        tstats.append(_stats(ty, ty, dur[ran], int(cached[ks].sum()), len(set(owner[ran].tolist())), all_ns))
-    tstats.sort(key=lambda s: (-s.total_ns, s.name))
+    def grouped(keys: list[str]) -> list[NodeStat]:
+        """Statistics per key (a node's name, or its type), by total time, largest first."""
+        groups: dict[str, list[int]] = {}
+        for k, key in enumerate(keys):
+            groups.setdefault(key, []).append(k)
+        out = []
+        for key, ks in groups.items():
+            ks = np.array(ks)
+            ran = ks[~cached[ks]]
+            out.append(_stats(key, types[int(ks[0])], dur[ran], int(cached[ks].sum()), len(set(owner[ran].tolist())),
+                              all_ns))
+        return sorted(out, key=lambda s: (-s.total_ns, s.name))
+
+    stats, tstats = grouped(names), grouped(types)
     prompts = []
     groups = [(k, int(r)) for k, r in enumerate(prompt_rows.tolist())]
     if (owner < 0).any():
