@@ -191,8 +191,9 @@ def run(
                                    "a loop no built-in rule knows (repeatable; traced too). Built in: diffusers, "
                                    "k-diffusion, ComfyUI, ldm and sgm samplers (docs/steps.md)."),
     label: List[str] = typer.Option([], "--label", help="NAME=TEMPLATE: name NAME's spans from its arguments, e.g. "
-                                    "'execution.execute={dynprompt.original_prompt[current_item][\'class_type\']}' "
-                                    "(attribute and item access only; repeatable)."),
+                                    "'execution.execute={dynprompt.original_prompt[current_item][\"class_type\"]} "
+                                    "#{current_item}' "
+                                    "(attribute and item access and `or` only; repeatable; docs/steps.md)."),
     app: Optional[str] = typer.Option(None, "--app", help="Trace an app with its preset: diffusers, comfyui (a span "
                                       "per prompt and per node, by type and id) or invokeai."),
     job: Optional[str] = typer.Option(None, "--job", help="A job id for the run (exported as stepscope.job.id): "
