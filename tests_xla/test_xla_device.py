@@ -37,7 +37,8 @@ def _steps(x, labels):
 @pytest.fixture(scope="module")
 def guide_run(tmp_path_factory):
     store = tmp_path_factory.mktemp("guide") / "store"
-    r = run_cli(["run", "-q", "--device-trace", "--trace", UNET, "--trace", EULER, "--trace", PIPE, "--",
+    # not -q: the first screen names the spans left unmirrored (-q prints nothing after the program ends)
+    r = run_cli(["run", "--device-trace", "--trace", UNET, "--trace", EULER, "--trace", PIPE, "--",
                  sys.executable, str(PROGRAMS / "xla_sd.py"), "--scheduler", "guide", "--steps", "3"], store)
     assert r.returncode == 0, r.stderr
     assert "image (64, 64, 3)" in r.stdout
@@ -90,6 +91,7 @@ def test_guide_text_report_and_mirrored_ranges(guide_run, tmp_path):
     x = _device(store)["xla"]
     assert "pipeline_stable_diffusion.py:" in x["unmirrored"][PIPE]
     assert "unmirrored:" in r.stderr and "StableDiffusionPipeline.__call__" in r.stderr
+    assert "unmirrored:" in text and "StableDiffusionPipeline.__call__" in text
     (trace_file,) = [f for f in (store / "runs").rglob("*.trace.json.gz")]
     names = [e.get("name") for e in json.loads(gzip.decompress(trace_file.read_bytes()))["traceEvents"]]
     assert names.count(UNET) == 3 and names.count(EULER) == 3
@@ -130,10 +132,13 @@ def test_traced_function_that_calls_sync_is_left_unmirrored(tmp_path):
     assert by_hand.returncode != 0 and "Expecting scope to be empty" in by_hand.stderr
     plain = run_program([prog], tmp_path)
     assert plain.returncode == 0, plain.stderr
-    r = run_cli(["run", "-q", "--device-trace", "--trace", "__main__.train_step", "--", sys.executable, prog], store)
+    r = run_cli(["run", "--device-trace", "--trace", "__main__.train_step", "--", sys.executable, prog], store)
     assert r.returncode == 0, r.stderr
     assert r.stdout == plain.stdout
     assert "unmirrored: __main__.train_step: not mirrored as an xp.Trace range" in " ".join(r.stderr.split())
+    quiet = run_cli(["run", "-q", "--device-trace", "--trace", "__main__.train_step", "--", sys.executable, prog],
+                    tmp_path / "quiet")
+    assert quiet.returncode == 0 and quiet.stdout == plain.stdout and quiet.stderr == plain.stderr, quiet.stderr
     x = _device(store)["xla"]
     line = next(n for n, text in enumerate(open(prog).read().splitlines(), 1) if "torch_xla.sync()" in text)
     assert f"sync_in_span.py:{line}" in x["unmirrored"]["__main__.train_step"]
