@@ -33,7 +33,7 @@ interp-venvs:
 test: $(STAMP) interp-venvs
 	$(BIN)/python -m pytest -q
 
-# The C recorder (stepscope._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
+# The C recorder (stepscope.record._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
 # also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src (tests/test_transparency.py does it
 # too). A machine without a C compiler: the pure-Python recorder, nothing fails.
 native:
@@ -81,4 +81,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/_native*.so
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/record/_native*.so

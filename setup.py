@@ -1,13 +1,13 @@
-"""The C part of stepscope: ``stepscope._native``, the tracer's hot path (src/stepscope/_native.c and the
+"""The C part of stepscope: ``stepscope.record._native``, the tracer's hot path (src/stepscope/record/_native.c and the
 ``_native_*.h`` parts it includes), and stepscope's start-up hook, ``stepscope-follow.pth``.
 
 ``optional=True``: a machine without a C compiler still installs stepscope, which then records with its
-pure-Python recorder (``stepscope.tracing.native``). Everything else is in pyproject.toml.
+pure-Python recorder (``stepscope.record.tracing.native``). Everything else is in pyproject.toml.
 
 The hook (src/stepscope-follow.pth) goes to the top of the wheel, that is into site-packages, by a normal install and
 by an editable one (``pip install -e .``): Python runs it at every start; it does nothing unless ``STEPSCOPE_FOLLOW``
 is set (one ``in os.environ`` test), and under ``stepscope run`` makes each Python process of the program record
-itself (``stepscope.processes.startup_hook``) without touching ``PYTHONPATH`` or ``sys.path``.
+itself (``stepscope.record.processes.startup_hook``) without touching ``PYTHONPATH`` or ``sys.path``.
 """
 
 import os
@@ -35,9 +35,9 @@ class build_py_with_hook(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, HOOK)]
 
 
-setup(ext_modules=[Extension("stepscope._native", ["src/stepscope/_native.c"], optional=True,
-                             depends=["src/stepscope/_native_gen.h", "src/stepscope/_native_probes.h",
-                                      "src/stepscope/_native_block.h"],
+setup(ext_modules=[Extension("stepscope.record._native", ["src/stepscope/record/_native.c"], optional=True,
+                             depends=["src/stepscope/record/_native_gen.h", "src/stepscope/record/_native_probes.h",
+                                      "src/stepscope/record/_native_block.h"],
                              extra_compile_args=["-O2", "-std=c11"],
                              libraries=[] if sys.platform == "darwin" else ["pthread"])],
       cmdclass={"build_py": build_py_with_hook})

@@ -16,10 +16,10 @@ import time
 from stepscope.analysis.explain import explain
 from stepscope.analysis.suggest import suggest
 from stepscope.analysis.summary import summarize
-from stepscope.export import to_chrome_trace, to_speedscope
-from stepscope.model import Run
-from stepscope.profiling.calltree import ProfileIndex
-from stepscope.report.html import render_report
+from stepscope.output.export import to_chrome_trace, to_speedscope
+from stepscope.core.model import Run
+from stepscope.analysis.calltree import ProfileIndex
+from stepscope.output.html.html import render_report
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 

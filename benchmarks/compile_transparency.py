@@ -44,8 +44,8 @@ same = torch.allclose(compiled(x, 10, encoder_hidden_states=enc).sample, eager, 
 result = {"graphs": len(graphs), "graph_nodes": graphs, "graph_breaks": sum(counters["graph_break"].values()),
           "recompiles": sum(counters["recompiles"].values()) if "recompiles" in counters else None, "same_output": same}
 if trace:
-    from stepscope.tracing import buffer
-    session = stepscope.api.current_session()
+    from stepscope.record.tracing import buffer
+    session = stepscope.record.api.current_session()
     eager_spans = len([s for s in buffer.finished])
     stepscope.shutdown()
     result["unresolved_or_compiled"] = session.unresolved

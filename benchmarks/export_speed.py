@@ -69,10 +69,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    from stepscope.export import write_chrome_trace
-    from stepscope.export.otlp import requests
-    from stepscope.export.otlp_json import write_otlp_json
-    from stepscope.export.sentry_out import envelopes, parse_dsn
+    from stepscope.output.export import write_chrome_trace
+    from stepscope.output.export.otlp_encode import requests
+    from stepscope.output.export.otlp_json import write_otlp_json
+    from stepscope.output.export.sentry_out import envelopes, parse_dsn
     from stepscope.store.db import Store
     from stepscope.store.reader import load_parts, load_run
 

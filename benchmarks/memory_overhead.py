@@ -104,7 +104,7 @@ def main() -> None:
     print(f"pairwise (same repeat) pipeline-call CPU, memory lane vs none: median {100 * statistics.median(pairs):+.1f}%, "
           f"range {100 * min(pairs):+.1f}% .. {100 * max(pairs):+.1f}%")
     # the per-event costs behind it, measured here in this process
-    from stepscope.profiling.memory import MemoryLane, RssReader
+    from stepscope.record.memory.history import MemoryLane, RssReader
 
     r, lane = RssReader(), MemoryLane()
     n = 20000

@@ -138,7 +138,7 @@ def run_stepscope(prog: Path, rounds: int, per_ms: int, hz: int, tmp: Path) -> R
     p = subprocess.run([sys.executable, "-m", "stepscope", "run", "-q", "--hz", str(hz), "--", *_args(prog, rounds, per_ms)],
                        capture_output=True, text=True, env=env, check=True)
     wall = time.perf_counter() - t0
-    from stepscope.profiling.calltree import ProfileIndex
+    from stepscope.analysis.calltree import ProfileIndex
     from stepscope.store import Store
     from stepscope.store.reader import load_run
 

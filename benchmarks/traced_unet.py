@@ -87,7 +87,7 @@ def child(args) -> dict:
         torch.set_num_threads(args.threads)
     import stepscope
     from stepscope.pipelines.sd import build_pipeline
-    from stepscope.tracing import native
+    from stepscope.record.tracing import native
 
     if native.RECORDER != args.child:
         raise SystemExit(f"asked for the {args.child} recorder, got {native.RECORDER} ({native.load_error})")
@@ -194,7 +194,7 @@ def main() -> None:
     for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU (main thread)")):
         report(res, key, label)
     from stepscope.bench.stats import compare
-    from stepscope.steps.rules import kind_of_name
+    from stepscope.core.steprules import kind_of_name
 
     scoped = sum(k for n, k in first["by_name"].items() if kind_of_name(n) == "scoped")
     print(f"traced calls per step inside the UNet forward: {first['calls_per_step']:.0f} (+1 the UNet forward); "

@@ -1,4 +1,4 @@
-"""Build ``stepscope._native`` in place for the interpreter running this script, with its own compiler
+"""Build ``stepscope.record._native`` in place for the interpreter running this script, with its own compiler
 settings (``sysconfig``: CC, CFLAGS, include folder, extension suffix) and no setuptools: for the
 interpreters that run stepscope from ``PYTHONPATH=src`` (the tests' 3.12 and 3.13). Each interpreter's
 ``.so`` carries its ABI tag, so several live side by side in src/stepscope/ (git-ignored).
@@ -15,11 +15,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "stepscope"
+SRC = Path(__file__).resolve().parent.parent / "src" / "stepscope" / "record"
 
 
 def target() -> Path:
-    """The extension's path for this interpreter (src/stepscope/_native<EXT_SUFFIX>)."""
+    """The extension's path for this interpreter (src/stepscope/record/_native<EXT_SUFFIX>)."""
     return SRC / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 

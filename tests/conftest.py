@@ -15,8 +15,8 @@ sys.path.insert(0, str(TARGETS))
 
 @pytest.fixture
 def patcher():
-    from stepscope.tracing import buffer
-    from stepscope.tracing.patch import Patcher
+    from stepscope.record.tracing import buffer
+    from stepscope.record.tracing.patch import Patcher
 
     buffer.take()
     p = Patcher()
@@ -27,7 +27,7 @@ def patcher():
 
 def spans_now():
     """Finished spans as dicts, oldest first."""
-    from stepscope.tracing import buffer
+    from stepscope.record.tracing import buffer
 
     return [dict(zip(buffer.SPAN_FIELDS, s)) for s in buffer.take()]
 
@@ -36,7 +36,7 @@ def span_objects(st, run_id: str) -> list:
     """Run ``run_id``'s spans as ``Span`` objects in ``(start_ns, span_id)`` order, read by
     ``store.spanblock.iter_spans`` (the stdlib reader of rows and blocks, a tuple a span): the reference that the
     store's column reader (``store.reader.load_run``) and the analyses on its columns are checked against."""
-    from stepscope.model import Span
+    from stepscope.core.model import Span
     from stepscope.store import spanblock
 
     rows = sorted(spanblock.iter_spans(st.conn, run_id), key=lambda r: (r[4], r[0]))

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import PROGRAMS, run_cli
 from test_device_xla import meta, step, write_capture, x
 
-from stepscope.device.capture import MARKER
+from stepscope.record.device.capture import MARKER
 from stepscope.store.db import COMPILE_REPORT, DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR, Store
 from stepscope.store.reader import load_run
 

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from conftest import PROGRAMS, cli_env, run_cli, wait_until
 
-from stepscope.profiling.calltree import ProfileIndex
+from stepscope.analysis.calltree import ProfileIndex
 from stepscope.store import Store, StoreError
 from stepscope.store.reader import load_run
 
@@ -117,7 +117,7 @@ def test_client_that_disconnects_leaves_the_program_unpatched(service, tmp_path)
 
 
 def test_process_without_server_is_sampled_with_py_spy(tmp_path, store):
-    from stepscope.control.pyspy import pyspy_path
+    from stepscope.program.pyspy import pyspy_path
 
     if pyspy_path() is None:
         pytest.skip("py-spy not installed")

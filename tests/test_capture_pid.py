@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import PROGRAMS, cli_env, process_ended, run_cli, wait_until
 
-from stepscope.control import procs
+from stepscope.core import procs
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 
@@ -208,7 +208,7 @@ def test_several_servers_under_one_parent_are_named(tmp_path, store):
 
 
 def test_py_spy_below_stepscope_run_names_the_app(tmp_path, store):
-    from stepscope.control.pyspy import pyspy_path
+    from stepscope.program.pyspy import pyspy_path
 
     if pyspy_path() is None:
         pytest.skip("py-spy not installed")
@@ -248,8 +248,8 @@ def test_py_spy_below_stepscope_run_names_the_app(tmp_path, store):
 def test_report_of_a_capture_names_its_phases_and_cut_spans(browser_page, tmp_path, store):
     """The HTML report of a capture window: no start-up, the app idle or serving before the work; the cut span
     said on the page and in its tooltip text."""
-    code = ("import threading, time\nfrom sstargets import funcs\nfrom stepscope.session import Session\n"
-            "from stepscope.settings import Settings\n"
+    code = ("import threading, time\nfrom sstargets import funcs\nfrom stepscope.record.session import Session\n"
+            "from stepscope.record.settings import Settings\n"
             f"s = Session(Settings(functions_to_trace=('sstargets.funcs.sleep_ms',), store={str(store)!r}, "
             "flush_interval_s=0.2, extra={'capture': {'pid': 1, 'duration_s': 0.5}}), command=['python', 'app.py'], "
             "cut_open=True).start()\n"

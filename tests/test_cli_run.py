@@ -107,7 +107,7 @@ def test_sigterm_keeps_what_was_recorded(store):
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"  # (after 0.3 s of sampled sleep: the profile is not empty)
     # the child is the python running sleeper.py: signal it as a process manager would
-    child = subprocess.run(["pgrep", "-f", "stepscope.launch .*sleeper.py"], capture_output=True, text=True).stdout.split()
+    child = subprocess.run(["pgrep", "-f", "stepscope.record.launch .*sleeper.py"], capture_output=True, text=True).stdout.split()
     assert child
     import os
 

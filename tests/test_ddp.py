@@ -3,8 +3,8 @@ start, end, bytes and group, and what is left alone. The real job is in test_pro
 
 import itertools
 
-from stepscope.clock import Anchor
-from stepscope.tracing.ddp import DDP_SPAN, FR_VARS, DdpJoin, enable_flight_recorder, entry_bytes
+from stepscope.core.clock import Anchor
+from stepscope.record.tracing.ddp import DDP_SPAN, FR_VARS, DdpJoin, enable_flight_recorder, entry_bytes
 
 MS = 1_000_000
 ANCHOR = Anchor(mono_ns=1_000 * MS, wall_ns=1_700_000_000_000 * MS)  # wall = mono + offset
@@ -66,7 +66,7 @@ def test_bytes_and_the_recorder_is_sized_only_in_a_rank_that_did_not_size_it():
 
 
 def test_the_clocks_offset_is_read_tight():
-    from stepscope.tracing.ddp import wall_to_mono
+    from stepscope.record.tracing.ddp import wall_to_mono
     import time
 
     a = wall_to_mono()

@@ -1,4 +1,4 @@
-"""Input nested far past what the parsers and Python recurse through (``stepscope.nesting``): every file, run folder
+"""Input nested far past what the parsers and Python recurse through (``stepscope.core.jsondepth``): every file, run folder
 and request stepscope reads gets one line naming it, never a traceback, and nothing too deep is kept."""
 
 import gzip
@@ -14,10 +14,10 @@ from serve_helpers import auth, envelope, transaction
 from starlette.testclient import TestClient
 
 from stepscope.device import kineto
-from stepscope.nesting import KEPT_DEPTH, within
+from stepscope.core.jsondepth import KEPT_DEPTH, within
 from stepscope.store import keys as keystore
 from stepscope.store.db import Store
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 DEEP = 100_000
 
@@ -153,7 +153,7 @@ def test_toml_files_nested_too_deeply_are_one_line(tmp_path, store):
 def test_the_control_server_drops_a_deep_or_odd_request_and_goes_on(tmp_path, monkeypatch):
     """The in-program capture server reads a line from anyone on the host before the token: nothing of it may
     reach the program (a traceback from its thread would be printed on the program's stderr)."""
-    from stepscope.control import server
+    from stepscope.record import control as server
 
     monkeypatch.setenv("STEPSCOPE_RUNTIME_DIR", str(tmp_path / "rt"))
     raised = []

@@ -8,7 +8,7 @@ import pytest
 from conftest import run_cli
 
 from stepscope.device.analysis import DeviceSummary, OpStat, StreamIdle
-from stepscope.render.device import device_words
+from stepscope.output.terminal.device import device_words
 
 MULTIRANK = Path(__file__).resolve().parents[2] / "shared" / "traces" / "multirank"
 

@@ -65,7 +65,7 @@ def test_a_torchrun_job_with_device_trace_has_each_ranks_timeline(store, tmp_pat
     assert doc["ranks"]["notes"] == ["no device activity in these traces (a CPU run: no kernels)"]
     # one waterfall: the report's device lanes are every rank's, on the run's clock, under the rank's label
     from stepscope.device.view import device_view
-    from stepscope.report.view import build_view
+    from stepscope.output.html.view import build_view
     from stepscope.store.db import Store
     from stepscope.store.reader import load_run
 

@@ -1,10 +1,10 @@
 """A run joined with a GPU-shaped device trace (synthetic events in Kineto's shape): rebasing, device
 time per span, kernels per span, syncs attributed to the span and the Python line."""
 
-from stepscope.device.capture import MARKER
+from stepscope.record.device.capture import MARKER
 from stepscope.device.kineto import from_events
 from stepscope.device.runview import run_device
-from stepscope.model import Profile, Run, RunData, Span
+from stepscope.core.model import Profile, Run, RunData, Span
 
 OFFSET_US = 1_700_000_000_000_000  # Kineto's epoch-us clock vs the run's perf_counter
 

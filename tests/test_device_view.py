@@ -12,7 +12,7 @@ from serve_helpers import Server
 from starlette.testclient import TestClient
 
 from stepscope.store.db import COMPILE_REPORT, Store
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 
 def embedded(html: str) -> dict:

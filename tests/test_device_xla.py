@@ -7,11 +7,11 @@ import json
 
 from conftest import run_cli
 
-from stepscope.device.capture import MARKER
+from stepscope.record.device.capture import MARKER
 from stepscope.device.xla import analyze
 from stepscope.device.xla_load import load_xla
 from stepscope.device.xla_run import run_xla
-from stepscope.model import Profile, Run, RunData, Span
+from stepscope.core.model import Profile, Run, RunData, Span
 
 HOST, RT, OPS = 10, 11, 3
 
@@ -158,8 +158,8 @@ def test_step_marker_guard_with_a_stand_in_torch_xla(monkeypatch, tmp_path):
     import sys
     import types
 
-    from stepscope.tracing import buffer, mirror
-    from stepscope.tracing.patch import Patcher
+    from stepscope.record.tracing import buffer, mirror
+    from stepscope.record.tracing.patch import Patcher
 
     log, scopes = [], []
 

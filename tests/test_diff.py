@@ -217,7 +217,7 @@ def _ingest_two(store):
     from starlette.testclient import TestClient
 
     from stepscope.store import keys as keystore
-    from stepscope.web import ServerConfig, create_app
+    from stepscope.serve.web import ServerConfig, create_app
 
     key = keystore.add(Store(store), "1").public_key
     with TestClient(create_app(ServerConfig(store=store)), base_url="http://127.0.0.1") as c:
@@ -265,14 +265,14 @@ def test_ops_and_kernels_that_appeared_or_vanished(tmp_path):
 def test_facts_are_read_without_importing_torch_and_see_compile():
     import subprocess
 
-    code = ("import sys, stepscope.session as s; env = s.environment(); "
+    code = ("import sys, stepscope.record.session as s; env = s.environment(); "
             "print(sorted(k for k in ('torch', 'diffusers') if k in sys.modules), 'torch' in env)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["[]", "False"]
     torch = pytest.importorskip("torch")
 
-    from stepscope.envinfo import environment
-    from stepscope.tracing.workfacts import module_facts
+    from stepscope.record.envinfo import environment
+    from stepscope.record.tracing.workfacts import module_facts
 
     lin = torch.nn.Linear(2, 2).to(torch.bfloat16)
     f = module_facts(torch.compile(lin, backend="eager"))  # wrapped, not compiled until called
@@ -289,7 +289,7 @@ def test_facts_are_read_without_importing_torch_and_see_compile():
 
 
 def _synthetic(run_id: str, steps: int, step_ms: float, seed: int, env: dict | None = None):
-    from stepscope.model import Profile, Run, RunData, Span
+    from stepscope.core.model import Profile, Run, RunData, Span
 
     rng = np.random.default_rng(seed)
     t = 1_000_000_000

@@ -90,7 +90,7 @@ def test_suggest_names_untraced_functions_inside_spans(sd_slow):
     doc = json.loads(r.stdout)
     names = doc["functions_to_trace"]
     assert names and UNET not in names
-    assert all("<" not in n and not n.startswith(("importlib", "stepscope.tracing")) for n in names)
+    assert all("<" not in n and not n.startswith(("importlib", "stepscope.record.tracing")) for n in names)
     assert "torch.nn.modules.module.Module._call_impl" not in names
     assert all(0 < s["share"] <= 1 for s in doc["suggestions"])
     text = run_cli(["suggest"], sd_slow).stdout
@@ -122,9 +122,9 @@ def test_repeats_as_columns_read_as_the_repeat_objects_did():
 
     from stepscope.analysis.explain import Repeat, explain, repeats_of
     from stepscope.analysis.steptable import HEAD_ROWS, MAX_ROWS
-    from stepscope.model import Profile, Run, RunData, Span
-    from stepscope.profiling.calltree import ProfileIndex
-    from stepscope.report.view import _explain_view
+    from stepscope.core.model import Profile, Run, RunData, Span
+    from stepscope.analysis.calltree import ProfileIndex
+    from stepscope.output.html.view import _explain_view
 
     rng = np.random.default_rng(3)
     n = 3000
@@ -166,8 +166,8 @@ def test_a_cause_sampled_on_no_line_says_why():
     line 0, and the cause says why; another function seen on no line says so too. A function seen on a line
     carries it."""
     from stepscope.analysis.explain import NO_LINE_OTHER, NO_LINE_TRACED, explain
-    from stepscope.model import Frame, Profile, Run, RunData, Span
-    from stepscope.render.explain import print_explanation
+    from stepscope.core.model import Frame, Profile, Run, RunData, Span
+    from stepscope.output.terminal.explain import print_explanation
     from rich.console import Console
 
     ms = 1_000_000

@@ -6,8 +6,8 @@ import sys
 import pytest
 from conftest import PROGRAMS, run_cli
 
-from stepscope.model import Frame, Profile, Run, RunData, Span
-from stepscope.report.view import build_view
+from stepscope.core.model import Frame, Profile, Run, RunData, Span
+from stepscope.output.html.view import build_view
 
 
 @pytest.fixture(scope="module")

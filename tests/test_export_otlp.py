@@ -155,7 +155,7 @@ def test_ids_attributes_and_errors(job, tmp_path):
 def test_batches_are_bounded_and_hold_every_span(job):
     """A process run is sent a batch of spans at a time (bounded memory): every message has at most `batch` spans
     of one resource, and together they are the file export's spans."""
-    from stepscope.export.otlp import requests
+    from stepscope.output.export.otlp_encode import requests
 
     store, rid = job
     st = Store(store)

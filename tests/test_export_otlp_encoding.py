@@ -16,9 +16,8 @@ from conftest import PROGRAMS, cli_env, run_cli
 from jobrun import record_job
 from test_export_otlp import Receiver, decode_json
 
-from stepscope.export.otlp import (BATCH, SCOPE_NAME, requests, resource_attributes, span_attributes, span_id,
-                                   trace_id)
-from stepscope.spantable import as_table
+from stepscope.output.export.otlp_encode import (BATCH, SCOPE_NAME, requests, resource_attributes, span_attributes, span_id, trace_id)
+from stepscope.core.spantable import as_table
 from stepscope.store.db import Store
 from stepscope.store.reader import load_parts
 

@@ -8,10 +8,10 @@ import pytest
 from conftest import run_cli
 from jobrun import record_job
 
-from stepscope.export.chrome import to_chrome_trace
-from stepscope.export.speedscope import to_speedscope
-from stepscope.model import Frame, Profile, Run, RunData, Span
-from stepscope.spantable import as_table
+from stepscope.output.export.chrome import to_chrome_trace
+from stepscope.output.export.speedscope import to_speedscope
+from stepscope.core.model import Frame, Profile, Run, RunData, Span
+from stepscope.core.spantable import as_table
 from stepscope.store.db import Store
 from stepscope.store.jobjoin import join
 

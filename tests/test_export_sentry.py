@@ -195,7 +195,7 @@ def test_export_into_spotlight(job):
 
 def test_profile_chunks_are_bounded_and_hold_every_sample(job):
     """Samples go in chunks of at most N samples and S seconds, each with only the frames and stacks it uses."""
-    from stepscope.export.sentry_out import profile_chunks
+    from stepscope.output.export.sentry_out import profile_chunks
 
     store, rid = job
     st = Store(store)

@@ -238,7 +238,7 @@ def test_tables_show_when_printed(browser_page, preview, tmp_path):
 
 
 def test_explain_page_leads_with_the_explanation(browser_page, preview, tmp_path):
-    from stepscope.report.html import render_report
+    from stepscope.output.html.html import render_report
 
     store = preview[0]
     data = load_run(Store(store))

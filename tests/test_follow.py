@@ -1,4 +1,4 @@
-"""How ``stepscope run`` follows the Python processes a program starts (``stepscope.processes``), seen from the
+"""How ``stepscope run`` follows the Python processes a program starts (``stepscope.record.processes``), seen from the
 program: a followed process that outlives the program (multiprocessing's resource tracker, a daemon) still finds
 stepscope when the program has ended; the program's environment and ``sys.path`` are those of a plain run."""
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.ingest import sentry
-from stepscope.ingest.envelope import EnvelopeError, parse
-from stepscope.ingest.writer import pack, unpack
+from stepscope.serve.ingest import sentry
+from stepscope.serve.ingest.envelope import EnvelopeError, parse
+from stepscope.serve.ingest.writer import pack, unpack
 
 EID = "a" * 32
 VALUES = st.one_of(st.integers(-3, 2 ** 51), st.text("0123456789 -x²", max_size=6), st.floats(allow_nan=True),

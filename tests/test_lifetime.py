@@ -293,7 +293,7 @@ def test_private_xdg_runtime_dir_is_used_first(runtime_env):
     xdg.mkdir(mode=0o700)
     os.chown(xdg, NOBODY, NOBODY)
     env["XDG_RUNTIME_DIR"] = str(xdg)
-    code = ("import json, os, stepscope\nfrom stepscope.control.client import find_server\n"
+    code = ("import json, os, stepscope\nfrom stepscope.program.client import find_server\n"
             "s = stepscope.start_server()\ninfo = find_server(os.getpid())\n"
             "print(s.info_file, oct(os.stat(s.info_file.parent).st_mode & 0o777), info['port'] == s.address[1])\n")
     r = as_user(NOBODY, env, code)

@@ -46,7 +46,7 @@ def test_span_peak_within_ten_percent_of_what_it_allocates(store, n_mib):
 
 def test_a_span_too_short_for_a_sample_says_so():
     from stepscope.analysis.memory import Lane
-    from stepscope.model import MemoryTrack
+    from stepscope.core.model import MemoryTrack
 
     lane = Lane(MemoryTrack([0, 10_000_000, 20_000_000], [100, 200, 150], [None] * 3, [None] * 3), hz=100)
     w = lane.window(12_000_000, 13_000_000)
@@ -64,7 +64,7 @@ def test_vectorised_windows_read_what_the_scalar_window_reads():
     import numpy as np
 
     from stepscope.analysis.memory import Lane
-    from stepscope.model import MemoryTrack
+    from stepscope.core.model import MemoryTrack
 
     rng = np.random.default_rng(7)
     for trial in range(40):
@@ -152,7 +152,7 @@ def _parent(pid: int) -> int:
 
 def test_an_open_span_finished_later_keeps_its_real_row(store):
     """A provisional (open) row never replaces a finished span's row, and a normal end leaves none."""
-    from stepscope.model import Run
+    from stepscope.core.model import Run
 
     st = Store(store)
 
@@ -200,7 +200,7 @@ def test_the_tiny_pipelines_vae_decode_is_its_largest_stage_of_memory(tiny_run):
     from rich.console import Console
 
     from stepscope.analysis.summary import summarize
-    from stepscope.render.terminal import print_summary
+    from stepscope.output.terminal.summary import print_summary
 
     con = Console(record=True, width=200)
     print_summary(summarize(data), con)  # what `stepscope run` prints
@@ -234,7 +234,7 @@ def test_report_draws_the_memory_lane_under_the_waterfall(tiny_run, browser_page
 def test_explain_says_when_slow_repeats_coincide_with_memory_growth():
     from stepscope.analysis.explain import Repeat
     from stepscope.analysis.memory import repeats_note
-    from stepscope.model import MemoryTrack, Profile, Run, RunData
+    from stepscope.core.model import MemoryTrack, Profile, Run, RunData
 
     t = list(range(0, 10_000_000_000, 10_000_000))  # 1000 samples, 10 ms apart, 10 repeats of 1 s
     rss = [100 * MiB + (300 * MiB if (i // 100) in (3, 7) and i % 100 > 50 else 0) for i in range(len(t))]
@@ -289,7 +289,7 @@ def test_repeats_note_on_the_columns_says_what_the_per_window_code_said():
 
     from stepscope.analysis.explain import GROUPS, Repeat, Repeats
     from stepscope.analysis.memory import repeats_note
-    from stepscope.model import MemoryTrack, Profile, Run, RunData
+    from stepscope.core.model import MemoryTrack, Profile, Run, RunData
 
     rng = np.random.default_rng(11)
     said = set()
@@ -320,7 +320,7 @@ def test_repeats_note_on_the_columns_says_what_the_per_window_code_said():
 def test_cuda_snapshot_of_the_documented_shape_is_summarised():
     """``torch.cuda.memory._snapshot()``'s dict (segments with blocks, device_traces) -> the largest live
     blocks with the Python stacks that allocated them, and the last events before the OOM."""
-    from stepscope.profiling.memory_snapshot import summarize
+    from stepscope.record.memory.snapshot import summarize
 
     frames = [{"filename": "/x/site-packages/torch/nn/modules/conv.py", "line": 549, "name": "_conv_forward"},
               {"filename": "/app/pipe.py", "line": 88, "name": "decode"}]
@@ -465,7 +465,7 @@ def _contradiction_run():
     them, are larger than anything inside: the sample right after ``step`` #0 ends (inside ``load``), the one right
     before ``step`` #1 starts, the one after ``load`` ends; ``short`` holds no sample; ``step`` #2 carries exact
     readings (its exit above every sample inside it)."""
-    from stepscope.model import MemoryTrack, Profile, Run, RunData, Span
+    from stepscope.core.model import MemoryTrack, Profile, Run, RunData, Span
 
     ms = 1_000_000
     level = {}
@@ -500,7 +500,7 @@ def test_memory_read_outside_a_span_is_never_its_own():
     table, the report's view; a sample taken after a span ended (inside the next one) is not its exit."""
     from stepscope.analysis.memory import Lane, summarize_memory
     from stepscope.analysis.summary import summarize
-    from stepscope.report.view import build_view
+    from stepscope.output.html.view import build_view
 
     data = _contradiction_run()
     lane = Lane(data.memory, 100)
@@ -543,8 +543,8 @@ def test_the_reports_span_memory_reads_only_inside_the_span(browser_page, tmp_pa
     """The page's memory line of a span (``spanMemory``) follows the same rule as the analysis: entry at most the
     first sample inside, no figure for a span with no sample inside; with the lane downsampled (each point the
     highest of its bucket) a bucket reaching past the span's end is not its peak."""
-    import stepscope.report.view as view
-    from stepscope.report.html import write_report
+    import stepscope.output.html.view as view
+    from stepscope.output.html.html import write_report
 
     data = _contradiction_run()
     page = browser_page

@@ -83,7 +83,7 @@ def test_init_raises_value_error_naming_the_setting(tmp_path, kwargs, message):
     with pytest.raises(ValueError) as e:
         stepscope.init(store=str(tmp_path / "store"), **kwargs)
     assert str(e.value) == message
-    assert stepscope.api.current_session() is None and not (tmp_path / "store").exists()
+    assert stepscope.record.api.current_session() is None and not (tmp_path / "store").exists()
 
 
 def test_capture_of_a_process_without_server_needs_a_rate(tmp_path):

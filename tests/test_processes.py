@@ -1,4 +1,4 @@
-"""Every Python process of a job in one run (``stepscope.processes``, ``store.jobjoin``, ``analysis.ranks``): real
+"""Every Python process of a job in one run (``stepscope.record.processes``, ``store.jobjoin``, ``analysis.ranks``): real
 multi-process programs on this machine, run through the CLI: a 2-rank DDP job under torchrun (gloo, CPU) with a
 straggler, `accelerate launch` with 2 processes, a DataLoader with 2 workers, pools and subprocesses, a worker killed
 by SIGKILL, and `--no-children`."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import PROGRAMS, run_cli
 
-from stepscope.jobids import process_index
+from stepscope.core.jobids import process_index
 from stepscope.store.db import Store
 from stepscope.store.reader import load_run
 

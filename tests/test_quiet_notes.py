@@ -12,7 +12,7 @@ import pytest
 from conftest import cli_env
 
 from stepscope.analysis.summary import screen_notes
-from stepscope.tracing.globs import is_note, members_note
+from stepscope.record.tracing.globs import is_note, members_note
 
 MOD = textwrap.dedent("""\
     from dataclasses import dataclass

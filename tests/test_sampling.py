@@ -5,7 +5,7 @@ import sys
 from conftest import PROGRAMS, run_cli
 
 from stepscope.analysis.summary import top_functions
-from stepscope.profiling.calltree import ProfileIndex
+from stepscope.analysis.calltree import ProfileIndex
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 
@@ -51,7 +51,7 @@ def test_no_frame_objects_kept_alive():
     import threading
     import weakref
 
-    from stepscope.profiling.sampler import Sampler
+    from stepscope.record.sampling.sampler import Sampler
 
     class Big:
         pass
@@ -81,7 +81,7 @@ def test_no_frame_objects_kept_alive():
 
 
 def test_depth_cap_keeps_the_leaf():
-    from stepscope.profiling.sampler import Sampler
+    from stepscope.record.sampling.sampler import Sampler
 
     s = Sampler(max_depth=5)
 
@@ -105,7 +105,7 @@ def test_drain_inside_an_interrupted_sample_does_not_deadlock():
     import sys
     import time
 
-    from stepscope.profiling.sampler import Sampler
+    from stepscope.record.sampling.sampler import Sampler
 
     s = Sampler()
     s.sample_frame(sys._getframe(), 1, time.perf_counter_ns(), 10, 5)
@@ -126,7 +126,7 @@ def test_a_failing_recorder_thread_never_reaches_the_program_and_spans_are_kept(
     prog.write_text(
         "import threading, time\n"
         "import stepscope\n"
-        "from stepscope.profiling import sampler\n"
+        "from stepscope.record.sampling import sampler\n"
         "def boom(*a, **k):\n"
         "    raise ValueError('injected')\n"
         "sampler.Sampler.sample = boom\n"
@@ -211,7 +211,7 @@ def test_a_waiting_main_thread_rests_and_its_time_still_adds_up(store):
 def test_a_function_first_sampled_on_no_line_takes_a_later_samples_line():
     """Python 3.11's instrumented code runs its probe calls on no line: a sample taken there reads line 0. The
     function's line (tables' "where") is one a sample saw it on, not 0, whichever sample came first."""
-    from stepscope.model import Frame, Profile
+    from stepscope.core.model import Frame, Profile
 
     unet = ("UNet2DConditionModel.forward", "diffusers.models.unets.unet_2d_condition", "unet_2d_condition.py")
     frames = [Frame(*unet, 0), Frame("leaf", "m", "m.py", 3), Frame(*unet, 1212), Frame(*unet, 1250)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from stepscope.profiling.calltree import ProfileIndex
+from stepscope.analysis.calltree import ProfileIndex
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 

@@ -148,9 +148,9 @@ def test_web_ui_zoom_fetches_the_windows_spans(big, browser_page):
 def test_window_spans_holds_the_spans_touching_its_bounds():
     """A window's bounds in us as floats (32.3 is 32.2999... in binary) still mean their ns: a span starting
     at the window's end or ending at its start overlaps it and is returned; one a ns outside is not."""
-    from stepscope.model import Span
-    from stepscope.report.view import table_depths, window_spans
-    from stepscope.spantable import as_table
+    from stepscope.core.model import Span
+    from stepscope.output.html.view import table_depths, window_spans
+    from stepscope.core.spantable import as_table
 
     base = 1_000_000_000
     t0_us, t1_us = 16.1, 32.3  # both read 1 ns short when truncated: 16099.99..., 32299.99...
@@ -188,8 +188,8 @@ def test_explain_and_exports_on_the_large_run(big):
 
 def test_span_table_reads_what_the_row_reader_reads_and_depths_match(big):
     from stepscope.analysis.spans import depths
-    from stepscope.report.view import aggregate, table_depths, window_spans
-    from stepscope.spantable import SpanTable
+    from stepscope.output.html.view import aggregate, table_depths, window_spans
+    from stepscope.core.spantable import SpanTable
     from stepscope.store import Store
     from stepscope.store.reader import load_run
 

@@ -63,7 +63,7 @@ def test_demo_summary_report_and_image(demo_run):
     assert summary["steps"]["kind"] == "diffusion.step" and len(summary["steps"]["rows"]) == 4
     assert "median + 3 x 1.4826 x MAD" in summary["steps"]["rule"] or "too noisy to call" in summary["steps"]["rule"]
     assert summary["sample_count"] > 0 and summary["top_self"]
-    from stepscope.tracing.patch import is_note
+    from stepscope.record.tracing.patch import is_note
 
     # every name traced; notes only (GroupNorm.forward's overrides, each traced under its own class)
     assert not {k: v for k, v in summary["unresolved"].items() if not is_note(v)}, summary["unresolved"]

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from stepscope.store import keys as keystore
 from stepscope.store.db import Store
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 OK = {200, 400, 401, 413}
 TRIED = {"n": 0}

@@ -11,7 +11,7 @@ import pytest
 from conftest import cli_env
 from serve_helpers import Server
 
-from stepscope.web.headlimits import MAX_HEAD_BYTES, MAX_HEADER_FIELDS
+from stepscope.serve.web.headlimits import MAX_HEAD_BYTES, MAX_HEADER_FIELDS
 
 KIB = 1024
 MIB = 1024 * KIB

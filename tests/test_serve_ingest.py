@@ -18,7 +18,7 @@ from stepscope.store import keys as keystore
 from stepscope.store import spanblock
 from stepscope.store.db import Store
 from stepscope.store.reader import load_run
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 EID = "a" * 32
 
@@ -281,7 +281,7 @@ def test_no_cors_grant_and_only_loopback_hosts(client):
 
 
 def test_a_failed_write_answers_503_and_leaves_nothing_half_written_in_the_thread_writer(app_key, monkeypatch):
-    import stepscope.ingest.writer as writer
+    import stepscope.serve.ingest.writer as writer
 
     store, key = app_key
     monkeypatch.setenv("STEPSCOPE_INGEST_WRITER", "thread")
@@ -314,16 +314,16 @@ def _writer_pids() -> list[int]:
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
-            if ppid == os.getpid() and b"stepscope.ingest.writer_process" in cmd:
+            if ppid == os.getpid() and b"stepscope.serve.ingest.writer_process" in cmd:
                 out.append(int(d))
     return out
 
 
 def _hooked_writer(tmp_path, monkeypatch, code: str) -> None:
-    """The next writer processes run ``code`` after importing ``stepscope.ingest.writer`` (as ``w``)."""
+    """The next writer processes run ``code`` after importing ``stepscope.serve.ingest.writer`` (as ``w``)."""
     hook = tmp_path / "hook"
     hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text("import stepscope.ingest.writer as w\n" + code)
+    (hook / "sitecustomize.py").write_text("import stepscope.serve.ingest.writer as w\n" + code)
     monkeypatch.delenv("STEPSCOPE_INGEST_WRITER", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
 
@@ -413,7 +413,7 @@ def test_a_killed_writer_process_is_started_again(client):
 def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client):
     import time
 
-    from stepscope.ingest.apply import prune
+    from stepscope.serve.ingest.apply import prune
 
     pid = "f" * 32
     for k in range(2):
@@ -428,7 +428,7 @@ def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client)
 def test_a_reader_waits_for_acknowledged_envelopes_only_while_a_writer_works_on_them(tmp_path):
     """``Store.settle_ingest``: with no server running, a spooled envelope (acknowledged, not yet a run) holds a
     reader up for the stall limit (0.5 s by default), not the whole time limit (2 s); a failed one not at all."""
-    from stepscope.ingest.apply import ensure_schema
+    from stepscope.serve.ingest.apply import ensure_schema
 
     st = Store(tmp_path / "s")
     ensure_schema(st.conn)
@@ -454,9 +454,9 @@ def test_the_web_uis_lists_wait_for_acknowledged_envelopes_too(tmp_path):
     asked. The transaction list (``/``, ``/api/transactions``) and the compare page's run pickers read the runs as
     ``list_runs`` does: with an acknowledged envelope in the spool and no writer working on it, each holds on for
     the stall limit first (they read at once before, and missed a run the writer was still making)."""
-    from stepscope.ingest.apply import ensure_schema
+    from stepscope.serve.ingest.apply import ensure_schema
     from stepscope.store.listing import transactions
-    from stepscope.web.compare import run_choices
+    from stepscope.serve.web.compare import run_choices
 
     st = Store(tmp_path / "s")
     ensure_schema(st.conn)
@@ -471,10 +471,10 @@ def test_the_web_uis_lists_wait_for_acknowledged_envelopes_too(tmp_path):
 def test_the_thread_writer_stores_what_a_writer_process_left_in_the_spool(app_key, monkeypatch):
     """A store whose spool holds an acknowledged envelope (its server stopped before making the run), opened by a
     server with the thread writer: the run is made before the first read."""
-    from stepscope.ingest import sentry
-    from stepscope.ingest.apply import ensure_schema
-    from stepscope.ingest.envelope import parse
-    from stepscope.ingest.writer import pack
+    from stepscope.serve.ingest import sentry
+    from stepscope.serve.ingest.apply import ensure_schema
+    from stepscope.serve.ingest.envelope import parse
+    from stepscope.serve.ingest.writer import pack
 
     store, key = app_key
     st = Store(store)

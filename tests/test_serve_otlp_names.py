@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from stepscope.store import keys as keystore
 from stepscope.store.db import Store
 from stepscope.store.reader import load_run
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 pytest.importorskip("opentelemetry.proto")
 
@@ -76,8 +76,8 @@ def test_without_a_service_name_the_root_names_the_run(client, service):
 
 
 def test_the_report_shows_the_message_with_the_type(client):
-    from stepscope.report.html import report_script
-    from stepscope.report.view import build_view
+    from stepscope.output.html.html import report_script
+    from stepscope.output.html.view import build_view
     from stepscope.store.reader import load_run as load
 
     _post(client, _request("node-sd-proto"))

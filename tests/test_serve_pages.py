@@ -14,7 +14,7 @@ from stepscope.store import bench as bench_store
 from stepscope.store import keys as keystore
 from stepscope.store.db import Store
 from stepscope.store.reader import load_run
-from stepscope.web import ServerConfig, create_app
+from stepscope.serve.web import ServerConfig, create_app
 
 
 @pytest.fixture

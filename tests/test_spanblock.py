@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import run_cli, span_objects
 
-from stepscope.model import Run
-from stepscope.spantable import NO_PARENT
+from stepscope.core.model import Run
+from stepscope.core.spantable import NO_PARENT
 from stepscope.store import profileblock, sampleblock, spanblock
 from stepscope.store.db import Store, StoreError
 from stepscope.store.schema import SCHEMA_VERSION

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from test_transparency import INTERPRETERS, NATIVE
 
-from stepscope.steps.after import steps_from_names
-from stepscope.steps.loops import loop_of_def
-from stepscope.steps.rules import STEP_ATTR, is_call_name, kind_of_name
-from stepscope.tracing.labels import Label, compile_label, parse_labels
+from stepscope.serve.ingest.steps import steps_from_names
+from stepscope.record.steps.loops import loop_of_def
+from stepscope.core.steprules import STEP_ATTR, is_call_name, kind_of_name
+from stepscope.record.tracing.labels import Label, compile_label, parse_labels
 
 SRC = Path(__file__).parent.parent / "src"
 LOOPS = Path(__file__).parent / "programs" / "loops"
@@ -112,7 +112,7 @@ def test_step_option_and_labels(python, tmp_path):
 def test_trace_file_steps_labels_and_app(tmp_path):
     """``traces.toml`` takes ``steps``, ``[labels]`` and ``app``; a bad label or an unknown app is one line naming
     the file and the field."""
-    from stepscope.tracefile import TraceFileError, read_trace_file
+    from stepscope.cli.tracefile import TraceFileError, read_trace_file
 
     f = tmp_path / "traces.toml"
     f.write_text('functions_to_trace = ["a.b"]\nsteps = ["pkg.loop.one"]\napp = "ComfyUI"\n'

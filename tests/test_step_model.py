@@ -9,12 +9,12 @@ from stepscope.analysis.phases import importing, phases, sample_phase
 from stepscope.analysis.slow import TOO_NOISY_TO_CALL_CV, call_slow, slow_cells
 from stepscope.analysis.steptable import repeat_table, step_table
 from stepscope.analysis.summary import summarize
-from stepscope.model import Frame, Profile, Run, RunData, Span
-from stepscope.profiling.calltree import ProfileIndex
-from stepscope.render.cells import left_short
-from stepscope.render.terminal import print_summary
-from stepscope.steps.after import steps_from_names
-from stepscope.steps.rules import NESTED_ATTR, STEP_ATTR
+from stepscope.core.model import Frame, Profile, Run, RunData, Span
+from stepscope.analysis.calltree import ProfileIndex
+from stepscope.output.terminal.cells import left_short
+from stepscope.output.terminal.summary import print_summary
+from stepscope.serve.ingest.steps import steps_from_names
+from stepscope.core.steprules import NESTED_ATTR, STEP_ATTR
 
 MS = 1_000_000
 PIPE = "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion.StableDiffusionPipeline.__call__"
@@ -316,7 +316,7 @@ def _request_spans(node: bool, steps=4, requests=2, gap_ms=600, wrap=False, slow
 def _idle_between(spans, callbacks=()):
     """Samples of the worker thread (7) every 5 ms: in the UNet inside the steps, in the loop's callback (waiting:
     its CPU clock still) where ``callbacks`` say, waiting for the next request elsewhere."""
-    from stepscope.model import Frame, Profile
+    from stepscope.core.model import Frame, Profile
 
     frames = [Frame("Thread.run", "threading", "/x/t.py", 1), Frame("SessionQueue._run", "app.queue", "/x/q.py", 1),
               Frame("Condition.wait", "threading", "/x/t.py", 2),
@@ -369,7 +369,7 @@ def test_idle_is_a_thread_whose_cpu_clock_did_not_move():
     """Idle apart as py-spy does (issue 27): a sample is idle when its thread did not run, whatever Python line it
     is on (a C wait has no idle leaf to tell it by); the main thread's wall ticks by the CPU ticks around them;
     the event loop's select is idle; without CPU times, the leaf rule, for every thread."""
-    from stepscope.profiling.calltree import idle_mask
+    from stepscope.analysis.calltree import idle_mask
 
     funcs = [type("F", (), {"name": n})() for n in ("app.worker.loop", "selectors.EpollSelector.select", "app.work.step")]
     stack_funcs = [(0,), (1,), (2,)]

@@ -72,7 +72,7 @@ def test_an_old_store_is_migrated_forward_and_reads_as_before(tmp_path):
     data = load_run(Store(store))
     assert [s.name for s in data.spans] == ["old.work", "old.inner"] and data.profile.thread_names == {7: "MainThread"}
     assert {"wall_ns", "cpu_ns"} <= set(columns(db, "samples"))
-    from stepscope.profiling.calltree import ProfileIndex
+    from stepscope.analysis.calltree import ProfileIndex
 
     index = ProfileIndex(data.profile)  # schema-2 samples: weighted by the old rule (one period at 100 Hz)
     assert index.weight.tolist() == [1e7] and not index.has_cpu

@@ -161,7 +161,7 @@ def test_threads_have_their_own_nesting(traced):
 
 def test_manual_spans_and_trace_decorator():
     import stepscope
-    from stepscope.tracing import buffer
+    from stepscope.record.tracing import buffer
 
     buffer.take()
 
@@ -185,8 +185,8 @@ def test_patching_and_unpatching_while_other_threads_call():
     exceptions throughout, and nothing stays patched."""
     from sstargets import funcs
 
-    from stepscope.tracing import buffer
-    from stepscope.tracing.patch import Patcher
+    from stepscope.record.tracing import buffer
+    from stepscope.record.tracing.patch import Patcher
 
     original_add, original_boom = funcs.add, funcs.boom
     stop = threading.Event()

@@ -195,7 +195,7 @@ def test_unresolvable_names_say_which_part(patcher):
 
 
 def test_sentry_form_and_bad_entries():
-    from stepscope.tracing.resolve import normalize_targets
+    from stepscope.record.tracing.resolve import normalize_targets
 
     assert normalize_targets([{"qualified_name": "a.b"}, "c.d", "a.b"]) == ["a.b", "c.d"]
     with pytest.raises(ValueError, match=r"functions_to_trace\[1\]"):
@@ -311,7 +311,7 @@ def test_glob_leaves_out_what_a_class_inherits_from_another_package(patcher, nod
 
 
 def test_base_method_name_traces_its_overrides_now_and_later(patcher, nodegraph):
-    from stepscope.tracing.patch import is_note
+    from stepscope.record.tracing.patch import is_note
 
     import minigraph.invocations  # noqa: F401
     from minigraph.invocations.baseinvocation import BaseInvocation

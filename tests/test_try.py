@@ -169,7 +169,7 @@ def test_suggest_and_the_report_name_the_fixes_that_apply(tmp_path, browser_page
     assert doc["try_command"].startswith("stepscope try --fix sdpa -- ") and doc["try_command"].endswith("classic.py")
     text = run_cli(["suggest"], store).stdout
     assert "Fixes that apply to this run" in text and "stepscope try --fix sdpa --" in text
-    from stepscope.report.view import build_view
+    from stepscope.output.html.view import build_view
     from stepscope.store.db import Store
     from stepscope.store.reader import load_run
 

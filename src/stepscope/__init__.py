@@ -25,7 +25,7 @@ def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 
     thread, nothing patched, no sampler). Binds 127.0.0.1 and a free port by default; the port and a
     token are published in a file only this user can read. Returns the server, or None when it cannot
     start (no private runtime folder: one line on stderr says why; the program goes on)."""
-    from .control.server import start_server as _start
+    from .record.control import start_server as _start
 
     return _start(store, host, port)
 
@@ -39,7 +39,7 @@ def __getattr__(name: str):
     if name in _API or name == "api":
         import importlib
 
-        api = importlib.import_module(".api", __name__)
+        api = importlib.import_module(".record.api", __name__)
         return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

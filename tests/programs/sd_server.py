@@ -26,7 +26,7 @@ class Handler(BaseHTTPRequestHandler):
                 pipe("a cat", num_inference_steps=4, height=64, width=64, generator=torch.Generator().manual_seed(0))
             body = b'{"ok": true}'
         elif self.path == "/patched":
-            from stepscope.tracing.patch import is_traced
+            from stepscope.record.tracing.patch import is_traced
 
             body = json.dumps({"patched": is_traced(type(pipe.unet).__dict__["forward"])}).encode()
         else:

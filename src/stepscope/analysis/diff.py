@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import RunData
-from ..profiling.calltree import ProfileIndex
-from ..spantable import as_table
-from ..steps.rules import STEP_ATTR
+from ..core.model import RunData
+from .calltree import ProfileIndex
+from ..core.spantable import as_table
+from ..core.steprules import STEP_ATTR
 from .difftree import DiffNode, flame_diff
 from .ranks import RankChange, rank_changes
 from .envfacts import BLAMEABLE, EnvChange, env_changes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..profiling.calltree import CallNode
+from .calltree import CallNode
 
 
 @dataclass(slots=True)

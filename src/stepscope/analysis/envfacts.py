@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import RunData
+from ..core.model import RunData
 
 LOAD_CHANGE = 0.25  # of the cores: a change of the machine's load average that is reported
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ..limits import HZ_MAX
-from ..model import RunData, Span
-from ..profiling.calltree import ProfileIndex
-from ..spantable import SpanTable, as_table
-from ..steps.rules import STEP_ATTR
+from ..core.limits import HZ_MAX
+from ..core.model import RunData, Span
+from .calltree import ProfileIndex
+from ..core.spantable import SpanTable, as_table
+from ..core.steprules import STEP_ATTR
 from .difftree import DiffNode, diff_tree
 from .slow import MAD_K, MIN_RATIO, call_slow, shape_of  # noqa: F401  (re-exported: the rule's constants, shapes)
 from .spans import span_stats

@@ -17,8 +17,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ..model import RunData
-from ..spantable import as_table
+from ..core.model import RunData
+from ..core.spantable import as_table
 
 _CLASSIC = ("AttnProcessor", "AttnAddedKVProcessor", "SlicedAttnProcessor", "XFormersAttnProcessor")
 

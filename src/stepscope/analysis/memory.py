@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..jobids import process_index
-from ..model import MemoryTrack, RunData, Span
-from ..steps.rules import STEP_ATTR
-from ..units import fmt_bytes
+from ..core.jobids import process_index
+from ..core.model import MemoryTrack, RunData, Span
+from ..core.steprules import STEP_ATTR
+from ..core.units import fmt_bytes
 
 #: At most this many stages (steps, top-level spans) are listed: those with the highest peaks.
 MAX_STAGES = 64
@@ -292,7 +292,7 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     """Per span name (transactions and provisional open spans left out): calls, the largest peak and growth.
     ``spans``: Span objects or a ``SpanTable``; on the columns, any number of spans in a few numpy passes and no
     object per span (a 1M-span run)."""
-    from ..spantable import as_table
+    from ..core.spantable import as_table
 
     t = as_table(spans)
     kind = "cuda" if lane.has_cuda else "rss"
@@ -368,7 +368,7 @@ def _short(name: str) -> str:
 def stages(data: RunData, lane: Lane, steps=None) -> list[Stage]:
     """The stages of the work (see ``Stage``), in time order: the step table's rows, and the traced spans at the
     top of each pipeline call (or, without one, at the top of the program) that are not part of a step."""
-    from ..spantable import as_table
+    from ..core.spantable import as_table
 
     t = as_table(data.spans)  # columns: no object per span (a 1M-span run)
     live = np.ones(len(t), bool)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spantable import as_table
+from ..core.spantable import as_table
 
 NODE_OP = "node"
 PROMPT_OP = "prompt"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import RunData
-from ..spantable import NO_PARENT, as_table
+from ..core.model import RunData
+from ..core.spantable import NO_PARENT, as_table
 
 STARTUP, WORK, SHUTDOWN = 0, 1, 2
 NAMES = ("start-up", "work", "shutdown")
@@ -97,7 +97,7 @@ def _root_transaction(spans) -> int | None:
 
 def phases(data: RunData, index=None) -> Phases:
     """The phases of a run (module doc); with ``index`` (a ProfileIndex) the sampled time of start-up
-    and shutdown is filled in. Computed on the span columns (``stepscope.spantable``)."""
+    and shutdown is filled in. Computed on the span columns (``stepscope.core.spantable``)."""
     run = data.run
     t = as_table(data.spans)
     t_first = [int(t.start.min())] if len(t) else []

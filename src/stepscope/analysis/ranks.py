@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import RunData
-from ..profiling.calltree import ProfileIndex
-from ..spantable import as_table
-from ..jobids import process_index
+from ..core.model import RunData
+from .calltree import ProfileIndex
+from ..core.spantable import as_table
+from ..core.jobids import process_index
 from ..store.jobjoin import process_label
-from ..steps.rules import STEP_ATTR
+from ..core.steprules import STEP_ATTR
 
 #: a step is held up by its straggler when the lead is over this share of the median step wall time...
 HELD_SHARE = 0.2

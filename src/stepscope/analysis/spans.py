@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import Span
-from ..spantable import as_table
+from ..core.model import Span
+from ..core.spantable import as_table
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..model import Span
+from ..core.model import Span
 
 #: Extend by at most this much past the last traced span (a runaway callback is still one iteration).
 MAX_EXTEND_NS = 600 * 1_000_000_000

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import Span
-from ..spantable import SpanTable, as_table
-from ..steps.rules import NESTED_ATTR, STEP_ATTR, STEP_OP, is_call_name
+from ..core.model import Span
+from ..core.spantable import SpanTable, as_table
+from ..core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, is_call_name
 from .slow import call_slow, shape_of, slow_cells
 from .spans import SpanStat, span_stats
 from .steploop import last_step_end, left_driver, steps_driver

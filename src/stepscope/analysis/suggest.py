@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import RunData
-from ..profiling.calltree import ProfileIndex
-from ..spantable import as_table
+from ..core.model import RunData
+from .calltree import ProfileIndex
+from ..core.spantable import as_table
 
 #: Never suggested: tracing them would trace everything or nothing useful.
 PLUMBING = frozenset({
@@ -34,7 +34,7 @@ PLUMBING = frozenset({
     "contextlib._GeneratorContextManager.__exit__",
 })
 _UNNAMEABLE = ("<locals>", "<lambda>", "<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>", "<module>")
-_SKIP_MODULES = ("stepscope.launch", "stepscope.tracing", "stepscope.api", "stepscope.session", "importlib", "runpy", "threading", "concurrent.futures", "asyncio.", "selectors",
+_SKIP_MODULES = ("stepscope.record.launch", "stepscope.record.tracing", "stepscope.record.api", "stepscope.record.session", "importlib", "runpy", "threading", "concurrent.futures", "asyncio.", "selectors",
                  "queue", "contextlib", "functools", "typing", "abc", "<frozen", "_weakrefset")
 
 

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..control.procs import app_label
-from ..model import RunData
-from ..profiling.calltree import ProfileIndex
-from ..spantable import as_table
+from ..core.procs import app_label
+from ..core.model import RunData
+from .calltree import ProfileIndex
+from ..core.spantable import as_table
 from .nodes import NodeTable, node_table
 from .memory import MemorySummary, attach_steps, summarize_memory
 from .phases import phases as run_phases
@@ -110,7 +110,7 @@ class Summary:
         return d
 
 
-_SKIP_TOTAL = ("runpy", "stepscope.launch", "threading")
+_SKIP_TOTAL = ("runpy", "stepscope.record.launch", "threading")
 
 
 def top_functions(index: ProfileIndex, idx: np.ndarray | None = None, n: int = 15) -> tuple[list[FunctionTime], list[FunctionTime]]:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bench.stats import compare
-from ..model import RunData
-from ..profiling.calltree import ProfileIndex
-from ..spantable import as_table
-from ..steps.rules import kind_of_name
+from ..core.model import RunData
+from .calltree import ProfileIndex
+from ..core.spantable import as_table
+from ..core.steprules import kind_of_name
 from .envfacts import cpu_wait_share
 from .steptable import step_table
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import limits
-from ..nesting import TOO_DEEP
+from ..core import limits
+from ..core.jsondepth import TOO_DEEP
 
 ATTENTION = ("classic", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-flash", "sdpa-cudnn")
 SD_DEFAULTS: dict[str, Any] = {"model": "tiny", "target": "pipeline", "attention": "sdpa", "compile": "off",

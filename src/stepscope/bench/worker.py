@@ -25,7 +25,7 @@ import time
 
 def _vm_peak() -> int | None:
     """The process's peak address space (``VmPeak``, bytes: what ``RLIMIT_AS`` limits), or None."""
-    from ..profiling.memory import proc_bytes
+    from ..record.memory.history import proc_bytes
 
     return proc_bytes("/proc/self/status", "VmPeak")
 

@@ -21,10 +21,10 @@ from typer.core import TyperGroup
 from ..bench import results as bench_results
 from ..bench.plots import plot as plot_png
 from ..bench.plots import plot_bench
-from ..bench.runner import run_bench
+from ..bench.matrix import run_bench
 from ..bench.spec import Spec, SpecError, command_spec, from_toml, sd_spec
 from ..bench.stats import compare as compare_times
-from ..render.bench import print_verdict
+from ..output.terminal.bench import print_verdict
 from ..store import bench as bench_store
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, out, print_json
 
@@ -161,8 +161,8 @@ def _max(matrix: dict, dimension: str, both: bool, memory_limit: Optional[str], 
          repeats: int, store: Optional[Path], as_json: bool) -> None:
     """``--max-batch`` / ``--max-size``: one configuration, searched in fresh workers; stored as a benchmark."""
     from ..bench import maxbatch
-    from ..render.maxbatch import plot_curve, print_max
-    from ..bench.runner import new_bench_id
+    from ..output.terminal.maxbatch import plot_curve, print_max
+    from ..bench.matrix import new_bench_id
 
     if both:
         raise UserError("--max-batch and --max-size: one at a time")
@@ -172,7 +172,7 @@ def _max(matrix: dict, dimension: str, both: bool, memory_limit: Optional[str], 
         spec = sd_spec(matrix, warmup, repeats, None)
         limit = maxbatch.parse_bytes(memory_limit) if memory_limit is not None else None
         if up_to is not None:
-            from .. import limits
+            from ..core import limits
 
             limits.in_range("--up-to", up_to, 1, 1_000_000, integer=True)
     except (SpecError, ValueError) as e:
@@ -251,7 +251,7 @@ def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] =
     if as_json:
         print_json({"bench": b, "verdict": dataclasses.asdict(v)} | ({"try": dataclasses.asdict(tv)} if tv else {}))
     elif tv is not None:
-        from ..render.try_ import print_try
+        from ..output.terminal.try_ import print_try
 
         print_try(tv, out)
     else:
@@ -262,7 +262,7 @@ def _write_html(b: dict, v: bench_results.Verdict, path: Path) -> None:
     """The web UI's benchmark page as one file (CSS and plot inlined)."""
     import tempfile
 
-    from ..web.templating import bench_page
+    from ..serve.web.templating import bench_page
 
     with tempfile.TemporaryDirectory() as d:
         png = plot_bench(b, Path(d) / "p.png")

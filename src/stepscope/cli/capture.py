@@ -9,15 +9,15 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .. import limits
+from ..core import limits
 from ..analysis.summary import summarize
 from ..store.reader import load_run
-from ..control import procs
-from ..control.client import CaptureError, app_of, capture, find_server, locate_job, parse_duration, pid_alive
-from ..control.server import DEFAULT_TIMEOUT_S, span_traced
-from ..profiling.calltree import ProfileIndex
-from ..render.terminal import print_summary
-from ..settings import DEFAULT_HZ
+from ..core import procs
+from ..program.client import CaptureError, app_of, capture, find_server, locate_job, parse_duration, pid_alive
+from ..record.control import DEFAULT_TIMEOUT_S, span_traced
+from ..analysis.calltree import ProfileIndex
+from ..output.terminal.summary import print_summary
+from ..record.settings import DEFAULT_HZ
 from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, print_json
 
 
@@ -69,7 +69,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
             raise UserError(f"no stepscope control server known at {address}")
         if not pid_alive(pid):
             raise UserError(f"no process {pid}")
-        from ..control.pyspy import PySpyError, record, target
+        from ..program.pyspy import PySpyError, record, target
 
         try:
             app_pid = target(pid)  # the Python program below a `stepscope run` or a shell

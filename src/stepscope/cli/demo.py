@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
-from ..report.html import write_report
-from ..runner import die_like
-from ..settings import DEFAULT_HZ
+from ..output.html.html import write_report
+from ..program.run import die_like
+from ..record.settings import DEFAULT_HZ
 from ..store.db import DEMO_IMAGE
 from ..store.reader import load_run
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..device.analysis import summarize_device
 from ..device.kineto import TraceError, load
 from ..device.ranks import ranks_device
@@ -59,7 +59,7 @@ def _print_ranks(items: list, as_json: bool, doc: dict | None = None) -> None:
     if as_json:
         print_json({**(doc or {}), "ranks": dataclasses.asdict(r)})
     else:
-        from ..render.device import print_ranks_device
+        from ..output.terminal.device import print_ranks_device
 
         print_ranks_device(r, out)
 
@@ -97,7 +97,7 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
             if as_json:
                 print_json({"xla": dataclasses.asdict(x)})
             else:
-                from ..render.device import print_xla
+                from ..output.terminal.device import print_xla
 
                 print_xla(x, out, top)
             return
@@ -105,13 +105,13 @@ def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a K
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
         else:
-            from ..render.device import print_device  # (rich and the terminal renderers: not for --json)
+            from ..output.terminal.device import print_device  # (rich and the terminal renderers: not for --json)
 
             print_device(summary, out, top)
         return
     from ..device.runview import AlignError
     from ..device.view import device_view
-    from ..render.device import print_run_device, print_xla
+    from ..output.terminal.device import print_run_device, print_xla
 
     from ..store.reader import load_run
 

@@ -10,7 +10,7 @@ import typer
 
 from ..analysis.diff import DiffError, diff_runs
 from ..analysis.runpick import device_trace_path, pick_runs
-from ..render.diff import print_diff
+from ..output.terminal.diff import print_diff
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 

@@ -10,11 +10,11 @@ import typer
 
 from ..analysis.explain import ExplainError, explain
 from ..analysis.ranks import process_rows, rank_steps
-from ..profiling.calltree import ProfileIndex
+from ..analysis.calltree import ProfileIndex
 from ..analysis.nodes import node_table
-from ..render.explain import print_explanation
-from ..render.nodes import print_nodes
-from ..render.processes import print_clocks, print_rank_steps
+from ..output.terminal.explain import print_explanation
+from ..output.terminal.nodes import print_nodes
+from ..output.terminal.processes import print_clocks, print_rank_steps
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 

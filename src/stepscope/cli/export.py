@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from ..export import FORMATS, WRITERS
+from ..output.export import FORMATS, WRITERS
 from ..store.db import DEVICE_TRACE
 from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, out, print_json
 
@@ -90,7 +90,7 @@ def _to_file(stream, output: Optional[Path], run_id: str, fmt: str, as_json: boo
 
 
 def _write_otlp(st, run_id: Optional[str], output: Optional[Path], service: Optional[str], as_json: bool) -> None:
-    from ..export.otlp_json import write_otlp_json
+    from ..output.export.otlp_json import write_otlp_json
     from ..store.reader import load_parts
 
     rid = st.resolve_id(run_id)
@@ -106,8 +106,8 @@ def _write_otlp(st, run_id: Optional[str], output: Optional[Path], service: Opti
 def _send(run_id: Optional[str], fmt: str, where: Optional[str], service: Optional[str], spans_per_event: int,
           store: Optional[Path], as_json: bool) -> None:
     """Send the run; a receiver that refuses or cannot be reached: its one line, exit status 1."""
-    from ..export.otlp_http import SendFailed
-    from ..export.send import send_run
+    from ..output.export.otlp_http import SendFailed
+    from ..output.export.send import send_run
 
     if spans_per_event < 1:
         raise UserError(f"--spans-per-event: must be at least 1, got {spans_per_event}")

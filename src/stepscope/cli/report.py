@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..device.view import device_view
-from ..report.html import write_report
+from ..output.html.html import write_report
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 
@@ -23,7 +23,7 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     the comparison of the two runs."""
     st = open_store(store)
     if against is not None:
-        from ..report.compare import compare_page
+        from ..output.html.compare import compare_page
         from .diff import load_diff
 
         d = load_diff(st, against, run_id or "last", span)

@@ -11,17 +11,17 @@ from typing import List, Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..analysis.summary import summarize
-from ..profiling.calltree import ProfileIndex
-from ..render.terminal import print_summary, unresolved_line
-from ..runner import CommandError, Outcome, die_like, run_program
-from ..settings import DEFAULT_HZ, Settings
-from ..tracefile import read_trace_file
-from ..tracing import precheck
-from ..tracing.labels import parse_labels
-from ..tracing.resolve import normalize_targets
-from ..tracing.syncs import SYNC_TARGETS
+from ..analysis.calltree import ProfileIndex
+from ..output.terminal.summary import print_summary, unresolved_line
+from ..program.run import CommandError, Outcome, die_like, run_program
+from ..record.settings import DEFAULT_HZ, Settings
+from .tracefile import read_trace_file
+from ..record.tracing import precheck
+from ..record.tracing.labels import parse_labels
+from ..record.tracing.resolve import normalize_targets
+from ..record.tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -102,7 +102,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     if quiet and not (as_json or json_file):
         _tell_incomplete(store, outcome)
         from ..store.db import job_unresolved
-        from ..tracing.globs import is_note
+        from ..record.tracing.globs import is_note
 
         top = store.get_run(outcome.run_id)
         for name, why in job_unresolved(top, store.process_runs(top.id)).items():  # -q still says what was not
@@ -216,7 +216,7 @@ def run(
     if device_steps is not None:
         limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
     if export:
-        from ..export.send import parse_target
+        from ..output.export.send import parse_target
 
         targets = [parse_target(x) for x in export]  # (ValueError: one line naming --export, before the program runs)
     else:
@@ -237,7 +237,7 @@ def run(
     try:
         labels.update(parse_labels(label))
         if preset is not None:
-            from .. import apps
+            from ..record import apps
 
             preset = apps.get(preset).name
     except ValueError as e:
@@ -276,8 +276,8 @@ def run(
 def _export_run(store_path: Optional[Path], run_id: str, targets: list[tuple[str, str | None]], quiet: bool) -> None:
     """``--export``: send the stored run to each target (``export.send.send_run``); what was sent is a line on stderr
     (not with ``-q``), a failure one line on stderr: never the exit status, never the stored run."""
-    from ..export.otlp_http import SendFailed
-    from ..export.send import send_run
+    from ..output.export.otlp_http import SendFailed
+    from ..output.export.send import send_run
     from ..store.db import StoreError
 
     st = open_store(store_path)
@@ -299,7 +299,7 @@ def _serving_line(info: dict) -> None:
     own code runs), one line on this process's stderr saying which program, its pid, and the command that
     captures it (by this process's pid, which ``$!`` gives). Written in one ``write``: never split by the
     program's output."""
-    from ..control.client import app_of
+    from ..program.client import app_of
 
     line = (f"stepscope: serving {app_of(info)} (pid {info['pid']}) for capture: "
             f"stepscope capture --pid {os.getpid()} --duration 10s\n")

@@ -8,8 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from .. import limits
-from ..render.terminal import print_runs
+from ..core import limits
+from ..output.terminal.summary import print_runs
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 

@@ -10,9 +10,9 @@ from typing import Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..store import keys as keystore
-from ..web.net import is_loopback
+from ..serve.web.net import is_loopback
 from .common import StoreOpt, UserError, err, handles_errors, open_store
 
 _MB = 1024 * 1024
@@ -33,8 +33,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     limits.in_range("--max-decoded-mb", max_decoded_mb, 0.001, 16384)
     import uvicorn
 
-    from ..web import ServerConfig, create_app
-    from ..web.headlimits import protocol
+    from ..serve.web import ServerConfig, create_app
+    from ..serve.web.headlimits import protocol
 
     try:  # uvicorn's HTTP/1.1 parser (STEPSCOPE_HTTP=h11 for the pure-Python one), with the request head bounded
         http = protocol(os.environ.get("STEPSCOPE_HTTP", "auto"))
@@ -65,7 +65,7 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
     # (no proxy headers: the server is for this machine; uvicorn's middleware for them costs every request)
     server = uvicorn.Server(uvicorn.Config(app, http=http, log_level="warning", access_log=False, server_header=False,
                                            proxy_headers=False))
-    from ..ingest.writer import quiet_gc
+    from ..serve.ingest.writer import quiet_gc
 
     quiet_gc()  # (each envelope's records are short-lived: see there)
     server.run(sockets=[sock])

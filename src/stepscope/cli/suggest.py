@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..analysis.fixhints import fix_hints, try_command
 from ..analysis.suggest import suggest
 from ..store.reader import load_run
-from ..render.explain import print_suggestions
+from ..output.terminal.explain import print_suggestions
 from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
 
 
@@ -33,7 +33,7 @@ def suggest_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
                     "functions_to_trace": [s.qualified_name for s in items],
                     "fixes": [dataclasses.asdict(h) for h in hints], "try_command": command})
     else:
-        from ..render.try_ import print_fix_hints
+        from ..output.terminal.try_ import print_fix_hints
 
         print_suggestions(items, out)
         print_fix_hints(hints, command, out)

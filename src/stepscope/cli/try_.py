@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .. import limits
+from ..core import limits
 from ..fixes import COMPILE_MODES, parse
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, out, print_json
 
@@ -32,10 +32,10 @@ def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(No
     """Apply fixes to a diffusers program at its first pipeline call, each configuration in its own process, and
     measure them against the program as it is: time per denoising step and per call, peak memory, output change."""
     from ..bench.plots import plot_bench
-    from ..fixes.runner import Plan, TryError, run_try
+    from ..fixes.parent import Plan, TryError, run_try
     from ..fixes.verdict import try_verdict
-    from ..render.try_ import print_try
-    from ..runner import CommandError
+    from ..output.terminal.try_ import print_try
+    from ..program.run import CommandError
     from ..store import bench as bench_store
 
     fixes = parse(fix)

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from ..nesting import KEPT_DEPTH, TOO_DEEP, within
+from ..core.jsondepth import KEPT_DEPTH, TOO_DEEP, within
 
 CATEGORIES = ("other", "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
               "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spantable import as_table
-from ..model import RunData, Span
+from ..core.spantable import as_table
+from ..core.model import RunData, Span
 from .analysis import DeviceSummary, SyncPoint, self_times, summarize_device
-from .capture import MARKER
+from ..record.device.capture import MARKER
 from .flops import op_dtype, trace_flops
 from .kineto import CAT, KinetoTrace
 

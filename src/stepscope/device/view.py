@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..model import RunData
-from ..nesting import small_json
+from ..core.model import RunData
+from ..core.jsondepth import small_json
 from ..store.db import COMPILE_REPORT, DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR
 from .kineto import TraceError
 

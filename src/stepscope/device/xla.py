@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .capture import MARKER
+from ..record.device.capture import MARKER
 from .xla_load import XlaTrace
 
 COMPILE = "XLAGraphExecutor::Compile"

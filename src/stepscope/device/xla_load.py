@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from ..nesting import KEPT_DEPTH, TOO_DEEP, within
+from ..core.jsondepth import KEPT_DEPTH, TOO_DEEP, within
 from .kineto import TraceError
 
 #: Names that mark a trace as PyTorch/XLA's.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nesting import small_json
-from .capture import MARKER
+from ..core.jsondepth import small_json
+from ..record.device.capture import MARKER
 from .kineto import TraceError
 from .xla import HostSpan, XlaSummary, analyze
 from .xla_load import XlaTrace, load_xla
@@ -52,7 +52,7 @@ def _by_name(tr: XlaTrace, names: set[str]) -> dict[str, tuple[np.ndarray, np.nd
 def run_spans(data, cmap, native_to_tid: dict[int, int], tr: XlaTrace | None = None) -> list[HostSpan]:
     """The run's spans (not the transaction) on the trace clock and threads: a thread is known by the
     clock markers recorded on it, else by a span's mirrored range (same name, within ``MIRROR_MATCH_NS``)."""
-    from ..steps.rules import STEP_ATTR
+    from ..core.steprules import STEP_ATTR
 
     prof = data.profile
     out = []

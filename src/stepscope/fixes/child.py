@@ -38,9 +38,9 @@ import threading
 import time
 import weakref
 
-from ..profiling.memory import proc_bytes
-from ..launch import fresh_main, missing_target, run_main, split_argv
-from ..tracing.importhook import ImportHook
+from ..record.memory.history import proc_bytes
+from ..record.launch import fresh_main, missing_target, run_main, split_argv
+from ..record.tracing.importhook import ImportHook
 
 ENV = "STEPSCOPE_TRY"
 PIPELINE_UTILS = "diffusers.pipelines.pipeline_utils"

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jobids import LABEL_SEP, SPAN_SHIFT, THREAD_BASE
-from ..model import MemoryTrack, Profile, Run, RunData
-from ..spantable import NO_PARENT, SpanTable
+from ..core.jobids import LABEL_SEP, SPAN_SHIFT, THREAD_BASE
+from ..core.model import MemoryTrack, Profile, Run, RunData
+from ..core.spantable import NO_PARENT, SpanTable
 from .db import job_unresolved
 
 def process_label(run: Run) -> str:

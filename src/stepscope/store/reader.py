@@ -16,8 +16,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..model import Frame, Profile, RunData
-from ..spantable import SpanTable
+from ..core.model import Frame, Profile, RunData
+from ..core.spantable import SpanTable
 from . import profileblock, sampleblock
 from .db import Store, StoreError
 from .schema import damaged

@@ -7,7 +7,7 @@
   ``threads.native_id``, the ``os_threads`` table and ``ingest_chunks.received_wall_ns``.
 - **2**: samples without ``wall_ns``/``cpu_ns`` (their weight was the gap to the thread's previous sample).
 - **3**: each sample carries the wall time it stands
-  for and the CPU time its thread used in it (``stepscope.profiling.sampler``); NULL in samples of older
+  for and the CPU time its thread used in it (``stepscope.record.sampling.sampler``); NULL in samples of older
   runs and of ingested profiles, which are weighted as before. The ``memory`` table (the memory lane:
   ``profiling.memory``) came later within version 3: a store without it gets it on opening (an additive
   table that stepscopes before it ignore, so the version stays).

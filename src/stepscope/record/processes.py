@@ -1,0 +1,297 @@
+"""Every Python process of a job in one run: what a process started under ``stepscope run`` does to be recorded.
+
+``stepscope run`` records the program it starts, and (unless ``--no-children``) every Python process that program
+starts, directly or further down, each as a *process run* (``Run.parent_run``: the top run's id) that the store's
+reader joins to the top run (``store.reader.load_run``):
+
+- **A new interpreter** (``subprocess`` of ``python``, multiprocessing's spawn and forkserver, torchrun's and
+  ``accelerate launch``'s workers, a shell script that runs ``python``): stepscope's start-up hook, ``HOOK_PTH``,
+  installed with it into site-packages (setup.py), calls ``startup_hook`` at the start of every interpreter of that
+  environment that has ``FOLLOW_VAR`` (set by the runner); it replaces the process (``os.execv``, same pid, same
+  descriptors, same interpreter options) by ``python [options] -m stepscope.record.launch`` with the program's own script,
+  ``-m`` module or ``-c`` code and arguments (``sys.orig_argv``), in child mode: the launcher creates the process
+  run and records it as it records the top program. ``PYTHONPATH`` and ``sys.path`` are left as they are. Where the
+  program's interpreter has not this stepscope installed with its hook (another interpreter or virtual environment,
+  a source tree on ``PYTHONPATH``), the fallback: the runner puts a folder on ``PYTHONPATH`` (``path_folder``) with a
+  link to this package and a ``sitecustomize.py`` that calls ``at_startup`` (the same, then the program's own
+  ``sitecustomize``, the next one on ``sys.path``). Either way, an interpreter started with ``-E``, ``-I`` or ``-S``
+  is not followed; neither is an interactive one (no script, ``-`` or ``-i``).
+- **A forked child** (multiprocessing's fork, DataLoader workers, ``os.fork``): the parent's recording is undone in
+  the child (``Session.after_fork_in_child``), then ``follow_fork`` starts a session of a new process run with the
+  same settings. It finishes at the child's exit (``atexit``) or, in a multiprocessing process (which leaves by
+  ``os._exit``), at its ``multiprocessing.util`` exit finalizers.
+
+Each process run carries ``process`` facts (``facts``): the parent's pid, how it started (``exec``/``fork``) and, in
+a torch.distributed launcher's worker, ``rank``, ``local_rank``, ``world_size``, ``group_rank``, ``role`` from the
+environment that torchrun, ``accelerate launch`` and DeepSpeed set. The clock is the same monotonic clock in every
+process of the host (``time.perf_counter_ns``: CLOCK_MONOTONIC), so spans and samples of every process are on the
+run's clock as recorded; each process still takes its own wall-clock anchor (``clock.Anchor``).
+
+The program sees one environment variable of stepscope's, ``FOLLOW_VAR`` (its own children need it to be followed in
+turn), and, in the fallback only, the ``PYTHONPATH`` entry. Stdlib only: runs inside any interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+#: the environment variable that makes a Python process started below ``stepscope run`` record itself (JSON:
+#: ``run``: the top run's id, ``settings``: the run's settings)
+FOLLOW_VAR = "STEPSCOPE_FOLLOW"
+#: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
+LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+#: the start-up hook installed with stepscope into site-packages (setup.py; its source: src/stepscope-follow.pth):
+#: with ``FOLLOW_VAR`` set it calls ``startup_hook``, else it costs one ``in os.environ`` test
+HOOK_PTH = "stepscope-follow.pth"
+#: interpreter options that take a value (python --help)
+OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
+#: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
+RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
+             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
+             "TORCHELASTIC_RUN_ID": "job"}
+
+def trace_collectives(session) -> None:
+    """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
+    and ``destroy_process_group`` (``GroupEndSite``: its groups kept to the session's finish where the torch
+    profiler ran) once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans,
+    joined with the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
+    from .tracing import ddp
+    from .tracing.collectives import C10D, COLLECTIVES, GROUP_END, release_groups
+
+    patcher = session.patcher
+
+    def add(mod) -> None:
+        patcher.add([f"{C10D}.{n}" for n in (*COLLECTIVES, GROUP_END) if callable(getattr(mod, n, None))])
+
+    def add_ddp(mod) -> None:
+        if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
+            return
+        if getattr(session, "ddp", None) is None:
+            from .tracing.buffer import next_span_id
+
+            session.ddp = ddp.DdpJoin(next_span_id)
+        patcher.add([ddp.BACKWARD])
+
+    patcher.when_imported(C10D, add)
+    patcher.when_imported(ddp.DDP_MODULE, add_ddp)
+    session.on_finish(release_groups)
+
+
+SITECUSTOMIZE = '''\
+# stepscope: records this Python process as part of the run that started it (stepscope.record.processes)
+def _stepscope_start():
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from stepscope.record.processes import at_startup
+    except Exception:
+        return
+    at_startup(here)
+
+
+_stepscope_start()
+del _stepscope_start
+'''
+
+
+#: the store's folder (``<store>/path/``) of the folders that ``stepscope run`` puts on ``PYTHONPATH``
+PATH_DIR = "path"
+
+
+def path_folder(store_dir, follow: bool) -> str:
+    """The folder that ``stepscope run`` puts on ``PYTHONPATH`` for an interpreter that does not have this stepscope
+    installed: a link to this package (``stepscope``) and, with ``follow``, ``SITECUSTOMIZE``. Made once per package
+    path and content in the store (``<store>/path/<key>``, made whole by a rename) and kept: a followed process can
+    outlive the program (multiprocessing's resource tracker, a daemon) and import stepscope, or start a Python
+    process of its own, long after ``stepscope run`` has ended (a temporary folder removed at the program's end
+    broke their imports: issue 39)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    pkg = os.path.dirname(os.path.realpath(__file__))
+    text = SITECUSTOMIZE if follow else ""
+    key = hashlib.sha256(f"{pkg}\0{text}".encode()).hexdigest()[:16]
+    root = os.path.join(os.fspath(store_dir), PATH_DIR)
+    folder = os.path.join(root, key)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    new = tempfile.mkdtemp(prefix=".new-", dir=root)
+    try:
+        os.symlink(pkg, os.path.join(new, "stepscope"))
+        if follow:
+            with open(os.path.join(new, "sitecustomize.py"), "w") as f:
+                f.write(text)
+        os.rename(new, folder)
+    except OSError:
+        shutil.rmtree(new, ignore_errors=True)
+        if not os.path.isdir(folder):  # (else another run made it meanwhile)
+            raise
+    return folder
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """``[python, *options, PROGRAM...]`` -> ``(options, program)`` where ``program`` is ``[SCRIPT, *args]``,
+    ``["-m", MOD, *args]`` or ``["-c", CODE, *args]``; None when there is no program to run (an interactive
+    interpreter, a script read from stdin: ``-``) or the argv is malformed. Interpreter options are as
+    ``python --help`` lists them (``-W``/``-X`` take a value)."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-m", "-c"):
+            return (argv[1:i], argv[i:]) if i + 1 < len(argv) else None
+        if a in OPTS_WITH_VALUE:
+            i += 2
+            continue
+        if a.startswith("-") and a != "-":
+            if a[1:2] != "-" and len(a) > 2 and a[-1] in "mc" and set(a[1:-1]) <= set("bBdEhiIOqsSuvxR"):
+                return (argv[1:i] + [a[:-1]], ["-" + a[-1], *argv[i + 1:]]) if i + 1 < len(argv) else None
+            i += 1
+            continue
+        return None if a == "-" else (argv[1:i], argv[i:])
+    return None
+
+
+def facts(how: str) -> dict:
+    """This process's facts for its run (``Run.process``): ``ppid``, ``how`` it started (``exec``: a new interpreter;
+    ``fork``), ``host``, and the torch.distributed launcher's ``rank``, ``local_rank``, ``world_size``... (ints where
+    they are numbers) when the environment has them."""
+    import socket
+
+    out: dict = {"ppid": os.getppid(), "how": how, "host": socket.gethostname()}
+    for var, key in RANK_VARS.items():
+        v = os.environ.get(var)
+        if v is not None:
+            try:
+                out[key] = int(v)
+            except ValueError:
+                out[key] = v
+    return out
+
+
+def follow_env(run_id: str, settings: dict, server_only: bool = False) -> str:
+    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts (``server_only``: each
+    records nothing and starts a control server of its own, for ``stepscope capture`` of the whole job)."""
+    return json.dumps({"run": run_id, "settings": settings, **({"server_only": True} if server_only else {})})
+
+
+def _chain(own_dir: str) -> None:
+    """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), as ``site`` would have."""
+    import importlib.machinery
+    import importlib.util
+
+    own = os.path.realpath(own_dir)
+    path = [p for p in sys.path if os.path.realpath(p or ".") != own]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    except (ImportError, ValueError):
+        return
+    if spec is None or spec.loader is None:
+        return
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = mod
+    spec.loader.exec_module(mod)
+
+
+def _exec_launcher() -> None:
+    """With ``FOLLOW_VAR`` set (and no launch under way), replace this process by the launcher running the same
+    program (``sys.orig_argv``: same pid, descriptors and interpreter options) as a process of the run; returns only
+    when that is not to be done or cannot be (the program then runs as it would)."""
+    raw = os.environ.get(FOLLOW_VAR)
+    if raw and LAUNCH_VAR not in os.environ and not sys.flags.interactive:
+        form = split_command(list(getattr(sys, "orig_argv", []) or []))
+        if form is not None:
+            try:
+                cfg = json.loads(raw)
+                options, program = form
+                launch = {"settings": cfg["settings"], "parent_run": cfg["run"], "command": list(sys.orig_argv),
+                          "process": facts("exec")}
+                if cfg.get("server_only"):  # `stepscope run --server`: a control server here too, nothing recorded
+                    launch = {"settings": cfg["settings"], "command": list(sys.orig_argv), "server_only": True}
+                os.environ[LAUNCH_VAR] = json.dumps(launch)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.record.launch", *program])
+            except Exception:
+                os.environ.pop(LAUNCH_VAR, None)  # not followed: the program runs as it would
+
+
+def startup_hook() -> None:
+    """Run by ``HOOK_PTH`` (installed with stepscope into site-packages) at the start of every interpreter of the
+    environment that has ``FOLLOW_VAR`` set: replace this process by the launcher running the same program as a
+    process of the run (``_exec_launcher``). Like the fallback (``at_startup``, which needs ``PYTHONPATH``), it
+    leaves an interpreter started with ``-E`` or ``-I`` alone. Never raises."""
+    try:
+        if not (sys.flags.ignore_environment or sys.flags.isolated):
+            _exec_launcher()
+    except Exception:
+        pass
+
+
+def hook_installed() -> bool:
+    """Whether this interpreter runs ``HOOK_PTH`` at its start: the file is in one of its site-packages folders (the
+    user's one where enabled). ``stepscope run`` then follows the program's processes by ``FOLLOW_VAR`` alone."""
+    import site
+
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return any(os.path.isfile(os.path.join(d, HOOK_PTH)) for d in dirs)
+
+
+def at_startup(own_dir: str) -> None:
+    """Called by the ``sitecustomize.py`` in ``own_dir`` (the fallback folder on ``PYTHONPATH``, ``path_folder``) at
+    the interpreter's start: with ``FOLLOW_VAR`` set (and no launch under way), replace this process by the launcher
+    running the same program as a process of the run; otherwise (or when that cannot be done) run the program's own
+    ``sitecustomize`` and return."""
+    _exec_launcher()
+    _chain(own_dir)
+
+
+def follow_fork(parent) -> None:
+    """In a forked child of a recorded process (after ``parent.after_fork_in_child`` undid its recording): record
+    this process as a process run of the same job with ``parent``'s settings. Never raises."""
+    try:
+        from . import api
+        from ..core import clock
+        from ..core.model import Run
+        from .session import Session, new_run_id
+
+        top = parent.top_run
+        settings = parent.settings
+        run_id = new_run_id()
+        anchor = clock.Anchor.take()
+        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False)
+        session.top_run = top
+        from ..store.db import Store
+
+        st = Store(settings.store)
+        st.create_run(Run(id=run_id, command=list(parent.command), pid=os.getpid(), start_ns=anchor.mono_ns,
+                          anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
+                          parent_run=top, process=facts("fork")), anchor.wall_ns)
+        st.close()
+        session.on_forked_child = follow_fork
+        api.adopt(session.start())
+        trace_collectives(session)
+        from .endsignals import end_by_signal
+
+        end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)
+        _finish_multiprocessing(session)
+    except Exception:
+        pass
+
+
+def _finish_multiprocessing(session) -> None:
+    """A multiprocessing process leaves by ``os._exit`` (no ``atexit``): finish ``session`` at its exit finalizers
+    (registered once the process has run multiprocessing's after-fork hooks, which clear the finalizers)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is None:
+        return
+
+    def arm(s) -> None:
+        util.Finalize(s, s.finish, exitpriority=-(2 ** 30))
+
+    util.register_after_fork(session, arm)

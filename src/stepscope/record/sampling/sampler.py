@@ -1,0 +1,413 @@
+"""The sampling profiler: every thread's Python stack, on the spans' clock.
+
+Shape of the data (Sentry's sampled profile v1 and speedscope's shared frame table):
+
+- a frame table, one entry per distinct ``(code object, current line)``: ``(function, module, file, line)``
+  (looked up by ``(id(code), f_lasti)``, plain reads, so the line number is computed once per instruction);
+- a stack table, one entry per distinct stack: a tuple of frame indices, **root first**;
+- samples: ``(t_ns, thread_id, stack_index, wall_ns, cpu_ns)``: ``t_ns`` the ``perf_counter_ns`` reading when
+  the stack was read; ``wall_ns`` the wall time and ``cpu_ns`` the CPU time the sample stands for (-1: unknown).
+
+Two drivers fill the same tables (``lock`` serialises them):
+
+- ``sample()``: every thread's stack at once from another thread (``sys._current_frames``), called by the
+  recorder thread at the profiling rate. It runs only when it holds the GIL, so a thread running pure
+  Python is read at GIL switch points. Each sample is charged the interval since that thread's previous one
+  (capped at ``MAX_PERIODS`` periods: a longer gap is the recorder's own pause, a store write) and the CPU
+  time the thread used in it (its CPU clock, ``thread_cpu_ns``). A thread whose CPU clock has not moved has
+  not run: its previous stack is repeated without a walk, charged the whole time since;
+- ``sample_frame()``: one thread's stack from inside it, with the weights its caller computed: the main
+  thread's timer signal handlers (``stepscope.record.sampling.signals``) charge each wall-clock timer expiration
+  one period and each CPU-clock timer sample the CPU time since the previous one.
+
+No frame object outlives a call: only code objects are kept, as cache keys, so tensors held in locals are
+freed as usual. Stacks deeper than ``max_depth`` keep the ``max_depth`` frames nearest the leaf. Frames of
+stepscope's own launcher, probes, wrappers, import hook and signal handler are left out (``HIDDEN_FILES``).
+Pending samples are kept in ``array('q')`` columns: 40 bytes a sample.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+from array import array
+from time import perf_counter_ns
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers, import hook and
+#: signal handler (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
+HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"),
+                          os.path.join(_HERE, "endsignals.py"), os.path.join(_HERE, "processes.py"), runpy.__file__,
+                          "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
+                              "wrappers.py", "patch.py", "resolve.py", "globs.py", "importhook.py", "probes.py",
+                              "monitoring.py", "codeswap.py", "mechanism.py")}
+                         | {os.path.join(_HERE, "profiling", "signals.py"), os.path.join(_HERE, "profiling", "memory.py")})
+
+
+#: Threads of stepscope's own (recorder, clock markers): never sampled.
+OWN_THREADS: set[int] = set()
+
+#: A sample read from another thread is charged at most this many periods (see the module docstring).
+MAX_PERIODS = 3
+
+_LINUX = sys.platform.startswith("linux")
+
+
+def thread_cpu_ns(native_id: int) -> int:
+    """CPU time (ns) used so far by the thread with OS id ``native_id`` of this process; -1 when unknown.
+
+    Linux: the thread's ``CLOCK_THREAD_CPUTIME_ID``-style clock, ``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``
+    (include/linux/posix-timers.h), read with ``clock_gettime``; a thread that is gone gives -1, never an error.
+    """
+    if not _LINUX or not native_id:
+        return -1
+    try:
+        return time.clock_gettime_ns(((~native_id) << 3) | 6)
+    except OSError:
+        return -1
+
+
+class Sampler:
+    """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call.
+
+    ``period_ns``: the nominal sampling period (ns), charged to a thread's first sample and the unit of the cap.
+    """
+
+    def __init__(self, max_depth: int = 256, period_ns: int = 9_900_990) -> None:
+        self.max_depth = max_depth
+        self.period_ns = int(period_ns)
+        #: serialises the two drivers (recorder thread, main thread's signal handler) and ``drain``
+        self.lock = threading.Lock()
+        self._frame_index: dict[tuple, int] = {}  # (id(code), last instruction) -> frame index, -1 if hidden
+        self._alive: dict[int, object] = {}  # id(code) -> code: keeps the ids in _frame_index unique
+        self._line_index: dict[tuple, int] = {}  # (id(code), line) -> frame index
+        self._next_frame = 0
+        self._code_info: dict = {}
+        self._stack_index: dict[tuple, int] = {}
+        self._new_frames: list[tuple] = []  # (function, module, file, line)
+        self._new_stacks: list[tuple] = []  # root-first tuples of frame indices
+        self._cols = self._new_cols()  # t_ns, thread_id, stack, wall_ns, cpu_ns
+        #: thread id -> (t_ns, cpu_ns, stack index) of its previous sample (by ``sample``)
+        self._last: dict[int, tuple[int, int, int]] = {}
+        self._native: dict[int, int] = {}  # thread id -> OS thread id
+        self.sample_count = 0
+        self.truncated = 0
+        #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
+        self.last_threads: list[int] = []
+        #: the thread ids whose stacks the last ``sample()`` walked (they had run since their previous sample)
+        self.ran: list[int] = []
+        #: thread id -> CPU ns it may use and still count as not run (``hand_over``: a resting main thread, whose
+        #: own signal returns and wake-ups cost a little CPU); its previous CPU reading is kept until it is exceeded
+        self.slack: dict[int, int] = {}
+        #: the stack index of the last recorded sample (``_record``)
+        self.last_stack = -1
+        self._n_active = -1  # len(threading._active) at the last ``sample()``
+
+    @staticmethod
+    def _new_cols() -> tuple[array, ...]:
+        return array("q"), array("q"), array("q"), array("q"), array("q")
+
+    def restart(self, thread_id: int | None = None) -> None:
+        """Forget the previous sample of ``thread_id`` (None: of every thread): its next sample is charged one
+        period, not the time since (sampling was paused). Takes no lock (single dict operations): it is called
+        on the way out, maybe from a signal handler that interrupted a sample in this very thread."""
+        if thread_id is None:
+            self._last.clear()
+        else:
+            self._last.pop(thread_id, None)
+
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
+        """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
+        own; returns the number of threads sampled.
+
+        Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` periods, and the
+        CPU time the thread used in it. A thread whose CPU clock has not moved since its previous sample has not run,
+        so its stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it
+        was blocked there all along)."""
+        if not self.lock.acquire(timeout=1.0):
+            return 0
+        try:
+            frames = sys._current_frames()
+            t = perf_counter_ns()
+            me = threading.get_ident() if exclude_thread is None else exclude_thread
+            cap = MAX_PERIODS * self.period_ns
+            last = self._last
+            n = 0
+            ran = []
+            slack = self.slack
+            c = self._cols
+            for tid, f in frames.items():
+                if tid == me or tid in OWN_THREADS or tid in skip:
+                    continue
+                native = self._native.get(tid)
+                if native is None:
+                    th = threading._active.get(tid)
+                    native = self._native[tid] = getattr(th, "native_id", None) or 0
+                cpu = thread_cpu_ns(native)
+                prev = last.get(tid)
+                n += 1
+                if prev is not None and cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+                    last[tid] = (t, prev[1], prev[2])  # blocked since: the same stack
+                    c[0].append(t)
+                    c[1].append(tid)
+                    c[2].append(prev[2])
+                    c[3].append(t - prev[0])
+                    c[4].append(0)
+                    continue
+                ran.append(tid)
+                if prev is None:  # its CPU time so far stands for its last period (a thread started waiting: ~0)
+                    wall, used = self.period_ns, min(cpu, self.period_ns) if cpu >= 0 else -1
+                else:
+                    gap = t - prev[0]
+                    wall = min(gap, cap)
+                    used = min(cpu - prev[1], wall) if cpu >= 0 and prev[1] >= 0 else -1
+                    if gap > cap and 0 <= cpu - prev[1] < gap // 2:
+                        # it waited most of the gap (the recorder looked rarely while every thread waited), then ran:
+                        # the wait is charged at its previous stack, the run (at least its CPU time) at this one
+                        run = min(gap, max(cpu - prev[1], self.period_ns))
+                        c[0].append(t - run)
+                        c[1].append(tid)
+                        c[2].append(prev[2])
+                        c[3].append(gap - run)
+                        c[4].append(0)
+                        wall, used = run, cpu - prev[1]
+                last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
+            for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
+                del last[gone]                                        # for a new thread: its OS id is read anew)
+                self._native.pop(gone, None)
+            self.last_threads = list(frames)
+            self.ran = ran
+            self._n_active = len(threading._active)
+            del frames, f
+            self.sample_count += n
+            return n
+        finally:
+            self.lock.release()
+
+    def sample_blocked(self, skip: frozenset | set | tuple = frozenset()) -> bool:
+        """When no thread that ``sample()`` read before has run since (their CPU clocks, one system call each) and
+        no thread came or went: record each one's previous stack again, unwalked, charged the time since, and
+        return True. Otherwise record nothing and return False (``sample()`` is due). Lets the recorder look at
+        every period at little cost while the other threads wait (a progress bar's monitor, idle request
+        handlers), with every sample still at its own time."""
+        if len(threading._active) != self._n_active:
+            return False
+        native = self._native
+        last = self._last
+        now = []
+        slack = self.slack
+        for tid, prev in list(last.items()):
+            if tid in skip:
+                continue
+            cpu = thread_cpu_ns(native.get(tid, 0))
+            if cpu < 0 or (cpu != prev[1] and not 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+                return False
+            now.append((tid, prev))
+        if not self.lock.acquire(timeout=1.0):
+            return True
+        try:
+            t = perf_counter_ns()
+            c = self._cols
+            for tid, prev in now:
+                last[tid] = (t, prev[1], prev[2])
+                c[0].append(t)
+                c[1].append(tid)
+                c[2].append(prev[2])
+                c[3].append(t - prev[0])
+                c[4].append(0)
+            self.sample_count += len(now)
+        finally:
+            self.lock.release()
+        return True
+
+    def hand_over(self, thread_id: int, t_ns: int, cpu_ns: int, slack: int = 0) -> None:
+        """From now on ``sample()`` reads ``thread_id`` too (the main thread, resting: ``signals.MainThreadSampler.rest``):
+        its previous sample is the last one its own handler recorded (``last_stack``, at ``t_ns``, its CPU clock then
+        ``cpu_ns``), so the time from there is charged at that stack while it waits; ``slack``: CPU ns it may use
+        meanwhile and still count as waiting."""
+        with self.lock:
+            if self.last_stack >= 0:
+                self._last[thread_id] = (t_ns, cpu_ns, self.last_stack)
+            else:
+                self._last.pop(thread_id, None)
+            self._native.setdefault(thread_id, threading.main_thread().native_id
+                                    if thread_id == threading.main_thread().ident else 0)
+            self.slack[thread_id] = slack
+
+    def take_back(self, thread_id: int, frame=None, t_ns: int = 0, cpu_ns: int = -1) -> None:
+        """``sample()`` stops reading ``thread_id`` (its own handler samples it again). With ``frame`` (called from inside
+        that thread, at ``t_ns`` with its CPU clock at ``cpu_ns``): the time since its last sample is charged now,
+        the wait at the previous stack and the run (its CPU time since, at least) at ``frame``'s stack."""
+        if not self.lock.acquire(False):  # (a signal handler inside a sample of this thread: nothing to charge)
+            self.slack.pop(thread_id, None)
+            self._last.pop(thread_id, None)
+            return
+        try:
+            self.slack.pop(thread_id, None)
+            prev = self._last.pop(thread_id, None)
+            if frame is None or prev is None:
+                return
+            gap = t_ns - prev[0]
+            used = cpu_ns - prev[1] if cpu_ns >= 0 and prev[1] >= 0 else -1
+            if gap <= 0:
+                return
+            run = min(gap, max(used, 0)) if used >= 0 else min(gap, self.period_ns)
+            if gap - run > 0:
+                c = self._cols
+                c[0].append(t_ns - run)
+                c[1].append(thread_id)
+                c[2].append(prev[2])
+                c[3].append(gap - run)
+                c[4].append(0)
+            if run > 0:
+                self._record(frame, thread_id, t_ns, run, 0)
+        finally:
+            self.lock.release()
+
+    def sample_frame(self, frame, thread_id: int, t_ns: int, wall_ns: int, cpu_ns: int) -> bool:
+        """Record ``frame``'s stack (leaf first through ``f_back``) as a sample of ``thread_id`` read at
+        ``t_ns``, standing for ``wall_ns`` of wall time and ``cpu_ns`` of CPU time (the caller's accounting, see
+        ``profiling.signals``). Called from inside that thread; False (nothing recorded) when the tables are busy
+        (``sample``/``drain`` in the thread it interrupted)."""
+        if not self.lock.acquire(False):
+            return False
+        try:
+            self._record(frame, thread_id, t_ns, wall_ns, cpu_ns)
+            self.sample_count += 1
+            return True
+        finally:
+            self.lock.release()
+
+    def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
+        frame_index = self._frame_index
+        leaf_first = []
+        depth = 0
+        max_depth = self.max_depth
+        while f is not None and depth < max_depth:
+            # id(code): a code object's own hash is computed anew on every call (~0.5 us for a large one);
+            # _add_frame keeps the code alive, so its id is not reused. f_lasti is a plain read, f_lineno computed
+            key = (id(f.f_code), f.f_lasti)
+            idx = frame_index.get(key)
+            if idx is None:
+                idx = self._add_frame(key, f)
+            if idx >= 0:
+                leaf_first.append(idx)
+                depth += 1
+            f = f.f_back
+        if f is not None:
+            self.truncated += 1
+        key = tuple(leaf_first)
+        sidx = self._stack_index.get(key)
+        if sidx is None:
+            sidx = len(self._stack_index)
+            self._stack_index[key] = sidx
+            self._new_stacks.append(key[::-1])
+        c = self._cols
+        c[0].append(t)
+        c[1].append(tid)
+        c[2].append(sidx)
+        c[3].append(wall)
+        c[4].append(cpu)
+        self.last_stack = sidx
+        return sidx
+
+    def _add_frame(self, key: tuple, f) -> int:
+        code = f.f_code
+        cid = key[0]
+        self._alive[cid] = code
+        info = self._code_info.get(cid)  # by id: hashing a large code object (a module's) costs microseconds
+        if info is None:
+            if code.co_filename in HIDDEN_FILES:
+                info = None
+                self._code_info[cid] = False
+            else:
+                module = f.f_globals.get("__name__", "") if f.f_globals is not None else ""
+                function = getattr(code, "co_qualname", code.co_name)
+                info = self._code_info[cid] = (function, module if isinstance(module, str) else "", code.co_filename)
+        if not info:
+            self._frame_index[key] = -1
+            return -1
+        line = f.f_lineno
+        # several instructions share a line: one frame per (code, line)
+        idx = self._line_index.get((cid, line))
+        if idx is None:
+            idx = self._next_frame
+            self._next_frame += 1
+            self._line_index[(cid, line)] = idx
+            self._new_frames.append((info[0], info[1], info[2], line or 0))
+        self._frame_index[key] = idx
+        return idx
+
+    def drain(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain; samples as
+        ``(t_ns, thread_id, stack, wall_ns, cpu_ns)`` tuples.
+
+        Frame and stack indices continue across drains (the tables are append-only). When the lock cannot be had
+        within a second, the tables are taken without it: that is a signal handler (the program's SIGTERM, say)
+        running inside a sample of this same thread, whose half-written row is then dropped (columns are zipped
+        to the shortest), instead of a deadlock.
+        """
+        locked = self.lock.acquire(timeout=1.0)
+        try:
+            frames, self._new_frames = self._new_frames, []
+            stacks, self._new_stacks = self._new_stacks, []
+            cols, self._cols = self._cols, self._new_cols()
+        finally:
+            if locked:
+                self.lock.release()
+        return frames, stacks, list(zip(*cols))
+
+
+#: signals that end or interrupt a program: a thread of stepscope's blocks them, so that the kernel hands one sent to
+#: the process to a thread of the program's (the main thread, as without stepscope): one taken by a thread of ours
+#: would leave a main thread blocked in a C call (``sem_wait``, ``lock.acquire``) waiting forever for its handler
+STOP_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                         if hasattr(signal, n))
+
+
+def start_thread(th) -> None:
+    """Start stepscope's thread ``th`` (a ``threading.Thread``) with ``STOP_SIGNALS`` blocked from its first
+    instruction: the calling thread blocks them around ``start`` (a new thread inherits its creator's mask), so no
+    such signal can land in the new thread before it blocks them itself (``keep_signals_off_this_thread``); one
+    sent meanwhile waits, pending, for the calling thread."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        th.start()
+        return
+    try:
+        th.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def keep_signals_off_this_thread() -> None:
+    """Block ``STOP_SIGNALS`` in the calling thread (one of stepscope's); never raises."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def start_ticker(name: str, every_s: float, tick) -> tuple[threading.Event, threading.Thread]:
+    """A daemon thread of stepscope's (``OWN_THREADS``, stop signals blocked: ``start_thread``) named ``name`` that
+    calls ``tick()`` every ``every_s`` seconds until the returned event is set or ``tick`` raises; returns the event
+    and the thread (for a bounded ``join``)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        keep_signals_off_this_thread()
+        OWN_THREADS.add(threading.get_ident())
+        while not stop.wait(every_s):
+            try:
+                tick()
+            except Exception:
+                return
+
+    th = threading.Thread(target=loop, name=name, daemon=True)
+    start_thread(th)
+    return stop, th

@@ -1,0 +1,621 @@
+"""A recording session: patches the traced names, runs the recorder thread, writes the store.
+
+The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sleep compensates drift;
+101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
+``flush_interval_s`` (or as soon as ``FLUSH_SPANS`` spans wait), writes finished spans, new frames/stacks and
+samples to the store. Memory stays
+bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
+A write that fails (a full disk) ends the recording there, never the program: the run is marked
+``incomplete`` with the reason, and nothing is printed into the program's output.
+
+Stdlib only: this module runs inside the profiled program.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from ..core import clock
+from ..core.model import Run
+from .memory import history as _memory
+from .sampling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
+from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
+from .envinfo import environment
+from ..core.steprules import LOOP_TRACES
+from .settings import Settings
+from ..store import spanblock
+from ..store.db import MEMORY_SNAPSHOT, Store, write_error_text
+from .tracing import buffer, native, probes, workfacts
+from .tracing.patch import Patcher
+from .dynamo_hooks import dynamo_loaded
+from .forks import call_soon_in_main, forks, os_thread_count
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxx`` (local time, 4 random hex digits)."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()
+
+
+#: The recorder writes as soon as this many finished spans wait, not only once a flush interval: a program that
+#: ends a million spans a second then never holds them all (~250 bytes each as tuples), and the end of its run
+#: writes at most a block or a few (``store.spanblock``).
+FLUSH_SPANS = 131_072
+
+#: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
+#: looks at 10 Hz; a shorter wait (a worker's sleep inside a step) keeps the full rate
+QUIET_NS = 1_000_000_000
+
+
+class Session:
+    """One run being recorded in this process. Use ``start()`` once, ``finish()`` once.
+
+    ``cut_open`` (a capture window of ``control.server``): the traced calls still running when the session
+    finishes are stored as spans ending there, marked ``attrs["stepscope.cut"]`` (``cut_spans``); without it
+    they leave no span (a program's run ends when its calls have)."""
+
+    def __init__(self, settings: Settings, run_id: str | None = None, command: list[str] | None = None,
+                 owns_run: bool = True, cut_open: bool = False) -> None:
+        self.settings = settings
+        self.run_id = run_id or new_run_id()
+        self.command = command if command is not None else list(sys.argv)
+        self.owns_run = owns_run  # False when `stepscope run` created the run row
+        #: the job's top run (this run, or the run whose program started this process: ``processes``);
+        #: ``on_forked_child(session)``: called in a forked child once the recording was undone there (None: the
+        #: child stays unrecorded; ``processes.follow_fork`` records it as a process run of the job)
+        self.top_run = self.run_id
+        self.on_forked_child = None
+        #: DDP's gradient all-reduce spans (``tracing.ddp.DdpJoin``), set once the program imports DDP
+        self.ddp = None
+        self.preset = None  # the app preset (``apps``) of ``settings.app``
+        self.patcher = Patcher(mirror=settings.device_trace, track_open=cut_open, step_names=settings.step_functions,
+                               labels=settings.labels)
+        self._cut: list[tuple] = []  # the spans cut at the session's end, for the last flush
+        hz = settings.profiles_hz
+        self.sampler = Sampler(settings.max_stack_depth, int(1e9 / hz) if hz > 0 else 10_000_000)
+        #: the main thread sampled by timer signal (``profiling.signals``); other threads by the recorder
+        self.main_sampler = MainThreadSampler(self.sampler)
+        #: the memory lane (``profiling.memory``), None with ``memory=False``
+        self.memory: _memory.MemoryLane | None = None
+        self.history: _memory.History | None = None
+        self._open_written = False  # provisional rows of open spans were written (``_open_chain``)
+        self.store: Store | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
+        self._wake.acquire()
+        self._lock = threading.RLock()
+        self._frames_written = 0
+        self._stacks_written = 0
+        self._threads_seen: dict[int, str] = {}
+        self._pending_threads: dict[int, tuple] = {}
+        self._thread_objs: dict[int, threading.Thread] = {}
+        self._pending_os: list[tuple] = []
+        self._root_token = None
+        self._root_span: tuple | None = None
+        self._pid = os.getpid()
+        self._fork_frame = None  # (before_fork: the frame that called os.fork)
+        self._alone_at_fork = False
+        self._gen = 0  # the recorder thread's generation: a thread of an older one ends (parked for a fork)
+        self.finished = False
+        self._finishers: list = []
+        self.unresolved: dict[str, str] = {}
+        self.status = "ok"
+        self.exit_code: int | None = 0
+        self.error: str | None = None
+        self.oom: dict | None = None  # the out-of-memory error the program ended by (``note_oom``)
+        self._dying = False  # finishing from a fatal signal's handler: the open spans stay open
+        #: ``endsignals.StopWatch``: stop signals passed on to a main thread blocked in C (set by ``end_by_signal``)
+        self.stop_watch = None
+        self._finishing: int | None = None  # the thread in ``finish`` (a signal handler on it completes the write)
+        self._completed = False  # ``_complete`` ran (the final write is done once)
+        self._written = False  # ``_complete`` ended
+        self._die_by = 0  # a stop signal that came during ``_complete``: it ends by killing the process with it
+        self.store_error: str | None = None  # the first failed write (e.g. "store full at PATH"); none after it
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Session":
+        self.anchor = clock.Anchor.take()
+        self.store = Store(self.settings.store)
+        run = Run(id=self.run_id, command=self.command, cwd=os.getcwd(), host=socket.gethostname(),
+                  pid=os.getpid(), start_ns=self.anchor.mono_ns, anchor_mono_ns=self.anchor.mono_ns,
+                  anchor_wall_ns=self.anchor.wall_ns, env=environment(), settings=self.settings.to_dict())
+        if self.owns_run:
+            self.store.create_run(run, self.anchor.wall_ns)
+        else:
+            self.store.update_run(self.run_id, pid=run.pid, start_ns=run.start_ns, anchor_mono_ns=run.anchor_mono_ns,
+                                  anchor_wall_ns=run.anchor_wall_ns, env=run.env, host=run.host, cwd=run.cwd)
+        buffer.take()  # spans from an earlier session in this process are not ours
+        workfacts.reset()
+        if self.settings.memory:
+            self.memory = _memory.MemoryLane()
+            self.main_sampler.memory = self.memory
+            probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+        if self.settings.memory_history:
+            self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
+            self.patcher.when_imported("torch", self.history.start)
+        self.preset = None
+        if self.settings.app:
+            from . import apps
+
+            try:
+                self.preset = apps.get(self.settings.app)
+            except ValueError:
+                self.preset = None
+            else:
+                self.patcher.use_preset(self.preset)
+                self.patcher.add(self.preset.traces)
+        self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
+        if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
+                                         or self.preset is not None):
+            self.patcher.add(LOOP_TRACES, quiet=True)  # the sampler loops' steps (``steps.rules``)
+        self.patcher.when_imported("torch._dynamo", dynamo_loaded(self.patcher))
+        if self.settings.transaction:
+            self._open_root(self.settings.transaction)
+        if self.settings.profiles_hz > 0 and self.settings.sampler != "thread":
+            self.main_sampler.start(self.sampler.period_ns)
+        elif self.settings.sampler == "thread":
+            self.main_sampler.note = "--sampler thread"
+        self.recorder_error: str | None = None
+        self._start_recorder()
+        atexit.register(self._atexit)
+        forks.watch(self)
+        return self
+
+    def _start_recorder(self) -> None:
+        th = threading.Thread(target=self._loop, args=(self._gen,), name="stepscope-recorder", daemon=True)
+        th._stepscope_gen = self._gen
+        self._thread = th
+        start_thread(th)
+
+    def on_finish(self, fn) -> None:
+        """Call ``fn()`` when the session finishes, before the final write (e.g. stop a device capture)."""
+        self._finishers.append(fn)
+
+    def _open_root(self, name: str) -> None:
+        sid = buffer.next_span_id()
+        self._root_span = (sid, name, clock.now_ns(), threading.get_ident())
+        self._root_token = buffer.current_span.set(buffer.open_record(sid, name, self._root_span[2]))
+
+    def _close_root(self) -> None:
+        if self._root_span is None:
+            return
+        sid, name, start, tid = self._root_span
+        err = None if self.status == "ok" else (self.error or self.status)
+        buffer.finished.append((sid, None, name, "transaction", start, clock.now_ns(), tid, err, None))
+        self._root_span = None
+        if self._root_token is not None:
+            try:
+                buffer.current_span.reset(self._root_token)
+            except ValueError:
+                pass
+            self._root_token = None
+
+    def set_outcome(self, status: str, exit_code: int | None = None, error: str | None = None) -> None:
+        """Record how the program ended (written by ``finish``)."""
+        self.status, self.exit_code, self.error = status, exit_code, error
+
+    def finish(self) -> None:
+        """Stop sampling, close the root transaction, undo patches, write everything. Idempotent. Does nothing in
+        a forked child (the run is the parent's)."""
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+        self.main_sampler.stop()
+        if self.memory is not None and probes.span_memory is not None and probes.span_memory.rss is self.memory.rss:
+            probes.span_memory = None
+        self._stop.set()
+        try:
+            self._wake.release()
+        except RuntimeError:
+            pass
+        self._finishing = threading.get_ident()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._complete()
+
+    def _complete(self) -> None:
+        """The rest of ``finish`` once the recorder stopped (or a signal cut the wait short): the final write, once."""
+        with self._lock:
+            if self._completed:
+                return
+            self._completed = True
+        self._close_root()
+        for fn in self._finishers:
+            try:
+                fn()
+            except Exception as e:  # recorded, never raised into the program's exit
+                print(f"stepscope: {getattr(fn, '__qualname__', fn)} failed: {e}", file=sys.stderr)
+        self.unresolved = self.patcher.unresolved
+        if self.preset is not None:  # the preset's names this app version lacks: one line
+            from .apps import missing_line
+
+            self.unresolved, line = missing_line(self.preset, self.unresolved)
+            if line:
+                self.unresolved[f"--app {self.preset.name}"] = line
+        from .tracing.probes import compiled_notes
+
+        for name, outer in compiled_notes().items():  # ran as part of a torch.compile graph
+            where = ", ".join(o for o in outer if o) or "the span around the compiled call"
+            self.unresolved[name] = f"inside a compiled region: timed as part of {where}"
+        mechanism = getattr(self.patcher._mechanism, "name", None)  # (None when nothing was traced)
+        code = self.patcher.code_locations()
+        overrides = self.patcher.overrides
+        self.patcher.remove()
+        if self.patcher.live is not None:  # no call is traced from here on: those still open end now
+            self._cut = self.cut_spans(clock.now_ns())
+        self._flush()
+        end = clock.now_ns()
+        status, error = self.status, self.error
+        if self.store_error is not None:  # the program ran on; its recording stops at the failure
+            status, error = "incomplete", self.store_error
+        try:
+            env = environment()
+            env["sampler"] = self.sampler_info()
+            env["tracing"] = mechanism  # monitoring (3.12+) or code (3.11): how the spans were recorded
+            env["code"] = code  # span name -> [file, line] of the traced function
+            if overrides:  # a traced method -> every override traced with it (which ran: the first screen's note)
+                env["overrides"] = overrides
+            # the C recorder (tracing.native) or the pure-Python one; a capture window's calls all go through Python
+            env["recorder"] = native.RECORDER if self.patcher.live is None else "python"
+            if native.load_error:  # a .so that could not load: the one line, here only
+                env["recorder_note"] = native.load_error
+            mem = self.memory_info()
+            if mem:
+                env["memory"] = mem
+            self.store.update_run(self.run_id, status=status, exit_code=self.exit_code, error=error,
+                                  end_ns=end, env=env, unresolved=self.unresolved)
+        except Exception as e:  # `stepscope run` tells the user; never into the program's exit
+            self.store_error = self.store_error or write_error_text(e, self.store.path)
+        try:
+            self.store.close()
+        except Exception:
+            pass
+        if self.memory is not None:
+            self.memory.close()
+        try:
+            atexit.unregister(self._atexit)
+        except Exception:
+            pass
+        self._written = True
+        if self._die_by:  # a stop signal came during this write: the process dies by it now, as it would have
+            signal.signal(self._die_by, signal.SIG_DFL)
+            os.kill(os.getpid(), self._die_by)
+
+    def memory_info(self) -> dict:
+        """The run's memory facts for ``env["memory"]``: ``peak_rss`` (the kernel's high-water mark, bytes),
+        CUDA's ``cuda_peak``/``cuda_allocated``/``cuda_reserved`` (bytes, once CUDA was initialised),
+        ``samples`` (memory samples taken), ``cuda_peaks`` (the per-span peak mode), the OOM record
+        (``oom``: set by ``note_oom``) and ``--memory-history``'s ``history`` (snapshot file) or ``history_note``."""
+        out: dict = {}
+        if self.memory is not None:
+            now = _memory.read_now()
+            if "rss_peak" in now:
+                out["peak_rss"] = now["rss_peak"]
+            for k in ("cuda_peak", "cuda_allocated", "cuda_reserved"):
+                if k in now:
+                    out[k] = now[k]
+            out["samples"] = self.memory.count
+            out["cuda_peaks"] = self.settings.cuda_peaks
+        if getattr(self, "oom", None):
+            out["oom"] = self.oom
+        if self.history is not None:
+            if self.history.written:
+                out["history"] = os.path.basename(self.history.written)
+            if self.history.summary:
+                out["history_summary"] = self.history.summary
+            if self.history.note:
+                out["history_note"] = self.history.note
+        return out
+
+    def note_oom(self, exc: BaseException) -> None:
+        """The program is ending by an out-of-memory error (``profiling.memory.is_oom``): keep memory now and,
+        with ``--memory-history``, write the allocator snapshot. Called by ``launch`` before ``finish``."""
+        t = type(exc)
+        now = _memory.read_now()
+        self.oom = {"error": (t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"),
+                    "message": str(exc).splitlines()[0][:500] if str(exc) else "", "t_ns": clock.now_ns(), **now}
+        if self.history is not None:
+            self.history.snapshot("oom")
+            self.history.stop()
+
+    def sampler_info(self) -> dict:
+        """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why
+        not (or no longer) by timer signal, or None}`` (other threads: always the sampler thread)."""
+        ms = self.main_sampler
+        if ms.signum is None:
+            return {"main": "thread", "note": ms.note}
+        info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+        if self.recorder_error:
+            info["recorder_error"] = self.recorder_error
+        if ms.pauses:
+            info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
+        if ms.rests:
+            info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
+        return info
+
+    def _atexit(self) -> None:
+        if os.getpid() == self._pid:
+            self.finish()
+
+    def flush_on_signal(self, status: str, exit_code: int, error: str | None = None, signum: int = 0) -> bool:
+        """Best-effort final write from a signal handler (the process is about to die). Returns whether the caller
+        dies now; False when the signal came in the middle of this thread's final write (``_complete``): that write
+        ends first, then kills the process by ``signum``."""
+        if os.getpid() != self._pid:  # a forked child: the run is the parent's
+            return True
+        if self.finished and self._finishing == threading.get_ident() and self._completed:
+            self._die_by = signum or self._die_by  # (the write under way was cut by this handler: it ends first)
+            if not self._written:
+                self.set_outcome(status, exit_code, error or status)
+                return False
+            return True
+        self.set_outcome(status, exit_code, error or status)
+        self._dying = True
+        self.main_sampler.current = buffer.current_span.get()  # this handler runs in the main thread
+        if self.finished and self._finishing == threading.get_ident():
+            # the signal came while this thread was finishing (the program's exit: atexit), before the final
+            # write: write now, the process dies after this handler
+            self._complete()
+            return True
+        self.finish()
+        return True
+
+    # -- recorder thread -------------------------------------------------------------------------
+    def _loop(self, gen: int) -> None:
+        me = threading.get_ident()
+        keep_signals_off_this_thread()
+        try:
+            self._record_loop(gen)
+        except Exception as e:  # a bug of stepscope's: never printed into the program, and spans still flushed
+            self.recorder_error = f"{type(e).__name__}: {e}"  # other threads go unsampled from here on
+            while not self.finished and os.getpid() == self._pid and self._gen == gen:
+                self._stop.wait(self.settings.flush_interval_s)
+                try:
+                    self._flush()
+                except Exception:
+                    return
+        finally:
+            OWN_THREADS.discard(me)
+
+    # -- fork ------------------------------------------------------------------------------------------
+    def before_fork(self, frame=None) -> None:
+        """``os.fork()`` is about to run in this process: park the recorder thread (it ends, joined), so that a
+        program with one thread forks with one thread (Python 3.12+ warns when a multi-threaded process
+        forks) and no lock of stepscope's is held by a thread the child will not have. Whatever it had not
+        written stays in the buffers for the next recorder (``after_fork_in_parent``)."""
+        th = self._thread
+        self._fork_frame = None
+        if self.finished or th is None or th is threading.current_thread() or os.getpid() != self._pid:
+            return
+        self._fork_frame = frame  # the frame that called os.fork (it goes on once the fork is done)
+        self._gen += 1  # the running recorder ends at its next look
+        self._stop.set()
+        try:
+            self._wake.release()  # (a recorder paused while the program profiles itself waits on it)
+        except RuntimeError:
+            pass
+        th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
+        gone_by = time.monotonic() + 0.5  # join returns as the thread's state is freed: its OS thread may still be
+        while th.native_id and os.path.exists(f"/proc/self/task/{th.native_id}") and time.monotonic() < gone_by:
+            time.sleep(0.0002)  # ending, and 3.12 counts /proc's threads for its fork warning
+        self._alone_at_fork = sys.version_info >= (3, 13) and os_thread_count() == 1
+
+    def after_fork_in_parent(self) -> None:
+        """The fork is done (this is the parent): start the recorder again. Python 3.13+ counts the threads for
+        its fork warning after these hooks: where the program forked with one thread, the recorder starts when
+        the interpreter next runs pending calls in the main thread (right after ``os.fork`` returns: the
+        forking thread is the main thread, the only one)."""
+        if self.finished or os.getpid() != self._pid:
+            return
+        if getattr(self, "_alone_at_fork", False) and call_soon_in_main(self._restart_recorder, self._fork_frame):
+            self._fork_frame = None
+            return
+        self._fork_frame = None
+        self._restart_recorder()
+
+    def _restart_recorder(self) -> None:
+        if self.finished or os.getpid() != self._pid or (self._thread is not None and self._thread.is_alive()
+                                                          and self._gen == getattr(self._thread, "_stepscope_gen", -1)):
+            return
+        self._wake.acquire()
+        if self.finished:  # finished meanwhile (another thread): its release is kept
+            self._wake.release()
+            return
+        self._stop.clear()
+        self._start_recorder()
+
+    def after_fork_in_child(self) -> None:
+        """This is a forked child: the run is the parent's. Leave the child as the child of an unprofiled program:
+        tracing undone (what it calls is not recorded), the sampling signals back to their default action, no
+        timer, no memory reading, nothing written (``finish`` and ``flush_on_signal`` do nothing here), and
+        fresh locks (one held at the fork by a thread that the child does not have would block forever)."""
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._wake = threading.Lock()
+        self.finished = True
+        self.main_sampler.forked()
+        if probes.span_memory is not None and self.memory is not None and probes.span_memory.rss is self.memory.rss:
+            probes.span_memory = None
+        self._root_token = None
+        try:
+            self.patcher.forked()
+        except Exception:
+            pass
+        buffer.clear()
+
+    def _record_loop(self, gen: int) -> None:
+        hz = self.settings.profiles_hz
+        period = 1e9 / hz if hz > 0 else None
+        flush_every = int(self.settings.flush_interval_s * 1e9)
+        pending = buffer.pending
+        me = threading.get_ident()
+        OWN_THREADS.add(me)
+        main = threading.main_thread().ident
+        main_sampler = self.main_sampler
+        now = clock.now_ns
+        last_flush = now()
+        next_t = now()
+        stop = self._stop
+        idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
+        last_full = 0  # when other threads' stacks were last read
+        # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a
+        # server between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is
+        # charged the wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
+        quiet = 0
+        # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
+        # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
+        mem = self.memory
+        mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
+        while not self.finished and self._gen == gen:
+            t = now()
+            if self.stop_watch is not None:
+                self.stop_watch.check(main)
+            if main_sampler.paused:
+                main_sampler.check()
+            if main_sampler.paused and main_sampler.resumable:
+                # 3.12+: the program runs its own profiler, which sees every thread's calls: sample nothing,
+                # wake once a flush interval in one C call (a raw lock), and write what is pending
+                if t - last_flush >= flush_every:
+                    self._flush()
+                    last_flush = t
+                if self._wake.acquire(timeout=self.settings.flush_interval_s):
+                    self._wake.release()
+                    if self._gen != gen:  # parked for a fork while paused: give the lock back first
+                        return
+                continue
+            # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
+            by_signal = main_sampler.active and not main_sampler.resting
+            others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
+            if period is not None and t >= next_t:
+                # the main thread sampled by signal and every other thread blocked since it was read (a progress
+                # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
+                # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
+                if others and (not by_signal or t - last_full >= idle_poll
+                               or not self.sampler.sample_blocked((main,) if by_signal else ())):
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if by_signal else ())
+                    self._track_os_threads(self.sampler.last_threads, t)
+                    last_full = t
+                    quiet = 0 if self.sampler.ran else quiet + 1
+                    if main_sampler.resting and main in self.sampler.ran:  # the main thread runs again
+                        main_sampler.wake()
+                elif others:
+                    quiet += 1
+                next_t += period if others and quiet * period < QUIET_NS else max(period, idle_poll)
+                if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
+                    next_t = t + period
+            if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
+                mem.sample(t)
+            if t - last_flush >= flush_every or pending() >= FLUSH_SPANS:
+                main_sampler.check()
+                if by_signal:
+                    self._track_os_threads([main], t)
+                self._flush()
+                last_flush = t
+            # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
+            # delay the flush: a crash loses at most one flush interval)
+            wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
+            if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
+                wake = min(wake, mem.last_t + mem_period)
+            stop.wait(max(0.0, (wake - now()) / 1e9))
+
+    def _open_chain(self) -> list[tuple]:
+        """The main thread's open spans at its last wall tick (innermost first), as span tuples ending now with
+        ``attrs["stepscope.open"]`` = True: written provisionally at each flush (a span's real row replaces
+        its provisional one when it ends), so that a run killed outright (the kernel's OOM killer) still tells
+        the span and step it died in. Needs the timer-signal sampler (it reads the main thread's span)."""
+        rec = self.main_sampler.current
+        out = []
+        now = clock.now_ns()
+        main = threading.main_thread().ident
+        seen = 0
+        while rec is not None and rec.__class__ is list and seen < 256:
+            seen += 1
+            sid = rec[0]
+            if sid is not None and rec[5] is not None and rec[1]:  # (a C-function wrapper's record has no start)
+                probe = rec[3]
+                op = "transaction" if self._root_span is not None and sid == self._root_span[0] else (
+                    probe.op if probe is not None else "function")
+                attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+                attrs["stepscope.open"] = True
+                out.append((sid, rec[2], rec[5], op, rec[1], now, main, None, attrs))
+            rec = rec[7]
+        if native.ext is not None and self.main_sampler.current is not None:  # the C recorder's open calls, read now
+            for sid, parent, name, op, start in reversed(native.ext.open_spans(main)):
+                out.append((sid, parent, name, op, start, now, main, None, {"stepscope.open": True}))
+        return out
+
+    def cut_spans(self, end_ns: int) -> list[tuple]:
+        """The traced calls open now (``Patcher.live``: every thread's, suspended coroutines' too) as span
+        tuples ending at ``end_ns``, marked ``attrs["stepscope.cut"]`` = True, outermost first."""
+        live = dict(self.patcher.live or {})  # (one C-level copy: other threads go on entering and leaving)
+        out = []
+        for sid, (rec, tid) in live.items():
+            if sid is None or rec[5] is None or not rec[1]:
+                continue
+            probe = rec[3]
+            attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+            attrs["stepscope.cut"] = True
+            out.append((sid, rec[2], rec[5], probe.op if probe is not None else "function", rec[1],
+                        max(end_ns, rec[1]), tid, None, attrs))
+        out.sort(key=lambda s: (s[4], s[0]))
+        return out
+
+    def _track_os_threads(self, idents: list[int], t_ns: int) -> None:
+        """Python reuses a thread ident once its thread exits: note each (ident, OS thread id, since) so
+        that spans can be joined with the OS-thread-keyed device trace by time."""
+        active = threading._active
+        for ident in idents:
+            th = active.get(ident)
+            if th is not None and self._thread_objs.get(ident) is not th:
+                self._thread_objs[ident] = th
+                self._pending_os.append((ident, th.native_id, t_ns))
+                self._pending_threads[ident] = (th.name, th.native_id)
+
+    def _flush(self) -> None:
+        with self._lock:
+            frames, stacks, samples = self.sampler.drain()
+            threads, self._pending_threads = self._pending_threads, {}
+            os_threads, self._pending_os = self._pending_os, []
+            for th in threading.enumerate():
+                if th.ident is not None and self._threads_seen.get(th.ident) != th.name:
+                    threads[th.ident] = (th.name, th.native_id)
+            self._threads_seen.update({k: v[0] for k, v in threads.items()})
+            open_spans = self._open_chain() if not self.finished or self._dying else []
+            # the C recorder's calls straight into span blocks (no tuple a call), unless something below reads them
+            blocks = (buffer.take_native_blocks(spanblock.dumps_header, spanblock.BLOCK_SPANS)
+                      if self.ddp is None and not self._cut else [])
+            spans = buffer.take()
+            if self._cut:  # (a call that ended meanwhile keeps its own span)
+                ended = {s[0] for s in spans}
+                spans.extend(s for s in self._cut if s[0] not in ended)
+                self._cut = []
+            if self.ddp is not None:  # DDP's gradient all-reduce of the backward spans here (tracing/ddp.py)
+                try:
+                    spans.extend(self.ddp.spans_for(spans))
+                except Exception:  # never into the program
+                    pass
+            memory = self.memory.drain() if self.memory is not None else []
+            if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
+                return
+            try:
+                self.store.append(self.run_id, spans=spans, blocks=blocks, frames=frames,
+                                  frame_base=self._frames_written, stacks=stacks, stack_base=self._stacks_written,
+                                  samples=samples, threads=threads,
+                                  os_threads=os_threads, memory=memory, open_spans=open_spans,
+                                  drop_open=self.finished and not self._dying and self._open_written,
+                                  one_statement=not self.finished)  # (beside the running program: no GIL convoy)
+                self._open_written = self._open_written or bool(open_spans)
+            except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
+                self.store_error = write_error_text(e, self.store.path)
+                return
+            self._frames_written += len(frames)
+            self._stacks_written += len(stacks)
