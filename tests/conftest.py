@@ -15,7 +15,7 @@ sys.path.insert(0, str(TARGETS))
 
 @pytest.fixture
 def patcher():
-    from stepscope.record.tracing import buffer
+    from stepscope.record.spans import buffer
     from stepscope.record.tracing.patch import Patcher
 
     buffer.take()
@@ -27,7 +27,7 @@ def patcher():
 
 def spans_now():
     """Finished spans as dicts, oldest first."""
-    from stepscope.record.tracing import buffer
+    from stepscope.record.spans import buffer
 
     return [dict(zip(buffer.SPAN_FIELDS, s)) for s in buffer.take()]
 

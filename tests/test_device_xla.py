@@ -158,7 +158,8 @@ def test_step_marker_guard_with_a_stand_in_torch_xla(monkeypatch, tmp_path):
     import sys
     import types
 
-    from stepscope.record.tracing import buffer, mirror
+    from stepscope.record.spans import buffer
+    from stepscope.record.tracing import mirror
     from stepscope.record.tracing.patch import Patcher
 
     log, scopes = [], []

@@ -272,7 +272,7 @@ def test_facts_are_read_without_importing_torch_and_see_compile():
     torch = pytest.importorskip("torch")
 
     from stepscope.record.envinfo import environment
-    from stepscope.record.tracing.workfacts import module_facts
+    from stepscope.record.steps.workfacts import module_facts
 
     lin = torch.nn.Linear(2, 2).to(torch.bfloat16)
     f = module_facts(torch.compile(lin, backend="eager"))  # wrapped, not compiled until called

@@ -173,7 +173,8 @@ def test_finished_calls_drain_into_span_blocks_in_order(tmp_path, monkeypatch):
     """The recorder thread's flush drains the C recorder's calls straight into span blocks
     (``buffer.take_native_blocks``): at most ``max_spans`` each, oldest first, the same spans (ids, parents, names,
     ops, thread, exception type) as the tuples ``take`` gives, readable by ``store.spanblock``."""
-    from stepscope.record.tracing import buffer, native
+    from stepscope.record.spans import buffer
+    from stepscope.record.tracing import native
 
     if native.ext is None:
         pytest.skip("the C recorder is not loaded in this interpreter")

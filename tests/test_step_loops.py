@@ -15,7 +15,7 @@ from test_transparency import INTERPRETERS, NATIVE
 from stepscope.serve.ingest.steps import steps_from_names
 from stepscope.record.steps.loops import loop_of_def
 from stepscope.core.steprules import STEP_ATTR, is_call_name, kind_of_name
-from stepscope.record.tracing.labels import Label, compile_label, parse_labels
+from stepscope.record.spans.labels import Label, compile_label, parse_labels
 
 SRC = Path(__file__).parent.parent / "src"
 LOOPS = Path(__file__).parent / "programs" / "loops"

@@ -161,7 +161,7 @@ def test_threads_have_their_own_nesting(traced):
 
 def test_manual_spans_and_trace_decorator():
     import stepscope
-    from stepscope.record.tracing import buffer
+    from stepscope.record.spans import buffer
 
     buffer.take()
 
@@ -185,7 +185,7 @@ def test_patching_and_unpatching_while_other_threads_call():
     exceptions throughout, and nothing stays patched."""
     from sstargets import funcs
 
-    from stepscope.record.tracing import buffer
+    from stepscope.record.spans import buffer
     from stepscope.record.tracing.patch import Patcher
 
     original_add, original_boom = funcs.add, funcs.boom

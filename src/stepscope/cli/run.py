@@ -19,7 +19,7 @@ from ..program.run import CommandError, Outcome, die_like, run_program
 from ..record.settings import DEFAULT_HZ, Settings
 from .tracefile import read_trace_file
 from ..record.tracing import precheck
-from ..record.tracing.labels import parse_labels
+from ..record.spans.labels import parse_labels
 from ..record.tracing.resolve import normalize_targets
 from ..record.tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json

@@ -26,7 +26,7 @@ except ModuleNotFoundError:  # Python < 3.11
 from ..record import apps
 from ..core import limits
 from ..core.jsondepth import TOO_DEEP
-from ..record.tracing.labels import parse_labels
+from ..record.spans.labels import parse_labels
 from ..record.tracing.resolve import normalize_targets
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 from ..core import clock
 from .session import Session
 from .settings import DEFAULT_HZ, Settings
-from .tracing import buffer
+from .spans import buffer
 from .tracing.resolve import normalize_targets
 from .tracing.wrappers import wrap
 

@@ -43,7 +43,8 @@ def skip_own_code(skip) -> None:
     ``torch._dynamo.eval_frame.skip_code``). ``probes.compiled`` stays visible: Dynamo calls it through
     ``assume_constant_result`` while it traces a traced function's compile-time branch."""
     from .sampling import sampler as _sampler, signals as _signals
-    from .tracing import buffer as _buffer, probes as _probes
+    from .spans import buffer as _buffer
+    from .tracing import probes as _probes
 
     keep = {_probes.compiled.__code__, _probes.note_compiled.__code__}
     mods = [_probes, _buffer, _sampler, _signals, _memory]

@@ -10,7 +10,7 @@ import platform
 import sys
 from typing import Any
 
-from .tracing import workfacts
+from .steps import workfacts
 
 #: libraries whose version can change a pipeline's speed (read from sys.modules only)
 LIBRARIES = ("diffusers", "transformers", "accelerate", "xformers", "numpy", "safetensors", "triton", "peft")

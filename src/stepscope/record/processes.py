@@ -69,7 +69,7 @@ def trace_collectives(session) -> None:
         if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
             return
         if getattr(session, "ddp", None) is None:
-            from .tracing.buffer import next_span_id
+            from .spans.buffer import next_span_id
 
             session.ddp = ddp.DdpJoin(next_span_id)
         patcher.add([ddp.BACKWARD])

@@ -31,7 +31,9 @@ from ..core.steprules import LOOP_TRACES
 from .settings import Settings
 from ..store import spanblock
 from ..store.db import MEMORY_SNAPSHOT, Store, write_error_text
-from .tracing import buffer, native, probes, workfacts
+from .spans import buffer
+from .tracing import native, probes
+from .steps import workfacts
 from .tracing.patch import Patcher
 from .dynamo_hooks import dynamo_loaded
 from .forks import call_soon_in_main, forks, os_thread_count

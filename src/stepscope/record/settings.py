@@ -79,7 +79,7 @@ class Settings:
 
             object.__setattr__(self, "app", apps.get(self.app).name)  # (ValueError: one line naming --app)
         if self.labels:
-            from .tracing.labels import parse_labels
+            from .spans.labels import parse_labels
 
             object.__setattr__(self, "labels", parse_labels(dict(self.labels), "labels"))
 

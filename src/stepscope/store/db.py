@@ -186,7 +186,7 @@ class Store:
                one_statement: bool = False, blocks: Iterable[tuple[bytes, int, int]] = ()) -> None:
         """Append recorded data in one transaction.
 
-        ``spans``: tuples as in ``stepscope.record.tracing.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
+        ``spans``: tuples as in ``stepscope.record.spans.buffer.SPAN_FIELDS``; ``frames``/``stacks``: new table
         entries whose indices start at ``frame_base``/``stack_base``; ``samples``: ``(t_ns, thread_id, stack,
         wall_ns, cpu_ns)`` (``wall_ns``/``cpu_ns`` may be left off or None: unknown; ``cpu_ns`` < 0 is stored NULL);
         ``threads``: thread id -> (name, OS thread id); ``os_threads``: ``(thread id, OS thread id, since_ns)``

@@ -67,7 +67,7 @@ def _ints(spans: list[tuple], k: int, none: int | None) -> array:
 
 def encode(spans: list[tuple], dumps: Callable[[object], str] = _dumps) -> bytes:
     """One block from span tuples ``(span_id, parent_id, name, op, start_ns, end_ns, thread_id, error_type,
-    attrs)`` (``stepscope.record.tracing.buffer.SPAN_FIELDS``; ``attrs`` a dict or None, ``op`` None reads
+    attrs)`` (``stepscope.record.spans.buffer.SPAN_FIELDS``; ``attrs`` a dict or None, ``op`` None reads
     "function", ``parent_id`` None is stored NO_PARENT, ``thread_id`` None reads 0). Raises OverflowError for an
     integer outside int64 and TypeError for a span id or time that is not an integer. ``dumps`` writes the
     header's JSON (any function giving JSON text, e.g. orjson's; it must write what it cannot serialise as text)."""

@@ -137,10 +137,10 @@ class DeviceCapture:
 
     def _probe(self) -> None:
         """Measure this device's matmul peak (FLOP/s) into ``probe_path`` (``device_probe.json``): ``peak_flops``
-        (float32) and ``peaks`` per dtype (``flops.probe_peaks``: float16 and bfloat16 too on a GPU)."""
+        (float32) and ``peaks`` per dtype (``peaks.probe_peaks``: float16 and bfloat16 too on a GPU)."""
         import json
 
-        from ...device.flops import probe_peaks
+        from .peaks import probe_peaks
 
         torch = self._torch
         dev = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"

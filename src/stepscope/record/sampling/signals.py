@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from ..tracing.buffer import current_span as _current_span
+from ..spans.buffer import current_span as _current_span
 from .sampler import Sampler
 from . import timer
 from .timer import ThreadTimer

@@ -30,7 +30,8 @@ from contextvars import ContextVar
 from threading import get_ident
 from time import perf_counter_ns
 
-from ..tracing import buffer, workfacts
+from ..spans import buffer
+from . import workfacts
 from ...core.steprules import DENOISER_MODULES as _DENOISER_MODULES
 from ...core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, STEP_SUFFIX, loop_rule
 

@@ -23,7 +23,8 @@ import sys
 from threading import get_ident
 from time import perf_counter_ns
 
-from . import buffer, native
+from ..spans import buffer
+from . import native
 from .probes import Probe, forget_frame
 
 _getframe = sys._getframe

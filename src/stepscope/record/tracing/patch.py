@@ -48,7 +48,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import collectives, labels, mirror, probes, syncs
+from . import collectives, mirror, probes, syncs
+from ..spans import labels
 from ..steps import hooks as steps
 from .globs import (LiveGlob, LiveOverrides, Seen, class_members, glob_members, is_note, members_note, note_foreign, nothing_matched, overrides_note, subclasses)  # noqa: F401 (is_note: re-exported)
 from .importhook import ImportHook

@@ -30,10 +30,11 @@ import threading
 from threading import get_ident
 from time import perf_counter_ns
 
-from . import buffer, native
+from ..spans import buffer
+from . import native
 from ..steps.hooks import LoopScope, StepScoped, open_step_of
 from ...core.steprules import NESTED_ATTR, STEP_ATTR
-from .labels import NAME_KEY
+from ..spans.labels import NAME_KEY
 
 _cv = buffer.current_span
 _get = _cv.get

@@ -22,7 +22,7 @@ from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Callable, Protocol
 
-from . import buffer
+from ..spans import buffer
 
 _SET = buffer.current_span.set
 _RESET = buffer.current_span.reset

@@ -20,7 +20,7 @@ import itertools
 from collections import deque
 from contextvars import ContextVar
 
-from . import native
+from ..tracing import native
 
 _ext = native.ext
 
