@@ -111,7 +111,7 @@ def path_folder(store_dir, follow: bool) -> str:
     import shutil
     import tempfile
 
-    pkg = os.path.dirname(os.path.realpath(__file__))
+    pkg = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the stepscope package
     text = SITECUSTOMIZE if follow else ""
     key = hashlib.sha256(f"{pkg}\0{text}".encode()).hexdigest()[:16]
     root = os.path.join(os.fspath(store_dir), PATH_DIR)

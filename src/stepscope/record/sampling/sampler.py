@@ -45,7 +45,7 @@ HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, 
                           "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
                               "wrappers.py", "patch.py", "resolve.py", "globs.py", "importhook.py", "probes.py",
                               "monitoring.py", "codeswap.py", "mechanism.py")}
-                         | {os.path.join(_HERE, "profiling", "signals.py"), os.path.join(_HERE, "profiling", "memory.py")})
+                         | {os.path.join(_HERE, "sampling", "signals.py"), os.path.join(_HERE, "memory", "history.py")})
 
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.

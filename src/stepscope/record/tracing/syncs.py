@@ -17,7 +17,7 @@ import sys
 SYNC_TARGETS = ["torch.Tensor.item", "torch.Tensor.tolist", "torch.Tensor.nonzero", "torch.nonzero",
                 "torch.Tensor.cpu", "torch.Tensor.numpy", "torch.Tensor.__bool__"]
 
-_SKIP = (os.sep + "torch" + os.sep, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SKIP = (os.sep + "torch" + os.sep, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class SyncSite:

@@ -226,7 +226,7 @@ class Writer:
                 [sys.executable, "-m", "stepscope.serve.ingest.writer_process", str(self.path), str(to_child_r), str(from_child_w),
                  str(self.max_batch)], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                    str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))})
+                    str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH")]))})
         except BaseException:
             for fd in (to_child_w, from_child_r):
                 os.close(fd)
