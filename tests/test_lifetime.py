@@ -225,6 +225,7 @@ def test_json_file_leaves_stdout_to_the_program(store, tmp_path):
 
 NOBODY = 65534
 SERVER_PROG = "import stepscope\nstepscope.start_server()\nprint('program goes on')\n"
+HOOK_PROG = "from stepscope.record.processes import startup_hook\nstartup_hook()\nprint('program goes on')\n"
 
 
 def as_user(uid: int, env: dict, code: str, server_env: bool = False) -> subprocess.CompletedProcess:
@@ -261,7 +262,8 @@ def test_runtime_folder_of_another_user_never_hurts_the_program(runtime_env, ser
     tmp, env = runtime_env
     folder = tmp / f"stepscope-{NOBODY}"
     folder.mkdir(mode=0o700)  # today's folder, made first by another user (root here)
-    code = "import stepscope\nprint('program goes on')\n" if server_env else SERVER_PROG
+    # STEPSCOPE_SERVER=1: the start-up hook's call (stepscope-follow.pth is not in /usr/bin/python3's site-packages)
+    code = HOOK_PROG if server_env else SERVER_PROG
     r = as_user(NOBODY, env, code, server_env)
     assert (r.returncode, r.stdout) == (0, "program goes on\n")
     assert r.stderr == (f"stepscope: control server not started: {folder} belongs to uid 0, not to you "

@@ -11,10 +11,10 @@ Public API (Sentry SDK shaped)::
     @stepscope.trace
     def f(): ...
 
-Importing stepscope imports neither torch nor diffusers.
+Importing stepscope only defines names: it imports neither torch nor diffusers, loads the recording side on first
+use of the API, and starts nothing (no thread, no server). ``STEPSCOPE_SERVER=1`` starts the control server at the
+interpreter's start-up instead (``stepscope.record.processes.startup_hook``, run by ``stepscope-follow.pth``).
 """
-
-import os as _os
 
 __version__ = "0.1.0"
 __all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "start_server", "__version__"]
@@ -47,6 +47,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | _API)
 
-
-if _os.environ.get("STEPSCOPE_SERVER") == "1":
-    start_server()

@@ -29,6 +29,10 @@ run's clock as recorded; each process still takes its own wall-clock anchor (``c
 
 The program sees one environment variable of stepscope's, ``FOLLOW_VAR`` (its own children need it to be followed in
 turn), and, in the fallback only, the ``PYTHONPATH`` entry. Stdlib only: runs inside any interpreter.
+
+The same start-up hook serves ``SERVER_VAR``: an interpreter started with ``STEPSCOPE_SERVER=1`` starts the control
+server (``control.start_server``) before its program runs, so that ``stepscope capture --pid`` can attach to a program
+that never imports stepscope (importing ``stepscope`` itself starts nothing).
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ import sys
 FOLLOW_VAR = "STEPSCOPE_FOLLOW"
 #: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
 LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+#: the environment variable that starts the control server in an interpreter at its start (value ``1``)
+SERVER_VAR = "STEPSCOPE_SERVER"
 #: the start-up hook installed with stepscope into site-packages (setup.py; its source: src/stepscope-follow.pth):
-#: with ``FOLLOW_VAR`` set it calls ``startup_hook``, else it costs one ``in os.environ`` test
+#: with ``FOLLOW_VAR`` or ``SERVER_VAR`` set it calls ``startup_hook``, else it costs two ``in os.environ`` tests
 HOOK_PTH = "stepscope-follow.pth"
 #: interpreter options that take a value (python --help)
 OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
@@ -219,14 +225,26 @@ def _exec_launcher() -> None:
                 os.environ.pop(LAUNCH_VAR, None)  # not followed: the program runs as it would
 
 
+def _server_from_env() -> None:
+    """With ``SERVER_VAR`` set to ``1``: start this process's control server (``stepscope.start_server()``: once;
+    when it cannot start, one line on stderr and the program goes on)."""
+    if os.environ.get(SERVER_VAR) == "1":
+        from .control import start_server
+
+        start_server()
+
+
 def startup_hook() -> None:
     """Run by ``HOOK_PTH`` (installed with stepscope into site-packages) at the start of every interpreter of the
-    environment that has ``FOLLOW_VAR`` set: replace this process by the launcher running the same program as a
-    process of the run (``_exec_launcher``). Like the fallback (``at_startup``, which needs ``PYTHONPATH``), it
-    leaves an interpreter started with ``-E`` or ``-I`` alone. Never raises."""
+    environment that has ``FOLLOW_VAR`` or ``SERVER_VAR`` set: with ``FOLLOW_VAR``, replace this process by the
+    launcher running the same program as a process of the run (``_exec_launcher``; the new interpreter runs this hook
+    again); with ``SERVER_VAR=1``, start the control server (``_server_from_env``). Like the fallback
+    (``at_startup``, which needs ``PYTHONPATH``), it leaves an interpreter started with ``-E`` or ``-I`` alone.
+    Never raises."""
     try:
         if not (sys.flags.ignore_environment or sys.flags.isolated):
             _exec_launcher()
+            _server_from_env()
     except Exception:
         pass
 
@@ -245,9 +263,13 @@ def hook_installed() -> bool:
 def at_startup(own_dir: str) -> None:
     """Called by the ``sitecustomize.py`` in ``own_dir`` (the fallback folder on ``PYTHONPATH``, ``path_folder``) at
     the interpreter's start: with ``FOLLOW_VAR`` set (and no launch under way), replace this process by the launcher
-    running the same program as a process of the run; otherwise (or when that cannot be done) run the program's own
-    ``sitecustomize`` and return."""
+    running the same program as a process of the run; otherwise (or when that cannot be done) start the control
+    server when ``SERVER_VAR`` asks (as ``startup_hook``), run the program's own ``sitecustomize`` and return."""
     _exec_launcher()
+    try:
+        _server_from_env()
+    except Exception:
+        pass
     _chain(own_dir)
 
 
