@@ -45,7 +45,7 @@ def test_span_peak_within_ten_percent_of_what_it_allocates(store, n_mib):
 
 
 def test_a_span_too_short_for_a_sample_says_so():
-    from stepscope.analysis.memory import Lane
+    from stepscope.analysis.memlane import Lane
     from stepscope.core.model import MemoryTrack
 
     lane = Lane(MemoryTrack([0, 10_000_000, 20_000_000], [100, 200, 150], [None] * 3, [None] * 3), hz=100)
@@ -63,7 +63,7 @@ def test_vectorised_windows_read_what_the_scalar_window_reads():
     ones, ones before the first or after the last sample, ones holding only unread samples."""
     import numpy as np
 
-    from stepscope.analysis.memory import Lane
+    from stepscope.analysis.memlane import Lane
     from stepscope.core.model import MemoryTrack
 
     rng = np.random.default_rng(7)
@@ -252,8 +252,9 @@ def _repeats_note_per_window(data, repeats):
     import numpy as np
 
     from stepscope.analysis import memory as m
+    from stepscope.analysis.memlane import Lane
 
-    lane = m.Lane(data.memory, data.profile.hz)
+    lane = Lane(data.memory, data.profile.hz)
     kind = "cuda" if lane.has_cuda else "rss"
     what = "CUDA allocated memory" if kind == "cuda" else "RSS"
     slow = [r for r in repeats if r.group == "slow"]
@@ -498,7 +499,8 @@ def _consistent(w, where):
 def test_memory_read_outside_a_span_is_never_its_own():
     """Entry and exit never exceed the peak, on every path: a window, per name, stages, the largest stage, the step
     table, the report's view; a sample taken after a span ended (inside the next one) is not its exit."""
-    from stepscope.analysis.memory import Lane, summarize_memory
+    from stepscope.analysis.memlane import Lane
+    from stepscope.analysis.memory import summarize_memory
     from stepscope.analysis.summary import summarize
     from stepscope.output.html.view import build_view
 

@@ -61,7 +61,7 @@ class StepRow:
     ratio: float = 1.0
     slow_cells: list[str] = field(default_factory=list)
     warmup: bool = False
-    #: the window's memory (``analysis.memory.WindowMemory``), filled by ``analysis.memory.attach_steps``
+    #: the window's memory (``analysis.memlane.WindowMemory``), filled by ``analysis.memory.attach_steps``
     memory: object = None
 
 

@@ -8,7 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ...analysis.memory import MemorySummary, WindowMemory
+from ...analysis.memlane import WindowMemory
+from ...analysis.memory import MemorySummary
 from ...core.units import fmt_bytes, fmt_ns
 from .cells import left_short, name_room, num_col, short_name
 
