@@ -4,7 +4,7 @@ each export from the store to its bytes (the file written to the temporary folde
 
 - ``chrome``: ``store.reader.load_run`` + ``export.write_chrome_trace`` (what ``export --format chrome`` does);
 - ``otlp file``: ``store.reader.load_parts`` + ``export.otlp_json.write_otlp_json`` (``export --format otlp -o``);
-- ``otlp protobuf``: ``load_parts`` + ``export.otlp.requests``, each ``ExportTraceServiceRequest`` serialized
+- ``otlp protobuf``: ``load_parts`` + ``export.otlp_encode.requests``, each ``ExportTraceServiceRequest`` serialized
   (``--endpoint`` and ``run --export otlp`` without the network);
 - ``sentry envelopes``: ``load_parts`` + ``export.sentry_out.envelopes`` (``--format sentry`` without the network).
 

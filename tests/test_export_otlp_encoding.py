@@ -1,7 +1,7 @@
 """The OTLP export's encoding, on real runs: tests/programs/otlp_job.py (two processes, an exception) and
 tests/programs/otlp_many.py (20,021 spans on two threads, spans with attributes of every kind, errors).
 
-The protobuf requests (`export.otlp.requests`, built from the span columns) are checked against the messages
+The protobuf requests (`export.otlp_encode.requests`, built from the span columns) are checked against the messages
 OpenTelemetry's SDK encoder makes of the same spans (`sdk_requests` below: SDK ReadableSpans + `encode_spans`, the
 way the export was first built); the OTLP/JSON file (`export --format otlp -o`, written from the columns) is parsed
 with the official protos into the same messages; `--endpoint` delivers them through the SDK exporter's client."""

@@ -61,7 +61,7 @@ def test_view_of_another_version_shows_one_line_not_a_broken_page(page, sd_repor
 
 
 def test_report_script_is_its_parts_joined():
-    """report.js is the parts of report/static joined in one scope (no build tool); each part stays short."""
+    """report.js is the parts of output/html/static joined in one scope (no build tool); each part stays short."""
     from stepscope.output.html.html import SCRIPT_PARTS, report_script, static_text
 
     text = static_text("report.js")

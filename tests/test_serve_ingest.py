@@ -166,7 +166,7 @@ def _tx_with(eid: str, **where) -> bytes:
 
 def test_deeply_nested_items_get_400_naming_the_field_and_store_nothing(client):
     """What is kept of an item as it came (a span's data and tags, fields of the run's env) may nest 16 levels
-    (nesting.KEPT_DEPTH): deeper ones were stored, and a 1,000-level one was acknowledged and then failed to become a run
+    (jsondepth.KEPT_DEPTH): deeper ones were stored, and a 1,000-level one was acknowledged and then failed to become a run
     (json.dumps' RecursionError in the writer); a 1,000-level thread name was a 413 (str()'s RecursionError)."""
     import sys
 

@@ -51,7 +51,7 @@ def idle_mask(t, thread, weight, cpu, stack, stack_funcs, functions) -> np.ndarr
     - A sample that carries both times (the sampler thread's: the CPU time its thread used in the sample's wall
       interval): idle when that CPU time is under ``IDLE_CPU_SHARE`` of the interval, or its leaf frame is a wait
       (``IDLE_LEAVES``: waiting now, whatever ran earlier in the interval ran in another stack).
-    - The main thread sampled by timer signals (``profiling.signals``) has two kinds of samples: wall ticks (wall
+    - The main thread sampled by timer signals (``record.sampling.signals``) has two kinds of samples: wall ticks (wall
       time, no CPU time) and CPU ticks (CPU time, no wall time: a tick comes after each CPU period the thread
       ran). A wall tick is idle when no CPU tick of its thread falls within one CPU period of it (the thread did
       not run around it; within 2 ms for a sample charged several periods: a C call's CPU tick comes in the same

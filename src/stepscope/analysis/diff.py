@@ -18,8 +18,8 @@
    cuda:0 float16 -> cpu float32: a denoising step is 6.10x slower (CI 5.80x-6.40x)"; without one, the
    function that took most of the change. Otherwise "no significant difference".
 
-Which runs to compare: ``analysis.runpick``. Pure: returns data (``Diff``); ``render/diff.py`` and
-``report/compare.py`` draw it. Times in ns.
+Which runs to compare: ``analysis.runpick``. Pure: returns data (``Diff``); ``output/terminal/diff.py`` and
+``output/html/compare.py`` draw it. Times in ns.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A against run B). Side A is the baseline (run A; the fast repeats), side B the o
 slow repeats), so a node's ``delta_ns`` (B - A) is the extra time. ``diff_tree`` merges two ``CallNode`` trees as
 they are (children by function); ``flame_diff`` merges them by function name first (``by_name``: the same
 function under the same caller once, whatever its file), as ``diff`` compares two runs whose functions are
-numbered apart. ``render/difftree.py`` draws it in the terminal, ``report/difftree.py`` colours it on the pages.
+numbered apart. ``output/terminal/difftree.py`` draws it in the terminal, ``output/html/difftree.py`` colours it on the pages.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Environment facts of two runs, and the ones that differ, ranked by how often each kind explains a slowdown.
 
-The runs' ``env`` (recorded by ``envinfo.environment`` and ``tracing.workfacts`` during ``stepscope run``; Sentry
+The runs' ``env`` (recorded by ``envinfo.environment`` and ``record.steps.workfacts`` during ``stepscope run``; Sentry
 contexts for ingested runs) and command lines, flattened to facts and ranked by how often each kind explains a
 slowdown in Stable Diffusion reports: torch build and device (a CPU-only build, the CUDA version), where the
 denoiser's weights live (device, dtype, offload), attention processor and SDPA backends, torch.compile, math

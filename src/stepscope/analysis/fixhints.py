@@ -1,6 +1,6 @@
 """Which ``stepscope try`` fixes apply to what a run recorded, with the command line that measures them.
 
-Read from the run (no torch): the pipeline and denoiser facts ``tracing.workfacts`` noted (``env["work"]``:
+Read from the run (no torch): the pipeline and denoiser facts ``record.steps.workfacts`` noted (``env["work"]``:
 attention processor classes, each component's device, dtype and offload hook), the sync sites it traced (spans
 of op ``sync``: ``stepscope run --syncs`` or ``--device-trace``) and Dynamo's counters (``env["compile"]``).
 

@@ -8,7 +8,7 @@ step); the i-th outermost call on each rank is step i. Per step and rank (numpy,
 - ``wall``: the call's duration; ``collective``: the time in the collective spans in it (op ``collective``:
   torch.distributed's calls, ``tracing.collectives.COLLECTIVES``, and DDP's gradient all-reduce, ``tracing.ddp``);
   ``busy``: the sampled time its thread ran in it (the wall time of its samples that are not idle,
-  ``profiling.calltree.idle_mask``: on CPU, not blocked), at most ``wall - collective`` (a rank in a collective waits
+  ``analysis.calltree.idle_mask``: on CPU, not blocked), at most ``wall - collective`` (a rank in a collective waits
   for the others, even when its backend spins on the CPU meanwhile); ``waited``: ``wall - busy`` (blocked in a
   collective, I/O, a lock).
 - The step's *straggler* is the rank with the most busy time; its lead is that minus the median busy time of the

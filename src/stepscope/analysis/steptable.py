@@ -102,7 +102,7 @@ class StepTable:
 
 
 def is_pipeline_call(name: str) -> bool:
-    """A call that numbers its steps from 0: a pipeline call, a sampler call (``steps.rules.is_call_name``)."""
+    """A call that numbers its steps from 0: a pipeline call, a sampler call (``core.steprules.is_call_name``)."""
     return is_call_name(name)
 
 

@@ -67,7 +67,7 @@ class Summary:
     counted, as ``stepscope runs`` counts them). ``top_self``/``top_total`` cover the traced work
     (start-up and shutdown apart, see ``phases``) when the run could be split. ``capture``: the capture's
     settings (``pid``, ``span``, ``steps``, ``duration_s``, ``method``) for a window of ``stepscope capture``,
-    else None; ``app``: the program's script or module and arguments (``control.procs.app_label``);
+    else None; ``app``: the program's script or module and arguments (``core.procs.app_label``);
     ``cut_spans``: spans still running when a capture window ended, stored cut at its end
     (``attrs["stepscope.cut"]``; counted in ``span_count`` and the span statistics)."""
 

@@ -59,7 +59,7 @@ class Spec:
     baseline: int = 0
     command: list[str] = field(default_factory=list)
     #: ``stepscope run`` options (``--trace``, ``--step``, ``--app``, ``--label``) to record each run of a command with:
-    #: its steps (``steps.rules``) are timed per run; empty: the command's wall time only
+    #: its steps (``core.steprules``) are timed per run; empty: the command's wall time only
     record: list[str] = field(default_factory=list)
 
     def label(self, i: int) -> str:

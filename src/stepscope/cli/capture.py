@@ -125,7 +125,7 @@ def _under(found: int, given: int | None) -> str:
 
 
 def capture_job(job: list[dict], request: dict, on_recording=None, timeout: float | None = None) -> dict:
-    """Capture the servers of ``job`` (``control.client.locate_job``: the top program first) at once, each window a
+    """Capture the servers of ``job`` (``program.client.locate_job``: the top program first) at once, each window a
     run in its program; then the others' runs become process runs of the top one's (``runs.parent_run``, with each
     process's facts: its rank...), so that the window reads as one run of the job (``store.jobjoin``). Returns the
     top's final reply. Raises CaptureError (the first met) after joining what was captured."""

@@ -7,7 +7,7 @@ TOML (``traces.toml``)::
     steps = ["mypkg.loop.denoise_one"]   # optional: each call of these is one denoising step (traced too)
     app = "comfyui"              # optional: an app preset (``apps``)
 
-    [labels]                     # optional: span names from the arguments (``tracing.labels``)
+    [labels]                     # optional: span names from the arguments (``record.spans.labels``)
     "execution.execute" = "{dynprompt.original_prompt[current_item]['class_type']} #{current_item}"
 
 Plain text (any other suffix): one qualified name per line; ``#`` starts a comment.

@@ -142,7 +142,7 @@ class Run:
 
 @dataclass(slots=True)
 class MemoryTrack:
-    """The memory lane of a run (``profiling.memory``): parallel lists in time order. ``t_ns``: clock readings;
+    """The memory lane of a run (``record.memory.history``): parallel lists in time order. ``t_ns``: clock readings;
     ``rss``: the process's resident set; ``cuda_allocated``/``cuda_reserved``: the CUDA caching allocator's
     bytes of the current device. Bytes; None where not read (CUDA before it was initialised, or no CUDA)."""
 

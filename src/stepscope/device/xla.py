@@ -21,7 +21,7 @@ What is read from it (the ``TraceMe`` names of torch_xla's runtime, 2.x):
 *Steps*: for a stepscope run, the denoising steps (spans with ``diffusion.step``), each ending with the
 first step marker after its last span; for a bare trace, the intervals that end with each ``StepMarker``
 on the host thread that has the most of them. *Spans*: the run's spans (rebased onto the trace through
-the ``stepscope.clock_sync`` markers, ``device.xla_capture``); in a bare trace, the ``xp.Trace`` labels
+the ``stepscope.clock_sync`` markers, ``record.device.xla_capture``); in a bare trace, the ``xp.Trace`` labels
 (host ranges outside torch_xla's own, which are told apart by name and by not lying inside one of
 torch_xla's).
 

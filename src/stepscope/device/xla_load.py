@@ -173,7 +173,7 @@ def _load_xla(path: str | os.PathLike, require_xla: bool) -> XlaTrace:
 
 def _text(v, f: Path, k: int) -> str:
     """A name that is not a string as text; TraceError naming event ``k`` of ``f`` for a list/object nested past
-    ``nesting.KEPT_DEPTH`` (``str`` would recurse into it)."""
+    ``jsondepth.KEPT_DEPTH`` (``str`` would recurse into it)."""
     if not within(v):
         raise TraceError(f"{f}: traceEvents[{k}]: a name nested more than {KEPT_DEPTH} levels deep")
     return str(v)

@@ -1,5 +1,5 @@
 """A run joined with its XLA trace: the run's spans rebased onto the trace clock through stepscope's clock
-markers (``device.xla_capture``), its sync sites and torch_xla metrics readings, then ``device.xla.analyze``."""
+markers (``record.device.xla_capture``), its sync sites and torch_xla metrics readings, then ``device.xla.analyze``."""
 
 from __future__ import annotations
 

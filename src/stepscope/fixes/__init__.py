@@ -6,7 +6,8 @@ The names and what each fix does (stdlib only: the CLI and ``suggest`` read this
 - ``fixes.child``: the child process (``python -m stepscope.fixes.child SCRIPT ARGS``): the program runs as
   written; at its first diffusers pipeline call the fixes are applied, the call is warmed up and re-called
   on the parent's command, timed per denoising step and per call;
-- ``fixes.runner``: the parent: one process per configuration, interleaved repeats, the best combination;
+- ``fixes.parent``: the parent: one process per configuration, interleaved repeats, the best combination;
+- ``fixes.schedulers``: the ``sync-free-scheduler`` fix (a scheduler's step without host syncs);
 - ``fixes.verdict``: the statistics and the recommendation (``bench.stats``), the outputs compared.
 """
 

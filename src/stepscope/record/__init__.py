@@ -4,15 +4,20 @@ lazily, inside functions, once the program has them).
 - ``api``, ``settings``: the public API and the one settings object a recording is made from;
 - ``session``: a recording (spans, samples, memory lane, the recorder thread, writing the store);
 - ``launch``: ``python -m stepscope.record.launch``, the entry point ``stepscope run`` starts the program with;
-- ``processes``, ``forks``, ``endsignals``: children followed, forks, and the end of a run by signal;
-- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C recorder;
-- ``steps/``: denoising steps as spans (scopes, markers, sampler loops);
-- ``sampling/``: the stack sampler (timer thread or signal);
+- ``processes``, ``forks``, ``endsignals``: children followed (and the start-up hook's ``STEPSCOPE_SERVER``), forks,
+  and the end of a run by signal;
+- ``envinfo``, ``dynamo_hooks``: the run's environment facts; torch.compile kept off stepscope's own frames;
+- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C
+  recorder's Python side, collectives, sync sites, mirroring into the device profiler;
+- ``spans/``: the span buffer, the current span, span names from arguments;
+- ``steps/``: denoising steps as spans (scopes, markers, sampler loops) and the pipeline's work facts;
+- ``sampling/``: the stack sampler (timer signals for the main thread, a thread for the rest);
 - ``memory/``: the memory lane and CUDA memory history;
-- ``device/``: the device trace (torch.profiler / Kineto, PyTorch/XLA) and compile report, captured in the program;
+- ``device/``: the device trace (torch.profiler / Kineto, PyTorch/XLA), the compile report and the peak probe,
+  captured in the program;
 - ``control``: the control server ``stepscope capture --pid`` talks to;
 - ``apps/``: presets for apps (ComfyUI, InvokeAI, diffusers).
 
 A test (tests/test_layout.py) checks that nothing here imports, at module level, anything outside the standard
-library, ``stepscope.record``, ``stepscope.core`` and the store's writing side.
+library, ``stepscope.record``, ``stepscope.core``'s stdlib modules and the store's writing side.
 """

@@ -1,6 +1,6 @@
 """The facts of the environment a run was recorded in (``environment``): Python, platform, torch's build and flags,
 library versions, speed-relevant environment variables, the machine's load, the main thread's scheduling, and the
-pipeline facts of ``tracing.workfacts``; read into the run's ``env`` for ``diff`` (``analysis.envfacts``). Stdlib
+pipeline facts of ``steps.workfacts``; read into the run's ``env`` for ``diff`` (``analysis.envfacts``). Stdlib
 only; reads ``sys.modules`` only (imports nothing, never initialises CUDA)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def environment() -> dict[str, Any]:
     """Python/platform facts; torch's (build, CUDA, device, thread pools, math and SDPA flags, compile
     counters) when the program imported torch; versions of ``LIBRARIES`` it imported; ``ENV_VARS`` that are
     set; ``loadavg``: the machine's 1-minute load average; ``sched``: the main thread's ``[ns on a CPU, ns
-    waiting for one]`` (Linux); ``work``: the pipeline/denoiser facts noted by ``tracing.workfacts`` (arguments, weights' device and
+    waiting for one]`` (Linux); ``work``: the pipeline/denoiser facts noted by ``steps.workfacts`` (arguments, weights' device and
     dtype, attention processors). Reads ``sys.modules`` only: nothing is imported, CUDA is not initialised."""
     env: dict[str, Any] = {
         "python": platform.python_version(),

@@ -1,1 +1,3 @@
-"""The long-running server: ``web/`` (the UI and the ingest endpoints, Starlette) and ``ingest/`` (decoding Sentry envelopes and OTLP into the store)."""
+"""The long-running server: ``web/`` (the UI and the ingest endpoints, Starlette) and ``ingest/`` (Sentry envelopes,
+the SDK's streamed spans and OTLP decoded into the store).
+"""

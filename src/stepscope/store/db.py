@@ -29,17 +29,17 @@ _SQLITE_FULL = 13
 #: the folder of the runs' files in a store folder (``run_path``)
 RUNS_DIR = "runs"
 # files of a run's folder (``Store.run_file(run_id, NAME)``)
-#: the torch profiler's trace of the run (Kineto JSON, gzipped: ``device.capture``)
+#: the torch profiler's trace of the run (Kineto JSON, gzipped: ``record.device.capture``)
 DEVICE_TRACE = "device_trace.json.gz"
-#: the device's measured matmul peaks, written beside the trace (``device.capture``)
+#: the device's measured matmul peaks, written beside the trace (``record.device.capture``)
 DEVICE_PROBE = "device_probe.json"
-#: Dynamo's graph breaks and recompiles (``--compile-report``: ``device.compile_report``)
+#: Dynamo's graph breaks and recompiles (``--compile-report``: ``record.device.compile_report``)
 COMPILE_REPORT = "compile_report.json"
-#: the XLA profiler's capture folder (``plugins/profile/<time>/``: ``device.xla_capture``)
+#: the XLA profiler's capture folder (``plugins/profile/<time>/``: ``record.device.xla_capture``)
 XLA_TRACE_DIR = "xla_trace"
-#: torch_xla metrics readings of the run (``device.xla_capture``)
+#: torch_xla metrics readings of the run (``record.device.xla_capture``)
 XLA_METRICS = "xla_metrics.json"
-#: the CUDA allocator's snapshot at an out-of-memory error (``--memory-history``: ``profiling.memory.History``)
+#: the CUDA allocator's snapshot at an out-of-memory error (``--memory-history``: ``record.memory.history.History``)
 MEMORY_SNAPSHOT = "memory_snapshot.pickle"
 #: the demo's image (``stepscope demo``)
 DEMO_IMAGE = "image.png"
@@ -198,7 +198,7 @@ class Store:
 
         Spans other than transactions go into ``span_blocks`` (``store.spanblock``: one row per 65,536 spans);
         transactions stay rows of ``spans``. ``blocks``: span blocks already encoded, ``(body, n, first span id)``
-        (``tracing.buffer.take_native_blocks``), written as they are.
+        (``record.spans.buffer.take_native_blocks``), written as they are.
 
         Samples go in as one block (``store.sampleblock``).
 
@@ -439,7 +439,7 @@ class Store:
             profile.os_threads.setdefault(tid, []).append((since, native))
 
     def load_memory(self, run_id: str) -> MemoryTrack:
-        """The run's memory lane (``profiling.memory``): samples in time order (bytes; None where not read)."""
+        """The run's memory lane (``record.memory.history``): samples in time order (bytes; None where not read)."""
         rows = self.conn.execute("SELECT t_ns, rss, cuda_allocated, cuda_reserved FROM memory WHERE run_id = ? "
                                  "ORDER BY t_ns", (run_id,)).fetchall()
         return MemoryTrack([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])

@@ -229,5 +229,5 @@ def _load_one(store: Store, run_id: str) -> RunData:
     run.span_count = len(table) - int(table.op_mask("transaction").sum())  # traced spans: every command's count
     run.sample_count = len(s)
     data = RunData(run, table, profile)  # type: ignore[arg-type]
-    data.memory = store.load_memory(run_id)  # the memory lane (``profiling.memory``)
+    data.memory = store.load_memory(run_id)  # the memory lane (``record.memory.history``)
     return data

@@ -9,7 +9,7 @@
 - **3**: each sample carries the wall time it stands
   for and the CPU time its thread used in it (``stepscope.record.sampling.sampler``); NULL in samples of older
   runs and of ingested profiles, which are weighted as before. The ``memory`` table (the memory lane:
-  ``profiling.memory``) came later within version 3: a store without it gets it on opening (an additive
+  ``record.memory.history``) came later within version 3: a store without it gets it on opening (an additive
   table that stepscopes before it ignore, so the version stays).
 - **4**: every table below with every column (``SCHEMA_VERSION``): spans other than transactions are written
   as blocks of binary columns (``span_blocks``, layout in ``store.spanblock``) instead of a row each, and samples

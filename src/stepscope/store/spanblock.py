@@ -51,7 +51,7 @@ def _dumps(obj) -> str:
     return json.dumps(obj, default=str, separators=(",", ":"))
 
 
-#: the header's JSON writer of the blocks this module writes (``tracing.buffer.take_native_blocks`` takes it too)
+#: the header's JSON writer of the blocks this module writes (``record.spans.buffer.take_native_blocks`` takes it too)
 dumps_header = _dumps
 
 
@@ -160,7 +160,7 @@ def insert(conn, run_id: str, spans: list[tuple], dumps: Callable[[object], str]
 
 
 def insert_body(conn, run_id: str, body: bytes, n: int, first_id: int) -> None:
-    """Write one block already encoded (``tracing.buffer.take_native_blocks``: ``n`` spans, the first with id
+    """Write one block already encoded (``record.spans.buffer.take_native_blocks``: ``n`` spans, the first with id
     ``first_id``) in the caller's transaction."""
     conn.execute("INSERT INTO span_blocks (run_id, n, first_id, body) VALUES (?,?,?,?)", (run_id, n, first_id, body))
 

@@ -1,6 +1,6 @@
 """Send a run to an OpenTelemetry collector over OTLP/HTTP (protobuf), through OpenTelemetry's own exporter.
 
-``send`` serializes ``export.otlp.requests`` (at most ``otlp.BATCH`` spans a request, one process run each) and
+``send`` serializes ``export.otlp_encode.requests`` (at most ``otlp.BATCH`` spans a request, one process run each) and
 hands each request's bytes to the HTTP client of ``opentelemetry-exporter-otlp-proto-http``'s ``OTLPSpanExporter``
 (``Exporter``), which reads the standard variables: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (plus ``/v1/traces``), ``..._HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION``,

@@ -1,11 +1,11 @@
-"""A run as an OTLP/JSON file: the content of ``export.otlp.requests`` written straight from the span columns.
+"""A run as an OTLP/JSON file: the content of ``export.otlp_encode.requests`` written straight from the span columns.
 
 OTLP/JSON is the protobuf JSON mapping of ``ExportTraceServiceRequest`` with the OTLP rules
 (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding): lowerCamelCase field names, trace and span
 ids as lowercase hex, enums as integers, 64-bit integers (``startTimeUnixNano``, ``endTimeUnixNano``,
 ``timeUnixNano``, ``intValue``) as decimal strings, non-finite doubles as ``"NaN"``/``"Infinity"``/
 ``"-Infinity"``, fields at their default value left out (``"status": {}`` for an UNSET status is kept, as the
-message has one). ``write_otlp_json`` builds each span's dict from ``export.otlp.span_batches`` (the attributes of a
+message has one). ``write_otlp_json`` builds each span's dict from ``export.otlp_encode.span_batches`` (the attributes of a
 span group made once and shared) and writes a batch at a time with orjson: memory bounded by the batch, not the
 run. Parsed back with ``google.protobuf.json_format`` (ids turned to base64), it is the protobuf path's messages,
 one ``resourceSpans`` entry per process run (tests/test_export_otlp.py).
@@ -27,7 +27,7 @@ KIND_INTERNAL, STATUS_ERROR, FLAGS = 1, 2, 256
 
 
 def json_value(v: Any) -> dict:
-    """An ``export.otlp.attribute_value`` result (str, bool, int, float, or a list of one of those) as an OTLP/JSON
+    """An ``export.otlp_encode.attribute_value`` result (str, bool, int, float, or a list of one of those) as an OTLP/JSON
     ``AnyValue``: ``{"stringValue": ...}``, ``{"boolValue": ...}``, ``{"intValue": "decimal"}``,
     ``{"doubleValue": number or "NaN"/"Infinity"/"-Infinity"}``, ``{"arrayValue": {"values": [...]}}``."""
     if isinstance(v, bool):

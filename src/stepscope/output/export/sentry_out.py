@@ -8,7 +8,7 @@ Formats as https://develop.sentry.dev/sdk/ documents them (and ``ingest.sentry``
   whole process run), its other spans are the event's ``spans`` (``trace_id``, ``span_id``, ``parent_span_id``,
   ``op``, ``description`` = the span's name, ``start_timestamp``/``timestamp`` in float seconds since the epoch,
   ``status`` ``ok`` or ``internal_error``, ``data``: ``thread.id``, ``thread.name``, the span's attributes, and
-  ``exception.type`` for a span that raised). Trace and span ids are the OTLP export's (``export.otlp``: the same
+  ``exception.type`` for a span that raised). Trace and span ids are the OTLP export's (``export.otlp_encode``: the same
   run gives the same ids in both). A process run of more than ``spans_per_event`` spans (default
   ``SPANS_PER_EVENT``, the Python SDK's ``max_spans``) continues in more transaction events of the same trace,
   ``NAME (part k)``, each a child of the first one's root.

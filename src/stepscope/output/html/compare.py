@@ -4,7 +4,7 @@ and written as a self-contained file by ``stepscope report RUN_B --against RUN_A
 The differential flame graph is laid out here as rectangles (an icicle, callers on top): a node's width
 is the mean of its time per repeat in A and in B (so widths add up: the children of a node never
 overflow it, and frames that vanished or appeared both show), its colour the change, red where B spends
-more, blue where it spends less, in proportion to the node's own width (``report.difftree.diff_color``).
+more, blue where it spends less, in proportion to the node's own width (``output.html.difftree.diff_color``).
 Text reaches the page through the template's autoescaping only; positions are numbers formatted here.
 """
 

@@ -1,5 +1,5 @@
 """The colour of a node of the differential call tree (``analysis.difftree.DiffNode``) on the HTML pages: one
-formula for the compare page's flame graph (``report/compare.py``) and the explain section's (``view.py`` gives
+formula for the compare page's flame graph (``output/html/compare.py``) and the explain section's (``view.py`` gives
 each node its colour; ``static/verdict.js`` paints it).
 
 The colour is the node's own change relative to its width: ``r = (B - A) / (A + B)``, from -1 (only in A: it

@@ -24,7 +24,7 @@ SCRIPT_PARTS = ("core.js", "verdict.js", "waterfall.js", "lod.js", "spantree.js"
 
 _SCRIPT_HEAD = """// stepscope report: what is slow first (verdict, steps), then the waterfall with its span tree and the
 // flame graph of any window (traced work by default, start-up one click away), from the embedded view model
-// (docs/report-view-model.md). Joined by stepscope.output.html.html from report/static/{parts}.
+// (docs/report-view-model.md). Joined by stepscope.output.html.html from output/html/static/{parts}.
 (function () {{
   "use strict";
 """

@@ -1,5 +1,5 @@
 """The Jinja2 environment of the UI's pages (``web/templates``, ``web/ui.css``) and its filters, shared by the web
-UI (``web/``) and the pages also written as self-contained files: the compare page (``report/compare.py``) and the
+UI (``web/``) and the pages also written as self-contained files: the compare page (``output/html/compare.py``) and the
 benchmark page (``web/templating.py``). No Starlette: imported without the web app."""
 
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""Renderers: draw analysis results (terminal tables); they compute nothing of their own."""
+"""Terminal renderers (rich tables), one module per thing shown: the run summary (``summary``), memory, explain and
+suggest, diff and the differential tree, device, processes and ranks, nodes, benchmarks, ``try``, max-batch;
+``cells``: the shared cell helpers. They draw analysis results and compute nothing of their own.
+"""

@@ -1,6 +1,6 @@
 """``--app comfyui``: the ComfyUI server (``Comfy-Org/ComfyUI``): one span per prompt, one per node execution named
 by node type and id (custom nodes included: every node runs through ``execution.execute``), the sampler's steps (its
-k-diffusion loops: ``steps.rules``), the model evaluation, text encoding, VAE and checkpoint loading.
+k-diffusion loops: ``core.steprules``), the model evaluation, text encoding, VAE and checkpoint loading.
 
 Read from ComfyUI 0.3.x (``execution.py``): ``execute(server, dynprompt, caches, current_item, ...)`` (a coroutine
 since 0.3.4x; earlier ``execute(server, prompt, outputs, current_item, ...)``) and

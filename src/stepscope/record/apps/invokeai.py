@@ -1,5 +1,5 @@
 """``--app invokeai``: the InvokeAI server: one span per node (invocation) run, named by its type and id, the
-session, the denoising loop's steps (diffusers schedulers and UNet: ``steps.rules``), the VAE."""
+session, the denoising loop's steps (diffusers schedulers and UNet: ``core.steprules``), the VAE."""
 
 from __future__ import annotations
 

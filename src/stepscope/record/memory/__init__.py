@@ -1,1 +1,4 @@
-"""Memory on the run clock: the memory lane (``history``) and CUDA memory snapshots (``snapshot``)."""
+"""Memory on the run clock, recorded in the program: the memory lane (RSS, CUDA allocator bytes), the step-level
+spans' readings and CUDA's memory history (``history``), and the allocator snapshot summarised for the
+out-of-memory record (``snapshot``).
+"""

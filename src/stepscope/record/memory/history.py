@@ -12,7 +12,7 @@ What is read, and how cheaply (stdlib only; torch is never imported, only looked
   ``torch._C._cuda_memoryStats(device)`` call (the nested dict behind ``torch.cuda.memory_stats``; the public
   function is used where the private one is missing). Sampled at most ``CUDA_HZ`` times a second.
 
-Samples: ``sample(t_ns)`` is called by the main thread's wall-timer handler (``profiling.signals``: a few
+Samples: ``sample(t_ns)`` is called by the main thread's wall-timer handler (``sampling.signals``: a few
 microseconds in a tick that is there anyway, no wake-up of its own), and by the recorder thread when the main
 thread is not sampled by signal or its handler could not run for two periods (a long C call holding the main
 thread: the recorder's wake-ups fill that gap); each is ``(t_ns, rss_bytes, cuda_allocated, cuda_reserved)``
@@ -345,7 +345,7 @@ class History:
         self.on = False
         self.note: str | None = None
         self.written = None
-        self.summary: dict | None = None  # ``profiling.memory_snapshot.summarize`` of the snapshot written
+        self.summary: dict | None = None  # ``memory.snapshot.summarize`` of the snapshot written
 
     def start(self, torch) -> None:
         """Turn the history on (called when the program imports torch); a CPU-only torch: a note, nothing on."""

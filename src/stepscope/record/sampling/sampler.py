@@ -271,7 +271,7 @@ class Sampler:
     def sample_frame(self, frame, thread_id: int, t_ns: int, wall_ns: int, cpu_ns: int) -> bool:
         """Record ``frame``'s stack (leaf first through ``f_back``) as a sample of ``thread_id`` read at
         ``t_ns``, standing for ``wall_ns`` of wall time and ``cpu_ns`` of CPU time (the caller's accounting, see
-        ``profiling.signals``). Called from inside that thread; False (nothing recorded) when the tables are busy
+        ``sampling.signals``). Called from inside that thread; False (nothing recorded) when the tables are busy
         (``sample``/``drain`` in the thread it interrupted)."""
         if not self.lock.acquire(False):
             return False

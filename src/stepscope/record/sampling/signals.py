@@ -4,7 +4,7 @@ Why: a sampler *thread* reads the main thread's stack only when it gets the GIL,
 releases it (a sleep, I/O, a GIL-releasing C call) or after the 5 ms switch interval, so the Python time before
 a release is charged to whatever releases the GIL next (a 2.5 ms Python burst before a sleep read as 0 %).
 
-How: a POSIX timer (``profiling.timer``) sends a real-time signal to the main thread every period of wall
+How: a POSIX timer (``sampling.timer``) sends a real-time signal to the main thread every period of wall
 time. CPython's C handler only flags it; the Python handler below runs at the thread's next safe point, which
 is within microseconds in Python code, at once in ``time.sleep``/lock waits/``select`` (they wake on the
 signal, run handlers, and go on waiting: PEP 475), and right after a C call that held the thread. In each
@@ -141,7 +141,7 @@ def _handler(signum, frame) -> None:
                 return
             s.current = _span_now()  # the open span now (the recorder writes it: the span a killed run died in)
             s.tick(frame)
-            if s.memory is not None:  # the memory lane (``profiling.memory``): ~10 us, at most ~100 times a second
+            if s.memory is not None:  # the memory lane (``memory.history``): ~10 us, at most ~100 times a second
                 tm = time.perf_counter_ns()
                 if tm - s.memory.last_t >= MEMORY_PERIOD_MIN_NS:
                     s.memory.sample(tm)
@@ -272,9 +272,9 @@ class MainThreadSampler:
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
-        #: the main thread's innermost open-span record at the last wall tick (``tracing.buffer.current_span``)
+        #: the main thread's innermost open-span record at the last wall tick (``spans.buffer.current_span``)
         self.current = None
-        #: the memory lane sampled at each wall tick (``profiling.memory.MemoryLane``), or None
+        #: the memory lane sampled at each wall tick (``memory.history.MemoryLane``), or None
         self.memory = None
         self.wall_timer: ThreadTimer | None = None
         import random

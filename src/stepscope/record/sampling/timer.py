@@ -4,7 +4,7 @@
 thread with OS id ``tid`` every ``period_ns`` of that clock: wall time (``CLOCK_MONOTONIC``, whatever the
 thread does: sleeping, waiting on I/O or a lock, inside a C call) or the thread's CPU time. Expirations that
 fall while the signal is still pending are merged by the kernel; the sampler counts them from the timer's
-schedule (``profiling.signals``), so a merged expiration loses no time.
+schedule (``sampling.signals``), so a merged expiration loses no time.
 
 Only the target thread is interrupted, so other threads never see ``EINTR`` from it.
 """

@@ -1,4 +1,4 @@
-"""The live step hooks (``steps.rules``' table): the ``diffusion.step`` span attribute, and loop iterations as spans.
+"""The live step hooks (``core.steprules``' table): the ``diffusion.step`` span attribute, and loop iterations as spans.
 
 Rules, decided once per patched target from the class's MRO names (diffusers is never imported here):
 

@@ -2,7 +2,7 @@
 
 The step loop is the largest ``for``/``while`` statement of the function's own body that is not inside another
 loop (nested functions and classes left out; on a tie, the first). Its iterations are the steps of a ``loop``
-rule (``steps.rules``). The tracing mechanisms need three lines of it:
+rule (``core.steprules``). The tracing mechanisms need three lines of it:
 
 - ``head``: the ``for``/``while`` line, run at each iteration's start and once more when the loop ends
   (``sys.monitoring`` LINE events, Python 3.12+);

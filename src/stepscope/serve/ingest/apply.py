@@ -246,7 +246,7 @@ def prune(conn: sqlite3.Connection, now_wall_ns: int, keep_ns: int = KEEP_NS) ->
     return n + conn.execute("DELETE FROM ingest_pending WHERE received_wall_ns < ?", (cut,)).rowcount
 
 
-# -- traces: OTLP requests and the Sentry SDK's streamed spans (``ingest.otlp.TraceRecord``) -------------------------
+# -- traces: OTLP requests and the Sentry SDK's streamed spans (``ingest.otlp_decode.TraceRecord``) -------------------------
 
 #: resource attributes that name a job: its resources are one run (the first key present wins)
 JOB_KEYS = ("stepscope.job.id", "TORCHELASTIC_RUN_ID", "stepscope.run.id")

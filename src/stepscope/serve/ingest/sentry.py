@@ -110,7 +110,7 @@ class Batch:
     counts: dict[str, int]
     ignored: dict[str, int]
     event_id: str | None
-    #: traces as ``ingest.otlp.TraceRecord`` (OTLP requests, the SDK's streamed ``span`` items): one run per trace
+    #: traces as ``ingest.otlp_decode.TraceRecord`` (OTLP requests, the SDK's streamed ``span`` items): one run per trace
     #: and resource
     traces: list = field(default_factory=list)
 
@@ -197,7 +197,7 @@ def _list(v, what: str) -> list:
 
 def _kept(v, what: str):
     """``v``, a value kept as it came (a span's ``data``, ``tags``): EnvelopeError naming ``what`` when it nests past
-    ``nesting.KEPT_DEPTH`` (it would be stored, and meet Python's recursion limit or orjson's in every reader)."""
+    ``jsondepth.KEPT_DEPTH`` (it would be stored, and meet Python's recursion limit or orjson's in every reader)."""
     if (type(v) is dict or type(v) is list) and not within(v):
         raise EnvelopeError(f"{what}: nested more than {KEPT_DEPTH} levels deep")
     return v

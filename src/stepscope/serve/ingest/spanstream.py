@@ -1,7 +1,7 @@
 """The Sentry SDK's streamed spans (``span`` envelope items with content type
 ``application/vnd.sentry.items.span.v2+json``: sentry-python's ``trace_lifecycle="stream"``, also
 ``_experiments={"trace_lifecycle": "stream"}``) as stepscope's trace records, stored like OTLP traces (one run per
-trace: ``ingest.otlp.TraceRecord``).
+trace: ``ingest.otlp_decode.TraceRecord``).
 
 Format, as sentry-python 2.75 writes it (``sentry_sdk/_span_batcher.py``, ``traces.StreamedSpan._to_json``): the
 item's payload is ``{"version": 2, "items": [span, ...]}``, each span ``trace_id`` (32 hex digits), ``span_id`` (16),

@@ -1,4 +1,4 @@
-"""Steps for spans recorded elsewhere (the Sentry SDK, OTLP), by the rules of ``steps.rules`` read from span names."""
+"""Steps for spans recorded elsewhere (the Sentry SDK, OTLP), by the step rules (``core.steprules``) read from span names."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``POST /v1/traces``: OTLP/HTTP traces (https://opentelemetry.io/docs/specs/otlp/#otlphttp) from any
-OpenTelemetry-instrumented program, or stepscope on another host, into the store as runs (``ingest.otlp``,
+OpenTelemetry-instrumented program, or stepscope on another host, into the store as runs (``ingest.otlp_decode``,
 ``ingest.apply.apply_trace``).
 
 Keys and bounds as for envelopes (``web.ingest``): the project key in ``X-Sentry-Auth`` (``Sentry sentry_key=...``) or

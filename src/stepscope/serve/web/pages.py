@@ -155,7 +155,7 @@ def routes(state) -> list[Route]:
 
     def api_spans(request: Request) -> Response:
         """``GET /api/runs/{id}/spans?t0=&t1=``: the spans of a window (us from the run's start), for the
-        waterfall of a large run when zoomed (``report.view.window_spans``)."""
+        waterfall of a large run when zoomed (``output.html.view.window_spans``)."""
         from ...store.reader import read_spans
         from ...output.html.view import table_depths, window_spans
 

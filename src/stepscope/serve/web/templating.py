@@ -1,5 +1,5 @@
 """The benchmark page (no Starlette: ``stepscope bench show --html`` renders the same page as a self-contained
-file); the templates' environment and filters: ``report/templating.py``."""
+file); the templates' environment and filters: ``output/html/templating.py``."""
 
 from __future__ import annotations
 

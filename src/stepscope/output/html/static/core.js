@@ -1,7 +1,7 @@
 // stepscope report, core: the view model (docs/report-view-model.md) and its version check, the aliases of its
 // parts, the phases, and the helpers every part uses (formatting, escaping, colours, tooltip, canvas sizing, tables).
 // Part of report.js: stepscope.output.html.html joins the SCRIPT_PARTS in order inside one function (one shared scope).
-  const VIEW_VERSION = 1;  // the view model this script reads (report/view.py VIEW_VERSION)
+  const VIEW_VERSION = 1;  // the view model this script reads (output/html/view.py VIEW_VERSION)
   const D = (function load() { try { return JSON.parse(document.getElementById("stepscope-data").textContent); } catch (e) { return null; } })();
   if (!D || D.version !== VIEW_VERSION) {  // another stepscope wrote the data: one line that says so, not a broken page
     const box = document.getElementById("view-error");

@@ -110,7 +110,7 @@
     const [g] = sizeCanvas(dg, H);
     g.clearRect(0, 0, W, H); g.font = "11px system-ui";
     for (const [x, w, d, n] of diffRects) {
-      g.fillStyle = n.color;  // report/difftree.py's diff_color, as on the compare page
+      g.fillStyle = n.color;  // output/html/difftree.py's diff_color, as on the compare page
       g.fillRect(x, d * ROW, Math.max(w - 0.5, 0.5), ROW - 1);
       if (w > 30) { g.save(); g.beginPath(); g.rect(x, d * ROW, w, ROW); g.clip(); g.fillStyle = "#111"; g.fillText(short(n.name, 3), x + 3, d * ROW + 11); g.restore(); }
     }
