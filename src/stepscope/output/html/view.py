@@ -168,7 +168,8 @@ WINDOW_LIMIT = 20_000
 def window_spans(t: SpanTable, depths: np.ndarray, run_start_ns: int, t0_us: float, t1_us: float,
                  thread_names: dict[int, str] | None = None, limit: int = WINDOW_LIMIT) -> dict:
     """The spans of a run that overlap the window ``[t0_us, t1_us]`` (us from ``run_start_ns``), for the page's
-    waterfall when zoomed (level of detail): ``{"t0", "t1", "count", "complete", "names", "threads", "spans"}``;
+    waterfall when zoomed (level of detail): ``{"t0", "t1", "count", "complete", "names", "spans"}``
+    (docs/report-view-model.md, its appendix);
     ``spans``: columns ``id``, ``name`` (into ``names``), ``start``/``dur`` (us), ``depth``, ``thread`` (thread
     id), ``error``; empty with ``complete`` False when more than ``limit`` spans overlap (zoom in further).
     ``depths``: ``table_depths(t)``. The bounds are taken to the nearest ns (``round``): a float in us such as
