@@ -15,7 +15,7 @@ from conftest import PROGRAMS, run_cli
 DOC = Path(__file__).resolve().parent.parent / "docs" / "report-view-model.md"
 COMFY = PROGRAMS / "comfy_standin"
 
-#: repeats of ``step`` (every 4th slow), two rank processes that repeat a step of their own, then a MemoryError in a
+#: repeats of ``step`` (every 4th slow), two rank processes that repeat ``train_step``, then a MemoryError in a
 #: traced function (the run's status: oom)
 PROGRAM = '''\
 import os
@@ -23,15 +23,15 @@ import subprocess
 import sys
 import time
 
-RANK = "import time\\ndef step(i):\\n    time.sleep(0.01)\\nfor i in range(4):\\n    step(i)\\n"
+RANK = "import time\\ndef train_step(i):\\n    time.sleep(0.01)\\nfor i in range(4):\\n    train_step(i)\\n"
 
 
 def costly():
-    time.sleep(0.05)
+    time.sleep(0.1)
 
 
 def step(i):
-    time.sleep(0.015)
+    time.sleep(0.02)
     if i % 4 == 3:
         costly()
 
@@ -111,8 +111,8 @@ def views(tmp_path_factory):
     prog = base / "prog.py"
     prog.write_text(PROGRAM)
     main, dev, nodes = base / "main", base / "dev", base / "nodes"
-    r = run_cli(["run", "-q", "--hz", "499", "-t", "__main__.step", "-t", "__main__.costly", "-t", "__main__.give_up",
-                 "--", sys.executable, str(prog)], main, cwd=base)
+    traces = [a for f in ("step", "costly", "give_up", "train_step") for a in ("-t", f"__main__.{f}")]
+    r = run_cli(["run", "-q", "--hz", "499", *traces, "--", sys.executable, str(prog)], main, cwd=base)
     assert r.returncode == 1 and "MemoryError" in r.stderr, r.stderr
     device_run(dev)
     r = run_cli(["run", "-q", "--app", "comfyui", "--", sys.executable, "main.py"], nodes, cwd=COMFY)
