@@ -9,6 +9,9 @@ it (its nearest ``prompt`` ancestor), else to none.
 Statistics are over the executions that ran (cached ones counted apart): count, total, mean, p50, p95, standard
 deviation (population, ns). A prompt's cached nodes: ``prompt.nodes`` minus the nodes that ran, when the prompt
 says how many it has (an app skips nodes cached upstream without calling them), else its cached executions.
+
+``output/terminal/nodes.py`` draws the tables; the step table names a call made inside a node ``prompt K · NODE``
+(``StepTable.call_labels``), and so do the memory stages.
 """
 
 from __future__ import annotations

@@ -1,5 +1,18 @@
 """Per-step and per-repeat tables (slow by ``analysis.slow``): the rows' windows, the traced names inside them,
-the untraced rest and its sampled functions (span aggregates: ``analysis.spans``)."""
+the untraced rest and its sampled functions (span aggregates: ``analysis.spans``).
+
+Steps are the outermost spans tagged ``diffusion.step`` in each call (nested denoisers inside them). A call is the
+nearest traced pipeline ``__call__``; else the nearest traced span around more than one step (a node, a request);
+else the thread split where it leaves the steps' driving function (``analysis.steploop.steps_driver``, from the
+samples: a worker between requests). Steps are numbered from 0 per call; a step's window runs to the next step (the
+last one's end: ``analysis.steploop``). Each row has a column per traced name that ran in its window, ``untraced``
+(the window minus the outermost traced spans) and, for a slow row, the sampled functions of that untraced time
+(``Fill``). Without steps the repeat table does the same for the calls of the most repeated span.
+
+Everything is computed on the span columns (the repeat table vectorised over (repeat, span inside) pairs); past
+``MAX_ROWS`` rows a table keeps the first ``HEAD_ROWS`` and then the slowest slow ones, the rule and the shape being
+computed over all of them.
+"""
 
 from __future__ import annotations
 

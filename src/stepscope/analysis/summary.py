@@ -1,4 +1,10 @@
-"""The run summary: what ``stepscope run`` prints, ``--json`` emits and the report shows first."""
+"""The run summary: what ``stepscope run`` prints, ``--json`` emits and the report shows first.
+
+``Summary``: per-name span statistics, the step or repeat table, the top functions of the traced work by self and
+total time, ``phases`` (start-up's total and top functions), the memory summary, a job's processes and ranks, a
+node-graph app's nodes; for a capture window its settings (``capture``), the program in words (``app``) and the
+spans cut at the window's end (``cut_spans``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,14 @@
-"""``stepscope capture``: record a window of a running process, on demand."""
+"""``stepscope capture``: record a window of a running process, on demand.
+
+The window is recorded by the program's control server (``record.control``) when it has one, else sampled from
+outside with py-spy (``program.pyspy``, ``--duration`` only). ``--pid`` may be the program's, its ``stepscope run``'s
+or any parent's: the one descendant that published a server (``program.client.locate``; several: one line names
+them), and for py-spy the one program under stepscope's launcher, else the one Python program below it
+(``pyspy.target``). A job (the server under the pid and the servers below it: ``run --server`` following children
+that start servers of their own, ``program.client.locate_job``) is captured at once and joined into one run
+(``capture_job``: the other windows made process runs of the top one's, with the facts each server published).
+Messages name the program, not stepscope's launcher.
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,13 @@ Layout: ``<store>/runs.db`` (SQLite, WAL journal so readers never block the writ
 ``<store>/runs/<run id>/`` for files that belong to a run (images, device traces): ``run_path`` and
 ``Store.run_file`` are the one place a run's path is made, from the names below.
 Raw records only: flame graphs, step tables and diffs are computed on load (``store.reader.load_run``).
-Every SQL statement of stepscope lives in ``store/`` (and the ingest writer, ``ingest/writer.py``, ``ingest/apply.py``).
+Every SQL statement of stepscope lives in ``store/`` (and the ingest writer, ``serve/ingest/writer.py``,
+``serve/ingest/apply.py``): every other module reads through ``Store`` methods and ``store`` functions named for
+what they read (``store.reader.load_run``, ``Store.runs_before``, ``Store.recent_runs_for_picker``,
+``Store.ingest_stats``, ``Store.spans_named``, ``store.bench.list_benches``...), which raise ``StoreError`` (one line
+naming ``runs.db``) when the store cannot be read; analysis, the web UI, the renderers and the CLI never hold a
+connection. The first failed write of a recording is kept as one line (``write_error_text``: "store full at
+PATH") and the run marked ``incomplete``.
 """
 
 from __future__ import annotations

@@ -31,6 +31,16 @@ that is not SQLite, an SQLite file of another program, a table lacking a column 
 and a damaged file are refused with ``SchemaError`` naming the file and the problem, before anything is
 written to it. Tables of ``serve`` and ``bench`` are made on first use (``KEYS``, ``INGEST``, ``BENCH``)
 and migrated like the others when present.
+
+The tables: ``meta`` (the version), ``runs``; ``spans`` (transactions, provisional rows of spans still open at a flush, marked
+``attrs["stepscope.open"]`` and deleted when the span's block entry is written, so a SIGKILLed run keeps the span
+it died in; every span of a store older than 4), ``span_blocks``, ``sample_blocks``, ``frames``, ``stacks``,
+``profile_blocks``, ``samples`` (older rows), ``threads``, ``os_threads``, ``memory`` (the memory lane: bytes, NULL where not read);
+for ``serve``: ``project_keys``, ``ingest_events``, ``ingest_chunks``, ``ingest_pending``, ``ingest_counts``,
+``ingest_spool`` (acknowledged envelopes not yet runs, and failed ones with their error), ``ingest_trace_runs``,
+``ingest_trace_spans``, ``ingest_jobs``, ``ingest_collectives``; for ``bench``: ``bench``, ``bench_runs``. Beside
+``runs.db``: ``runs/<run id>/`` (a run's files: ``Store.run_file``) and ``path/<key>/`` (the folders ``stepscope
+run`` puts on ``PYTHONPATH`` for an interpreter without this stepscope installed: ``record.processes.path_folder``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,20 @@
-"""Render the self-contained HTML report (one file, opens offline from file://)."""
+"""Render the HTML report: a self-contained file (opens offline from file://), or a page served by the web UI in
+one of its modes ("run", "explain", "device") with the same template and script.
+
+The page: first the verdict (what is slow, its shape, the path of the extra time; the rule once) and the step
+table; then the waterfall with labelled rows and the span tree (search), the flame graph of the traced work
+(start-up a collapsed block; colours by kind with a legend; search; sandwich; node weights from one function,
+``sampleWeight``), the explanation's details. The explain page leads with the explanation (no waterfall); the
+device page, and the report's device part, show what ``stepscope device`` shows, from the same ``DeviceView``
+(``static/device.js``); a job of several processes adds the processes table and the steps x ranks heat map
+(``static/ranks.js``).
+
+The script is the ``SCRIPT_PARTS`` of ``static/`` joined in order inside one function (``report_script``: one
+scope, no build tool), inlined or served at ``/static/report.js``; it reads view model version 1 only (another:
+one line says so). Stored text never changes the page's structure: data enters the page only as JSON from
+``script_json`` (``<``, ``>``, ``&``, U+2028, U+2029 as ``\\u`` escapes, so ``</script>`` in a span, frame or thread
+name stays text); templates autoescape; the script writes text with ``textContent`` or ``esc()``.
+"""
 
 from __future__ import annotations
 

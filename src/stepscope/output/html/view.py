@@ -5,7 +5,13 @@ Times are microseconds (float) from the run's start. The profile is sent as a pr
 paths: node ``i`` has ``parent[i]`` (-1 at the top) and ``func[i]``; the first level is one node per
 thread. A sample points at its leaf node, so the page builds the flame graph of any time window by
 summing weights up the tree (O(samples + nodes)), with no stack walking. Profiles over
-``MAX_SAMPLES`` samples are downsampled (every k-th sample kept, carrying the weight of its k).
+``MAX_SAMPLES`` samples are downsampled (every k-th sample kept, carrying the weight of its k). Each function has a
+colour kind (``KINDS``), each sample its phase (``analysis.phases``).
+
+Past ``MAX_SPANS`` spans the view is aggregated (``aggregate``): the first ``FIRST_PER_NAME`` of each name, the slow
+ones (the rule per name), their ancestors, the rest as density rows per (name, thread), and the note the page
+shows; the explanation's repeat table keeps the first rows and then the slowest slow ones, chosen on the columns.
+``window_spans`` gives the web UI's waterfall the spans of a zoomed window.
 """
 
 from __future__ import annotations

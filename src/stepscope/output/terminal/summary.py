@@ -1,4 +1,10 @@
-"""Rich tables for the terminal: the run summary and the list of runs."""
+"""Rich tables for the terminal: the run summary and the list of runs (cells: ``output/terminal/cells.py``).
+
+Numbers are never cut (columns as wide as their widest value; step columns that do not fit are counted); names
+are shortened from the left keeping ``Class.method``, then folded. A capture window's header names the program,
+its phases line says the time before the first traced call is the app idle or serving, and one line counts the
+spans cut at the window's end.
+"""
 
 from __future__ import annotations
 

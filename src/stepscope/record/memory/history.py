@@ -19,7 +19,7 @@ thread: the recorder's wake-ups fill that gap); each is ``(t_ns, rss_bytes, cuda
 with -1 for "not read". They wait in a bounded deque until the recorder's flush.
 
 Per span (``SpanMemory``, called by ``tracing.probes`` for probes with hooks: pipeline calls, denoiser
-forwards, scheduler steps, mirrored spans): RSS and CUDA bytes at entry and exit, written into the span's
+forwards, scheduler steps, mirrored spans; not for those nested in a denoiser's span, ``probes._in_measured``): RSS and CUDA bytes at entry and exit, written into the span's
 ``attrs`` (``memory.rss_in``, ``memory.rss_out``, ``memory.rss_peak`` when the kernel's high-water mark rose
 inside the span, so that the peak is exact; ``memory.cuda_in``, ``memory.cuda_out``, ``memory.cuda_peak``,
 ``memory.cuda_peak_exact``). The CUDA peak of a span is exact when the allocator's peak rose inside it (a
