@@ -8,7 +8,7 @@ as OTLP/JSON (``application/json``: the protobuf JSON mapping with lowerCamelCas
 ``ExportTraceServiceResponse`` (``partial_success`` when spans were rejected) or a ``google.rpc.Status`` for an
 error, in the request's encoding. The protobuf packages are imported on use.
 
-What is kept (docs/architecture.md, the OTLP mapping that ``stepscope export --format otlp`` writes): one
+What is kept (docs/backends.md, the OTLP mapping that ``stepscope export --format otlp`` writes): one
 ``TraceRecord`` per (trace id, resource); a span's ``stepscope.op`` attribute, else its kind, gives its op;
 ``thread.id``/``thread.name`` its thread; keys prefixed ``stepscope.`` lose the prefix, the others (``diffusion.step``,
 ``code.*``, a program's own) are kept as they come; status ERROR is an error named by the span's ``exception`` event's
