@@ -54,3 +54,19 @@ def test_relative_links_resolve(page):
         elif frag and frag not in anchors(dest):
             bad.append(f"{target}: no heading #{frag} in {dest.relative_to(ROOT)}")
     assert not bad, "\n".join(bad)
+
+
+ARCH = ROOT / "docs" / "architecture.md"
+
+
+def test_architecture_page_is_a_short_map_of_every_package():
+    """docs/architecture.md stays a maintainer's map (the detail lives in module docstrings): at most 10,500 bytes,
+    no issue numbers, and every package folder under src/stepscope named on it in backquotes (`record/tracing/`)."""
+    text = ARCH.read_text()
+    assert ARCH.stat().st_size <= 10_500
+    assert not re.search(r"\b[Ii]ssues? #?\d+|#\d+\b", text)
+    src = ROOT / "src" / "stepscope"
+    pkgs = sorted(p.parent.relative_to(src).as_posix() for p in src.rglob("__init__.py") if p.parent != src)
+    assert pkgs, "no packages found"
+    missing = [p for p in pkgs if f"`{p}/`" not in text]
+    assert not missing, f"packages the architecture page does not name: {missing}"
