@@ -2,7 +2,9 @@
 attach, and importing ``stepscope`` starts nothing. The server is started by stepscope's start-up hook
 (``stepscope-follow.pth``, installed into site-packages; ``stepscope.record.processes.startup_hook``): these tests
 run the hook's text and function in a fresh interpreter, since the copy of the hook in this environment's
-site-packages is the one of its last install."""
+site-packages is the one of its last install, and in a virtual environment where stepscope is installed as
+``pip install -e .`` installs it (``test_follow._installed_env``): a program that never imports stepscope gets the
+server."""
 
 import os
 import subprocess
@@ -64,3 +66,30 @@ def test_the_pth_file_acts_on_the_variable(tmp_path, server):
     got = _run(tmp_path, code, server, "-S")
     assert got == ({"server": True, "control": True, "threads": 2} if server else
                    {"server": False, "control": False, "threads": 1})
+
+
+def test_an_installed_stepscope_starts_the_server_of_a_program_that_never_imports_it(tmp_path):
+    from test_follow import _installed_env
+
+    python = _installed_env(tmp_path)
+    rt = tmp_path / "rt"
+    rt.mkdir(mode=0o700)
+    code = ("import json, os, sys, threading\n"
+            "print(json.dumps(['stepscope' in sys.modules, threading.active_count()]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPSCOPE_SERVER", "STEPSCOPE_FOLLOW", "PYTHONPATH")}
+    env.update(STEPSCOPE_RUNTIME_DIR=str(rt), STEPSCOPE_STORE=str(tmp_path / "store"))
+    for server, seen in (("1", [True, 2]), (None, [False, 1])):
+        if server:
+            env["STEPSCOPE_SERVER"] = server
+        p = subprocess.Popen([str(python), "-c", code + "sys.stdin.read()\n"], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        try:
+            import json
+
+            assert json.loads(p.stdout.readline()) == seen
+            info = [json.loads(f.read_text()) for f in rt.glob(f"{p.pid}.json")]
+            assert [i["pid"] for i in info] == ([p.pid] if server else [])
+        finally:
+            out, err = p.communicate("", timeout=60)
+        assert p.returncode == 0 and err == "", err
+        env.pop("STEPSCOPE_SERVER", None)
