@@ -87,6 +87,31 @@ def _run(cmd, env, cwd):
 
 RECORDERS = ["native", "python"]
 
+#: what a program's own profiler may see of the signal sampler's handler: its one call, the first tick after the
+#: profiler starts, which pauses the timers (docs/sampling.md, "Limits of the signal sampler"), and the C functions
+#: it calls to find the profiler
+HANDLER_SEEN = {"_handler", "getpid", "getprofile", "gettrace", "get_tool", "<built-in method posix.getpid>",
+                "<built-in method sys.getprofile>", "<built-in method sys.gettrace>",
+                "<built-in method sys.monitoring.get_tool>"}
+
+
+def _without_the_handlers_one_call(out: str) -> str:
+    """``out`` of case_profilers.py with the handler's documented one call (and its C calls) taken out of each
+    profiler's list where the handler shows in it; every other difference stays."""
+    import ast
+
+    lines = []
+    for line in out.splitlines(keepends=True):
+        head, _, rest = line.partition(" ")
+        if head in ("profile", "cprofile") and "_handler" in rest:
+            seen = ast.literal_eval(rest.strip())
+            line = f"{head} {[x for x in seen if x not in HANDLER_SEEN]}\n"
+        elif head == "trace" and "_handler" in rest:  # (event, function, line): the handler's own lines
+            seen = ast.literal_eval(rest.strip())
+            line = f"{head} {[x for x in seen if x[1] != '_handler']}\n"
+        lines.append(line)
+    return "".join(lines)
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("recorder", RECORDERS)
@@ -112,7 +137,10 @@ def test_program_behaves_as_without_stepscope(python, recorder, case, tmp_path):
         traced_cmd += ["--trace", n]
     traced = _run([*traced_cmd, "--", python, *args], cli_env, work)
     assert traced[0] == plain[0], traced[2]
-    assert traced[1] == plain[1]
+    if case == "profilers" and traced[1] != plain[1]:  # a tick came while the program's profiler ran (a busy machine)
+        assert _without_the_handlers_one_call(traced[1]) == plain[1]
+    else:
+        assert traced[1] == plain[1]
     assert traced[2] == plain[2]  # -q: not even stepscope's notes (a compiled region): they are the first screen's
     db = sqlite3.connect(store / "runs.db")
     recorded = {s[2] for (rid,) in db.execute("select id from runs") for s in spanblock.iter_spans(db, rid)}

@@ -76,6 +76,7 @@ def main() -> None:
     idle_threads(args.threads)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # before the port is published: a client that connects before uvicorn serves waits in the backlog
     box: list = []
     config = uvicorn.Config(make_app(sessions, box), loop="asyncio", http="h11", log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
