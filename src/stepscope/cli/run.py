@@ -21,7 +21,6 @@ from .tracefile import read_trace_file
 from ..record.tracing import precheck
 from ..record.spans.labels import parse_labels
 from ..record.tracing.resolve import normalize_targets
-from ..record.tracing.syncs import SYNC_TARGETS
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -45,8 +44,8 @@ class RecordOptions:
     """What ``stepscope run`` records besides the traced names and the rate, as its flags give it: the ``Settings``
     fields of the same names (``device_trace``, ``device_stacks``, ``device_steps``, ``compile_report``,
     ``sampler``, ``memory``, ``memory_history``, ``cuda_peaks``, ``children``, ``step_functions``, ``labels``,
-    ``app``) and ``syncs``: trace the host-device sync sites
-    (``tracing.syncs.SYNC_TARGETS``; ``device_trace`` traces them too). Checked by ``Settings`` (ValueError)."""
+    ``app``, ``syncs``: trace the host-device sync sites, as ``device_trace`` does). Checked by ``Settings``
+    (ValueError)."""
 
     device_trace: bool
     device_stacks: bool
@@ -63,8 +62,8 @@ class RecordOptions:
     app: str | None = None
 
     def settings_fields(self) -> dict:
-        """These options as ``Settings`` keyword arguments (all but ``syncs``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "syncs"}
+        """These options as ``Settings`` keyword arguments."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["labels"] = dict(self.labels or {})
         return out
 
@@ -79,8 +78,6 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     ``options``: the device trace, syncs, compile report, sampler and memory flags (None: ``Settings``'
     defaults, no syncs); ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
     so the summary leaves out its own "`stepscope report RUN`" line."""
-    if options is not None and (options.device_trace or options.syncs):
-        traces = list(traces) + [t for t in SYNC_TARGETS if t not in traces]
     settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
                         extra=extra or {}, **(options.settings_fields() if options is not None else {}))
     if json_file is not None and not json_file.resolve().parent.is_dir():

@@ -3,6 +3,8 @@ lazily, inside functions, once the program has them).
 
 - ``api``, ``settings``: the public API and the one settings object a recording is made from;
 - ``session``: a recording (spans, samples, memory lane, the recorder thread, writing the store);
+- ``parts``: what a session records besides (device trace, compile report, collectives, DDP, memory history, end
+  signals, forks followed...), assembled in one place for `stepscope run`, the API, a capture window and a forked child;
 - ``launch``: ``python -m stepscope.record.launch``, the entry point ``stepscope run`` starts the program with;
 - ``processes``, ``forks``, ``endsignals``: children followed, forks, and the end of a run by signal;
 - ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C recorder;

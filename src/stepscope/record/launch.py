@@ -20,8 +20,6 @@ import signal
 import sys
 import types
 
-from .endsignals import end_by_signal
-
 ENV_VAR = "STEPSCOPE_LAUNCH"
 
 
@@ -192,26 +190,10 @@ def main() -> None:
         run_id = cfg.get("run_id")
         if cfg.get("parent_run"):  # a process that the program started (``processes``): a process run of its own
             run_id = _process_run(cfg, settings)
+        # (its parts: the device trace, collectives, the end signals, forks followed... ``parts``, origin "run")
         session = api.start(settings, run_id=run_id, command=cfg.get("command") or sys.argv,
-                            _owns_run=not run_id)
+                            _owns_run=not run_id, _origin="run")
         session.top_run = cfg.get("parent_run") or session.run_id
-        from .processes import follow_fork, trace_collectives
-
-        if settings.children:
-            session.on_forked_child = follow_fork
-        trace_collectives(session)
-        from .tracing.ddp import enable_flight_recorder
-
-        enable_flight_recorder()  # a rank: DDP's gradient all-reduce from c10d's flight recorder (tracing/ddp.py)
-
-    if not cfg.get("server_only"):
-        if settings.device_trace:
-            _start_device_capture(session, settings)
-        if settings.compile_report:
-            _start_compile_report(session)
-
-    if not cfg.get("server_only"):
-        end_by_signal(session)
 
     try:
         run_main(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
@@ -281,71 +263,6 @@ class _NoSession:
 
     def finish(self) -> None:
         pass
-
-
-def _start_device_capture(session, settings) -> None:
-    """Start the device profiler for the run. Where torch_xla is installed (and STEPSCOPE_DEVICE_PROFILER is
-    not ``torch``), the XLA profiler, as soon as the program imports torch_xla (``device.xla_capture``);
-    otherwise the torch profiler (Kineto), now. A missing torch is one line on stderr, not a failure."""
-    import importlib.util
-
-    choice = os.environ.get("STEPSCOPE_DEVICE_PROFILER", "auto").strip().lower()
-    has_xla = False
-    if choice in ("auto", "xla"):
-        try:
-            has_xla = importlib.util.find_spec("torch_xla") is not None
-        except (ImportError, ValueError):
-            pass
-    if has_xla:
-        if settings.device_steps or settings.device_stacks:
-            print("stepscope: --device-steps/--device-stacks apply to torch.profiler; the XLA profiler records the "
-                  "whole run", file=sys.stderr)
-        session.patcher.when_imported("torch_xla", lambda _mod: _start_xla_capture(session))
-        return
-    try:
-        from .device.capture import DeviceCapture
-        from ..store.db import DEVICE_PROBE, DEVICE_TRACE
-
-        st = session.store
-        cap = DeviceCapture(st.run_file(session.run_id, DEVICE_TRACE, create=True),
-                            st.run_file(session.run_id, DEVICE_PROBE), with_stack=settings.device_stacks,
-                            steps=settings.device_steps)
-        cap.start()
-    except ImportError as e:
-        print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
-        return
-    session.on_finish(cap.stop)
-
-
-def _start_xla_capture(session) -> None:
-    """Start the XLA profiler (the program has just imported torch_xla); a failure is one line on stderr."""
-    from .device.xla_capture import XlaCapture
-    from ..store.db import XLA_METRICS, XLA_TRACE_DIR
-
-    st = session.store
-    cap = XlaCapture(st.run_file(session.run_id, XLA_TRACE_DIR, create=True), st.run_file(session.run_id, XLA_METRICS),
-                     note=session.patcher.note)
-    try:
-        cap.start()
-    except Exception as e:
-        print(f"stepscope: --device-trace: recording without the XLA timeline: {e}", file=sys.stderr)
-        return
-    session.on_finish(cap.stop)
-
-
-def _start_compile_report(session) -> None:
-    try:
-        from .device.compile_report import CompileRecorder
-
-        rec = CompileRecorder()
-        rec.start()
-    except ImportError as e:
-        print(f"stepscope: --compile-report needs torch ({e}); recording without it", file=sys.stderr)
-        return
-    from ..store.db import COMPILE_REPORT
-
-    path = session.store.run_file(session.run_id, COMPILE_REPORT, create=True)
-    session.on_finish(lambda: rec.stop(path))
 
 
 def fresh_main(kind: str, target: str) -> types.ModuleType:

@@ -52,33 +52,6 @@ RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_si
              "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
              "TORCHELASTIC_RUN_ID": "job"}
 
-def trace_collectives(session) -> None:
-    """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
-    and ``destroy_process_group`` (``GroupEndSite``: its groups kept to the session's finish where the torch
-    profiler ran) once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans,
-    joined with the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
-    from .tracing import ddp
-    from .tracing.collectives import C10D, COLLECTIVES, GROUP_END, release_groups
-
-    patcher = session.patcher
-
-    def add(mod) -> None:
-        patcher.add([f"{C10D}.{n}" for n in (*COLLECTIVES, GROUP_END) if callable(getattr(mod, n, None))])
-
-    def add_ddp(mod) -> None:
-        if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
-            return
-        if getattr(session, "ddp", None) is None:
-            from .spans.buffer import next_span_id
-
-            session.ddp = ddp.DdpJoin(next_span_id)
-        patcher.add([ddp.BACKWARD])
-
-    patcher.when_imported(C10D, add)
-    patcher.when_imported(ddp.DDP_MODULE, add_ddp)
-    session.on_finish(release_groups)
-
-
 SITECUSTOMIZE = '''\
 # stepscope: records this Python process as part of the run that started it (stepscope.record.processes)
 def _stepscope_start():
@@ -253,7 +226,8 @@ def at_startup(own_dir: str) -> None:
 
 def follow_fork(parent) -> None:
     """In a forked child of a recorded process (after ``parent.after_fork_in_child`` undid its recording): record
-    this process as a process run of the same job with ``parent``'s settings. Never raises."""
+    this process as a process run of the same job with ``parent``'s settings (its parts as ``parts`` gives them to
+    origin "fork": the end signals and forks followed, no device trace). Never raises."""
     try:
         from . import api
         from ..core import clock
@@ -264,7 +238,7 @@ def follow_fork(parent) -> None:
         settings = parent.settings
         run_id = new_run_id()
         anchor = clock.Anchor.take()
-        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False)
+        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False, origin="fork")
         session.top_run = top
         from ..store.db import Store
 
@@ -273,12 +247,7 @@ def follow_fork(parent) -> None:
                           anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
                           parent_run=top, process=facts("fork")), anchor.wall_ns)
         st.close()
-        session.on_forked_child = follow_fork
-        api.adopt(session.start())
-        trace_collectives(session)
-        from .endsignals import end_by_signal
-
-        end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)
+        api.adopt(session.start())  # (its end signals: a pool's terminate() is a SIGTERM, the run is written first)
         _finish_multiprocessing(session)
     except Exception:
         pass

@@ -22,7 +22,8 @@ class Settings:
     a crash loses at most this.
     ``transaction``: name of the root transaction opened for the whole program (None: none).
     ``device_trace``: also record the torch profiler timeline (``device_stacks``: with Python stacks;
-    ``device_steps``: only that many denoising steps after one warm-up step). ``compile_report``: record
+    ``device_steps``: only that many denoising steps after one warm-up step); it traces the host-device sync sites
+    too (``tracing.syncs.SYNC_TARGETS``, added to ``functions_to_trace``), as ``syncs`` does without it. ``compile_report``: record
     torch.compile graph breaks and recompilations. ``sampler``: how the main thread is sampled: "auto" (a
     timer signal read inside the thread where the platform allows, ``profiling.signals``; else the sampler
     thread) or "thread" (always the sampler thread). ``memory``: the memory lane (RSS, and CUDA's allocator
@@ -60,6 +61,9 @@ class Settings:
     #: the sampler loops of ``steps.rules.LOOP_TRACES`` traced too (quietly) whenever anything is traced
     loop_rules: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``--syncs``: trace the host-device sync sites without a device trace (folded into ``functions_to_trace``; not
+    #: stored: ``to_dict`` leaves it out)
+    syncs: bool = False
 
     def __post_init__(self) -> None:
         """Check every number (``limits``: one line naming the field and its range). Raises ValueError."""
@@ -74,6 +78,11 @@ class Settings:
         if self.device_steps is not None:
             limits.in_range("device_steps", self.device_steps, 1, 1_000_000, integer=True)
         object.__setattr__(self, "step_functions", tuple(self.step_functions))
+        if self.device_trace or self.syncs:  # (the one place where a device trace implies the sync sites)
+            from .tracing.syncs import SYNC_TARGETS
+
+            names = tuple(self.functions_to_trace)
+            object.__setattr__(self, "functions_to_trace", names + tuple(t for t in SYNC_TARGETS if t not in names))
         if self.app is not None:
             from . import apps
 
@@ -84,13 +93,18 @@ class Settings:
             object.__setattr__(self, "labels", parse_labels(dict(self.labels), "labels"))
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as stored in the run (``Run.settings``) and handed to the program's processes: JSON types,
+        ``syncs`` left out (its names are in ``functions_to_trace``)."""
         d = asdict(self)
+        del d["syncs"]
         d["functions_to_trace"] = list(self.functions_to_trace)
         d["step_functions"] = list(self.step_functions)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Settings":
+        """Settings from ``to_dict``'s form (keys it does not know are ignored: a newer stepscope's). Raises ValueError
+        as the constructor does."""
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         for k in ("functions_to_trace", "step_functions"):
             if k in known:
