@@ -1,0 +1,42 @@
+"""One owner per option (issue 43 item 3): ``Settings`` declares each field once with its rule and help, the CLI's
+options read them from there."""
+
+import inspect
+
+import pytest
+
+from stepscope.cli.run import run as run_cmd
+from stepscope.record.settings import Settings, check_field, check_flags, field_info
+
+#: the stored settings' keys, in order (the store's JSON as it was before the fields were declared with their rules)
+STORED_KEYS = ["functions_to_trace", "profiles_hz", "max_stack_depth", "flush_interval_s", "transaction", "store",
+               "device_trace", "device_stacks", "device_steps", "compile_report", "sampler", "memory", "cuda_peaks",
+               "memory_history", "children", "step_functions", "labels", "app", "loop_rules", "extra"]
+
+
+def test_stored_settings_keep_their_keys():
+    assert list(Settings().to_dict()) == STORED_KEYS
+
+
+def test_one_rule_under_the_field_or_the_flag():
+    with pytest.raises(ValueError, match=r"^profiles_hz: must be 0 \(off\) or between 0.01 and 10000, got 99999$"):
+        Settings(profiles_hz=99999)
+    with pytest.raises(ValueError, match=r"^--hz: must be 0 \(off\) or between 0.01 and 10000, got 99999$"):
+        check_flags(profiles_hz=99999)
+    with pytest.raises(ValueError, match=r"^--cuda-peaks: must be safe or reset, got 'x'$"):
+        check_flags(sampler="auto", cuda_peaks="x")
+    with pytest.raises(ValueError, match=r"^device_steps: must be an integer between 1 and 1000000, got 0$"):
+        check_field("device_steps", 0)
+    assert check_flags(profiles_hz=None, device_steps=3, labels=["a.b={x}"]) == {"device_steps": 3,
+                                                                                   "labels": {"a.b": "{x}"}}
+    assert Settings(device_steps=2).device_trace  # (device_steps implies the device trace)
+
+
+def test_the_run_options_read_their_help_and_flags_from_settings():
+    params = inspect.signature(run_cmd).parameters
+    for param, name in [("device_trace", "device_trace"), ("sampler", "sampler"), ("cuda_peaks", "cuda_peaks"),
+                        ("memory", "memory"), ("children", "children"), ("step", "step_functions"),
+                        ("label", "labels"), ("app", "app"), ("syncs", "syncs"), ("trace", "functions_to_trace")]:
+        opt, info = params[param].default, field_info(name)
+        assert opt.help == info.help and tuple(opt.param_decls) == info.flags, param
+    assert params["hz"].default.help.startswith(field_info("profiles_hz").help)
