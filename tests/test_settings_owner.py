@@ -1,11 +1,13 @@
 """One owner per option (issue 43 item 3): ``Settings`` declares each field once with its rule and help, the CLI's
-options read them from there."""
+options read them from there; the launch spec is typed on both ends."""
 
 import inspect
+import json
 
 import pytest
 
 from stepscope.cli.run import run as run_cmd
+from stepscope.record.launchspec import FollowSpec, LaunchSpec
 from stepscope.record.settings import Settings, check_field, check_flags, field_info
 
 #: the stored settings' keys, in order (the store's JSON as it was before the fields were declared with their rules)
@@ -40,3 +42,22 @@ def test_the_run_options_read_their_help_and_flags_from_settings():
         opt, info = params[param].default, field_info(name)
         assert opt.help == info.help and tuple(opt.param_decls) == info.flags, param
     assert params["hz"].default.help.startswith(field_info("profiles_hz").help)
+
+
+def test_launch_spec_round_trips_with_its_keys():
+    s = Settings(functions_to_trace=("a.b",), store="/x", device_trace=True, labels={"a.b": "{x}"})
+    spec = LaunchSpec(s, run_id="r1", command=("python", "p.py"), signal_fd=7)
+    doc = json.loads(spec.to_env())
+    assert set(doc) == {"run_id", "settings", "command", "server_only", "signal_fd", "parent_run", "process"}
+    assert doc["settings"] == s.to_dict() and doc["command"] == ["python", "p.py"]
+    assert LaunchSpec.from_env(spec.to_env()) == spec
+    assert LaunchSpec.from_env(None) == LaunchSpec()
+    follow = spec.followed()
+    assert json.loads(follow.to_env()) == {"run": "r1", "settings": s.to_dict()}
+    assert FollowSpec.from_env(follow.to_env()) == follow
+    child = follow.launch(["python", "w.py"], {"how": "exec"})
+    assert (child.parent_run, child.command, child.process, child.run_id) == ("r1", ("python", "w.py"), {"how": "exec"},
+                                                                              None)
+    server = FollowSpec("r1", s, server_only=True)
+    assert json.loads(server.to_env())["server_only"] is True
+    assert server.launch(["python", "w.py"], {}).server_only and server.launch(["python"], {}).parent_run is None

@@ -33,15 +33,14 @@ turn), and, in the fallback only, the ``PYTHONPATH`` entry. Stdlib only: runs in
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-#: the environment variable that makes a Python process started below ``stepscope run`` record itself (JSON:
-#: ``run``: the top run's id, ``settings``: the run's settings)
-FOLLOW_VAR = "STEPSCOPE_FOLLOW"
-#: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
-LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+# ``FOLLOW_VAR``: the environment variable that makes a Python process started below ``stepscope run`` record itself
+# (``launchspec.FollowSpec``); ``LAUNCH_VAR``: the launcher's (``launchspec.LaunchSpec``): a process that has it is
+# being launched already
+from .launchspec import ENV_VAR as LAUNCH_VAR, FOLLOW_VAR, FollowSpec
+
 #: the start-up hook installed with stepscope into site-packages (setup.py; its source: src/stepscope-follow.pth):
 #: with ``FOLLOW_VAR`` set it calls ``startup_hook``, else it costs one ``in os.environ`` test
 HOOK_PTH = "stepscope-follow.pth"
@@ -145,12 +144,6 @@ def facts(how: str) -> dict:
     return out
 
 
-def follow_env(run_id: str, settings: dict, server_only: bool = False) -> str:
-    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts (``server_only``: each
-    records nothing and starts a control server of its own, for ``stepscope capture`` of the whole job)."""
-    return json.dumps({"run": run_id, "settings": settings, **({"server_only": True} if server_only else {})})
-
-
 def _chain(own_dir: str) -> None:
     """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), as ``site`` would have."""
     import importlib.machinery
@@ -178,13 +171,9 @@ def _exec_launcher() -> None:
         form = split_command(list(getattr(sys, "orig_argv", []) or []))
         if form is not None:
             try:
-                cfg = json.loads(raw)
                 options, program = form
-                launch = {"settings": cfg["settings"], "parent_run": cfg["run"], "command": list(sys.orig_argv),
-                          "process": facts("exec")}
-                if cfg.get("server_only"):  # `stepscope run --server`: a control server here too, nothing recorded
-                    launch = {"settings": cfg["settings"], "command": list(sys.orig_argv), "server_only": True}
-                os.environ[LAUNCH_VAR] = json.dumps(launch)
+                # (`stepscope run --server`: a control server here too, nothing recorded: ``FollowSpec.launch``)
+                os.environ[LAUNCH_VAR] = FollowSpec.from_env(raw).launch(list(sys.orig_argv), facts("exec")).to_env()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.record.launch", *program])
