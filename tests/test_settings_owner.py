@@ -1,5 +1,6 @@
 """One owner per option (issue 43 item 3): ``Settings`` declares each field once with its rule and help, the CLI's
-options read them from there; the launch spec is typed on both ends."""
+options read them from there; the launch spec is typed on both ends; a run's capture, job and auto-trace facts are
+read in one place (``Run.meta``), with the stored JSON as it always was."""
 
 import inspect
 import json
@@ -7,6 +8,7 @@ import json
 import pytest
 
 from stepscope.cli.run import run as run_cmd
+from stepscope.core.model import AutoTrace, Capture, Run, RunMeta
 from stepscope.record.launchspec import FollowSpec, LaunchSpec
 from stepscope.record.settings import Settings, check_field, check_flags, field_info
 
@@ -61,3 +63,26 @@ def test_launch_spec_round_trips_with_its_keys():
     server = FollowSpec("r1", s, server_only=True)
     assert json.loads(server.to_env())["server_only"] is True
     assert server.launch(["python", "w.py"], {}).server_only and server.launch(["python"], {}).parent_run is None
+
+
+@pytest.mark.parametrize("extra", [
+    {"capture": {"pid": 12, "span": "U.forward", "steps": 3, "duration_s": None}},
+    {"capture": {"pid": 12, "method": "py-spy"}},
+    {"job": "j1"},
+    {"auto_trace": {"pass": 1}},
+    {"auto_trace": {"pass": 1, "second_run": "r2", "added": ["a.b"]}},
+    {"auto_trace": {"pass": 2, "first_run": "r1", "added": []}},
+])
+def test_run_facts_read_and_written_as_stored(extra):
+    meta = Run(id="r", command=[], settings={"profiles_hz": 101.0, "extra": extra}).meta
+    assert meta.to_extra() == extra and json.dumps(meta.to_extra()) == json.dumps(extra)
+
+
+def test_run_facts_of_runs_without_them():
+    for settings in ({}, {"extra": {}}, {"extra": None}, {"extra": []}, None, []):
+        assert RunMeta.of(settings) == RunMeta()
+    assert Run(id="r", command=[]).meta.capture is None
+    meta = RunMeta(capture=Capture(1, "s", 2, None), job="j", auto_trace=AutoTrace(2, first_run="a", added=["x"]))
+    assert RunMeta.of({"extra": meta.to_extra()}) == meta
+    kept = RunMeta(auto_trace=AutoTrace(1, second_run="b")).into({"profiles_hz": 1, "extra": {"job": "j"}})
+    assert kept == {"profiles_hz": 1, "extra": {"job": "j", "auto_trace": {"pass": 1, "second_run": "b"}}}

@@ -16,6 +16,7 @@ from ..analysis.summary import summarize
 from ..analysis.calltree import ProfileIndex
 from ..output.terminal.summary import print_summary, unresolved_line
 from ..program.run import CommandError, Outcome, die_like, run_program
+from ..core.model import AutoTrace, RunMeta
 from ..record.settings import DEFAULT_HZ, Settings, check_flags
 from .tracefile import read_trace_file
 from ..record.tracing import precheck
@@ -39,18 +40,18 @@ def _early_unresolved(command: list[str], names) -> dict[str, str]:
 
 
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
-           quiet: bool = False, transaction: str | None = None, extra: dict | None = None,
+           quiet: bool = False, transaction: str | None = None, meta: RunMeta | None = None,
            json_file: Optional[Path] = None, report_hint_by_caller: bool = False,
            options: Settings | None = None) -> Outcome:
     """Run and record ``command``; print its summary (stderr) or JSON (stdout); with ``json_file``, also
     write the JSON document there. Shared with ``demo``.
 
     ``options``: the settings that the flags gave (the device trace, syncs, compile report, sampler, memory...;
-    None: ``Settings``' defaults), with ``traces``, ``hz``, ``transaction`` and ``extra`` set here;
-    ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
+    None: ``Settings``' defaults), with ``traces``, ``hz``, ``transaction`` and the run's facts ``meta`` (a job id,
+    an auto-trace pass: ``core.model.RunMeta``) set here; ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
     so the summary leaves out its own "`stepscope report RUN`" line."""
     settings = dataclasses.replace(options or Settings(), functions_to_trace=tuple(normalize_targets(traces)),
-                                   profiles_hz=hz, transaction=transaction, extra=extra or {})
+                                   profiles_hz=hz, transaction=transaction, extra=(meta or RunMeta()).to_extra())
     if json_file is not None and not json_file.resolve().parent.is_dir():
         raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
@@ -212,7 +213,7 @@ def run(
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
         outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options,
-                         extra={"job": job} if job else None)
+                         meta=RunMeta(job=job))
     if targets and outcome.run_id:
         _export_run(store, outcome.run_id, targets, quiet)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
@@ -264,7 +265,7 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     from ..analysis.suggest import suggest
     from ..store.reader import load_run
 
-    first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
+    first = record(args, names, rate, store_path, False, quiet=True, meta=RunMeta(auto_trace=AutoTrace(1)))
     if not first.run_id:
         return first
     st = open_store(store_path)
@@ -272,9 +273,9 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
     second = record(args, names + picks, rate, store_path, as_json, quiet, json_file=json_file,
-                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, options=options)
+                    meta=RunMeta(auto_trace=AutoTrace(2, first_run=first.run_id, added=picks)), options=options)
     run = st.get_run(first.run_id)
-    run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}
-    st.update_run(first.run_id, settings=run.settings)
+    st.update_run(first.run_id, settings=RunMeta(auto_trace=AutoTrace(1, second_run=second.run_id,
+                                                                      added=picks)).into(run.settings))
     st.close()
     return second

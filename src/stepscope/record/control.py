@@ -231,6 +231,7 @@ class ControlServer:
                 self._busy.release()
 
     def _capture(self, req: dict, conn: socket.socket) -> None:
+        from ..core.model import Capture, RunMeta
         from . import api
         from .session import Session, new_run_id
         from .tracing.patch import is_note
@@ -253,7 +254,7 @@ class ControlServer:
                                          "(pkg.mod.Class.method) or --trace it"})
         settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=req["hz"] if req.get("hz") is not None else DEFAULT_HZ,
                             flush_interval_s=0.2, store=self.store, device_trace=device,
-                            extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
+                            extra=RunMeta(capture=Capture(os.getpid(), span, steps, duration)).to_extra())
         run_id = new_run_id()
         session = Session(settings, run_id=run_id, command=list(self.command), cut_open=True, origin="window").start()
         if session.parts.failed:  # (the device trace could not start: said to the client, never to the program)
