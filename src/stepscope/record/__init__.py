@@ -6,6 +6,7 @@ lazily, inside functions, once the program has them).
 - ``parts``: what a session records besides (device trace, compile report, collectives, DDP, memory history, end
   signals, forks followed...), assembled in one place for `stepscope run`, the API, a capture window and a forked child;
 - ``launch``: ``python -m stepscope.record.launch``, the entry point ``stepscope run`` starts the program with;
+- ``launchspec``: what ``stepscope run`` hands the launcher and the program's followed processes (typed, both ends);
 - ``processes``, ``forks``, ``endsignals``: children followed, forks, and the end of a run by signal;
 - ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C recorder;
 - ``steps/``: denoising steps as spans (scopes, markers, sampler loops);
