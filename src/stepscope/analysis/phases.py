@@ -15,7 +15,7 @@ handlers).
 A sample that is importing a module (``IMPORT_FUNCS`` on its stack) is start-up wherever it falls, also
 in a run with no work window: a lazy import inside the work is start-up work, not the work's.
 
-A window recorded by ``stepscope capture`` (the run's ``settings["extra"]["capture"]``) has no start-up and
+A window recorded by ``stepscope capture`` (the run's ``Run.meta.capture``) has no start-up and
 no shutdown: the program was running before it opened and goes on after it closed. The same windows are
 named for what they are there (``Phases.capture``): the time before the first traced call is the app idle
 or serving (``BEFORE_CAPTURE``), the time after the last one too.
@@ -39,9 +39,8 @@ BEFORE_CAPTURE = "the app idle or serving"
 
 
 def is_capture(run) -> bool:
-    """Whether ``run`` is a window recorded by ``stepscope capture`` (its settings say so)."""
-    extra = (run.settings or {}).get("extra") if isinstance(run.settings, dict) else None
-    return bool(isinstance(extra, dict) and extra.get("capture"))
+    """Whether ``run`` is a window recorded by ``stepscope capture`` (``Run.meta.capture``)."""
+    return run.meta.capture is not None
 
 
 @dataclass(slots=True)

@@ -179,7 +179,7 @@ def rank_steps(data: RunData, index: ProfileIndex | None = None, name: str | Non
         for k in ks:
             rows = np.flatnonzero((t.name == best) & (proc == k))
             per[k] = rows[_outermost(t.start[rows], t.end[rows])]
-    per = _whole_steps(t, per, bool(((data.run.settings or {}).get("extra") or {}).get("capture")))
+    per = _whole_steps(t, per, data.run.meta.capture is not None)
     if min(len(v) for v in per.values()) < 1:
         return None
     index = index or ProfileIndex(data.profile)

@@ -165,7 +165,7 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
     startup_top = top_functions(index, startup_samples(index, ph), n=5)[1]
     phs = PhaseSummary(ph.split, ph.startup_ns, ph.work_ns, ph.shutdown_ns, ph.startup_sampled_ns, ph.shutdown_sampled_ns,
                        ph.work_start_ns, ph.work_end_ns, startup_top, ph.entry, ph.capture)
-    capture = (run.settings.get("extra") or {}).get("capture") if ph.capture else None
+    capture = run.meta.capture.to_dict() if ph.capture else None
     cut = len(data.spans.rows_with_attr("stepscope.cut")) if data.spans.attrs else 0
     traced = len(data.spans) - int(data.spans.op_mask("transaction").sum())  # (as `runs` and the header count them)
     return Summary(run.id, run.status, run.exit_code, run.command, run.wall_time_ns, traced, len(index),

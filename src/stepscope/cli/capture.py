@@ -27,7 +27,7 @@ from ..program.client import CaptureError, app_of, capture, find_server, locate_
 from ..record.control import DEFAULT_TIMEOUT_S, span_traced
 from ..analysis.calltree import ProfileIndex
 from ..output.terminal.summary import print_summary
-from ..record.settings import DEFAULT_HZ
+from ..record.settings import DEFAULT_HZ, check_flags
 from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, print_json
 
 
@@ -55,7 +55,7 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
         raise UserError("give --pid PID or --address HOST:PORT")
     if pid is not None:
         limits.in_range("--pid", pid, 1, 2**22, integer=True)  # Linux's PID_MAX_LIMIT
-    limits.hz("--hz", hz)
+    check_flags(profiles_hz=hz)
     if steps is not None:
         limits.in_range("--steps", steps, 1, 1_000_000, integer=True)
     if duration is None and steps is None:

@@ -18,6 +18,21 @@ StoreOpt = typer.Option(None, "--store", help="Store folder (default: $STEPSCOPE
                         envvar="STEPSCOPE_STORE", show_default=False)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
 
+
+def setting_option(name: str, default: Any = ..., *, help_tail: str = "") -> Any:
+    """A typer option that sets the ``Settings`` field ``name``: its flags and help from the field's declaration
+    (``record.settings.field_info``; ``help_tail`` appended to the help), its default the field's own unless given
+    (a list for a repeatable option). Its value is checked by the field's rule (``settings.check_flags``), once.
+    Raises KeyError for no such field, ValueError for a field that is not a CLI option."""
+    from ..record.settings import Settings, field_info
+
+    info = field_info(name)
+    if not info.flags:
+        raise ValueError(f"{name}: not a CLI option of Settings")
+    if default is ...:
+        default = Settings.__dataclass_fields__[name].default
+    return typer.Option(default, *info.flags, help=info.help + help_tail)
+
 def _console(stderr: bool) -> Console:
     c = Console(stderr=stderr, highlight=False)
     if not c.is_terminal and "COLUMNS" not in __import__("os").environ:

@@ -12,7 +12,7 @@ from ..core import limits
 from ..pipelines.sd import SCHEDULERS, demo_traces
 from ..output.html.html import write_report
 from ..program.run import die_like
-from ..record.settings import DEFAULT_HZ
+from ..record.settings import DEFAULT_HZ, check_flags
 from ..store.db import DEMO_IMAGE
 from ..store.reader import load_run
 from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
@@ -36,7 +36,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
     if size is not None:
         limits.image_size("--size", size)
     limits.in_range("--seed", seed, -(2**63), 2**64 - 1, integer=True)  # what torch.manual_seed takes
-    limits.hz("--hz", hz)
+    check_flags(profiles_hz=hz)
     if model not in ("tiny", "sd15") and not Path(model).is_dir():
         raise UserError(f"--model {model}: expected tiny, sd15 or a diffusers model folder")
     st = open_store(store, create=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import List, Optional
 
@@ -16,13 +16,12 @@ from ..analysis.summary import summarize
 from ..analysis.calltree import ProfileIndex
 from ..output.terminal.summary import print_summary, unresolved_line
 from ..program.run import CommandError, Outcome, die_like, run_program
-from ..record.settings import DEFAULT_HZ, Settings
+from ..core.model import AutoTrace, RunMeta
+from ..record.settings import DEFAULT_HZ, Settings, check_flags
 from .tracefile import read_trace_file
 from ..record.tracing import precheck
-from ..record.spans.labels import parse_labels
 from ..record.tracing.resolve import normalize_targets
-from ..record.tracing.syncs import SYNC_TARGETS
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
+from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json, setting_option
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -40,49 +39,19 @@ def _early_unresolved(command: list[str], names) -> dict[str, str]:
     return precheck.check(list(names), extra)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordOptions:
-    """What ``stepscope run`` records besides the traced names and the rate, as its flags give it: the ``Settings``
-    fields of the same names (``device_trace``, ``device_stacks``, ``device_steps``, ``compile_report``,
-    ``sampler``, ``memory``, ``memory_history``, ``cuda_peaks``, ``children``, ``step_functions``, ``labels``,
-    ``app``) and ``syncs``: trace the host-device sync sites
-    (``tracing.syncs.SYNC_TARGETS``; ``device_trace`` traces them too). Checked by ``Settings`` (ValueError)."""
-
-    device_trace: bool
-    device_stacks: bool
-    device_steps: int | None
-    syncs: bool
-    compile_report: bool
-    sampler: str
-    memory: bool
-    memory_history: bool
-    cuda_peaks: str
-    children: bool = True
-    step_functions: tuple[str, ...] = ()
-    labels: dict | None = None
-    app: str | None = None
-
-    def settings_fields(self) -> dict:
-        """These options as ``Settings`` keyword arguments (all but ``syncs``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "syncs"}
-        out["labels"] = dict(self.labels or {})
-        return out
-
-
 def record(command: list[str], traces: list[str], hz: float, store_path: Optional[Path], as_json: bool,
-           quiet: bool = False, transaction: str | None = None, extra: dict | None = None,
+           quiet: bool = False, transaction: str | None = None, meta: RunMeta | None = None,
            json_file: Optional[Path] = None, report_hint_by_caller: bool = False,
-           options: RecordOptions | None = None) -> Outcome:
+           options: Settings | None = None) -> Outcome:
     """Run and record ``command``; print its summary (stderr) or JSON (stdout); with ``json_file``, also
     write the JSON document there. Shared with ``demo``.
 
-    ``options``: the device trace, syncs, compile report, sampler and memory flags (None: ``Settings``'
-    defaults, no syncs); ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
+    ``options``: the settings that the flags gave (the device trace, syncs, compile report, sampler, memory...;
+    None: ``Settings``' defaults), with ``traces``, ``hz``, ``transaction`` and the run's facts ``meta`` (a job id,
+    an auto-trace pass: ``core.model.RunMeta``) set here; ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
     so the summary leaves out its own "`stepscope report RUN`" line."""
-    if options is not None and (options.device_trace or options.syncs):
-        traces = list(traces) + [t for t in SYNC_TARGETS if t not in traces]
-    settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=hz, transaction=transaction,
-                        extra=extra or {}, **(options.settings_fields() if options is not None else {}))
+    settings = dataclasses.replace(options or Settings(), functions_to_trace=tuple(normalize_targets(traces)),
+                                   profiles_hz=hz, transaction=transaction, extra=(meta or RunMeta()).to_extra())
     if json_file is not None and not json_file.resolve().parent.is_dir():
         raise UserError(f"--json-file {json_file}: no folder {json_file.resolve().parent}")
     store = open_store(store_path, create=True)
@@ -152,10 +121,10 @@ def _tell_incomplete(store, outcome: Outcome) -> bool:
 def run(
     ctx: typer.Context,
     command: Optional[List[str]] = typer.Argument(None, help="The program: python SCRIPT [ARGS] (after --)."),
-    trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace (repeatable; globs allowed)."),
+    trace: List[str] = setting_option("functions_to_trace", []),
     trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
     module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = typer.Option(None, "--hz", help=f"Sampling rate per thread, samples/s: 0 (off) or 0.01-10000. [default: {DEFAULT_HZ:g}]"),
+    hz: Optional[float] = setting_option("profiles_hz", None, help_tail=f" [default: {DEFAULT_HZ:g}]"),
     store: Optional[Path] = StoreOpt,
     as_json: bool = JsonOpt,
     json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
@@ -163,39 +132,26 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends (with --server: "
                                "not the line that says it is ready for capture either)."),
     auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
-    device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler (Kineto) timeline."),
-    device_steps: Optional[int] = typer.Option(None, "--device-steps", help="Record only N denoising steps (after 1 warm-up)."),
-    device_stacks: bool = typer.Option(False, "--device-stacks", help="Python stacks in the device trace (large)."),
-    syncs: bool = typer.Option(False, "--syncs", help="Trace host-device sync sites (.item(), .nonzero()...) with their line."),
-    compile_report: bool = typer.Option(False, "--compile-report", help="Record torch.compile graph breaks and recompilations."),
+    device_trace: bool = setting_option("device_trace"),
+    device_steps: Optional[int] = setting_option("device_steps"),
+    device_stacks: bool = setting_option("device_stacks"),
+    syncs: bool = setting_option("syncs"),
+    compile_report: bool = setting_option("compile_report"),
     server: bool = typer.Option(False, "--server", help="Record nothing; start the control server in the program "
                                 "and say when it is ready: `stepscope capture --pid` (this process's pid, the "
                                 "program's, or a parent's) records windows on demand."),
-    sampler: str = typer.Option("auto", "--sampler", help="How the main thread is sampled: auto (a timer signal "
-                                "read inside it, Linux; else a sampler thread) or thread (a sampler thread only)."),
-    memory: bool = typer.Option(True, "--memory/--no-memory", help="The memory lane: RSS (and CUDA's allocated and "
-                                "reserved bytes) at the sampling rate, memory at step-level spans' entry and exit."),
-    memory_history: bool = typer.Option(False, "--memory-history", help="CUDA: record the allocator's history (bounded) "
-                                        "and keep its snapshot when the program runs out of memory."),
-    children: bool = typer.Option(True, "--children/--no-children", help="Record every Python process the program "
-                                  "starts (subprocess, multiprocessing, torchrun/accelerate workers, DataLoader "
-                                  "workers) as a process of the run."),
-    cuda_peaks: str = typer.Option("safe", "--cuda-peaks", help="CUDA per-span peaks: safe (never reset the allocator's "
-                                   "peak counter) or reset (exact per step-level span; the program's own "
-                                   "max_memory_allocated then reads since the last one)."),
+    sampler: str = setting_option("sampler"),
+    memory: bool = setting_option("memory"),
+    memory_history: bool = setting_option("memory_history"),
+    children: bool = setting_option("children"),
+    cuda_peaks: str = setting_option("cuda_peaks"),
     export: List[str] = typer.Option([], "--export", help="Once the run is stored, send it (repeatable): otlp (to "
                                      "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or "
                                      "sentry=DSN (spans and samples). A failed send is one line on stderr; the run "
                                      "stays stored and the exit status is the program's."),
-    step: List[str] = typer.Option([], "--step", help="A function each of whose calls is one denoising step, for "
-                                   "a loop no built-in rule knows (repeatable; traced too). Built in: diffusers, "
-                                   "k-diffusion, ComfyUI, ldm and sgm samplers (docs/steps.md)."),
-    label: List[str] = typer.Option([], "--label", help="NAME=TEMPLATE: name NAME's spans from its arguments, e.g. "
-                                    "'execution.execute={dynprompt.original_prompt[current_item][\"class_type\"]} "
-                                    "#{current_item}' "
-                                    "(attribute and item access and `or` only; repeatable; docs/steps.md)."),
-    app: Optional[str] = typer.Option(None, "--app", help="Trace an app with its preset: diffusers, comfyui (a span "
-                                      "per prompt and per node, by type and id) or invokeai."),
+    step: List[str] = setting_option("step_functions", []),
+    label: List[str] = setting_option("labels", []),
+    app: Optional[str] = setting_option("app"),
     job: Optional[str] = typer.Option(None, "--job", help="A job id for the run (exported as stepscope.job.id): "
                                       "runs sent to one `stepscope serve` with the same id, from any host, are "
                                       "joined into one run. Default: torchrun's TORCHELASTIC_RUN_ID in its ranks."),
@@ -206,15 +162,9 @@ def run(
     """
     import sys
 
-    if hz is not None:
-        limits.hz("--hz", hz)
+    check_flags(profiles_hz=hz)  # (by the settings' own rules, under the flags, before anything runs)
     limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
-    if sampler not in ("auto", "thread"):
-        raise UserError(f"--sampler: must be auto or thread, got {sampler!r}")
-    if cuda_peaks not in ("safe", "reset"):
-        raise UserError(f"--cuda-peaks: must be safe or reset, got {cuda_peaks!r}")
-    if device_steps is not None:
-        limits.in_range("--device-steps", device_steps, 1, 1_000_000, integer=True)
+    check_flags(sampler=sampler, cuda_peaks=cuda_peaks, device_steps=device_steps)
     if export:
         from ..output.export.send import parse_target
 
@@ -235,18 +185,15 @@ def run(
         labels.update(tf.labels)
         preset = preset or tf.app
     try:
-        labels.update(parse_labels(label))
-        if preset is not None:
-            from ..record import apps
-
-            preset = apps.get(preset).name
+        labels.update(check_flags(labels=label).get("labels", {}))
+        preset = check_flags(app=preset).get("app")
     except ValueError as e:
         raise UserError(str(e)) from None
     rate = hz if hz is not None else (file_hz if file_hz is not None else DEFAULT_HZ)
-    options = RecordOptions(device_trace=device_trace or device_steps is not None, device_stacks=device_stacks,
-                            device_steps=device_steps, syncs=syncs, compile_report=compile_report, sampler=sampler,
-                            memory=memory, memory_history=memory_history, cuda_peaks=cuda_peaks, children=children,
-                            step_functions=tuple(normalize_targets(steps_named)), labels=labels, app=preset)
+    options = Settings(device_trace=device_trace, device_stacks=device_stacks, device_steps=device_steps, syncs=syncs,
+                       compile_report=compile_report, sampler=sampler, memory=memory, memory_history=memory_history,
+                       cuda_peaks=cuda_peaks, children=children, step_functions=tuple(normalize_targets(steps_named)),
+                       labels=labels, app=preset)
     if job is not None and not (0 < len(job) <= 200):
         raise UserError("--job: an id of 1 to 200 characters")
     if server:
@@ -266,7 +213,7 @@ def run(
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
         outcome = record(args, names, rate, store, as_json, quiet, json_file=json_file, options=options,
-                         extra={"job": job} if job else None)
+                         meta=RunMeta(job=job))
     if targets and outcome.run_id:
         _export_run(store, outcome.run_id, targets, quiet)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
@@ -312,13 +259,13 @@ def _serving_line(info: dict) -> None:
 
 
 def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Optional[Path], as_json: bool, quiet: bool,
-                n: int, options: RecordOptions, json_file: Optional[Path] = None) -> Outcome:
+                n: int, options: Settings, json_file: Optional[Path] = None) -> Outcome:
     """Run once sampled, pick the top ``n`` suggestions, run again with them traced (and ``options``); link both
     runs."""
     from ..analysis.suggest import suggest
     from ..store.reader import load_run
 
-    first = record(args, names, rate, store_path, False, quiet=True, extra={"auto_trace": {"pass": 1}})
+    first = record(args, names, rate, store_path, False, quiet=True, meta=RunMeta(auto_trace=AutoTrace(1)))
     if not first.run_id:
         return first
     st = open_store(store_path)
@@ -326,9 +273,9 @@ def _auto_trace(args: list[str], names: list[str], rate: float, store_path: Opti
     if not quiet and not as_json:
         err.print(f"auto-trace: run {first.run_id} sampled; tracing next: {', '.join(picks) or '(nothing to add)'}")
     second = record(args, names + picks, rate, store_path, as_json, quiet, json_file=json_file,
-                    extra={"auto_trace": {"pass": 2, "first_run": first.run_id, "added": picks}}, options=options)
+                    meta=RunMeta(auto_trace=AutoTrace(2, first_run=first.run_id, added=picks)), options=options)
     run = st.get_run(first.run_id)
-    run.settings.setdefault("extra", {})["auto_trace"] = {"pass": 1, "second_run": second.run_id, "added": picks}
-    st.update_run(first.run_id, settings=run.settings)
+    st.update_run(first.run_id, settings=RunMeta(auto_trace=AutoTrace(1, second_run=second.run_id,
+                                                                      added=picks)).into(run.settings))
     st.close()
     return second

@@ -23,10 +23,8 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore
 
-from ..record import apps
-from ..core import limits
 from ..core.jsondepth import TOO_DEEP
-from ..record.spans.labels import parse_labels
+from ..record.settings import check_field
 from ..record.tracing.resolve import normalize_targets
 
 
@@ -70,7 +68,7 @@ def read_trace_file(path: str | Path) -> TraceFile:
         hz = doc.get("profiles_hz")
         if hz is not None:
             try:
-                hz = limits.hz("profiles_hz", hz)
+                hz = check_field("profiles_hz", hz)
             except ValueError as e:
                 raise TraceFileError(f"{p}: {e}") from None
         steps = doc.get("steps", [])
@@ -81,11 +79,11 @@ def read_trace_file(path: str | Path) -> TraceFile:
             raise TraceFileError(f"{p}: labels: expected a table of name = \"template\"")
         app = doc.get("app")
         try:
-            labels = parse_labels(labels, "labels")
+            labels = check_field("labels", labels)
             if app is not None:
                 if not isinstance(app, str):
                     raise ValueError("app: expected a preset name")
-                app = apps.get(app).name
+                app = check_field("app", app)
         except ValueError as e:
             raise TraceFileError(f"{p}: {e}") from None
         return TraceFile(names, hz, [x.strip() for x in steps], labels, app)

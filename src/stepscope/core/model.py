@@ -139,6 +139,11 @@ class Run:
     def to_wall_ns(self, t_ns: int) -> int:
         return self.anchor_wall_ns + (t_ns - self.anchor_mono_ns)
 
+    @property
+    def meta(self) -> "RunMeta":
+        """What the run is beside what it recorded (a capture window, a job, an auto-trace pass): ``RunMeta``."""
+        return RunMeta.of(self.settings)
+
 
 @dataclass(slots=True)
 class MemoryTrack:
@@ -168,3 +173,101 @@ class RunData:
     #: the runs of the job's other processes, joined into ``spans`` and ``profile`` (``store.jobjoin``); [] for a
     #: run of one process
     processes: list[Run] = field(default_factory=list)
+
+
+# -- the run's facts beside its settings ---------------------------------------------------------------------------
+#
+# Stored in the run's settings under "extra" (``Run.settings["extra"]``: the store's JSON as it always was); read
+# here only (``RunMeta.of``, ``Run.meta``), written by ``RunMeta.to_extra`` / ``RunMeta.into``.
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A window of a running program (``stepscope capture``): ``pid`` (the program's), and ``span``, ``steps``,
+    ``duration_s`` as asked (a control server's window: ``record.control``; None where not asked), or ``method``
+    ("py-spy": sampled from outside, ``program.pyspy``)."""
+
+    pid: int | None = None
+    span: str | None = None
+    steps: int | None = None
+    duration_s: float | None = None
+    method: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored: ``{"pid", "method"}`` for py-spy's, else ``{"pid", "span", "steps", "duration_s"}``."""
+        if self.method is not None:
+            return {"pid": self.pid, "method": self.method}
+        return {"pid": self.pid, "span": self.span, "steps": self.steps, "duration_s": self.duration_s}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Capture":
+        """From the stored form (keys it does not know are ignored)."""
+        return cls(d.get("pid"), d.get("span"), d.get("steps"), d.get("duration_s"), d.get("method"))
+
+
+@dataclass(frozen=True, slots=True)
+class AutoTrace:
+    """A pass of ``stepscope run --auto-trace N``: ``pass_no`` (1: sampled, 2: with the suggestions traced),
+    ``first_run`` (pass 2's: the sampled run), ``second_run`` (pass 1's, once pass 2 ran), ``added`` (the names the
+    suggestions added; None until known)."""
+
+    pass_no: int
+    first_run: str | None = None
+    second_run: str | None = None
+    added: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored: ``{"pass", "first_run"?, "second_run"?, "added"?}`` (the keys set)."""
+        out: dict[str, Any] = {"pass": self.pass_no}
+        if self.first_run is not None:
+            out["first_run"] = self.first_run
+        if self.second_run is not None:
+            out["second_run"] = self.second_run
+        if self.added is not None:
+            out["added"] = list(self.added)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AutoTrace":
+        """From the stored form."""
+        added = d.get("added")
+        return cls(d.get("pass", 0), d.get("first_run"), d.get("second_run"), list(added) if added is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta:
+    """What a run is, beside what it recorded: ``capture`` (a capture window's facts, ``Capture``), ``job`` (``run
+    --job``'s id, exported as ``stepscope.job.id``), ``auto_trace`` (an ``--auto-trace`` pass, ``AutoTrace``); None
+    where the run has none."""
+
+    capture: Capture | None = None
+    job: str | None = None
+    auto_trace: AutoTrace | None = None
+
+    @classmethod
+    def of(cls, settings: Any) -> "RunMeta":
+        """The facts stored in a run's settings (``settings["extra"]``; anything not a dict reads as none): the one
+        reader of that field."""
+        extra = settings.get("extra") if isinstance(settings, dict) else None
+        if not isinstance(extra, dict):
+            return cls()
+        cap, auto, job = extra.get("capture"), extra.get("auto_trace"), extra.get("job")
+        return cls(Capture.from_dict(cap) if isinstance(cap, dict) and cap else None,
+                   job if job else None,
+                   AutoTrace.from_dict(auto) if isinstance(auto, dict) and auto else None)
+
+    def to_extra(self) -> dict[str, Any]:
+        """The facts as stored in ``settings["extra"]``: the keys set, in the order ``capture``, ``job``,
+        ``auto_trace``."""
+        out: dict[str, Any] = {}
+        if self.capture is not None:
+            out["capture"] = self.capture.to_dict()
+        if self.job is not None:
+            out["job"] = self.job
+        if self.auto_trace is not None:
+            out["auto_trace"] = self.auto_trace.to_dict()
+        return out
+
+    def into(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """``settings`` (a run's, as stored) with these facts written into its ``extra``, the others kept."""
+        return {**settings, "extra": {**(settings.get("extra") or {}), **self.to_extra()}}

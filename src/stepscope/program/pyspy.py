@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..core import clock
-from ..core.model import Run
+from ..core.model import Capture, Run, RunMeta
 from ..record.session import new_run_id
 from ..store.db import Store
 from ..core import procs
@@ -105,7 +105,8 @@ def _store(doc: dict, pid: int, hz: float, anchor: clock.Anchor, store: Store) -
     end = max([s[0] for s in samples], default=anchor.mono_ns)
     store.create_run(Run(id=run_id, command=command, pid=pid, status="ok", start_ns=anchor.mono_ns,
                          anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
-                         settings={"profiles_hz": hz, "extra": {"capture": {"pid": pid, "method": "py-spy"}}}),
+                         settings={"profiles_hz": hz,
+                                   "extra": RunMeta(capture=Capture(pid=pid, method="py-spy")).to_extra()}),
                      anchor.wall_ns)
     samples.sort()
     store.append(run_id, frames=frames, stacks=list(stacks), samples=samples, threads=threads)

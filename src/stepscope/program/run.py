@@ -13,7 +13,7 @@ byte per signal its handlers receive. The child dies with this process (``PR_SET
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 import signal
@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 from ..core import clock
 from ..record.endsignals import signal_status
-from ..record.launch import ENV_VAR
+from ..record.launchspec import ENV_VAR, FOLLOW_VAR, LaunchSpec
 from ..core.model import Run
-from ..record.processes import FOLLOW_VAR, OPTS_WITH_VALUE, follow_env, hook_installed, path_folder
+from ..record.processes import OPTS_WITH_VALUE, hook_installed, path_folder
 from ..record.session import new_run_id
 from ..record.settings import Settings
 from ..store.db import DbError, Store, write_error_text
@@ -155,13 +155,11 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
                              start_ns=anchor.mono_ns, anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
                              settings=settings.to_dict()), anchor.wall_ns)
     child_env = dict(os.environ if env is None else env)
-    settings_dict = settings.to_dict()
-    settings_dict["store"] = str(Path(store.path).resolve())
-    child_env[ENV_VAR] = json.dumps({"run_id": run_id, "settings": settings_dict, "command": list(command),
-                                     "server_only": server_only})
+    spec = LaunchSpec(dataclasses.replace(settings, store=str(Path(store.path).resolve())), run_id=run_id,
+                      command=tuple(command), server_only=server_only)
     follow = settings.children  # (server_only: each Python process starts a control server of its own)
     if follow:  # the program's Python processes record themselves (``processes``)
-        child_env[FOLLOW_VAR] = follow_env(run_id, settings_dict, server_only)
+        child_env[FOLLOW_VAR] = spec.followed().to_env()
     if not _same_interpreter(argv[0]) or follow and not hook_installed():
         # the fallback, for an interpreter without this stepscope and its start-up hook installed (another
         # interpreter or virtual environment; stepscope run from a source tree on PYTHONPATH): make this stepscope
@@ -173,9 +171,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, child_env.get("PYTHONPATH")]))
     relay = _Relay()
     oom_kills = oom_kill_count()
-    cfg = json.loads(child_env[ENV_VAR])
-    cfg["signal_fd"] = relay.child_fd
-    child_env[ENV_VAR] = json.dumps(cfg)
+    child_env[ENV_VAR] = dataclasses.replace(spec, signal_fd=relay.child_fd).to_env()
     try:
         proc = subprocess.Popen(argv, env=child_env, pass_fds=(relay.child_fd,), preexec_fn=relay.in_child)
     except OSError as e:

@@ -3,7 +3,10 @@ lazily, inside functions, once the program has them).
 
 - ``api``, ``settings``: the public API and the one settings object a recording is made from;
 - ``session``: a recording (spans, samples, memory lane, the recorder thread, writing the store);
+- ``parts``: what a session records besides (device trace, compile report, collectives, DDP, memory history, end
+  signals, forks followed...), assembled in one place for `stepscope run`, the API, a capture window and a forked child;
 - ``launch``: ``python -m stepscope.record.launch``, the entry point ``stepscope run`` starts the program with;
+- ``launchspec``: what ``stepscope run`` hands the launcher and the program's followed processes (typed, both ends);
 - ``processes``, ``forks``, ``endsignals``: children followed (and the start-up hook's ``STEPSCOPE_SERVER``), forks,
   and the end of a run by signal;
 - ``envinfo``, ``dynamo_hooks``: the run's environment facts; torch.compile kept off stepscope's own frames;

@@ -46,16 +46,18 @@ def init(functions_to_trace: Iterable[Any] | None = None, profiles_hz: float = D
 
 
 def start(settings: Settings, *, run_id: str | None = None, command: list[str] | None = None,
-          _owns_run: bool = True) -> Session:
-    """Start recording with a full ``Settings`` (what ``init`` does after building them).
+          _owns_run: bool = True, _origin: str = "api") -> Session:
+    """Start recording with a full ``Settings`` (what ``init`` does after building them), with every part those
+    settings ask for (``parts``: the device trace, the compile report, the memory history...), as `stepscope run`
+    records them. ``_origin``: "api", or "run" for stepscope's launcher (``parts.ORIGINS``).
 
-    Raises RuntimeError if a session is already active.
+    Raises RuntimeError if a session is already active, StoreError for a store that cannot be opened.
     """
     global _session
     with _lock:
         if _session is not None and not _session.finished:
             raise RuntimeError(f"stepscope is already recording run {_session.run_id}; call stepscope.shutdown() first")
-        _session = Session(settings, run_id=run_id, command=command, owns_run=_owns_run)
+        _session = Session(settings, run_id=run_id, command=command, owns_run=_owns_run, origin=_origin)
         if _owns_run:
             atexit.register(_report_unresolved, _session)
         return _session.start()

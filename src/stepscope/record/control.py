@@ -23,8 +23,9 @@ complete once a later step began in its thread or it has as many calls as a comp
 count one per call. A ``span`` that the window does not trace is refused.
 
 Protocol: request ``{"token", "duration_s"?, "steps"?, "span"?, "timeout_s"?, "traces": [...], "hz",
-"device_trace"?}`` (with ``device_trace`` the torch profiler records the window too, as ``stepscope run
---device-trace``); replies ``{"status": "recording", "run_id", "store"}`` then ``{"status": "done", "run_id",
+"device_trace"?}`` (with ``device_trace`` the device profiler records the window too, as ``stepscope run
+--device-trace``: the window's session starts it as every session does, ``parts``; one that cannot start refuses the
+window); replies ``{"status": "recording", "run_id", "store"}`` then ``{"status": "done", "run_id",
 "store", "reason", "steps_done"}`` (reason: duration, steps, timeout or client disconnected), or
 ``{"error": ...}``. Stdlib only.
 """
@@ -44,7 +45,7 @@ import time
 from pathlib import Path
 
 from .settings import DEFAULT_HZ, Settings
-from ..store.db import DEVICE_PROBE, DEVICE_TRACE, XLA_METRICS, XLA_TRACE_DIR, Store, StoreError, run_path
+from ..store.db import Store, StoreError
 from .sampling.sampler import start_thread
 
 
@@ -230,6 +231,7 @@ class ControlServer:
                 self._busy.release()
 
     def _capture(self, req: dict, conn: socket.socket) -> None:
+        from ..core.model import Capture, RunMeta
         from . import api
         from .session import Session, new_run_id
         from .tracing.patch import is_note
@@ -250,30 +252,16 @@ class ControlServer:
         if span and not span_traced(span, traces):
             return _send(conn, {"error": f"--span {span} is not traced in the window: name it in full "
                                          "(pkg.mod.Class.method) or --trace it"})
-        if device:
-            from .tracing.syncs import SYNC_TARGETS
-
-            traces += SYNC_TARGETS
         settings = Settings(functions_to_trace=tuple(normalize_targets(traces)), profiles_hz=req["hz"] if req.get("hz") is not None else DEFAULT_HZ,
                             flush_interval_s=0.2, store=self.store, device_trace=device,
-                            extra={"capture": {"pid": os.getpid(), "span": span, "steps": steps, "duration_s": duration}})
+                            extra=RunMeta(capture=Capture(os.getpid(), span, steps, duration)).to_extra())
         run_id = new_run_id()
-        cap = None
-        if device:  # before patching: every traced call of the window lies inside the device trace
-            if "torch_xla" in sys.modules:  # a PyTorch/XLA program: the XLA profiler (device.xla_capture)
-                from .device.xla_capture import XlaCapture
-
-                cap = XlaCapture(run_path(self.store, run_id, XLA_TRACE_DIR), run_path(self.store, run_id, XLA_METRICS))
-            else:
-                from .device.capture import DeviceCapture
-
-                cap = DeviceCapture(run_path(self.store, run_id, DEVICE_TRACE), run_path(self.store, run_id, DEVICE_PROBE))
-            cap.start()
-        session = Session(settings, run_id=run_id, command=list(self.command), cut_open=True).start()
-        if cap is not None:
-            if hasattr(cap, "note"):
-                cap.note = session.patcher.note
-            session.on_finish(cap.stop)
+        session = Session(settings, run_id=run_id, command=list(self.command), cut_open=True, origin="window").start()
+        if session.parts.failed:  # (the device trace could not start: said to the client, never to the program)
+            session.set_outcome("failed", None, session.parts.failed[0])
+            session.finish()
+            _drop_run(self.store, run_id)
+            return _send(conn, {"error": session.parts.failed[0]})
         if span:
             unresolved = session.patcher.unresolved
             why = [None if is_note(unresolved.get(t)) else unresolved.get(t) for t in traces if span_traced(span, [t])]

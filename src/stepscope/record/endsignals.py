@@ -1,8 +1,8 @@
 """How a recorded process ends by a signal it left at its default: the run is written first, then the process dies by
 the same signal (``end_by_signal``); a forked child of the program gets the default action back
-(``_default_in_forked_child``); the run's status for a signal (``signal_status``). Used by ``launch`` (the top
-program and a new interpreter of the job) and ``processes.follow_fork`` (a forked child recorded in turn). Stdlib
-only."""
+(``_default_in_forked_child``); the run's status for a signal (``signal_status``). Started as a part of the
+recording (``parts.EndSignals``) of the top program and each new interpreter of the job (``launch``) and of a forked
+child recorded in turn (``processes.follow_fork``). Stdlib only."""
 
 from __future__ import annotations
 

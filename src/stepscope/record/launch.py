@@ -1,7 +1,7 @@
 """Entry point inside the profiled program: ``python -m stepscope.record.launch (SCRIPT | -m MODULE | -c CODE) ARGS``.
 
 ``stepscope run`` starts the user's interpreter with this module and the run's settings in the
-``STEPSCOPE_LAUNCH`` environment variable (JSON: ``run_id``, ``settings``). It starts a session, runs the
+``STEPSCOPE_LAUNCH`` environment variable (``launchspec.LaunchSpec``: the settings, the run, the command...). It starts a session, runs the
 program as Python would (``__main__``, ``sys.argv``, ``sys.path[0]``), and records how it ended. The
 program sees the same results, exceptions, output and exit code as without stepscope: an uncaught
 exception is printed by ``sys.excepthook`` with stepscope's frames removed, then the process exits 1;
@@ -14,15 +14,12 @@ handlers, so that it passes on only those the program did not get. Stdlib only.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import sys
 import types
 
-from .endsignals import end_by_signal
-
-ENV_VAR = "STEPSCOPE_LAUNCH"
+from .launchspec import ENV_VAR, LaunchSpec
 
 
 def _hidden_files() -> frozenset:
@@ -111,7 +108,7 @@ def missing_target(kind: str, target: str) -> tuple[str, int] | None:
     return None
 
 
-def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
+def _check_target(kind: str, target: str, spec: LaunchSpec) -> None:
     """A program that cannot start ends as Python would end it (its one line, its exit code), and its run
     is marked "failed" for ``stepscope run`` to drop."""
     missing = missing_target(kind, target)
@@ -119,12 +116,12 @@ def _check_target(kind: str, target: str, cfg: dict, store: str | None) -> None:
         return
     message, code = missing
     print(message, file=sys.stderr)
-    if cfg.get("run_id") and not cfg.get("server_only"):
+    if spec.run_id and not spec.server_only:
         try:
             from ..store.db import Store
 
-            st = Store(store)
-            st.update_run(cfg["run_id"], status="failed", exit_code=code, error=message)
+            st = Store(spec.settings.store)
+            st.update_run(spec.run_id, status="failed", exit_code=code, error=message)
             st.close()
         except Exception:
             pass
@@ -159,26 +156,24 @@ def split_argv(argv: list[str]) -> tuple[str, str, list[str]]:
 
 def main() -> None:
     from . import api
-    from .settings import Settings
 
-    raw = os.environ.pop(ENV_VAR, None)
-    cfg = json.loads(raw) if raw else {}
-    if cfg.get("signal_fd") is not None:
-        _report_signals(int(cfg["signal_fd"]))
+    spec = LaunchSpec.from_env(os.environ.pop(ENV_VAR, None))
+    if spec.signal_fd is not None:
+        _report_signals(spec.signal_fd)
     kind, target, rest = split_argv(sys.argv[1:])
 
-    settings = Settings.from_dict(cfg.get("settings", {}))
-    _check_target(kind, target, cfg, settings.store)
+    settings = spec.settings
+    _check_target(kind, target, spec)
     traces_main = any(n.startswith("__main__.") for n in settings.functions_to_trace + settings.step_functions)
     # the program's __main__, as the interpreter makes it, in place before the patcher looks at it
     main_mod = fresh_main(kind, target)
     name = settings.transaction or (target if kind != "code" else "-c")
     settings = dataclasses.replace(settings, transaction=name)
-    if cfg.get("server_only"):  # record nothing; `stepscope capture` records windows on demand
+    if spec.server_only:  # record nothing; `stepscope capture` records windows on demand
         from .control import start_server
 
         start_server(store=settings.store)
-        if cfg.get("signal_fd") is not None:  # `stepscope run` waits to say the server is ready (runner._server_watch)
+        if spec.signal_fd is not None:  # `stepscope run` waits to say the server is ready (runner._server_watch)
             try:
                 os.kill(os.getppid(), signal.SIGCHLD)
             except OSError:
@@ -189,29 +184,13 @@ def main() -> None:
             signals.install()
         session = _NoSession()
     else:
-        run_id = cfg.get("run_id")
-        if cfg.get("parent_run"):  # a process that the program started (``processes``): a process run of its own
-            run_id = _process_run(cfg, settings)
-        session = api.start(settings, run_id=run_id, command=cfg.get("command") or sys.argv,
-                            _owns_run=not run_id)
-        session.top_run = cfg.get("parent_run") or session.run_id
-        from .processes import follow_fork, trace_collectives
-
-        if settings.children:
-            session.on_forked_child = follow_fork
-        trace_collectives(session)
-        from .tracing.ddp import enable_flight_recorder
-
-        enable_flight_recorder()  # a rank: DDP's gradient all-reduce from c10d's flight recorder (tracing/ddp.py)
-
-    if not cfg.get("server_only"):
-        if settings.device_trace:
-            _start_device_capture(session, settings)
-        if settings.compile_report:
-            _start_compile_report(session)
-
-    if not cfg.get("server_only"):
-        end_by_signal(session)
+        run_id = spec.run_id
+        if spec.parent_run:  # a process that the program started (``processes``): a process run of its own
+            run_id = _process_run(spec, settings)
+        # (its parts: the device trace, collectives, the end signals, forks followed... ``parts``, origin "run")
+        session = api.start(settings, run_id=run_id, command=list(spec.command or sys.argv),
+                            _owns_run=not run_id, _origin="run")
+        session.top_run = spec.parent_run or session.run_id
 
     try:
         run_main(kind, target, rest, main_mod, session if traces_main and hasattr(session, "patcher") else None)
@@ -247,8 +226,8 @@ def main() -> None:
         session.set_outcome("ok", 0)
 
 
-def _process_run(cfg: dict, settings) -> str | None:
-    """Create the run of this process of a job (``cfg``: ``parent_run``, ``command``, ``process``: set by
+def _process_run(spec: LaunchSpec, settings) -> str | None:
+    """Create the run of this process of a job (``spec``: ``parent_run``, ``command``, ``process``: set by
     ``processes.at_startup``); its id, or None when the store cannot be written (the process then records a run
     of its own, as ``stepscope.init`` would)."""
     from ..core import clock
@@ -261,11 +240,11 @@ def _process_run(cfg: dict, settings) -> str | None:
     try:
         st = Store(settings.store)
         try:
-            st.create_run(Run(id=run_id, command=list(cfg.get("command") or sys.argv), cwd=os.getcwd(),
-                              host=cfg.get("process", {}).get("host", ""), pid=os.getpid(), start_ns=anchor.mono_ns,
+            st.create_run(Run(id=run_id, command=list(spec.command or sys.argv), cwd=os.getcwd(),
+                              host=spec.process.get("host", ""), pid=os.getpid(), start_ns=anchor.mono_ns,
                               anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns,
-                              settings=settings.to_dict(), parent_run=cfg["parent_run"],
-                              process=dict(cfg.get("process") or {})), anchor.wall_ns)
+                              settings=settings.to_dict(), parent_run=spec.parent_run,
+                              process=dict(spec.process)), anchor.wall_ns)
         finally:
             st.close()
     except Exception:
@@ -281,71 +260,6 @@ class _NoSession:
 
     def finish(self) -> None:
         pass
-
-
-def _start_device_capture(session, settings) -> None:
-    """Start the device profiler for the run. Where torch_xla is installed (and STEPSCOPE_DEVICE_PROFILER is
-    not ``torch``), the XLA profiler, as soon as the program imports torch_xla (``device.xla_capture``);
-    otherwise the torch profiler (Kineto), now. A missing torch is one line on stderr, not a failure."""
-    import importlib.util
-
-    choice = os.environ.get("STEPSCOPE_DEVICE_PROFILER", "auto").strip().lower()
-    has_xla = False
-    if choice in ("auto", "xla"):
-        try:
-            has_xla = importlib.util.find_spec("torch_xla") is not None
-        except (ImportError, ValueError):
-            pass
-    if has_xla:
-        if settings.device_steps or settings.device_stacks:
-            print("stepscope: --device-steps/--device-stacks apply to torch.profiler; the XLA profiler records the "
-                  "whole run", file=sys.stderr)
-        session.patcher.when_imported("torch_xla", lambda _mod: _start_xla_capture(session))
-        return
-    try:
-        from .device.capture import DeviceCapture
-        from ..store.db import DEVICE_PROBE, DEVICE_TRACE
-
-        st = session.store
-        cap = DeviceCapture(st.run_file(session.run_id, DEVICE_TRACE, create=True),
-                            st.run_file(session.run_id, DEVICE_PROBE), with_stack=settings.device_stacks,
-                            steps=settings.device_steps)
-        cap.start()
-    except ImportError as e:
-        print(f"stepscope: --device-trace needs torch ({e}); recording without the device timeline", file=sys.stderr)
-        return
-    session.on_finish(cap.stop)
-
-
-def _start_xla_capture(session) -> None:
-    """Start the XLA profiler (the program has just imported torch_xla); a failure is one line on stderr."""
-    from .device.xla_capture import XlaCapture
-    from ..store.db import XLA_METRICS, XLA_TRACE_DIR
-
-    st = session.store
-    cap = XlaCapture(st.run_file(session.run_id, XLA_TRACE_DIR, create=True), st.run_file(session.run_id, XLA_METRICS),
-                     note=session.patcher.note)
-    try:
-        cap.start()
-    except Exception as e:
-        print(f"stepscope: --device-trace: recording without the XLA timeline: {e}", file=sys.stderr)
-        return
-    session.on_finish(cap.stop)
-
-
-def _start_compile_report(session) -> None:
-    try:
-        from .device.compile_report import CompileRecorder
-
-        rec = CompileRecorder()
-        rec.start()
-    except ImportError as e:
-        print(f"stepscope: --compile-report needs torch ({e}); recording without it", file=sys.stderr)
-        return
-    from ..store.db import COMPILE_REPORT
-
-    path = session.store.run_file(session.run_id, COMPILE_REPORT, create=True)
-    session.on_finish(lambda: rec.stop(path))
 
 
 def fresh_main(kind: str, target: str) -> types.ModuleType:

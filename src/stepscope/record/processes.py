@@ -37,17 +37,16 @@ that never imports stepscope (importing ``stepscope`` itself starts nothing).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-#: the environment variable that makes a Python process started below ``stepscope run`` record itself (JSON:
-#: ``run``: the top run's id, ``settings``: the run's settings)
-FOLLOW_VAR = "STEPSCOPE_FOLLOW"
-#: the launcher's variable (``launch.ENV_VAR``): a process that has it is being launched already
-LAUNCH_VAR = "STEPSCOPE_LAUNCH"
+# ``FOLLOW_VAR``: the environment variable that makes a Python process started below ``stepscope run`` record itself
+# (``launchspec.FollowSpec``); ``LAUNCH_VAR``: the launcher's (``launchspec.LaunchSpec``): a process that has it is
+# being launched already
+from .launchspec import ENV_VAR as LAUNCH_VAR, FOLLOW_VAR, FollowSpec
 #: the environment variable that starts the control server in an interpreter at its start (value ``1``)
 SERVER_VAR = "STEPSCOPE_SERVER"
+
 #: the start-up hook installed with stepscope into site-packages (setup.py; its source: src/stepscope-follow.pth):
 #: with ``FOLLOW_VAR`` or ``SERVER_VAR`` set it calls ``startup_hook``, else it costs two ``in os.environ`` tests
 HOOK_PTH = "stepscope-follow.pth"
@@ -57,33 +56,6 @@ OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
 RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
              "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
              "TORCHELASTIC_RUN_ID": "job"}
-
-def trace_collectives(session) -> None:
-    """Trace torch.distributed's collectives (``tracing.collectives.COLLECTIVES``: spans with their bytes and group)
-    and ``destroy_process_group`` (``GroupEndSite``: its groups kept to the session's finish where the torch
-    profiler ran) once the program imports ``C10D``, and DDP's gradient all-reduce (``tracing.ddp``: backward spans,
-    joined with the flight recorder at each flush) once it imports ``DDP_MODULE``; never imports either."""
-    from .tracing import ddp
-    from .tracing.collectives import C10D, COLLECTIVES, GROUP_END, release_groups
-
-    patcher = session.patcher
-
-    def add(mod) -> None:
-        patcher.add([f"{C10D}.{n}" for n in (*COLLECTIVES, GROUP_END) if callable(getattr(mod, n, None))])
-
-    def add_ddp(mod) -> None:
-        if session.settings.device_trace:  # the device trace has the collectives (see tracing/ddp.py)
-            return
-        if getattr(session, "ddp", None) is None:
-            from .spans.buffer import next_span_id
-
-            session.ddp = ddp.DdpJoin(next_span_id)
-        patcher.add([ddp.BACKWARD])
-
-    patcher.when_imported(C10D, add)
-    patcher.when_imported(ddp.DDP_MODULE, add_ddp)
-    session.on_finish(release_groups)
-
 
 SITECUSTOMIZE = '''\
 # stepscope: records this Python process as part of the run that started it (stepscope.record.processes)
@@ -178,12 +150,6 @@ def facts(how: str) -> dict:
     return out
 
 
-def follow_env(run_id: str, settings: dict, server_only: bool = False) -> str:
-    """The value of ``FOLLOW_VAR`` for the processes that run ``run_id``'s program starts (``server_only``: each
-    records nothing and starts a control server of its own, for ``stepscope capture`` of the whole job)."""
-    return json.dumps({"run": run_id, "settings": settings, **({"server_only": True} if server_only else {})})
-
-
 def _chain(own_dir: str) -> None:
     """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), as ``site`` would have."""
     import importlib.machinery
@@ -211,13 +177,9 @@ def _exec_launcher() -> None:
         form = split_command(list(getattr(sys, "orig_argv", []) or []))
         if form is not None:
             try:
-                cfg = json.loads(raw)
                 options, program = form
-                launch = {"settings": cfg["settings"], "parent_run": cfg["run"], "command": list(sys.orig_argv),
-                          "process": facts("exec")}
-                if cfg.get("server_only"):  # `stepscope run --server`: a control server here too, nothing recorded
-                    launch = {"settings": cfg["settings"], "command": list(sys.orig_argv), "server_only": True}
-                os.environ[LAUNCH_VAR] = json.dumps(launch)
+                # (`stepscope run --server`: a control server here too, nothing recorded: ``FollowSpec.launch``)
+                os.environ[LAUNCH_VAR] = FollowSpec.from_env(raw).launch(list(sys.orig_argv), facts("exec")).to_env()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.record.launch", *program])
@@ -275,7 +237,8 @@ def at_startup(own_dir: str) -> None:
 
 def follow_fork(parent) -> None:
     """In a forked child of a recorded process (after ``parent.after_fork_in_child`` undid its recording): record
-    this process as a process run of the same job with ``parent``'s settings. Never raises."""
+    this process as a process run of the same job with ``parent``'s settings (its parts as ``parts`` gives them to
+    origin "fork": the end signals and forks followed, no device trace). Never raises."""
     try:
         from . import api
         from ..core import clock
@@ -286,7 +249,7 @@ def follow_fork(parent) -> None:
         settings = parent.settings
         run_id = new_run_id()
         anchor = clock.Anchor.take()
-        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False)
+        session = Session(settings, run_id=run_id, command=list(parent.command), owns_run=False, origin="fork")
         session.top_run = top
         from ..store.db import Store
 
@@ -295,12 +258,7 @@ def follow_fork(parent) -> None:
                           anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
                           parent_run=top, process=facts("fork")), anchor.wall_ns)
         st.close()
-        session.on_forked_child = follow_fork
-        api.adopt(session.start())
-        trace_collectives(session)
-        from .endsignals import end_by_signal
-
-        end_by_signal(session)  # (a pool's terminate() is a SIGTERM: the run is written first)
+        api.adopt(session.start())  # (its end signals: a pool's terminate() is a SIGTERM, the run is written first)
         _finish_multiprocessing(session)
     except Exception:
         pass

@@ -30,12 +30,12 @@ from .envinfo import environment
 from ..core.steprules import LOOP_TRACES
 from .settings import Settings
 from ..store import spanblock
-from ..store.db import MEMORY_SNAPSHOT, Store, write_error_text
+from ..store.db import Store, write_error_text
 from .spans import buffer
 from .tracing import native, probes
 from .steps import workfacts
 from .tracing.patch import Patcher
-from .dynamo_hooks import dynamo_loaded
+from .parts import Parts
 from .forks import call_soon_in_main, forks, os_thread_count
 
 
@@ -57,13 +57,17 @@ QUIET_NS = 1_000_000_000
 class Session:
     """One run being recorded in this process. Use ``start()`` once, ``finish()`` once.
 
-    ``cut_open`` (a capture window of ``control.server``): the traced calls still running when the session
-    finishes are stored as spans ending there, marked ``attrs["stepscope.cut"]`` (``cut_spans``); without it
-    they leave no span (a program's run ends when its calls have)."""
+    ``origin``: who started it, "run", "api", "window" or "fork"; what it records besides spans and samples follows
+    from it and the settings (``parts``, ``Session.parts``). ``cut_open`` (a capture window of ``control.server``):
+    the traced calls still running when the session finishes are stored as spans ending there, marked
+    ``attrs["stepscope.cut"]`` (``cut_spans``); without it they leave no span (a program's run ends when its calls
+    have)."""
 
     def __init__(self, settings: Settings, run_id: str | None = None, command: list[str] | None = None,
-                 owns_run: bool = True, cut_open: bool = False) -> None:
+                 owns_run: bool = True, cut_open: bool = False, origin: str = "api") -> None:
         self.settings = settings
+        self.origin = origin
+        self.parts = Parts(self)
         self.run_id = run_id or new_run_id()
         self.command = command if command is not None else list(sys.argv)
         self.owns_run = owns_run  # False when `stepscope run` created the run row
@@ -138,25 +142,13 @@ class Session:
             self.memory = _memory.MemoryLane()
             self.main_sampler.memory = self.memory
             probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
-        if self.settings.memory_history:
-            self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
-            self.patcher.when_imported("torch", self.history.start)
-        self.preset = None
-        if self.settings.app:
-            from . import apps
-
-            try:
-                self.preset = apps.get(self.settings.app)
-            except ValueError:
-                self.preset = None
-            else:
-                self.patcher.use_preset(self.preset)
-                self.patcher.add(self.preset.traces)
+        self.parts.start(early=True)  # (before the names are patched: the device trace, the app preset: ``parts``)
         self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
         if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
                                          or self.preset is not None):
             self.patcher.add(LOOP_TRACES, quiet=True)  # the sampler loops' steps (``steps.rules``)
-        self.patcher.when_imported("torch._dynamo", dynamo_loaded(self.patcher))
+        forks.watch(self)  # (its at-fork hooks first: the end signals' unblock a forked child's after they ran)
+        self.parts.start(early=False)
         if self.settings.transaction:
             self._open_root(self.settings.transaction)
         if self.settings.profiles_hz > 0 and self.settings.sampler != "thread":
@@ -166,7 +158,6 @@ class Session:
         self.recorder_error: str | None = None
         self._start_recorder()
         atexit.register(self._atexit)
-        forks.watch(self)
         return self
 
     def _start_recorder(self) -> None:
@@ -176,7 +167,7 @@ class Session:
         start_thread(th)
 
     def on_finish(self, fn) -> None:
-        """Call ``fn()`` when the session finishes, before the final write (e.g. stop a device capture)."""
+        """Call ``fn()`` when the session finishes, before the final write (e.g. stop its parts: ``parts``)."""
         self._finishers.append(fn)
 
     def _open_root(self, name: str) -> None:
@@ -293,41 +284,15 @@ class Session:
             os.kill(os.getpid(), self._die_by)
 
     def memory_info(self) -> dict:
-        """The run's memory facts for ``env["memory"]``: ``peak_rss`` (the kernel's high-water mark, bytes),
-        CUDA's ``cuda_peak``/``cuda_allocated``/``cuda_reserved`` (bytes, once CUDA was initialised),
-        ``samples`` (memory samples taken), ``cuda_peaks`` (the per-span peak mode), the OOM record
-        (``oom``: set by ``note_oom``) and ``--memory-history``'s ``history`` (snapshot file) or ``history_note``."""
-        out: dict = {}
-        if self.memory is not None:
-            now = _memory.read_now()
-            if "rss_peak" in now:
-                out["peak_rss"] = now["rss_peak"]
-            for k in ("cuda_peak", "cuda_allocated", "cuda_reserved"):
-                if k in now:
-                    out[k] = now[k]
-            out["samples"] = self.memory.count
-            out["cuda_peaks"] = self.settings.cuda_peaks
-        if getattr(self, "oom", None):
-            out["oom"] = self.oom
-        if self.history is not None:
-            if self.history.written:
-                out["history"] = os.path.basename(self.history.written)
-            if self.history.summary:
-                out["history_summary"] = self.history.summary
-            if self.history.note:
-                out["history_note"] = self.history.note
-        return out
+        """The run's memory facts for ``env["memory"]`` (``memory.history.run_facts``: the lane, the OOM record set by
+        ``note_oom``, ``--memory-history``'s snapshot)."""
+        return _memory.run_facts(self.memory, self.history, self.oom, self.settings.cuda_peaks)
 
     def note_oom(self, exc: BaseException) -> None:
-        """The program is ending by an out-of-memory error (``profiling.memory.is_oom``): keep memory now and,
-        with ``--memory-history``, write the allocator snapshot. Called by ``launch`` before ``finish``."""
-        t = type(exc)
-        now = _memory.read_now()
-        self.oom = {"error": (t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"),
-                    "message": str(exc).splitlines()[0][:500] if str(exc) else "", "t_ns": clock.now_ns(), **now}
-        if self.history is not None:
-            self.history.snapshot("oom")
-            self.history.stop()
+        """The program is ending by an out-of-memory error (``memory.history.is_oom``): keep memory now and, with
+        ``--memory-history``, write the allocator snapshot (``memory.history.oom_record``). Called by ``launch``
+        before ``finish``."""
+        self.oom = _memory.oom_record(exc, self.history)
 
     def sampler_info(self) -> dict:
         """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why

@@ -109,7 +109,7 @@ def resource_attributes(run: Run, top_id: str, service: str | None = None) -> di
         out["process.runtime.version"] = str(env["python"])
     out["stepscope.run.id"] = top_id
     out["stepscope.process.run.id"] = run.id
-    job = p.get("job") or ((run.settings or {}).get("extra") or {}).get("job")  # torchrun's, or `run --job`
+    job = p.get("job") or run.meta.job  # torchrun's, or `run --job`
     if job is not None:
         out["stepscope.job.id"] = str(job)
     for key in ("rank", "local_rank", "world_size"):

@@ -400,3 +400,49 @@ class History:
         except Exception:
             pass
         self.on = False
+
+
+# -- the run's memory facts -------------------------------------------------------------------------------------
+
+def oom_record(exc: BaseException, history: History | None = None) -> dict:
+    """The record of the out-of-memory error ``exc`` the program is ending by (``is_oom``), for ``env["memory"]
+    ["oom"]``: ``error`` (its type, qualified outside builtins), ``message`` (its first line, at most 500
+    characters), ``t_ns`` (the run's clock) and memory now (``read_now``: bytes). With ``history`` (``--memory-
+    history``), the allocator snapshot is written first and the history turned off."""
+    from ...core import clock
+
+    t = type(exc)
+    now = read_now()
+    rec = {"error": (t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"),
+           "message": str(exc).splitlines()[0][:500] if str(exc) else "", "t_ns": clock.now_ns(), **now}
+    if history is not None:
+        history.snapshot("oom")
+        history.stop()
+    return rec
+
+
+def run_facts(lane: MemoryLane | None, history: History | None, oom: dict | None, cuda_peaks: str) -> dict:
+    """A run's memory facts for ``env["memory"]``: with the lane, ``peak_rss`` (the kernel's high-water mark),
+    CUDA's ``cuda_peak``/``cuda_allocated``/``cuda_reserved`` (once CUDA was initialised), all bytes, ``samples``
+    (memory samples taken) and ``cuda_peaks`` (the per-span peak mode); the OOM record ``oom`` (``oom_record``); and
+    ``--memory-history``'s ``history`` (the snapshot's file name), ``history_summary`` or ``history_note``."""
+    out: dict = {}
+    if lane is not None:
+        now = read_now()
+        if "rss_peak" in now:
+            out["peak_rss"] = now["rss_peak"]
+        for k in ("cuda_peak", "cuda_allocated", "cuda_reserved"):
+            if k in now:
+                out[k] = now[k]
+        out["samples"] = lane.count
+        out["cuda_peaks"] = cuda_peaks
+    if oom:
+        out["oom"] = oom
+    if history is not None:
+        if history.written:
+            out["history"] = os.path.basename(history.written)
+        if history.summary:
+            out["history_summary"] = history.summary
+        if history.note:
+            out["history_note"] = history.note
+    return out

@@ -3,7 +3,7 @@ frame at its entry, ``collective.bytes`` (the bytes of its tensors: ``numel() * 
 tensor, tensor list or input/output tensors it is given; the input side where both are), ``collective.group`` (the
 process group's name, ``WORLD`` for the default group), ``collective.group_size`` (its ranks) and
 ``collective.async`` (``async_op=True``). Traced in every process of a job that imports
-``torch.distributed.distributed_c10d`` (``processes.trace_collectives``). Stdlib only: torch objects are only read.
+``torch.distributed.distributed_c10d`` (``parts.Collectives``). Stdlib only: torch objects are only read.
 
 ``destroy_process_group`` is a span too (op ``process_group``, ``GroupEndSite``), and where the torch profiler has
 run in the process (``hold_groups``, set by ``device.capture``) it keeps the groups it destroys alive until the
