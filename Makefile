@@ -30,8 +30,11 @@ interp-venvs:
 			--disable-pip-version-check "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100"; } || rm -rf .venv-$$v; \
 	fi; done
 
+# Two workers (pytest-xdist), a test file each at a time (module fixtures are made once); TEST_WORKERS=0 runs them in
+# this process, one after another
+TEST_WORKERS ?= 2
 test: $(STAMP) interp-venvs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The C recorder (stepscope.record._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
 # also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src (tests/test_transparency.py does it

@@ -9,7 +9,7 @@ from stepscope.pipelines.sd import build_pipeline
 
 def slow_preview(latents):
     # stands in for a costly per-step hook (a preview decode)
-    time.sleep(0.06)
+    time.sleep(0.15)  # longer than a step of the tiny pipeline on a busy machine
     return latents
 
 
