@@ -5,7 +5,9 @@ lazily, inside functions, once the program has them).
 - ``session``: a recording (spans, samples, memory lane, the recorder thread, writing the store);
 - ``launch``: ``python -m stepscope.record.launch``, the entry point ``stepscope run`` starts the program with;
 - ``processes``, ``forks``, ``endsignals``: children followed, forks, and the end of a run by signal;
-- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C recorder;
+- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, which calls
+  the C recorder takes (``tracing.recorder``);
+- ``native/``: the C recorder's extension (its .c/.h sources, the stub ``_native.pyi``) and its loader;
 - ``steps/``: denoising steps as spans (scopes, markers, sampler loops);
 - ``sampling/``: the stack sampler (timer thread or signal);
 - ``memory/``: the memory lane and CUDA memory history;

@@ -32,7 +32,8 @@ from .settings import Settings
 from ..store import spanblock
 from ..store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .spans import buffer
-from .tracing import native, probes
+from . import native
+from .tracing import probes
 from .steps import workfacts
 from .tracing.patch import Patcher
 from .dynamo_hooks import dynamo_loaded
@@ -266,7 +267,7 @@ class Session:
             env["code"] = code  # span name -> [file, line] of the traced function
             if overrides:  # a traced method -> every override traced with it (which ran: the first screen's note)
                 env["overrides"] = overrides
-            # the C recorder (tracing.native) or the pure-Python one; a capture window's calls all go through Python
+            # the C recorder (record.native) or the pure-Python one; a capture window's calls all go through Python
             env["recorder"] = native.RECORDER if self.patcher.live is None else "python"
             if native.load_error:  # a .so that could not load: the one line, here only
                 env["recorder_note"] = native.load_error

@@ -9,7 +9,7 @@ Span tuple layout (``SPAN_FIELDS``): ``(span_id, parent_id, name, op, start_ns, 
 error_type, attrs)``; ``parent_id`` is None for a top-level span, ``error_type`` the exception's
 qualified type name or None, ``attrs`` a dict or None. Times are ``perf_counter_ns`` readings.
 
-With the C recorder (``tracing.native``) the plain traced calls finish into its own columns instead; ``take``,
+With the C recorder (``stepscope.record.native``) the plain traced calls finish into its own columns instead; ``take``,
 ``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
 the innermost open span of a thread is the open one with the largest id, ``parent_of``).
 """
@@ -20,7 +20,7 @@ import itertools
 from collections import deque
 from contextvars import ContextVar
 
-from ..tracing import native
+from .. import native
 
 _ext = native.ext
 

@@ -10,8 +10,8 @@ A code object shared by several functions (closures made by one factory) is trac
 Code that torch.compile runs as a compiled graph emits no events: the Dynamo bytecode hook notes those
 (see ``tracing.probes.compiled``).
 
-With the C recorder (``tracing.native``) the callbacks registered are its C functions: a plain traced code
-object (``native.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on, a generator,
+With the C recorder (``stepscope.record.native``) the callbacks registered are its C functions: a plain traced
+code object (``recorder.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on, a generator,
 coroutine or async generator with its yields and resumptions too; the calls of the other traced code objects
 are handed on to the Python callbacks below.
 """
@@ -23,8 +23,9 @@ import sys
 from threading import get_ident
 from time import perf_counter_ns
 
+from .. import native
 from ..spans import buffer
-from . import native
+from . import recorder
 from .probes import Probe, forget_frame
 
 _getframe = sys._getframe
@@ -160,8 +161,8 @@ class Monitor:
         self._by_id[id(code)] = probe
         events = self._local
         if self.ext is not None:
-            if native.native_kind(probe, generators=True):  # all its calls, or a denoiser's nested ones
-                self.ext.mark(code, 2 + native.register(probe))
+            if recorder.native_kind(probe, generators=True):  # all its calls, or a denoiser's nested ones
+                self.ext.mark(code, 2 + recorder.register(probe))
                 if not probe.generator:
                     events = self._plain
             else:

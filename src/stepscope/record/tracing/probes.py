@@ -12,7 +12,7 @@ A generator or coroutine frame that suspends puts its caller's value back and ke
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
 ``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
-With the C recorder in use (``tracing.native``) the plain traced functions (on 3.12+ also generators and
+With the C recorder in use (``stepscope.record.native``; ``tracing.recorder`` chooses) the plain traced functions (on 3.12+ also generators and
 coroutines without hooks or subclass filter: the same records, made in C) never reach a ``Probe``: their
 calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
 that opened later (``buffer.parent_of``).
@@ -30,8 +30,8 @@ import threading
 from threading import get_ident
 from time import perf_counter_ns
 
+from .. import native
 from ..spans import buffer
-from . import native
 from ..steps.hooks import LoopScope, StepScoped, open_step_of
 from ...core.steprules import NESTED_ATTR, STEP_ATTR
 from ..spans.labels import NAME_KEY
@@ -168,7 +168,7 @@ class Probe:
     classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
     ``generator``: the code is a generator, coroutine or async generator (it suspends). ``native``: the C
     recorder's probe that the 3.11 instrumented code calls instead (``mechanism.native_probe``), or None;
-    ``native_kind``: "all", "nested" (a denoiser's: ``native.takes_nested``) or None.
+    ``native_kind``: "all", "nested" (a denoiser's: ``recorder.takes_nested``) or None.
     """
 
     __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "native_kind",

@@ -1,11 +1,11 @@
-/* stepscope.record._native, part of _native.c (included there): the ContextVar helpers, and generators, coroutines and
-   async generators on 3.12+ (tracing.probes.Probe's steps in C, see _native.c). */
+/* stepscope.record.native._native: the ContextVar helpers, and generators, coroutines and async generators on 3.12+
+   (declared in gen.h; tracing.probes.Probe's steps in C). */
 
-static PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
+#include "gen.h" /* (first: Python.h before any system header) */
 
-/* the parent id of a span opened now, given the ContextVar's value prev (0: none; a record whose id is None is the
-   marker of a call a subclass filter left untraced) */
-static int64_t parent_now(PyObject *prev) {
+#include <string.h>
+
+int64_t parent_now(PyObject *prev) {
     int64_t p = 0;
     if (prev != NULL && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > 0) {
         PyObject *s = PyList_GET_ITEM(prev, 0);
@@ -59,7 +59,7 @@ static PyObject *parked_rec(int take) {
     return rec;
 }
 
-static void gen_start(int32_t idx) {
+void gen_start(int32_t idx) {
     PyObject *stale = parked_rec(1); /* a frame that ended with no event (3.13's close) and was freed, at this address */
 #if PY_VERSION_HEX >= 0x030D0000
     if (PyDict_GET_SIZE(parked_gen) > 0) { /* what was noted of its generator: its span ends (tracing.probes) */
@@ -114,7 +114,7 @@ static void note_suspension(PyObject *key) {
 }
 #endif
 
-static void gen_yield(int32_t idx) { /* Probe.suspend */
+void gen_yield(int32_t idx) { /* Probe.suspend */
     PyObject *rec = current_of(idx);
     if (rec == NULL) return;
     PyObject *key = frame_key();
@@ -127,7 +127,7 @@ static void gen_yield(int32_t idx) { /* Probe.suspend */
     Py_DECREF(rec);
 }
 
-static void gen_resume(void) { /* Probe.resume */
+void gen_resume(void) { /* Probe.resume */
     PyObject *rec = parked_rec(1);
     if (rec == NULL) return;
     PyList_SetItem(rec, 7, cv_get());
@@ -140,7 +140,7 @@ static PyObject *gen_record(int32_t idx, int take) { /* Probe._record */
     return rec != NULL ? rec : current_of(idx);
 }
 
-static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
+void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
     int64_t end = now_ns();
     PyObject *rec = gen_record(idx, 1);
     if (rec == NULL) return;

@@ -1,6 +1,8 @@
-/* stepscope.record._native, part of _native.c (included there): take_block, the finished calls drained straight into a
-   span block (store/spanblock.py's layout "SSB1": the records turned into columns), with no Python object per call: the recorder thread's flush
-   holds the GIL for a fraction of what building a tuple per call and encoding them took. */
+/* stepscope.record.native._native: take_block, finished calls into a span block (declared in block.h). */
+
+#include "block.h" /* (first: Python.h before any system header) */
+
+#include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define BLOCK_LE 1
@@ -90,8 +92,7 @@ done:
     return body;
 }
 
-static PyObject *py_take_block(PyObject *m, PyObject *args) {
-    /* take_block(dumps, max_spans) -> (body, n, first span id) of the oldest finished calls, or None */
+PyObject *py_take_block(PyObject *m, PyObject *args) {
     PyObject *dumps;
     Py_ssize_t maxn;
     if (!PyArg_ParseTuple(args, "On", &dumps, &maxn)) return NULL;

@@ -1,0 +1,105 @@
+"""The C recorder's extension as a module (stepscope/record/native): its one build recipe covers the folder's sources,
+its stub names what it exposes, and its loader says why it is unavailable only when there is something to say."""
+
+import ast
+import importlib
+import runpy
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "src" / "stepscope" / "record" / "native"
+
+
+def _recipe() -> dict:
+    return runpy.run_path(str(ROOT / "setup.py"), run_name="stepscope_setup")["native_sources"]()
+
+
+def test_the_recipe_lists_every_source_and_header_of_the_folder_once():
+    spec = _recipe()
+    assert spec["name"] == "stepscope.record.native._native"
+    sources = [ROOT / s for s in spec["sources"]]
+    depends = [ROOT / d for d in spec["depends"]]
+    assert len(set(sources)) == len(sources) and len(set(depends)) == len(depends)
+    assert sorted(sources) == sorted(NATIVE.glob("*.c"))
+    assert sorted(depends) == sorted(NATIVE.glob("*.h"))
+    # every .c but the module's has its header: declarations there, bodies in the .c
+    assert {p.stem for p in sources} - {"module"} <= {p.stem for p in depends}
+
+
+def test_build_native_reads_the_recipe_of_setup_py():
+    build = runpy.run_path(str(ROOT / "scripts" / "build_native.py"), run_name="build_native")
+    assert build["recipe"]() == _recipe()
+    assert build["target"]() == NATIVE / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+
+
+def _stub_names(tree: ast.Module) -> dict[str, set[str] | None]:
+    """Public top-level names of the stub -> the public names of a class's body (None for a non-class)."""
+    out: dict[str, set[str] | None] = {}
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef):
+            out[n.name] = {m.name for m in n.body if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")} | {
+                m.target.id for m in n.body if isinstance(m, ast.AnnAssign)}
+        elif isinstance(n, ast.FunctionDef):
+            out[n.name] = None
+        elif isinstance(n, ast.AnnAssign):
+            out[n.target.id] = None
+    return {k: v for k, v in out.items() if not k.startswith("_")}
+
+
+def test_the_stub_names_everything_the_module_exposes():
+    from stepscope.record import native
+
+    if native.ext is None:
+        pytest.skip(f"the extension is not built for this interpreter ({native.load_error})")
+    stub = _stub_names(ast.parse((NATIVE / "_native.pyi").read_text()))
+    public = {n for n in dir(native.ext) if not n.startswith("_")}
+    assert set(stub) == public
+    for name, members in stub.items():
+        if members is not None:
+            assert members == {m for m in dir(getattr(native.ext, name)) if not m.startswith("_")}, name
+    for n in ast.walk(ast.parse((NATIVE / "_native.pyi").read_text())):  # every function says what it does
+        if isinstance(n, ast.FunctionDef) and n.name != "__init__":
+            assert ast.get_docstring(n), n.name
+
+
+def _load_copy(tmp_path: Path, monkeypatch, name: str, so: bytes | None = None, recorder: str = ""):
+    """The loader, copied into package ``name`` (with ``so`` as its extension's file), imported afresh."""
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text((NATIVE / "__init__.py").read_text())
+    if so is not None:
+        (pkg / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(so)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("STEPSCOPE_RECORDER", recorder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_an_extension_not_built_is_the_python_recorder_with_nothing_to_say(tmp_path, monkeypatch):
+    loader = _load_copy(tmp_path, monkeypatch, "unbuilt_native")
+    assert (loader.ext, loader.load_error, loader.RECORDER) == (None, None, "python")
+
+
+def test_an_extension_that_cannot_load_is_one_line(tmp_path, monkeypatch):
+    loader = _load_copy(tmp_path, monkeypatch, "broken_native", so=b"not an ELF file")
+    assert loader.ext is None and loader.RECORDER == "python"
+    assert loader.load_error.startswith("native recorder: cannot load broken_native._native: ImportError:")
+    assert "\n" not in loader.load_error
+
+
+def test_the_python_recorder_asked_for_loads_nothing(tmp_path, monkeypatch):
+    loader = _load_copy(tmp_path, monkeypatch, "unwanted_native", so=b"not an ELF file", recorder=" Python ")
+    assert (loader.ext, loader.load_error, loader.RECORDER) == (None, None, "python")
+
+
+def test_the_loader_imports_nothing_of_stepscope():
+    tree = ast.parse((NATIVE / "__init__.py").read_text())
+    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    imported += [n.module or "." for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+    assert all(m.split(".")[0] in sys.stdlib_module_names for m in imported), imported
