@@ -103,3 +103,46 @@ def test_the_loader_imports_nothing_of_stepscope():
     imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     imported += [n.module or "." for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
     assert all(m.split(".")[0] in sys.stdlib_module_names for m in imported), imported
+
+
+def _layout():
+    return runpy.run_path(str(ROOT / "scripts" / "native_layout.py"), run_name="native_layout")
+
+
+def test_the_layout_header_is_generated_from_the_python_tables():
+    """native/layout.h is what scripts/native_layout.py writes now (run it after changing a table)."""
+    assert (NATIVE / "layout.h").read_text() == _layout()["render"]()
+
+
+def test_the_record_fields_are_one_table():
+    from stepscope.record.spans import record
+
+    consts = _layout()["constants"]()
+    fields = {k: v for k, v in consts.items() if k.startswith("REC_")}
+    assert fields == {f"REC_{f.upper()}": i for i, f in enumerate(record.FIELDS)} | {"REC_LEN": len(record.FIELDS)}
+
+
+def test_the_extension_agrees_with_the_python_tables():
+    from stepscope.record import native
+
+    if native.ext is None:
+        pytest.skip(f"the extension is not built for this interpreter ({native.load_error})")
+    consts = _layout()["constants"]()
+    assert consts and {k: getattr(native.ext, k, None) for k in consts} == consts
+
+
+def test_every_unpacked_record_follows_the_fields():
+    """``a, b, ... = rec`` of a whole open-span record (``REC_LEN`` names) in stepscope.record names the fields in
+    ``record.FIELDS`` order (``sid`` for the id, ``_`` for one not used)."""
+    from stepscope.record.spans.record import FIELDS
+
+    seen = 0
+    for path in (ROOT / "src" / "stepscope" / "record").rglob("*.py"):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple) and len(n.targets[0].elts) == len(FIELDS)
+                    and all(isinstance(e, ast.Name) for e in n.targets[0].elts)):
+                names = [e.id for e in n.targets[0].elts]
+                ok = [x == f or x == "_" or (f, x) == ("id", "sid") for x, f in zip(names, FIELDS)]
+                assert all(ok), f"{path.relative_to(ROOT)}:{n.lineno}: {names} is not {FIELDS}"
+                seen += 1
+    assert seen >= 2  # (tracing.monitoring's inlined return, Probe.exit)

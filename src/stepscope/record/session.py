@@ -32,6 +32,7 @@ from .settings import Settings
 from ..store import spanblock
 from ..store.db import MEMORY_SNAPSHOT, Store, write_error_text
 from .spans import buffer
+from .spans.record import REC_ATTRS, REC_ID, REC_NAME, REC_PARENT, REC_PROBE, REC_RESTORE, REC_START
 from . import native
 from .tracing import probes
 from .steps import workfacts
@@ -542,15 +543,15 @@ class Session:
         seen = 0
         while rec is not None and rec.__class__ is list and seen < 256:
             seen += 1
-            sid = rec[0]
-            if sid is not None and rec[5] is not None and rec[1]:  # (a C-function wrapper's record has no start)
-                probe = rec[3]
+            sid = rec[REC_ID]
+            if sid is not None and rec[REC_NAME] is not None and rec[REC_START]:  # (a C function wrapper's: no start)
+                probe = rec[REC_PROBE]
                 op = "transaction" if self._root_span is not None and sid == self._root_span[0] else (
                     probe.op if probe is not None else "function")
-                attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+                attrs = {k: v for k, v in (rec[REC_ATTRS] or {}).items() if not k.startswith("_")}
                 attrs["stepscope.open"] = True
-                out.append((sid, rec[2], rec[5], op, rec[1], now, main, None, attrs))
-            rec = rec[7]
+                out.append((sid, rec[REC_PARENT], rec[REC_NAME], op, rec[REC_START], now, main, None, attrs))
+            rec = rec[REC_RESTORE]
         if native.ext is not None and self.main_sampler.current is not None:  # the C recorder's open calls, read now
             for sid, parent, name, op, start in reversed(native.ext.open_spans(main)):
                 out.append((sid, parent, name, op, start, now, main, None, {"stepscope.open": True}))
@@ -562,13 +563,13 @@ class Session:
         live = dict(self.patcher.live or {})  # (one C-level copy: other threads go on entering and leaving)
         out = []
         for sid, (rec, tid) in live.items():
-            if sid is None or rec[5] is None or not rec[1]:
+            if sid is None or rec[REC_NAME] is None or not rec[REC_START]:
                 continue
-            probe = rec[3]
-            attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+            probe = rec[REC_PROBE]
+            attrs = {k: v for k, v in (rec[REC_ATTRS] or {}).items() if not k.startswith("_")}
             attrs["stepscope.cut"] = True
-            out.append((sid, rec[2], rec[5], probe.op if probe is not None else "function", rec[1],
-                        max(end_ns, rec[1]), tid, None, attrs))
+            out.append((sid, rec[REC_PARENT], rec[REC_NAME], probe.op if probe is not None else "function",
+                        rec[REC_START], max(end_ns, rec[REC_START]), tid, None, attrs))
         out.sort(key=lambda s: (s[4], s[0]))
         return out
 

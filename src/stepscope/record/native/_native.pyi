@@ -18,6 +18,18 @@ parked_gen: Final[dict[int, tuple[Any, bytearray]]]
 #: 3.13+: (record, note) of such frames freed before ``end_closed`` saw them
 orphans: Final[list[tuple[list[Any], tuple[Any, bytearray]]]]
 
+# layout.h, generated from the Python tables (tests/test_native_module.py checks they agree):
+#: the open-span record's field indices (``stepscope.record.spans.record``)
+REC_ID: Final[int]
+REC_START: Final[int]
+REC_PARENT: Final[int]
+REC_PROBE: Final[int]
+REC_ATTRS: Final[int]
+REC_NAME: Final[int]
+REC_ERROR: Final[int]
+REC_RESTORE: Final[int]
+REC_LEN: Final[int]
+
 
 def setup(current_span: ContextVar[list[Any] | None], error_name: Callable[[type], str], DISABLE: object,
           max_pending: int, /) -> None:

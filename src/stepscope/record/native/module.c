@@ -213,5 +213,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;
+    static const struct { const char *name; long long value; } layout[] = {LAYOUT_INTS}; /* layout.h */
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+        PyObject *v = PyLong_FromLongLong(layout[i].value);
+        int r = v == NULL ? -1 : PyModule_AddObjectRef(m, layout[i].name, v);
+        Py_XDECREF(v);
+        if (r < 0) return NULL;
+    }
     return m;
 }

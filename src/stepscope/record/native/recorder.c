@@ -105,13 +105,13 @@ int64_t open_step(void) {
     int64_t step = -1;
     if (PyContextVar_Get(current_span, NULL, &v) < 0) { PyErr_Clear(); return -1; }
     PyObject *rec = v;
-    for (int n = 0; rec != NULL && PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8 && n < 256; n++) {
-        PyObject *attrs = PyList_GET_ITEM(rec, 4);
-        if (PyDict_CheckExact(attrs) && PySet_Contains(denoisers, PyList_GET_ITEM(rec, 3)) == 1) {
+    for (int n = 0; rec != NULL && PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == REC_LEN && n < 256; n++) {
+        PyObject *attrs = PyList_GET_ITEM(rec, REC_ATTRS);
+        if (PyDict_CheckExact(attrs) && PySet_Contains(denoisers, PyList_GET_ITEM(rec, REC_PROBE)) == 1) {
             PyObject *k = PyDict_GetItemWithError(attrs, step_key);
             if (k != NULL && PyLong_CheckExact(k)) { step = PyLong_AsLongLong(k); break; }
         }
-        rec = PyList_GET_ITEM(rec, 7);
+        rec = PyList_GET_ITEM(rec, REC_RESTORE);
     }
     if (PyErr_Occurred()) { PyErr_Clear(); step = -1; }
     Py_XDECREF(v);

@@ -9,7 +9,7 @@
    Nesting with the spans kept in the Python ContextVar (spans.buffer.current_span: stepscope.span, wrappers,
    step-level probes): span ids come from one counter (last_sid), so of the two innermost open spans (this thread's
    native one, the ContextVar's) the one with the larger id is the inner one: the parent. A ContextVar value is an
-   open-span record, a list (tracing.probes).
+   open-span record, a list whose fields are at the REC_* indices of layout.h (spans/record.py).
 
    The GIL serialises everything here; a free-threaded build is refused at build time. Everything declared here is
    internal to the extension (hidden: never exported from the .so, accessed without the GOT). */
@@ -22,6 +22,8 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "layout.h"
 
 #ifdef Py_GIL_DISABLED
 #error "stepscope.record.native._native needs the GIL (the pure-Python recorder serves free-threaded builds)"
@@ -126,8 +128,8 @@ static inline int64_t cv_top(void) {
     int64_t sid = 0;
     if (PyContextVar_Get(current_span, NULL, &v) < 0) { PyErr_Clear(); return 0; }
     if (v != NULL) {
-        if (PyList_CheckExact(v) && PyList_GET_SIZE(v) > 0) {
-            PyObject *s = PyList_GET_ITEM(v, 0);
+        if (PyList_CheckExact(v) && PyList_GET_SIZE(v) > REC_ID) {
+            PyObject *s = PyList_GET_ITEM(v, REC_ID);
             if (PyLong_CheckExact(s)) sid = PyLong_AsLongLong(s);
         }
         Py_DECREF(v);

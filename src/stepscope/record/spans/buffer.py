@@ -21,6 +21,7 @@ from collections import deque
 from contextvars import ContextVar
 
 from .. import native
+from .record import REC_ID
 
 _ext = native.ext
 
@@ -43,7 +44,7 @@ def open_record(sid: int, name: str, start_ns: int = 0, attrs: dict | None = Non
 
 
 def _parent_of(prev: list | None) -> int | None:
-    return prev[0] if prev else None
+    return prev[REC_ID] if prev else None
 
 
 #: ``parent_of(current_span.get())``: the parent id of a span opened now (None: top level). With the C recorder also

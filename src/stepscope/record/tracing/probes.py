@@ -35,6 +35,7 @@ from ..spans import buffer
 from ..steps.hooks import LoopScope, StepScoped, open_step_of
 from ...core.steprules import NESTED_ATTR, STEP_ATTR
 from ..spans.labels import NAME_KEY
+from ..spans.record import REC_ATTRS, REC_ERROR, REC_ID, REC_LEN, REC_NAME, REC_PROBE, REC_RESTORE, finished
 
 _cv = buffer.current_span
 _get = _cv.get
@@ -122,10 +123,10 @@ def end_closed() -> int:
 def _end_at(rec, note) -> int:
     """Finish a parked record at its note's last suspension (ns) on its thread; 1 if it was a span. ``note``: this
     module's ``[ref, ns, thread id]`` or the C recorder's ``(ref, bytearray)`` (native int64 ns, uint64 id)."""
-    if rec is None or rec.__class__ is not list or len(rec) != 8 or rec[0] is None:
+    if rec is None or rec.__class__ is not list or len(rec) != REC_LEN or rec[REC_ID] is None:
         return 0
     end, tid = struct.unpack("=qQ", note[1]) if len(note) == 2 else note[1:3]
-    _append((rec[0], rec[2], rec[5], getattr(rec[3], "op", "function"), rec[1], end, tid, rec[6], rec[4]))
+    _append(finished(rec, getattr(rec[REC_PROBE], "op", "function"), end, tid))
     return 1
 
 
@@ -252,10 +253,10 @@ class Probe:
             t = exc_type if exc_type is not None else sys.exc_info()[0]
             self.loop.end(error_name(t) if t is not None else None)
         rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)), False)
-        if rec is not None and rec[0] is not None:
+        if rec is not None and rec[REC_ID] is not None:
             t = exc_type if exc_type is not None else sys.exc_info()[0]
             if t is not None and not issubclass(t, GeneratorExit):  # a closed generator ended normally
-                rec[6] = error_name(t)
+                rec[REC_ERROR] = error_name(t)
 
     def exit(self, fid: int | None = None) -> None:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
@@ -267,8 +268,9 @@ class Probe:
             r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
             if r is None:
                 r = _get()
-            if r is not None and r.__class__ is list and r[3] is self and r[0] is not None and r[4] is not None:
-                a = r[4]
+            if (r is not None and r.__class__ is list and r[REC_PROBE] is self and r[REC_ID] is not None
+                    and r[REC_ATTRS] is not None):
+                a = r[REC_ATTRS]
                 if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a:
                     _memory_out(a)
         end = perf_counter_ns()
@@ -278,12 +280,13 @@ class Probe:
                 return
         else:
             rec = _get()
-            if rec is None or rec.__class__ is not list or rec[3] is not self:
+            if rec is None or rec.__class__ is not list or rec[REC_PROBE] is not self:
                 return
-        if rec[0] is not None:
-            _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
-        _set(rec[7])
-        if hooks is not None and rec[0] is not None and hooks.__class__ is not StepScoped:  # (its exit does nothing)
+        sid, start, parent, _, attrs, name, error, restore = rec  # (record.FIELDS: one unpack, the fastest)
+        if sid is not None:
+            _append((sid, parent, name, self.op, start, end, get_ident(), error, attrs))
+        _set(restore)
+        if hooks is not None and sid is not None and hooks.__class__ is not StepScoped:  # (its exit does nothing)
             try:
                 hooks.exit()
             except Exception:
@@ -297,7 +300,7 @@ class Probe:
             if rec is not None:
                 return rec
         rec = _get()
-        if rec is None or rec.__class__ is not list or rec[3] is not self:
+        if rec is None or rec.__class__ is not list or rec[REC_PROBE] is not self:
             return None
         return rec
 
@@ -320,7 +323,7 @@ class Probe:
     def suspend(self, value=None, fid: int | None = None):
         """The frame is about to yield ``value``: give the caller its context back. Returns ``value``."""
         rec = _get()
-        if rec is not None and rec.__class__ is list and rec[3] is self:
+        if rec is not None and rec.__class__ is list and rec[REC_PROBE] is self:
             if fid is None:
                 fid = id(_getframe(1))
             _suspended[fid] = rec
@@ -330,14 +333,14 @@ class Probe:
                     f = f.f_back
                 if f is not None:
                     _note_suspension(fid, f)
-            _set(rec[7])
+            _set(rec[REC_RESTORE])
         return value
 
     def resume(self, value=None, fid: int | None = None):
         """The frame resumed (``value``: what was sent in): its span is current again. Returns ``value``."""
         rec = _suspended.pop(fid if fid is not None else id(_getframe(1)), None)
         if rec is not None:
-            rec[7] = _get()
+            rec[REC_RESTORE] = _get()
             _set(rec)
         return value
 
@@ -380,14 +383,14 @@ class TrackingProbe(Probe):
     def enter(self, frame=None) -> None:
         Probe.enter(self, frame if frame is not None else _getframe(1))
         rec = _get()
-        if rec is not None and rec[0] is not None:
-            self.live[rec[0]] = (rec, get_ident())
+        if rec is not None and rec[REC_ID] is not None:
+            self.live[rec[REC_ID]] = (rec, get_ident())
 
     def enter_as(self, first, frame=None) -> None:
         Probe.enter_as(self, first, frame if frame is not None else _getframe(1))
         rec = _get()
-        if rec is not None and rec[0] is not None:
-            self.live[rec[0]] = (rec, get_ident())
+        if rec is not None and rec[REC_ID] is not None:
+            self.live[rec[REC_ID]] = (rec, get_ident())
 
     def exit(self, fid: int | None = None) -> None:
         if self.generator:
@@ -397,8 +400,8 @@ class TrackingProbe(Probe):
         else:
             rec = _get()
         Probe.exit(self, fid)
-        if rec is not None and rec.__class__ is list and rec[3] is self and rec[0] is not None:
-            self.live.pop(rec[0], None)
+        if rec is not None and rec.__class__ is list and rec[REC_PROBE] is self and rec[REC_ID] is not None:
+            self.live.pop(rec[REC_ID], None)
 
 
 def _hook_attrs(hooks, frame):
@@ -416,10 +419,10 @@ def _in_measured(rec) -> bool:
     itself (inside the pipeline call, which has no step) keeps its readings."""
     n = 0
     while rec is not None and rec.__class__ is list and n < 64:
-        a = rec[4]
+        a = rec[REC_ATTRS]
         if a is not None and "memory.rss_in" in a and STEP_ATTR in a:
             return True
-        rec = rec[7]
+        rec = rec[REC_RESTORE]
         n += 1
     return False
 
@@ -468,9 +471,9 @@ def compiled(probe_id: int) -> None:
 def note_compiled(name: str) -> None:
     """Record that ``name`` ran inside a compiled region, with the name of the span open around it."""
     rec = _get()
-    outer = (rec[5] or "") if rec is not None else ""
+    outer = (rec[REC_NAME] or "") if rec is not None else ""
     top = native.ext.top_name() if native.ext is not None else None  # (a native span opened later is the inner one)
-    if top is not None and (rec is None or rec[0] is None or buffer.parent_of(rec) != rec[0]):
+    if top is not None and (rec is None or rec[REC_ID] is None or buffer.parent_of(rec) != rec[REC_ID]):
         outer = top
     _compiled.setdefault(name, set()).add(outer)
 
