@@ -139,10 +139,36 @@ def test_every_unpacked_record_follows_the_fields():
     seen = 0
     for path in (ROOT / "src" / "stepscope" / "record").rglob("*.py"):
         for n in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple) and len(n.targets[0].elts) == len(FIELDS)
-                    and all(isinstance(e, ast.Name) for e in n.targets[0].elts)):
+            target = n.targets[0] if isinstance(n, ast.Assign) else None
+            if (isinstance(target, ast.Tuple) and len(target.elts) == len(FIELDS)
+                    and all(isinstance(e, ast.Name) for e in target.elts)):
                 names = [e.id for e in n.targets[0].elts]
                 ok = [x == f or x == "_" or (f, x) == ("id", "sid") for x, f in zip(names, FIELDS)]
                 assert all(ok), f"{path.relative_to(ROOT)}:{n.lineno}: {names} is not {FIELDS}"
                 seen += 1
     assert seen >= 2  # (tracing.monitoring's inlined return, Probe.exit)
+
+
+def test_one_module_owns_the_span_block_format():
+    """core.spanformat defines the block format's magic and NO_PARENT; the Python codec, the span tables and (through
+    layout.h) the C writer take them from there, and nothing else states them."""
+    from stepscope.core import spanformat, spantable
+    from stepscope.store import spanblock
+
+    assert spanblock.MAGIC is spanformat.MAGIC and spanblock.NO_PARENT is spanformat.NO_PARENT
+    assert spantable.NO_PARENT is spanformat.NO_PARENT
+    owner = ROOT / "src" / "stepscope" / "core" / "spanformat.py"
+    stated = []
+    for path in (ROOT / "src" / "stepscope").rglob("*.py"):
+        if path == owner:
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NO_PARENT" for t in n.targets):
+                stated.append(f"{path.relative_to(ROOT)}:{n.lineno}: NO_PARENT")
+            elif isinstance(n, ast.Constant) and isinstance(n.value, bytes) and n.value.startswith(b"SSB"):
+                stated.append(f"{path.relative_to(ROOT)}:{n.lineno}: {n.value!r}")
+    for path in [*NATIVE.glob("*.c"), *NATIVE.glob("*.h")]:
+        if path.name != "layout.h":
+            text = path.read_text()
+            stated += [f"{path.relative_to(ROOT)}: {s}" for s in ('"SSB', "INT64_MIN", "NO_PARENT =") if s in text]
+    assert stated == []

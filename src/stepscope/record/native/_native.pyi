@@ -29,6 +29,24 @@ REC_NAME: Final[int]
 REC_ERROR: Final[int]
 REC_RESTORE: Final[int]
 REC_LEN: Final[int]
+#: the span block format (``stepscope.core.spanformat``); ``SSB_INT_<COLUMN>``, ``SSB_CODE_<COLUMN>``: a column's
+#: position among the int64, the int32 columns
+SSB_MAGIC: Final[bytes]
+SSB_VERSION: Final[int]
+SSB_HEAD_BYTES: Final[int]
+SSB_HEADER_ALIGN: Final[int]
+SSB_NO_PARENT: Final[int]
+SSB_NO_ERROR: Final[int]
+SSB_INT_ID: Final[int]
+SSB_INT_PARENT: Final[int]
+SSB_INT_START: Final[int]
+SSB_INT_END: Final[int]
+SSB_INT_THREAD: Final[int]
+SSB_INT_COLUMNS: Final[int]
+SSB_CODE_NAME: Final[int]
+SSB_CODE_OP: Final[int]
+SSB_CODE_ERROR: Final[int]
+SSB_CODE_COLUMNS: Final[int]
 
 
 def setup(current_span: ContextVar[list[Any] | None], error_name: Callable[[type], str], DISABLE: object,
@@ -72,7 +90,7 @@ def take() -> list[_Span]:
 
 
 def take_block(dumps: Callable[[object], str], max_spans: int, /) -> tuple[bytes, int, int] | None:
-    """The oldest finished calls (at most ``max_spans``) as one span block (``store.spanblock``'s layout; ``dumps``
+    """The oldest finished calls (at most ``max_spans``) as one span block (``core.spanformat``'s layout; ``dumps``
     writes its header's JSON): ``(body, n, first span id)``, taken out of the columns; None when there are none or
     on a big-endian machine. What ``dumps`` raises propagates, and nothing is taken."""
 

@@ -1,6 +1,7 @@
 /* stepscope.record.native._native: take_block (block.c), the finished calls drained straight into a span block
-   (store/spanblock.py's layout: the records turned into columns), with no Python object per call: the recorder
-   thread's flush holds the GIL for a fraction of what building a tuple per call and encoding them took. */
+   (core/spanformat.py's layout, SSB_* in layout.h: the records turned into columns), with no Python object per
+   call: the recorder thread's flush holds the GIL for a fraction of what building a tuple per call and encoding
+   them took. */
 
 #ifndef STEPSCOPE_NATIVE_BLOCK_H
 #define STEPSCOPE_NATIVE_BLOCK_H

@@ -7,7 +7,7 @@
    monitor.c/.h   Python 3.12+: the sys.monitoring callbacks themselves (PEP 669)
    probes.c/.h    Python 3.11: the Probe objects the instrumented code calls (tracing.codeswap)
    gen.c/.h       the ContextVar's records; generators, coroutines and async generators on 3.12+
-   block.c/.h     take_block: finished calls straight into a span block (store/spanblock.py)
+   block.c/.h     take_block: finished calls straight into a span block (core/spanformat.py's layout)
 
    A plain traced function (no hooks, no subclass filter, not a generator or coroutine) is recorded here; the
    recorder thread drains the columns (take: span tuples of spans.buffer.SPAN_FIELDS; take_block: span blocks).
@@ -187,7 +187,7 @@ static PyMethodDef methods[] = {
     {"take", py_take, METH_NOARGS, "The finished calls as span tuples (spans.buffer.SPAN_FIELDS), oldest first."},
     {"take_block", py_take_block, METH_VARARGS,
      "take_block(dumps, max_spans) -> (body, n, first span id): the oldest finished calls as a span block "
-     "(store/spanblock.py; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
+     "(core/spanformat.py's layout; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
     {"pending", py_pending, METH_NOARGS, "How many finished calls wait."},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
@@ -213,10 +213,17 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;
-    static const struct { const char *name; long long value; } layout[] = {LAYOUT_INTS}; /* layout.h */
+    static const struct { const char *name; long long value; } layout[] = {LAYOUT_INTS}; /* layout.h: REC_*, SSB_* */
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
         PyObject *v = PyLong_FromLongLong(layout[i].value);
         int r = v == NULL ? -1 : PyModule_AddObjectRef(m, layout[i].name, v);
+        Py_XDECREF(v);
+        if (r < 0) return NULL;
+    }
+    static const struct { const char *name; const char *value; } layout_bytes[] = {LAYOUT_BYTES};
+    for (size_t i = 0; i < sizeof layout_bytes / sizeof layout_bytes[0]; i++) {
+        PyObject *v = PyBytes_FromString(layout_bytes[i].value);
+        int r = v == NULL ? -1 : PyModule_AddObjectRef(m, layout_bytes[i].name, v);
         Py_XDECREF(v);
         if (r < 0) return NULL;
     }
