@@ -86,6 +86,7 @@ class Session:
         self.main_sampler = MainThreadSampler(self.sampler)
         #: the memory lane (``profiling.memory``), None with ``memory=False``
         self.memory: _memory.MemoryLane | None = None
+        self._span_memory: _memory.SpanMemory | None = None  # what the probes read at span entry and exit
         self.history: _memory.History | None = None
         self._open_written = False  # provisional rows of open spans were written (``_open_chain``)
         self.store: Store | None = None
@@ -139,7 +140,8 @@ class Session:
         if self.settings.memory:
             self.memory = _memory.MemoryLane()
             self.main_sampler.memory = self.memory
-            probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+            self._span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+            probes.set_span_memory(self._span_memory)
         if self.settings.memory_history:
             self.history = _memory.History(self.store.run_file(self.run_id, MEMORY_SNAPSHOT, create=True))
             self.patcher.when_imported("torch", self.history.start)
@@ -214,8 +216,7 @@ class Session:
                 return
             self.finished = True
         self.main_sampler.stop()
-        if self.memory is not None and probes.span_memory is not None and probes.span_memory.rss is self.memory.rss:
-            probes.span_memory = None
+        probes.release_span_memory(self._span_memory)
         self._stop.set()
         try:
             self._wake.release()
@@ -447,8 +448,7 @@ class Session:
         self._wake = threading.Lock()
         self.finished = True
         self.main_sampler.forked()
-        if probes.span_memory is not None and self.memory is not None and probes.span_memory.rss is self.memory.rss:
-            probes.span_memory = None
+        probes.release_span_memory(self._span_memory)
         self._root_token = None
         try:
             self.patcher.forked()

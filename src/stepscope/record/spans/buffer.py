@@ -25,8 +25,17 @@ from .record import REC_ID
 
 _ext = native.ext
 
-#: called by ``take`` first (3.13+: ``probes.end_closed``, spans of generators closed with no event), or None
+#: called by ``take`` first (3.13+: ``probes.end_closed``, spans of generators closed with no event), or None; set
+#: with ``set_sweep``
 sweep = None
+
+
+def set_sweep(fn) -> None:
+    """Have ``take`` call ``fn()`` first, each time (it may append to ``finished``: the spans it ends are then taken
+    with the others), in place of the function it called; None: nothing. Set once, by ``tracing.probes`` on 3.13+
+    (``end_closed``: the spans of generators that 3.13 closed with no event)."""
+    global sweep
+    sweep = fn
 
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 

@@ -142,7 +142,7 @@ if SILENT_CLOSE:
     if native.ext is not None and hasattr(native.ext, "parked_gen"):
         _tables.append((native.ext.parked, native.ext.parked_gen))
         _orphans = native.ext.orphans
-    buffer.sweep = end_closed
+    buffer.set_sweep(end_closed)
 
 
 #: probe id -> Probe (the 3.11 mechanism's code refers to probes by id)
@@ -153,10 +153,26 @@ _lock = threading.Lock()
 #: traced name -> enclosing span names (or "") seen while torch.compile traced it into a graph
 _compiled: dict[str, set] = {}
 
-#: ``profiling.memory.SpanMemory`` of the recording session (None: no memory figures at span entry/exit).
-#: Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it: a few
-#: microseconds a span, too much for every traced call.
+#: ``memory.history.SpanMemory`` of the recording session (None: no memory figures at span entry/exit); set with
+#: ``set_span_memory``. Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it:
+#: a few microseconds a span, too much for every traced call.
 span_memory = None
+
+
+def set_span_memory(memory) -> None:
+    """Have the probes with hooks read ``memory`` (a ``memory.history.SpanMemory``: its ``read_in()`` at a span's
+    entry, ``exit(attrs)`` at its end) from now on, in place of the one they read (one per process: the recording
+    session's). None: no memory figures at span entry and exit."""
+    global span_memory
+    span_memory = memory
+
+
+def release_span_memory(memory) -> None:
+    """Stop reading ``memory`` if it is the one in use (a session that finishes, or whose forked child records
+    nothing, drops its own and never a later session's)."""
+    global span_memory
+    if memory is not None and span_memory is memory:
+        span_memory = None
 
 
 class Probe:
