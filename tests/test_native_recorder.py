@@ -1,10 +1,9 @@
-"""The C recorder (stepscope.record.native._native, issue 31) against the pure-Python one, under the real `stepscope run` on
-3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
+"""The C recorder (stepscope.record.native._native, issue 31) against the pure-Python one, under the real `stepscope
+run` on 3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
 exceptions caught and raised, generators (raising, thrown into and closed early, delegating), coroutines in asyncio
-tasks (one cancelled), async generators (one closed early), threads): the
-stored spans are the same for both (name, parent's name, exception type, thread) and nest in time; the run
-records which recorder it used; a .so that cannot load is one line in the run's environment facts, the
-program's output unchanged."""
+tasks (one cancelled), async generators (one closed early), threads): the stored spans are the same for both (name,
+parent's name, exception type, thread) and nest in time; the run records which recorder it used; a .so that cannot
+load is one line in the run's environment facts, the program's output unchanged."""
 
 import collections
 import json
@@ -115,7 +114,8 @@ def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):
     assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     assert env["recorder"] == "python"
     note = env["recorder_note"]
-    assert note.startswith("native recorder: cannot load stepscope.record.native._native: ImportError:") and "\n" not in note
+    assert note.startswith("native recorder: cannot load stepscope.record.native._native: ImportError:")
+    assert "\n" not in note
     assert _shape(spans)[("mixmod.deep", "mixmod.deep", None, True)] == 5
 
 

@@ -21,7 +21,8 @@ from stepscope.store import spanblock
 HERE = Path(__file__).parent / "programs" / "transparency"
 SRC = Path(__file__).parent.parent / "src"
 BUILD_NATIVE = Path(__file__).parent.parent / "scripts" / "build_native.py"
-#: interpreter -> its stepscope.record.native._native was built (the C recorder is in use unless STEPSCOPE_RECORDER=python)
+#: interpreter -> its stepscope.record.native._native was built (the C recorder is in use unless
+#: STEPSCOPE_RECORDER=python)
 NATIVE: dict[str, bool] = {}
 
 

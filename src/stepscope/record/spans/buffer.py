@@ -9,8 +9,8 @@ Span tuple layout (``SPAN_FIELDS``): ``(span_id, parent_id, name, op, start_ns, 
 error_type, attrs)``; ``parent_id`` is None for a top-level span, ``error_type`` the exception's
 qualified type name or None, ``attrs`` a dict or None. Times are ``perf_counter_ns`` readings.
 
-With the C recorder (``stepscope.record.native``) the plain traced calls finish into its own columns instead; ``take``,
-``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
+With the C recorder (``stepscope.record.native``) the plain traced calls finish into its own columns instead;
+``take``, ``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
 the innermost open span of a thread is the open one with the largest id, ``parent_of``).
 """
 
@@ -37,11 +37,12 @@ def set_sweep(fn) -> None:
     global sweep
     sweep = fn
 
+
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 
-#: The innermost open span in this thread / asyncio task (None outside any span), as a list
-#: ``[span_id, start_ns, parent_id, probe, attrs, name, error_type, restore]`` (see ``tracing.probes``;
-#: ``probe`` is None for spans opened by ``stepscope.span`` / wrappers, ``restore`` the value to put back).
+#: The innermost open span in this thread / asyncio task (None outside any span), as an open-span record: a list
+#: ``[span_id, start_ns, parent_id, probe, attrs, name, error_type, restore]`` whose fields ``spans.record`` names
+#: (``probe`` is None for spans opened by ``stepscope.span`` / wrappers, ``restore`` the value to put back).
 current_span: ContextVar[list | None] = ContextVar("stepscope_current_span", default=None)
 
 

@@ -17,13 +17,14 @@ opens (so that spans nest per thread and per asyncio task) and turned into a fin
   around it, or None).
 
 A record is built as a list literal in this order, ``[id, start, parent, probe, attrs, name, error, restore]``
-(``FIELDS``), and read with these constants: plain module ints, one global read each (no attribute lookup). The
-two hottest reads, a Python-recorded call's end (``tracing.monitoring``'s inlined return, ``Probe.exit``), unpack the
+(``FIELDS``), and read with these constants: plain module ints, one global read each (no attribute lookup). The two
+hottest reads, a Python-recorded call's end (``tracing.monitoring``'s inlined return, ``Probe.exit``), unpack the
 whole record at once in ``FIELDS`` order instead (``sid, start, parent, probe, attrs, name, error, restore = rec``:
 one specialised instruction, cheaper than eight subscripts); tests/test_native_module.py checks that every such
-unpacking in ``stepscope.record`` follows ``FIELDS``. The C recorder (``stepscope.record.native``) reads and makes the same lists: its indices come from
-``native/layout.h``, generated from this module by ``scripts/native_layout.py``; tests/test_native_module.py checks
-the header is current and that the built extension's constants equal these. Stdlib only (nothing at all imported).
+unpacking in ``stepscope.record`` follows ``FIELDS``. The C recorder (``stepscope.record.native``) reads and makes
+the same lists: its indices come from ``native/layout.h``, generated from this module by
+``scripts/native_layout.py``; tests/test_native_module.py checks the header is current and that the built
+extension's constants equal these. Stdlib only (nothing at all imported).
 """
 
 REC_ID = 0

@@ -52,12 +52,14 @@ from typing import Any, Iterable
 from . import collectives, mirror, probes, syncs
 from ..spans import labels
 from ..steps import hooks as steps
-from .globs import (LiveGlob, LiveOverrides, Seen, is_note, members_note, nothing_matched, overrides_note, subclasses)  # noqa: F401 (is_note: re-exported)
+from .globs import LiveGlob, LiveOverrides, Seen, members_note, nothing_matched, overrides_note, subclasses
+from .globs import is_note  # noqa: F401 (re-exported: api, control)
 from .importhook import ImportHook
 from .mechanism import CannotInstrument, choose
 from .probes import Probe
 from .targets import expand, locate
-from .resolve import (MISSING, Pending, Unresolved, canonical, did_you_mean, function_of, lazy_parent, own_attr, raw_attr, top_package)
+from .resolve import (MISSING, Pending, Unresolved, canonical, did_you_mean, function_of, lazy_parent, own_attr,
+                      raw_attr, top_package)
 from .wrappers import is_wrapper, wrap
 
 _OWN_PACKAGE = __name__.partition(".")[0]  # "stepscope"

@@ -4,18 +4,18 @@ A ``Probe`` belongs to one traced code object. The tracing mechanism (``tracing.
 ``sys.monitoring`` on Python 3.12+, instrumented code objects on 3.11) calls it; nothing is wrapped, so
 the program keeps its function objects, frames and recursion depth.
 
-The open span lives in the ``buffer.current_span`` ContextVar as a list ``[span_id, start_ns,
-parent_id, probe, attrs, name, error_type, restore]`` (``restore``: the value to put back when the span
+The open span lives in the ``buffer.current_span`` ContextVar as an open-span record, a list whose fields
+are named in ``spans.record`` (``REC_ID`` .. ``REC_RESTORE``; ``restore``: the value to put back when the span
 ends or its generator suspends). Calls nest per thread and per asyncio task because the ContextVar does.
 A generator or coroutine frame that suspends puts its caller's value back and keeps its own record in
 ``_suspended`` (keyed by the frame's id, so no frame is kept alive) until it resumes.
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
-``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
-With the C recorder in use (``stepscope.record.native``; ``tracing.recorder`` chooses) the plain traced functions (on 3.12+ also generators and
-coroutines without hooks or subclass filter: the same records, made in C) never reach a ``Probe``: their
-calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
-that opened later (``buffer.parent_of``).
+``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple. With the
+C recorder in use (``stepscope.record.native``; ``tracing.recorder`` chooses) the plain traced functions (on 3.12+
+also generators and coroutines without hooks or subclass filter: the same records, made in C) never reach a
+``Probe``: their calls are recorded in C; a span opened here takes the C recorder's innermost open call as its
+parent when that opened later (``buffer.parent_of``).
 
 Calls inside a region compiled by ``torch.compile`` run as part of the compiled graph and cannot be
 timed on their own: ``compiled(probe_id)`` is called by Dynamo while it traces them (3.11 mechanism) or
