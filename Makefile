@@ -36,9 +36,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP) interp-venvs
 	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# The C recorder (stepscope.record._native, issue 31): `pip install -e .` builds it in place for the venv's Python; `native`
-# also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src (tests/test_transparency.py does it
-# too). A machine without a C compiler: the pure-Python recorder, nothing fails.
+# The C recorder (stepscope.record.native._native, issue 31): `pip install -e .` builds it in place for the venv's
+# Python; `native` also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src
+# (tests/test_transparency.py does it too), from setup.py's one recipe (native_sources). A machine without a C
+# compiler: the pure-Python recorder, nothing fails.
 native:
 	-@for py in $(PY) $$HOME/.pyenv/versions/3.12.1/bin/python3.12 $$HOME/.pyenv/versions/3.13.0/bin/python3.13; do \
 		[ -x "$$(command -v $$py)" ] && $$py scripts/build_native.py; done
@@ -84,4 +85,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ui_page_load.py
 
 clean:
-	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/record/_native*.so
+	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/record/native/_native*.so

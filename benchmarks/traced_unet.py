@@ -87,7 +87,7 @@ def child(args) -> dict:
         torch.set_num_threads(args.threads)
     import stepscope
     from stepscope.pipelines.sd import build_pipeline
-    from stepscope.record.tracing import native
+    from stepscope.record import native
 
     if native.RECORDER != args.child:
         raise SystemExit(f"asked for the {args.child} recorder, got {native.RECORDER} ({native.load_error})")

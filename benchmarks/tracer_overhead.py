@@ -74,7 +74,7 @@ def child_stepscope(tmp: Path, calls: int, repeats: int) -> dict:
 
     import stepscope
     from stepscope.record.spans import buffer
-    from stepscope.record.tracing import native
+    from stepscope.record import native
     from stepscope.record.tracing.patch import Patcher, is_traced
 
     session = stepscope.init(functions_to_trace=["bench_traced.noop"], profiles_hz=101, store=str(tmp / "store"),

@@ -1,43 +1,58 @@
-"""Build ``stepscope.record._native`` in place for the interpreter running this script, with its own compiler
-settings (``sysconfig``: CC, CFLAGS, include folder, extension suffix) and no setuptools: for the
-interpreters that run stepscope from ``PYTHONPATH=src`` (the tests' 3.12 and 3.13). Each interpreter's
-``.so`` carries its ABI tag, so several live side by side in src/stepscope/ (git-ignored).
+"""Build ``stepscope.record.native._native`` in place for the interpreter running this script, from the recipe in
+setup.py (``native_sources()``: sources, headers, flags, libraries; read, never repeated here), with this
+interpreter's own compiler settings (``sysconfig``: CC, LDSHARED, include folder, extension suffix) and no
+setuptools: for the interpreters that run stepscope from ``PYTHONPATH=src`` (the tests' 3.12 and 3.13, whose
+virtualenvs have no setuptools). Each interpreter's ``.so`` carries its ABI tag, so several live side by side in
+src/stepscope/record/native/ (git-ignored).
 
     python3.12 scripts/build_native.py [--quiet]
 
-Exit code 0 when built (or already newer than the source), 1 when the compiler failed (its output printed).
+Exit code 0 when built (or already newer than every source and header), 1 when the compiler failed (its output
+printed).
 """
 
 import os
+import runpy
 import shlex
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "stepscope" / "record"
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def target() -> Path:
-    """The extension's path for this interpreter (src/stepscope/record/_native<EXT_SUFFIX>)."""
-    return SRC / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+def recipe() -> dict:
+    """setup.py's ``native_sources()`` (``setuptools.Extension`` keyword arguments, paths relative to ROOT)."""
+    return runpy.run_path(str(ROOT / "setup.py"), run_name="stepscope_setup")["native_sources"]()
+
+
+def target(spec: dict | None = None) -> Path:
+    """The extension's path for this interpreter (src/stepscope/record/native/_native<EXT_SUFFIX>)."""
+    spec = spec or recipe()
+    return ROOT / "src" / Path(*spec["name"].split(".")).with_suffix(sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def build(quiet: bool = False) -> int:
-    """Compile and link ``_native.c`` (with the ``_native_*.h`` it includes) if the ``.so`` is missing or older. Returns the compiler's exit code."""
-    out, c = target(), SRC / "_native.c"
-    if out.exists() and out.stat().st_mtime >= max(f.stat().st_mtime for f in [c, *SRC.glob("_native_*.h")]):
+    """Compile and link the recipe's sources into ``target()`` if it is missing or older than a source or header.
+    Returns 0, or 1 when the compiler failed."""
+    spec = recipe()
+    out = target(spec)
+    sources = [ROOT / s for s in spec["sources"]]
+    inputs = [*sources, *(ROOT / d for d in spec["depends"]), ROOT / "setup.py"]
+    if out.exists() and out.stat().st_mtime >= max(f.stat().st_mtime for f in inputs):
         return 0
     cv = sysconfig.get_config_var
     cc = shlex.split(os.environ.get("CC") or cv("CC") or "cc")
     ldshared = shlex.split(cv("LDSHARED") or "cc -shared")[1:]
-    cmd = [*cc, *ldshared, "-fPIC", "-O2", "-std=c11", f"-I{sysconfig.get_paths()['include']}", str(c), "-o",
-           str(out) + ".tmp", "-lpthread"]
+    tmp = f"{out}.tmp"
+    cmd = [*cc, *ldshared, "-fPIC", *spec["extra_compile_args"], f"-I{sysconfig.get_paths()['include']}",
+           *map(str, sources), "-o", tmp, *(f"-l{lib}" for lib in spec["libraries"])]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         print(" ".join(cmd), p.stdout, p.stderr, sep="\n", file=sys.stderr)
         return 1
-    os.replace(str(out) + ".tmp", out)
+    os.replace(tmp, out)
     if not quiet:
         print(out)
     return 0

@@ -1,10 +1,9 @@
-"""The C recorder (stepscope.record._native, issue 31) against the pure-Python one, under the real `stepscope run` on
-3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
+"""The C recorder (stepscope.record.native._native, issue 31) against the pure-Python one, under the real `stepscope
+run` on 3.11, 3.12 and 3.13 (tests/programs/recorders: plain functions, a ContextVar span between them, recursion,
 exceptions caught and raised, generators (raising, thrown into and closed early, delegating), coroutines in asyncio
-tasks (one cancelled), async generators (one closed early), threads): the
-stored spans are the same for both (name, parent's name, exception type, thread) and nest in time; the run
-records which recorder it used; a .so that cannot load is one line in the run's environment facts, the
-program's output unchanged."""
+tasks (one cancelled), async generators (one closed early), threads): the stored spans are the same for both (name,
+parent's name, exception type, thread) and nest in time; the run records which recorder it used; a .so that cannot
+load is one line in the run's environment facts, the program's output unchanged."""
 
 import collections
 import json
@@ -61,7 +60,7 @@ def _shape(spans) -> collections.Counter:
 @pytest.mark.parametrize("python", INTERPRETERS)
 def test_both_recorders_store_the_same_spans(python, tmp_path):
     if not NATIVE[python]:
-        pytest.skip("stepscope.record._native could not be built for this interpreter (no C compiler?)")
+        pytest.skip("stepscope.record.native._native could not be built for this interpreter (no C compiler?)")
     plain = subprocess.run([python, "case_mixed.py"], cwd=PROGRAM, capture_output=True, text=True, timeout=60,
                            env=dict(_env(tmp_path, SRC, "python"), STEPSCOPE_STORE=""))
     shapes, childless = {}, {}
@@ -107,14 +106,16 @@ def test_both_recorders_store_the_same_spans(python, tmp_path):
 def test_a_native_module_that_cannot_load_is_one_line_in_the_run(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(SRC / "stepscope", src / "stepscope", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    (src / "stepscope" / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(b"not an ELF file")
+    (src / "stepscope" / "record" / "native" / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(
+        b"not an ELF file")
     plain = subprocess.run([sys.executable, "case_mixed.py"], cwd=PROGRAM, capture_output=True, text=True,
                            timeout=60, env=dict(_env(tmp_path, src, ""), STEPSCOPE_STORE=""))
     p, spans, env = _record(sys.executable, "", tmp_path / "store", src)
     assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     assert env["recorder"] == "python"
     note = env["recorder_note"]
-    assert note.startswith("native recorder: cannot load stepscope.record._native: ImportError:") and "\n" not in note
+    assert note.startswith("native recorder: cannot load stepscope.record.native._native: ImportError:")
+    assert "\n" not in note
     assert _shape(spans)[("mixmod.deep", "mixmod.deep", None, True)] == 5
 
 
@@ -133,7 +134,7 @@ def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorder
     case_denoisers.py, a stand-in for diffusers: non-batched guidance, a transformer that raises, a transformer as
     the outermost denoiser, a pipeline in a thread)."""
     if not NATIVE[python]:
-        pytest.skip("stepscope.record._native could not be built for this interpreter (no C compiler?)")
+        pytest.skip("stepscope.record.native._native could not be built for this interpreter (no C compiler?)")
     shapes = {}
     for recorder in ("native", "python"):
         p, spans, renv = _record(python, recorder, tmp_path / recorder, trace=DENOISERS, program="case_denoisers.py",
@@ -174,7 +175,7 @@ def test_finished_calls_drain_into_span_blocks_in_order(tmp_path, monkeypatch):
     (``buffer.take_native_blocks``): at most ``max_spans`` each, oldest first, the same spans (ids, parents, names,
     ops, thread, exception type) as the tuples ``take`` gives, readable by ``store.spanblock``."""
     from stepscope.record.spans import buffer
-    from stepscope.record.tracing import native
+    from stepscope.record import native
 
     if native.ext is None:
         pytest.skip("the C recorder is not loaded in this interpreter")

@@ -2,7 +2,7 @@
 can see must be the same: stdout, stderr, exit code (which carry identity checks, frames, recursion,
 warnings, tracebacks, logging, profilers, pickling, classes, Enums, lru_cache, partials, generators,
 coroutines, the script's own namespace). Runs on this interpreter (3.11, with torch elsewhere) and on
-pyenv's 3.12 and 3.13 where present, with each recorder (the C one, ``stepscope.record._native``, built for each
+pyenv's 3.12 and 3.13 where present, with each recorder (the C one, ``stepscope.record.native._native``, built for each
 interpreter by scripts/build_native.py, and the pure-Python one: ``STEPSCOPE_RECORDER=python``). The traced
 names must also have recorded spans, so a case cannot pass by tracing nothing."""
 
@@ -21,7 +21,8 @@ from stepscope.store import spanblock
 HERE = Path(__file__).parent / "programs" / "transparency"
 SRC = Path(__file__).parent.parent / "src"
 BUILD_NATIVE = Path(__file__).parent.parent / "scripts" / "build_native.py"
-#: interpreter -> its stepscope.record._native was built (the C recorder is in use unless STEPSCOPE_RECORDER=python)
+#: interpreter -> its stepscope.record.native._native was built (the C recorder is in use unless
+#: STEPSCOPE_RECORDER=python)
 NATIVE: dict[str, bool] = {}
 
 

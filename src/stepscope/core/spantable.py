@@ -17,9 +17,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .model import Span
-
-#: ``parent`` of a span without a parent (span ids are SQLite integers: any int64 but this one)
-NO_PARENT = np.iinfo(np.int64).min
+from .spanformat import NO_PARENT  # (``parent`` of a span without a parent: the span block format's)
 _CHUNK = 65_536
 
 

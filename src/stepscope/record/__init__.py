@@ -10,8 +10,9 @@ lazily, inside functions, once the program has them).
 - ``processes``, ``forks``, ``endsignals``: children followed (and the start-up hook's ``STEPSCOPE_SERVER``), forks,
   and the end of a run by signal;
 - ``envinfo``, ``dynamo_hooks``: the run's environment facts; torch.compile kept off stepscope's own frames;
-- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, the C
-  recorder's Python side, collectives, sync sites, mirroring into the device profiler;
+- ``tracing/``: turning named functions into spans (PEP 669 ``sys.monitoring`` or code swap), probes, which calls
+  the C recorder takes (``tracing.recorder``), collectives, sync sites, mirroring into the device profiler;
+- ``native/``: the C recorder's extension (its .c/.h sources, the stub ``_native.pyi``) and its loader;
 - ``spans/``: the span buffer, the current span, span names from arguments;
 - ``steps/``: denoising steps as spans (scopes, markers, sampler loops) and the pipeline's work facts;
 - ``sampling/``: the stack sampler (timer signals for the main thread, a thread for the rest);

@@ -16,6 +16,7 @@ from ..core import clock
 from .session import Session
 from .settings import DEFAULT_HZ, Settings
 from .spans import buffer
+from .spans.record import REC_PARENT
 from .tracing.resolve import normalize_targets
 from .tracing.wrappers import wrap
 
@@ -110,7 +111,7 @@ class span:
         self._sid = buffer.next_span_id()
         self._start = clock.now_ns()
         rec = buffer.open_record(self._sid, self.name, self._start)
-        self._parent = rec[2]
+        self._parent = rec[REC_PARENT]
         self._token = buffer.current_span.set(rec)
         return self
 

@@ -32,7 +32,9 @@ from .settings import Settings
 from ..store import spanblock
 from ..store.db import Store, write_error_text
 from .spans import buffer
-from .tracing import native, probes
+from .spans.record import REC_ATTRS, REC_ID, REC_NAME, REC_PARENT, REC_PROBE, REC_RESTORE, REC_START
+from . import native
+from .tracing import probes
 from .steps import workfacts
 from .tracing.patch import Patcher
 from .parts import Parts
@@ -88,6 +90,7 @@ class Session:
         self.main_sampler = MainThreadSampler(self.sampler)
         #: the memory lane (``profiling.memory``), None with ``memory=False``
         self.memory: _memory.MemoryLane | None = None
+        self._span_memory: _memory.SpanMemory | None = None  # what the probes read at span entry and exit
         self.history: _memory.History | None = None
         self._open_written = False  # provisional rows of open spans were written (``_open_chain``)
         self.store: Store | None = None
@@ -141,7 +144,8 @@ class Session:
         if self.settings.memory:
             self.memory = _memory.MemoryLane()
             self.main_sampler.memory = self.memory
-            probes.span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+            self._span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
+            probes.set_span_memory(self._span_memory)
         self.parts.start(early=True)  # (before the names are patched: the device trace, the app preset: ``parts``)
         self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
         if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
@@ -203,8 +207,7 @@ class Session:
                 return
             self.finished = True
         self.main_sampler.stop()
-        if self.memory is not None and probes.span_memory is not None and probes.span_memory.rss is self.memory.rss:
-            probes.span_memory = None
+        probes.release_span_memory(self._span_memory)
         self._stop.set()
         try:
             self._wake.release()
@@ -257,7 +260,7 @@ class Session:
             env["code"] = code  # span name -> [file, line] of the traced function
             if overrides:  # a traced method -> every override traced with it (which ran: the first screen's note)
                 env["overrides"] = overrides
-            # the C recorder (tracing.native) or the pure-Python one; a capture window's calls all go through Python
+            # the C recorder (record.native) or the pure-Python one; a capture window's calls all go through Python
             env["recorder"] = native.RECORDER if self.patcher.live is None else "python"
             if native.load_error:  # a .so that could not load: the one line, here only
                 env["recorder_note"] = native.load_error
@@ -410,8 +413,7 @@ class Session:
         self._wake = threading.Lock()
         self.finished = True
         self.main_sampler.forked()
-        if probes.span_memory is not None and self.memory is not None and probes.span_memory.rss is self.memory.rss:
-            probes.span_memory = None
+        probes.release_span_memory(self._span_memory)
         self._root_token = None
         try:
             self.patcher.forked()
@@ -506,15 +508,15 @@ class Session:
         seen = 0
         while rec is not None and rec.__class__ is list and seen < 256:
             seen += 1
-            sid = rec[0]
-            if sid is not None and rec[5] is not None and rec[1]:  # (a C-function wrapper's record has no start)
-                probe = rec[3]
+            sid = rec[REC_ID]
+            if sid is not None and rec[REC_NAME] is not None and rec[REC_START]:  # (a C function wrapper's: no start)
+                probe = rec[REC_PROBE]
                 op = "transaction" if self._root_span is not None and sid == self._root_span[0] else (
                     probe.op if probe is not None else "function")
-                attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+                attrs = {k: v for k, v in (rec[REC_ATTRS] or {}).items() if not k.startswith("_")}
                 attrs["stepscope.open"] = True
-                out.append((sid, rec[2], rec[5], op, rec[1], now, main, None, attrs))
-            rec = rec[7]
+                out.append((sid, rec[REC_PARENT], rec[REC_NAME], op, rec[REC_START], now, main, None, attrs))
+            rec = rec[REC_RESTORE]
         if native.ext is not None and self.main_sampler.current is not None:  # the C recorder's open calls, read now
             for sid, parent, name, op, start in reversed(native.ext.open_spans(main)):
                 out.append((sid, parent, name, op, start, now, main, None, {"stepscope.open": True}))
@@ -526,13 +528,13 @@ class Session:
         live = dict(self.patcher.live or {})  # (one C-level copy: other threads go on entering and leaving)
         out = []
         for sid, (rec, tid) in live.items():
-            if sid is None or rec[5] is None or not rec[1]:
+            if sid is None or rec[REC_NAME] is None or not rec[REC_START]:
                 continue
-            probe = rec[3]
-            attrs = {k: v for k, v in (rec[4] or {}).items() if not k.startswith("_")}
+            probe = rec[REC_PROBE]
+            attrs = {k: v for k, v in (rec[REC_ATTRS] or {}).items() if not k.startswith("_")}
             attrs["stepscope.cut"] = True
-            out.append((sid, rec[2], rec[5], probe.op if probe is not None else "function", rec[1],
-                        max(end_ns, rec[1]), tid, None, attrs))
+            out.append((sid, rec[REC_PARENT], rec[REC_NAME], probe.op if probe is not None else "function",
+                        rec[REC_START], max(end_ns, rec[REC_START]), tid, None, attrs))
         out.sort(key=lambda s: (s[4], s[0]))
         return out
 

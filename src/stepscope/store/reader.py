@@ -17,12 +17,16 @@ from typing import Iterator
 import numpy as np
 
 from ..core.model import Frame, Profile, RunData
+from ..core.spanformat import CODE_COLUMNS, INT_COLUMNS
 from ..core.spantable import SpanTable
 from . import profileblock, sampleblock
 from .db import Store, StoreError
 from .schema import damaged
 from .spanblock import BlockError, bodies, header
 
+#: a span block's int64 and int32 columns (``core.spanformat``: id parent start end thread, name op error)
+_NI, _NC = len(INT_COLUMNS), len(CODE_COLUMNS)
+assert INT_COLUMNS == ("id", "parent", "start", "end", "thread") and CODE_COLUMNS == ("name", "op", "error")
 #: rows of ``samples`` fetched at a time
 _CHUNK = 65_536
 #: spans per ``group_concat`` query of ``read_spans`` (each column one string of about 20 bytes a span)
@@ -62,8 +66,8 @@ def _read_spans(conn, run_id: str) -> SpanTable:
             k, head, off = header(body)
         except BlockError as e:
             raise _damaged(conn, run_id, e) from None
-        ints.append(np.frombuffer(body, "<i8", 5 * k, off).reshape(5, k))
-        c = np.frombuffer(body, "<i4", 3 * k, off + 40 * k).reshape(3, k)
+        ints.append(np.frombuffer(body, "<i8", _NI * k, off).reshape(_NI, k))  # (core.spanformat's columns)
+        c = np.frombuffer(body, "<i4", _NC * k, off + 8 * _NI * k).reshape(_NC, k)
         nmap = np.array([names.setdefault(x, len(names)) for x in head["names"]], np.int32)
         omap = np.array([ops.setdefault(x, len(ops)) for x in head["ops"]], np.int32)
         emap = np.array([errors.setdefault(x, len(errors)) for x in head["errors"]] + [-1], np.int32)

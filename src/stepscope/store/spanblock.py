@@ -12,15 +12,10 @@ stay rows of ``spans``, where the run listing and the crash path look for them. 
 earlier have only rows; readers read both (``iter_spans``, ``read_spans``), and where a span id has both a
 provisional row and a block entry (a run lost before its provisional rows were dropped) the block wins.
 
-Block layout (little-endian), one ``body`` BLOB::
-
-    b"SSB1" | u32 n | u32 header bytes (h) | header: JSON, padded with spaces to a multiple of 8 bytes
-    | span_id int64[n] | parent_id int64[n] (NO_PARENT: none) | start_ns int64[n] | end_ns int64[n]
-    | thread_id int64[n] (0: unknown) | name int32[n] | op int32[n] | error int32[n] (-1: ok)
-
-The header is ``{"names": [...], "ops": [...], "errors": [...], "attrs": [[row, attrs], ...]}``: the codes of
-the int32 columns index those lists; ``attrs`` lists only the rows that have attributes (JSON objects as
-``json.dumps(default=str)`` writes them). Times are ``perf_counter_ns`` readings of the run's clock (ns).
+The block layout (``SSB1``: magic, sizes, JSON header, then int64 and int32 columns) is ``core.spanformat``'s, the
+one module that owns it (the C recorder's writer takes its constants from there too); this module encodes and
+decodes it, and writes and reads the ``span_blocks`` rows. The header's ``attrs`` are JSON objects as
+``json.dumps(default=str)`` writes them.
 """
 
 from __future__ import annotations
@@ -32,14 +27,13 @@ from array import array
 from operator import itemgetter
 from typing import Callable, Iterator
 
-MAGIC = b"SSB1"
-_HEAD = struct.Struct("<4sII")
-#: parent_id of a span without a parent (the int64 minimum: span ids are any other SQLite integer)
-NO_PARENT = -(2 ** 63)
+from ..core.spanformat import CODE_COLUMNS as _CODES
+from ..core.spanformat import HEAD, HEADER_ALIGN, MAGIC, NO_ERROR, NO_PARENT, body_bytes
+from ..core.spanformat import INT_COLUMNS as _INTS
+
+_HEAD = struct.Struct(HEAD)
 #: spans per block: bounds the memory of encoding and decoding one block (~3.4 MB of columns)
 BLOCK_SPANS = 65_536
-_INTS = ("id", "parent", "start", "end", "thread")
-_CODES = ("name", "op", "error")
 _SWAP = sys.byteorder != "little"
 
 
@@ -82,16 +76,18 @@ def encode(spans: list[tuple], dumps: Callable[[object], str] = _dumps) -> bytes
     op_c = array("i", [0]) * n if len(ops) == 1 else array("i", map(ops.__getitem__, op))
     errors: dict[str, int] = {}
     if er.count(None) == n:
-        err_c = array("i", [-1]) * n
+        err_c = array("i", [NO_ERROR]) * n
     else:
         eset = errors.setdefault
-        err_c = array("i", [-1 if x is None else eset(x, len(errors)) for x in er])
+        err_c = array("i", [NO_ERROR if x is None else eset(x, len(errors)) for x in er])
     at = list(map(itemgetter(8), spans))
     attrs = [] if at.count(None) == n else [[k, a] for k, a in enumerate(at) if a]
     header = dumps({"names": list(names), "ops": list(ops), "errors": list(errors), "attrs": attrs}).encode()
-    header += b" " * (-len(header) % 8)
-    cols = (_ints(spans, 0, None), _ints(spans, 1, NO_PARENT), _ints(spans, 4, None), _ints(spans, 5, None),
-            _ints(spans, 6, 0), name_c, op_c, err_c)
+    header += b" " * (-len(header) % HEADER_ALIGN)
+    ints = {"id": _ints(spans, 0, None), "parent": _ints(spans, 1, NO_PARENT), "start": _ints(spans, 4, None),
+            "end": _ints(spans, 5, None), "thread": _ints(spans, 6, 0)}
+    codes = {"name": name_c, "op": op_c, "error": err_c}
+    cols = [*map(ints.__getitem__, _INTS), *map(codes.__getitem__, _CODES)]  # (the format's column order)
     if _SWAP:
         for c in cols:
             c.byteswap()
@@ -106,7 +102,7 @@ def header(body: bytes) -> tuple[int, dict, int]:
     if magic != MAGIC:
         raise BlockError(f"not a span block (starts {magic!r})")
     off = _HEAD.size + h
-    if len(body) != off + n * (8 * len(_INTS) + 4 * len(_CODES)):
+    if len(body) != body_bytes(n, h):
         raise BlockError(f"span block of {n} spans has {len(body)} bytes")
     try:
         head = json.loads(body[_HEAD.size:off])

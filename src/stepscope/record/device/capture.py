@@ -96,7 +96,7 @@ class DeviceCapture:
                             schedule=sched, on_trace_ready=self._write if sched else None, **extra)
         with quiet_kineto():
             self.prof.__enter__()
-        collectives.hold_groups = True  # gloo works now hold Python objects: see tracing/collectives.py
+        collectives.hold_destroyed_groups()  # gloo works now hold Python objects: see tracing/collectives.py
         mirror.enable()
         self.mark("start")
         step_hooks.add_listener(self._on_step)

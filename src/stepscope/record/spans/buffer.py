@@ -9,8 +9,8 @@ Span tuple layout (``SPAN_FIELDS``): ``(span_id, parent_id, name, op, start_ns, 
 error_type, attrs)``; ``parent_id`` is None for a top-level span, ``error_type`` the exception's
 qualified type name or None, ``attrs`` a dict or None. Times are ``perf_counter_ns`` readings.
 
-With the C recorder (``tracing.native``) the plain traced calls finish into its own columns instead; ``take``,
-``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
+With the C recorder (``stepscope.record.native``) the plain traced calls finish into its own columns instead;
+``take``, ``pending`` and ``clear`` see both, and span ids come from its counter (one sequence for both recorders:
 the innermost open span of a thread is the open one with the largest id, ``parent_of``).
 """
 
@@ -20,18 +20,29 @@ import itertools
 from collections import deque
 from contextvars import ContextVar
 
-from ..tracing import native
+from .. import native
+from .record import REC_ID
 
 _ext = native.ext
 
-#: called by ``take`` first (3.13+: ``probes.end_closed``, spans of generators closed with no event), or None
+#: called by ``take`` first (3.13+: ``probes.end_closed``, spans of generators closed with no event), or None; set
+#: with ``set_sweep``
 sweep = None
+
+
+def set_sweep(fn) -> None:
+    """Have ``take`` call ``fn()`` first, each time (it may append to ``finished``: the spans it ends are then taken
+    with the others), in place of the function it called; None: nothing. Set once, by ``tracing.probes`` on 3.13+
+    (``end_closed``: the spans of generators that 3.13 closed with no event)."""
+    global sweep
+    sweep = fn
+
 
 SPAN_FIELDS = ("span_id", "parent_id", "name", "op", "start_ns", "end_ns", "thread_id", "error_type", "attrs")
 
-#: The innermost open span in this thread / asyncio task (None outside any span), as a list
-#: ``[span_id, start_ns, parent_id, probe, attrs, name, error_type, restore]`` (see ``tracing.probes``;
-#: ``probe`` is None for spans opened by ``stepscope.span`` / wrappers, ``restore`` the value to put back).
+#: The innermost open span in this thread / asyncio task (None outside any span), as an open-span record: a list
+#: ``[span_id, start_ns, parent_id, probe, attrs, name, error_type, restore]`` whose fields ``spans.record`` names
+#: (``probe`` is None for spans opened by ``stepscope.span`` / wrappers, ``restore`` the value to put back).
 current_span: ContextVar[list | None] = ContextVar("stepscope_current_span", default=None)
 
 
@@ -43,7 +54,7 @@ def open_record(sid: int, name: str, start_ns: int = 0, attrs: dict | None = Non
 
 
 def _parent_of(prev: list | None) -> int | None:
-    return prev[0] if prev else None
+    return prev[REC_ID] if prev else None
 
 
 #: ``parent_of(current_span.get())``: the parent id of a span opened now (None: top level). With the C recorder also

@@ -31,6 +31,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 from ..spans import buffer
+from ..spans.record import REC_ATTRS, REC_ERROR, REC_PROBE, REC_RESTORE, REC_START, finished
 from . import workfacts
 from ...core.steprules import DENOISER_MODULES as _DENOISER_MODULES
 from ...core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, STEP_SUFFIX, loop_rule
@@ -162,12 +163,12 @@ def open_step_of(rec):
     """``_open_denoiser_step`` from the open-span record ``rec`` (the current one, then those it restores)."""
     n = 0
     while rec is not None and rec.__class__ is list and n < 256:
-        probe = rec[3]
+        probe = rec[REC_PROBE]
         hooks = getattr(probe, "hooks", None)
         hooks = getattr(hooks, "inner", hooks)
-        if hooks.__class__ is StepScoped and rec[4] is not None and STEP_ATTR in rec[4]:
-            return rec[4][STEP_ATTR]
-        rec = rec[7]
+        if hooks.__class__ is StepScoped and rec[REC_ATTRS] is not None and STEP_ATTR in rec[REC_ATTRS]:
+            return rec[REC_ATTRS][STEP_ATTR]
+        rec = rec[REC_RESTORE]
         n += 1
     return None
 
@@ -326,7 +327,7 @@ class LoopScope(StepScope):
         lp = self._state(self.code)
         if lp is not None and lp.rec is not None:
             now = perf_counter_ns()
-            _close(lp, lp.head_ns if lp.at_head and lp.head_ns >= lp.rec[1] else now, error)
+            _close(lp, lp.head_ns if lp.at_head and lp.head_ns >= lp.rec[REC_START] else now, error)
         if lp is not None:
             lp.at_head = False
 
@@ -351,11 +352,11 @@ _ITER = _IterationProbe()
 def _close(lp: _Loop, end: int, error: str | None) -> None:
     rec = lp.rec
     lp.rec = None
-    if error is not None and rec[6] is None:
-        rec[6] = error
-    buffer.finished.append((rec[0], rec[2], rec[5], STEP_OP, rec[1], max(end, rec[1]), get_ident(), rec[6], rec[4]))
+    if error is not None and rec[REC_ERROR] is None:
+        rec[REC_ERROR] = error
+    buffer.finished.append(finished(rec, STEP_OP, max(end, rec[REC_START]), get_ident()))
     if buffer.current_span.get() is rec:
-        buffer.current_span.set(rec[7])
+        buffer.current_span.set(rec[REC_RESTORE])
     for fn in tuple(_listeners):
         try:
             fn()

@@ -6,14 +6,14 @@ process group's name, ``WORLD`` for the default group), ``collective.group_size`
 ``torch.distributed.distributed_c10d`` (``parts.Collectives``). Stdlib only: torch objects are only read.
 
 ``destroy_process_group`` is a span too (op ``process_group``, ``GroupEndSite``), and where the torch profiler has
-run in the process (``hold_groups``, set by ``device.capture``) it keeps the groups it destroys alive until the
-session finishes (``release_groups``). Why: while the profiler records, each gloo work captures the thread's
-``ThreadLocalState``, which inside ``backward`` holds a Python object (torch >= 2.12 stashes a
-``contextvars.Context`` there: ``torch.autograd.graph._engine_run_backward``). A gloo worker thread that drops the
-last reference to such a work must take the GIL. If the program's DDP model is freed after
+run in the process (``hold_groups``, turned on by ``device.capture`` with ``hold_destroyed_groups()``) it keeps the
+groups it destroys alive until the session finishes (``release_groups``). Why: while the profiler records, each gloo
+work captures the thread's ``ThreadLocalState``, which inside ``backward`` holds a Python object (torch >= 2.12
+stashes a ``contextvars.Context`` there: ``torch.autograd.graph._engine_run_backward``). A gloo worker thread that
+drops the last reference to such a work must take the GIL. If the program's DDP model is freed after
 ``destroy_process_group`` (the usual end of a script), its reducer holds the last reference to the group, and
-freeing it joins the gloo worker threads with the GIL held: when a worker is waiting for the GIL at that moment,
-the process hangs. Measured here (torch 2.13, 2 ranks, gloo, CPU, ``tests/programs/ranks/train.py`` under
+freeing it joins the gloo worker threads with the GIL held: when a worker is waiting for the GIL at that moment, the
+process hangs. Measured here (torch 2.13, 2 ranks, gloo, CPU, ``tests/programs/ranks/train.py`` under
 ``torch.profiler.profile`` alone, no stepscope): 6 hangs in 30 runs. Holding the group moves its destruction to
 ``release_groups``, where the process-group binding releases the GIL first (pytorch/pytorch#56381, #154976).
 A program that never destroys its group, or frees its model first, is not changed."""
@@ -91,7 +91,8 @@ class CollectiveSite:
 
 #: the call that ends process groups (``GroupEndSite``)
 GROUP_END = "destroy_process_group"
-#: whether ``GroupEndSite`` keeps the groups it sees destroyed (set once the torch profiler has run in the process)
+#: whether ``GroupEndSite`` keeps the groups it sees destroyed (``hold_destroyed_groups``: once the torch profiler has
+#: run in the process)
 hold_groups = False
 #: at most this many destroyed groups are kept (a program that makes and destroys groups in a loop)
 MAX_HELD = 64
@@ -135,6 +136,14 @@ def _hold(group) -> None:
     if isinstance(pg_map, dict):
         groups += [g for g in pg_map if g is not world]
     _held.extend(groups[:MAX_HELD - len(_held)])
+
+
+def hold_destroyed_groups() -> None:
+    """From now on, ``GroupEndSite`` keeps the groups that ``destroy_process_group`` destroys (at most ``MAX_HELD``)
+    until ``release_groups``: called once the torch profiler has run in the process (``device.capture``), whose gloo
+    works then hold Python objects (see the module). For the rest of the process: never turned off."""
+    global hold_groups
+    hold_groups = True
 
 
 def release_groups() -> None:

@@ -7,7 +7,7 @@
 
 ``STEPSCOPE_TRACING=code`` picks the 3.11 mechanism on 3.12+ too (for tests and benchmarks).
 
-Both hand the plain traced functions to the C recorder when it is in use (``tracing.native``).
+Both hand the plain traced functions to the C recorder when it is in use (``tracing.recorder`` chooses).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import os
 import sys
 import types
 
-from . import codeswap, native
+from . import codeswap, recorder
+from .. import native
 from .codeswap import CannotInstrument
 from .probes import Probe
 
@@ -65,7 +66,7 @@ class CodeMechanism(Mechanism):
         fn.__code__ = new
 
     def retrace(self, fn, probe):
-        if probe.native is not None and native.native_kind(probe) != probe.native_kind:
+        if probe.native is not None and recorder.native_kind(probe) != probe.native_kind:
             self.untrace(fn)
             self.trace(fn, probe)
 
@@ -132,13 +133,13 @@ class MonitoringMechanism(Mechanism):
 
 def native_probe(probe: Probe) -> None:
     """Set ``probe.native``: the C recorder's ``Probe`` that the 3.11 instrumented code calls in its place, when
-    the C recorder takes it (``native.takes``), its ``DenoiserProbe`` when it takes the nested calls
-    (``native.takes_nested``: the others go to ``probe``), else None; ``probe.native_kind`` says which."""
-    kind = probe.native_kind = native.native_kind(probe)
+    the C recorder takes it (``recorder.takes``), its ``DenoiserProbe`` when it takes the nested calls
+    (``recorder.takes_nested``: the others go to ``probe``), else None; ``probe.native_kind`` says which."""
+    kind = probe.native_kind = recorder.native_kind(probe)
     if kind == "all":
-        probe.native = native.ext.Probe(native.register(probe))
+        probe.native = native.ext.Probe(recorder.register(probe))
     elif kind == "nested":
-        probe.native = native.ext.DenoiserProbe(native.register(probe), probe)
+        probe.native = native.ext.DenoiserProbe(recorder.register(probe), probe)
     else:
         probe.native = None
 

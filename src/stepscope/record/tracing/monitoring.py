@@ -10,8 +10,8 @@ A code object shared by several functions (closures made by one factory) is trac
 Code that torch.compile runs as a compiled graph emits no events: the Dynamo bytecode hook notes those
 (see ``tracing.probes.compiled``).
 
-With the C recorder (``tracing.native``) the callbacks registered are its C functions: a plain traced code
-object (``native.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on, a generator,
+With the C recorder (``stepscope.record.native``) the callbacks registered are its C functions: a plain traced
+code object (``recorder.takes``) is recorded there with only ``PY_START`` and ``PY_RETURN`` on, a generator,
 coroutine or async generator with its yields and resumptions too; the calls of the other traced code objects
 are handed on to the Python callbacks below.
 """
@@ -23,8 +23,10 @@ import sys
 from threading import get_ident
 from time import perf_counter_ns
 
+from .. import native
 from ..spans import buffer
-from . import native
+from ..spans.record import REC_PROBE
+from . import recorder
 from .probes import Probe, forget_frame
 
 _getframe = sys._getframe
@@ -85,10 +87,11 @@ class Monitor:
                 return
             end = perf_counter_ns()  # Probe.exit's common case, inlined (hot path)
             rec = get()
-            if rec is not None and rec[3] is p:
-                if rec[0] is not None:
-                    append((rec[0], rec[2], rec[5], p.op, rec[1], end, get_ident(), rec[6], rec[4]))
-                set_(rec[7])
+            if rec is not None and rec[REC_PROBE] is p:
+                sid, start, parent, _, attrs, name, error, restore = rec  # (record.FIELDS: one unpack, the fastest)
+                if sid is not None:
+                    append((sid, parent, name, p.op, start, end, get_ident(), error, attrs))
+                set_(restore)
 
         if every_call:  # (the probes keep count of the calls open: no inlined case)
             def on_start(code, offset):
@@ -160,8 +163,8 @@ class Monitor:
         self._by_id[id(code)] = probe
         events = self._local
         if self.ext is not None:
-            if native.native_kind(probe, generators=True):  # all its calls, or a denoiser's nested ones
-                self.ext.mark(code, 2 + native.register(probe))
+            if recorder.native_kind(probe, generators=True):  # all its calls, or a denoiser's nested ones
+                self.ext.mark(code, 2 + recorder.register(probe))
                 if not probe.generator:
                     events = self._plain
             else:

@@ -1,7 +1,8 @@
 """Trace functions by qualified name, with no edit to the program and nothing of it replaced.
 
-``Patcher.add(names)`` resolves each name now if its module is loaded, or when its module is imported
-(an import hook that never imports anything early), and puts a ``Probe`` on the function's code through
+``Patcher.add(names)`` resolves each name (``tracing.targets``: from a name to the attributes it reaches) now if its
+module is loaded, or when its module is imported (an import hook that never imports anything early), keeps what
+it resolved, waits for or gave up on, and puts a ``Probe`` on the function's code through
 the interpreter's mechanism (``tracing.mechanism``: ``sys.monitoring`` on 3.12+, instrumented code on
 3.11). Function objects, classes and module attributes stay the same objects. Only functions without
 Python code (builtins, C methods such as the ``torch.Tensor`` sync sites) are wrapped in place.
@@ -51,11 +52,14 @@ from typing import Any, Iterable
 from . import collectives, mirror, probes, syncs
 from ..spans import labels
 from ..steps import hooks as steps
-from .globs import (LiveGlob, LiveOverrides, Seen, class_members, glob_members, is_note, members_note, note_foreign, nothing_matched, overrides_note, subclasses)  # noqa: F401 (is_note: re-exported)
+from .globs import LiveGlob, LiveOverrides, Seen, members_note, nothing_matched, overrides_note, subclasses
+from .globs import is_note  # noqa: F401 (re-exported: api, control)
 from .importhook import ImportHook
 from .mechanism import CannotInstrument, choose
 from .probes import Probe
-from .resolve import (GLOB, MISSING, Pending, Unresolved, canonical, did_you_mean, function_of, lazy_parent, own_attr, peek, raw_attr, top_package)
+from .targets import expand, locate
+from .resolve import (MISSING, Pending, Unresolved, canonical, did_you_mean, function_of, lazy_parent, own_attr,
+                      raw_attr, top_package)
 from .wrappers import is_wrapper, wrap
 
 _OWN_PACKAGE = __name__.partition(".")[0]  # "stepscope"
@@ -257,29 +261,17 @@ class Patcher:
         self._resolved[name] = concrete
 
     def _resolve(self, name: str, batch: list[_Patch]) -> list[str]:
-        parts = name.split(".")
-        # the longest prefix free of glob characters that is a loaded module
-        limit = next((i for i, p in enumerate(parts) if GLOB & set(p)), len(parts))
-        mod_i = 0
-        for i in range(min(limit, len(parts) - 1), 0, -1):
-            if ".".join(parts[:i]) in sys.modules:
-                mod_i = i
-                break
-        if mod_i == 0:
-            raise Pending(parts[0])
-        where = ".".join(parts[:mod_i])
-        module = sys.modules[where]
-        rest = parts[mod_i:]
+        module, where, rest, globbed = locate(name)
         targets: list[tuple[Any, str, str]] = []  # (owner, attr, concrete name)
         seen = Seen()
-        self._expand(module, where, rest, targets, seen)
-        if limit < len(parts) and getattr(module, "__path__", None) is not None:  # a glob over a package
+        expand(module, where, rest, targets, seen)
+        if globbed and getattr(module, "__path__", None) is not None:  # a glob over a package
             live = LiveGlob(where, rest, seen, {t[2]: raw_attr(t[0], t[1]) for t in targets})
             self._live[name] = live
         if not targets:
             raise Unresolved(nothing_matched(rest, where, seen))
         done = self._patch_all(name, targets, batch)
-        if limit == len(parts) and isinstance(targets[0][0], type):  # a method by name: its overrides too
+        if not globbed and isinstance(targets[0][0], type):  # a method by name: its overrides too
             owner, attr, _ = targets[0]
             fn = function_of(raw_attr(owner, attr))
             if fn is not None and fn in self._traced:
@@ -318,7 +310,7 @@ class Patcher:
             return
         targets: list = []
         with contextlib.suppress(Pending, Unresolved):  # (this module has no such member: nothing of it matches)
-            self._expand(module, module_name, live.rest[len(rel):], targets, live.seen)
+            expand(module, module_name, live.rest[len(rel):], targets, live.seen)
         targets = [t for t in targets if live.done.get(t[2], MISSING) is not raw_attr(t[0], t[1])]
         live.done.update({t[2]: raw_attr(t[0], t[1]) for t in targets})
         try:
@@ -361,72 +353,6 @@ class Patcher:
             live.overrides.append(concrete)
             new.append(concrete)
         return new
-
-    def _expand(self, obj: Any, path: str, rest: list[str], out: list, seen: Seen) -> None:
-        head, tail = rest[0], rest[1:]
-        if GLOB & set(head):
-            if isinstance(obj, type):
-                seen.classes[path] = getattr(obj, "__qualname__", path)
-            else:
-                seen.modules[path] = None
-            members = glob_members(obj, path)
-            for n in sorted(k for k in members if fnmatch.fnmatchcase(k, head)):
-                child = members[n]
-                if tail:
-                    if isinstance(child, types.ModuleType):
-                        if not (GLOB & set(tail[0])) and peek(child, tail[0]) is MISSING:
-                            seen.modules[f"{path}.{n}"] = None
-                            continue
-                    elif isinstance(child, type):
-                        if not (GLOB & set(tail[0])):
-                            if len(tail) == 1:
-                                seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
-                            if tail[0] not in class_members(child):
-                                note_foreign(child, tail[0], seen)
-                                continue
-                    else:
-                        continue
-                    self._expand(child, f"{path}.{n}", tail, out, seen)
-                elif isinstance(child, type):  # a class: its methods (``class_members``), never the class itself
-                    seen.classes[f"{path}.{n}"] = getattr(child, "__qualname__", n)
-                    for m, v in class_members(child).items():
-                        if function_of(v, glob=True) is not None:
-                            out.append((child, m, f"{path}.{n}.{m}"))
-                elif not isinstance(child, types.ModuleType) and function_of(child, glob=True) is not None:
-                    out.append((obj, n, f"{path}.{n}"))
-            if isinstance(obj, type):
-                note_foreign(obj, head, seen)
-            return
-        if isinstance(obj, types.ModuleType):
-            # only what the module has defined so far: a getattr could make a lazy package
-            # (diffusers, transformers) import the submodule early; wait for its import instead
-            child = peek(obj, head)
-            if child is MISSING:
-                if getattr(obj, "__path__", None) is not None or path == "__main__":
-                    self._missing(obj, path, head)
-                child = getattr(obj, head, MISSING)  # a module-level __getattr__
-                if child is MISSING:
-                    self._missing(obj, path, head)
-        else:
-            child = raw_attr(obj, head) if not tail else getattr(obj, head, MISSING)
-            if child is MISSING:
-                self._missing(obj, path, head)
-        if not tail:
-            out.append((obj, head, f"{path}.{head}"))
-            return
-        self._expand(child, f"{path}.{head}", tail, out, seen)
-
-    @staticmethod
-    def _missing(obj: Any, path: str, attr: str):
-        if isinstance(obj, types.ModuleType) and getattr(obj, "__path__", None) is not None:
-            raise Pending(f"{path}.{attr}")  # maybe a submodule not imported yet
-        if path == "__main__":
-            raise Pending("__main__")  # the script has not defined it yet
-        if isinstance(obj, types.ModuleType) and getattr(getattr(obj, "__spec__", None), "_initializing", False):
-            raise Pending(f"{path}.{attr}")  # still executing (a retry from a nested import): wait for it
-        raise Unresolved(f"{path} has no attribute {attr!r}"
-                         + did_you_mean(obj, attr, path + "." if isinstance(obj, types.ModuleType)
-                                        else path.rsplit(".", 1)[-1] + "."))
 
     def _patch(self, owner: Any, attr: str, concrete: str, batch: list[_Patch]) -> None:
         raw = raw_attr(owner, attr)

@@ -4,18 +4,18 @@ A ``Probe`` belongs to one traced code object. The tracing mechanism (``tracing.
 ``sys.monitoring`` on Python 3.12+, instrumented code objects on 3.11) calls it; nothing is wrapped, so
 the program keeps its function objects, frames and recursion depth.
 
-The open span lives in the ``buffer.current_span`` ContextVar as a list ``[span_id, start_ns,
-parent_id, probe, attrs, name, error_type, restore]`` (``restore``: the value to put back when the span
+The open span lives in the ``buffer.current_span`` ContextVar as an open-span record, a list whose fields
+are named in ``spans.record`` (``REC_ID`` .. ``REC_RESTORE``; ``restore``: the value to put back when the span
 ends or its generator suspends). Calls nest per thread and per asyncio task because the ContextVar does.
 A generator or coroutine frame that suspends puts its caller's value back and keeps its own record in
 ``_suspended`` (keyed by the frame's id, so no frame is kept alive) until it resumes.
 
 Finished spans are appended to ``buffer.finished`` in the layout of ``buffer.SPAN_FIELDS``; times are
-``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple.
-With the C recorder in use (``tracing.native``) the plain traced functions (on 3.12+ also generators and
-coroutines without hooks or subclass filter: the same records, made in C) never reach a ``Probe``: their
-calls are recorded in C; a span opened here takes the C recorder's innermost open call as its parent when
-that opened later (``buffer.parent_of``).
+``perf_counter_ns`` readings (ns). Per call: two clock reads, two ContextVar sets, one list and one tuple. With the
+C recorder in use (``stepscope.record.native``; ``tracing.recorder`` chooses) the plain traced functions (on 3.12+
+also generators and coroutines without hooks or subclass filter: the same records, made in C) never reach a
+``Probe``: their calls are recorded in C; a span opened here takes the C recorder's innermost open call as its
+parent when that opened later (``buffer.parent_of``).
 
 Calls inside a region compiled by ``torch.compile`` run as part of the compiled graph and cannot be
 timed on their own: ``compiled(probe_id)`` is called by Dynamo while it traces them (3.11 mechanism) or
@@ -30,11 +30,12 @@ import threading
 from threading import get_ident
 from time import perf_counter_ns
 
+from .. import native
 from ..spans import buffer
-from . import native
 from ..steps.hooks import LoopScope, StepScoped, open_step_of
 from ...core.steprules import NESTED_ATTR, STEP_ATTR
 from ..spans.labels import NAME_KEY
+from ..spans.record import REC_ATTRS, REC_ERROR, REC_ID, REC_LEN, REC_NAME, REC_PROBE, REC_RESTORE, finished
 
 _cv = buffer.current_span
 _get = _cv.get
@@ -122,10 +123,10 @@ def end_closed() -> int:
 def _end_at(rec, note) -> int:
     """Finish a parked record at its note's last suspension (ns) on its thread; 1 if it was a span. ``note``: this
     module's ``[ref, ns, thread id]`` or the C recorder's ``(ref, bytearray)`` (native int64 ns, uint64 id)."""
-    if rec is None or rec.__class__ is not list or len(rec) != 8 or rec[0] is None:
+    if rec is None or rec.__class__ is not list or len(rec) != REC_LEN or rec[REC_ID] is None:
         return 0
     end, tid = struct.unpack("=qQ", note[1]) if len(note) == 2 else note[1:3]
-    _append((rec[0], rec[2], rec[5], getattr(rec[3], "op", "function"), rec[1], end, tid, rec[6], rec[4]))
+    _append(finished(rec, getattr(rec[REC_PROBE], "op", "function"), end, tid))
     return 1
 
 
@@ -141,7 +142,7 @@ if SILENT_CLOSE:
     if native.ext is not None and hasattr(native.ext, "parked_gen"):
         _tables.append((native.ext.parked, native.ext.parked_gen))
         _orphans = native.ext.orphans
-    buffer.sweep = end_closed
+    buffer.set_sweep(end_closed)
 
 
 #: probe id -> Probe (the 3.11 mechanism's code refers to probes by id)
@@ -152,10 +153,26 @@ _lock = threading.Lock()
 #: traced name -> enclosing span names (or "") seen while torch.compile traced it into a graph
 _compiled: dict[str, set] = {}
 
-#: ``profiling.memory.SpanMemory`` of the recording session (None: no memory figures at span entry/exit).
-#: Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it: a few
-#: microseconds a span, too much for every traced call.
+#: ``memory.history.SpanMemory`` of the recording session (None: no memory figures at span entry/exit); set with
+#: ``set_span_memory``. Only probes with hooks (step-level spans: pipeline calls, denoisers, scheduler steps) read it:
+#: a few microseconds a span, too much for every traced call.
 span_memory = None
+
+
+def set_span_memory(memory) -> None:
+    """Have the probes with hooks read ``memory`` (a ``memory.history.SpanMemory``: its ``read_in()`` at a span's
+    entry, ``exit(attrs)`` at its end) from now on, in place of the one they read (one per process: the recording
+    session's). None: no memory figures at span entry and exit."""
+    global span_memory
+    span_memory = memory
+
+
+def release_span_memory(memory) -> None:
+    """Stop reading ``memory`` if it is the one in use (a session that finishes, or whose forked child records
+    nothing, drops its own and never a later session's)."""
+    global span_memory
+    if memory is not None and span_memory is memory:
+        span_memory = None
 
 
 class Probe:
@@ -168,7 +185,7 @@ class Probe:
     classmethods) of one of them, under that name; ``name`` is then the name for other calls, or None.
     ``generator``: the code is a generator, coroutine or async generator (it suspends). ``native``: the C
     recorder's probe that the 3.11 instrumented code calls instead (``mechanism.native_probe``), or None;
-    ``native_kind``: "all", "nested" (a denoiser's: ``native.takes_nested``) or None.
+    ``native_kind``: "all", "nested" (a denoiser's: ``recorder.takes_nested``) or None.
     """
 
     __slots__ = ("id", "name", "op", "hooks", "by_class", "generator", "code", "first_arg", "native", "native_kind",
@@ -252,10 +269,10 @@ class Probe:
             t = exc_type if exc_type is not None else sys.exc_info()[0]
             self.loop.end(error_name(t) if t is not None else None)
         rec = self._record(fid if fid is not None or not self.generator else id(_getframe(1)), False)
-        if rec is not None and rec[0] is not None:
+        if rec is not None and rec[REC_ID] is not None:
             t = exc_type if exc_type is not None else sys.exc_info()[0]
             if t is not None and not issubclass(t, GeneratorExit):  # a closed generator ended normally
-                rec[6] = error_name(t)
+                rec[REC_ERROR] = error_name(t)
 
     def exit(self, fid: int | None = None) -> None:
         """The call ends (returned, raised, or its generator was exhausted or closed). ``fid``: id of
@@ -267,8 +284,9 @@ class Probe:
             r = _suspended.get(fid if fid is not None else id(_getframe(1))) if self.generator else None
             if r is None:
                 r = _get()
-            if r is not None and r.__class__ is list and r[3] is self and r[0] is not None and r[4] is not None:
-                a = r[4]
+            if (r is not None and r.__class__ is list and r[REC_PROBE] is self and r[REC_ID] is not None
+                    and r[REC_ATTRS] is not None):
+                a = r[REC_ATTRS]
                 if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a:
                     _memory_out(a)
         end = perf_counter_ns()
@@ -278,12 +296,13 @@ class Probe:
                 return
         else:
             rec = _get()
-            if rec is None or rec.__class__ is not list or rec[3] is not self:
+            if rec is None or rec.__class__ is not list or rec[REC_PROBE] is not self:
                 return
-        if rec[0] is not None:
-            _append((rec[0], rec[2], rec[5], self.op, rec[1], end, get_ident(), rec[6], rec[4]))
-        _set(rec[7])
-        if hooks is not None and rec[0] is not None and hooks.__class__ is not StepScoped:  # (its exit does nothing)
+        sid, start, parent, _, attrs, name, error, restore = rec  # (record.FIELDS: one unpack, the fastest)
+        if sid is not None:
+            _append((sid, parent, name, self.op, start, end, get_ident(), error, attrs))
+        _set(restore)
+        if hooks is not None and sid is not None and hooks.__class__ is not StepScoped:  # (its exit does nothing)
             try:
                 hooks.exit()
             except Exception:
@@ -297,7 +316,7 @@ class Probe:
             if rec is not None:
                 return rec
         rec = _get()
-        if rec is None or rec.__class__ is not list or rec[3] is not self:
+        if rec is None or rec.__class__ is not list or rec[REC_PROBE] is not self:
             return None
         return rec
 
@@ -320,7 +339,7 @@ class Probe:
     def suspend(self, value=None, fid: int | None = None):
         """The frame is about to yield ``value``: give the caller its context back. Returns ``value``."""
         rec = _get()
-        if rec is not None and rec.__class__ is list and rec[3] is self:
+        if rec is not None and rec.__class__ is list and rec[REC_PROBE] is self:
             if fid is None:
                 fid = id(_getframe(1))
             _suspended[fid] = rec
@@ -330,14 +349,14 @@ class Probe:
                     f = f.f_back
                 if f is not None:
                     _note_suspension(fid, f)
-            _set(rec[7])
+            _set(rec[REC_RESTORE])
         return value
 
     def resume(self, value=None, fid: int | None = None):
         """The frame resumed (``value``: what was sent in): its span is current again. Returns ``value``."""
         rec = _suspended.pop(fid if fid is not None else id(_getframe(1)), None)
         if rec is not None:
-            rec[7] = _get()
+            rec[REC_RESTORE] = _get()
             _set(rec)
         return value
 
@@ -380,14 +399,14 @@ class TrackingProbe(Probe):
     def enter(self, frame=None) -> None:
         Probe.enter(self, frame if frame is not None else _getframe(1))
         rec = _get()
-        if rec is not None and rec[0] is not None:
-            self.live[rec[0]] = (rec, get_ident())
+        if rec is not None and rec[REC_ID] is not None:
+            self.live[rec[REC_ID]] = (rec, get_ident())
 
     def enter_as(self, first, frame=None) -> None:
         Probe.enter_as(self, first, frame if frame is not None else _getframe(1))
         rec = _get()
-        if rec is not None and rec[0] is not None:
-            self.live[rec[0]] = (rec, get_ident())
+        if rec is not None and rec[REC_ID] is not None:
+            self.live[rec[REC_ID]] = (rec, get_ident())
 
     def exit(self, fid: int | None = None) -> None:
         if self.generator:
@@ -397,8 +416,8 @@ class TrackingProbe(Probe):
         else:
             rec = _get()
         Probe.exit(self, fid)
-        if rec is not None and rec.__class__ is list and rec[3] is self and rec[0] is not None:
-            self.live.pop(rec[0], None)
+        if rec is not None and rec.__class__ is list and rec[REC_PROBE] is self and rec[REC_ID] is not None:
+            self.live.pop(rec[REC_ID], None)
 
 
 def _hook_attrs(hooks, frame):
@@ -416,10 +435,10 @@ def _in_measured(rec) -> bool:
     itself (inside the pipeline call, which has no step) keeps its readings."""
     n = 0
     while rec is not None and rec.__class__ is list and n < 64:
-        a = rec[4]
+        a = rec[REC_ATTRS]
         if a is not None and "memory.rss_in" in a and STEP_ATTR in a:
             return True
-        rec = rec[7]
+        rec = rec[REC_RESTORE]
         n += 1
     return False
 
@@ -468,9 +487,9 @@ def compiled(probe_id: int) -> None:
 def note_compiled(name: str) -> None:
     """Record that ``name`` ran inside a compiled region, with the name of the span open around it."""
     rec = _get()
-    outer = (rec[5] or "") if rec is not None else ""
+    outer = (rec[REC_NAME] or "") if rec is not None else ""
     top = native.ext.top_name() if native.ext is not None else None  # (a native span opened later is the inner one)
-    if top is not None and (rec is None or rec[0] is None or buffer.parent_of(rec) != rec[0]):
+    if top is not None and (rec is None or rec[REC_ID] is None or buffer.parent_of(rec) != rec[REC_ID]):
         outer = top
     _compiled.setdefault(name, set()).add(outer)
 

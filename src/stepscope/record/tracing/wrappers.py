@@ -23,6 +23,7 @@ from time import perf_counter_ns
 from typing import Any, Callable, Protocol
 
 from ..spans import buffer
+from ..spans.record import REC_PARENT
 
 _SET = buffer.current_span.set
 _RESET = buffer.current_span.reset
@@ -88,7 +89,7 @@ def _wrap_plain(fn: Callable, name: str, op: str) -> Callable:
     def wrapper(*args, **kwargs):
         sid = next_id()
         rec = open_(sid, name)
-        parent = rec[2]
+        parent = rec[REC_PARENT]
         token = set_(rec)
         start = now()
         try:
@@ -110,7 +111,7 @@ def _wrap_hooked(fn: Callable, name: str, op: str, hooks: SpanHooks) -> Callable
     def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
         rec = _OPEN(sid, name)
-        parent = rec[2]
+        parent = rec[REC_PARENT]
         attrs = hooks.enter(args, kwargs)
         token = _SET(rec)
         start = perf_counter_ns()
@@ -134,7 +135,7 @@ def _wrap_coroutine(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
     async def wrapper(*args, **kwargs):
         sid = buffer.next_span_id()
         rec = _OPEN(sid, name)
-        parent = rec[2]
+        parent = rec[REC_PARENT]
         attrs = hooks.enter(args, kwargs) if hooks else None
         token = _SET(rec)
         start = perf_counter_ns()
@@ -160,7 +161,7 @@ def _wrap_generator(fn: Callable, name: str, op: str, hooks: SpanHooks | None) -
         gen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
         rec = _OPEN(sid, name)
-        parent = rec[2]
+        parent = rec[REC_PARENT]
         attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None
@@ -211,7 +212,7 @@ def _wrap_asyncgen(fn: Callable, name: str, op: str, hooks: SpanHooks | None) ->
         agen = fn(*args, **kwargs)
         sid = buffer.next_span_id()
         rec = _OPEN(sid, name)
-        parent = rec[2]
+        parent = rec[REC_PARENT]
         attrs = hooks.enter(args, kwargs) if hooks else None
         start = perf_counter_ns()
         err = None

@@ -1,8 +1,6 @@
-/* stepscope.record._native, part of _native.c (included there): the Probe types that Python 3.11's instrumented code
-   calls (tracing.codeswap). Probe: a plain traced function's calls, recorded in C. DenoiserProbe: a denoiser's
-   forward (see _native.c): a call inside an open denoiser call is recorded in C with that call's step, any other
-   goes to the Python probe (tracing.probes.Probe) it holds. */
+/* stepscope.record.native._native: the Probe types of the 3.11 instrumented code (declared in probes.h). */
 
+#include "probes.h"
 
 typedef struct {
     PyObject_HEAD
@@ -48,8 +46,8 @@ static PyMethodDef probe_methods[] = {
 
 static PyGetSetDef probe_getset[] = {{"index", (getter)probe_get_index, NULL, "code index (register)", NULL}, {NULL}};
 
-static PyTypeObject ProbeType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope.record._native.Probe",
+PyTypeObject ProbeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope.record.native._native.Probe",
     .tp_basicsize = sizeof(ProbeObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Probe(index): the native recorder's calls for the 3.11 instrumented code of one traced function.",
@@ -110,8 +108,8 @@ static PyMethodDef dprobe_methods[] = {
     {"exit", (PyCFunction)dprobe_exit, METH_NOARGS, "The call ends."},
     {NULL}};
 
-static PyTypeObject DenoiserProbeType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope.record._native.DenoiserProbe",
+PyTypeObject DenoiserProbeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope.record.native._native.DenoiserProbe",
     .tp_basicsize = sizeof(DenoiserProbeObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "DenoiserProbe(index, probe): a denoiser forward's calls for the 3.11 instrumented code.",

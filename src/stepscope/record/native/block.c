@@ -1,6 +1,8 @@
-/* stepscope.record._native, part of _native.c (included there): take_block, the finished calls drained straight into a
-   span block (store/spanblock.py's layout "SSB1": the records turned into columns), with no Python object per call: the recorder thread's flush
-   holds the GIL for a fraction of what building a tuple per call and encoding them took. */
+/* stepscope.record.native._native: take_block, finished calls into a span block (declared in block.h). */
+
+#include "block.h" /* (first: Python.h before any system header) */
+
+#include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define BLOCK_LE 1
@@ -8,7 +10,11 @@
 #define BLOCK_LE 0
 #endif
 
-static const int64_t NO_PARENT = INT64_MIN; /* spanblock.NO_PARENT */
+/* the format (core/spanformat.py) through layout.h: SSB_MAGIC, the head, the alignment, NO_PARENT, NO_ERROR and each
+   column's position come from there; what a column holds is written below, one writer per column */
+_Static_assert(SSB_INT_COLUMNS == 5 && SSB_CODE_COLUMNS == 3,
+               "the span block format's columns changed: encode_block writes each one, update it");
+_Static_assert(sizeof(SSB_MAGIC) - 1 == 4 && SSB_HEAD_BYTES == 12, "the head is magic, u32 n, u32 header bytes");
 
 /* code of key in the dict map (adding it, and to list, when new); -1 on error */
 static int32_t code_of(PyObject *map, PyObject *list, PyObject *key) {
@@ -40,7 +46,7 @@ static PyObject *encode_block(Py_ssize_t k, PyObject *dumps, int32_t *name_c, in
         }
         name_c[i] = by_idx[2 * x];
         op_c[i] = by_idx[2 * x + 1];
-        err_c[i] = -1;
+        err_c[i] = SSB_NO_ERROR;
         if (recs[i].err != NULL) {
             PyObject *e = PyObject_CallOneArg(error_name, recs[i].err);
             if (e == NULL) goto done;
@@ -58,30 +64,30 @@ static PyObject *encode_block(Py_ssize_t k, PyObject *dumps, int32_t *name_c, in
     head = Py_BuildValue("{sOsOsOsO}", "names", hn, "ops", ho, "errors", he, "attrs", ha);
     if (head == NULL || (text = PyObject_CallOneArg(dumps, head)) == NULL) goto done;
     if ((utf = PyUnicode_AsUTF8String(text)) == NULL) goto done;
-    Py_ssize_t h = PyBytes_GET_SIZE(utf), hp = (h + 7) / 8 * 8;
-    body = PyBytes_FromStringAndSize(NULL, 12 + hp + k * (5 * 8 + 3 * 4));
+    Py_ssize_t h = PyBytes_GET_SIZE(utf), hp = (h + SSB_HEADER_ALIGN - 1) / SSB_HEADER_ALIGN * SSB_HEADER_ALIGN;
+    body = PyBytes_FromStringAndSize(NULL, SSB_HEAD_BYTES + hp + k * (8 * SSB_INT_COLUMNS + 4 * SSB_CODE_COLUMNS));
     if (body == NULL) goto done;
     char *p = PyBytes_AS_STRING(body);
     uint32_t n32 = (uint32_t)k, h32 = (uint32_t)hp;
-    memcpy(p, "SSB1", 4);
+    memcpy(p, SSB_MAGIC, 4);
     memcpy(p + 4, &n32, 4);
     memcpy(p + 8, &h32, 4);
-    memcpy(p + 12, PyBytes_AS_STRING(utf), h);
-    memset(p + 12 + h, ' ', hp - h);
-    p += 12 + hp;
-    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].sid, 8);
-    p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = recs[i].parent ? recs[i].parent : NO_PARENT; memcpy(p + 8 * i, &v, 8); }
-    p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].start, 8);
-    p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) memcpy(p + 8 * i, &recs[i].end, 8);
-    p += 8 * k;
-    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = (int64_t)recs[i].tid; memcpy(p + 8 * i, &v, 8); }
-    p += 8 * k;
-    memcpy(p, name_c, 4 * k); p += 4 * k;
-    memcpy(p, op_c, 4 * k); p += 4 * k;
-    memcpy(p, err_c, 4 * k);
+    memcpy(p + SSB_HEAD_BYTES, PyBytes_AS_STRING(utf), h);
+    memset(p + SSB_HEAD_BYTES + h, ' ', hp - h);
+    char *ints = p + SSB_HEAD_BYTES + hp, *codes = ints + 8 * k * SSB_INT_COLUMNS;
+#define INT_AT(col, i) (ints + 8 * (k * (col) + (i)))
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(INT_AT(SSB_INT_ID, i), &recs[i].sid, 8);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int64_t v = recs[i].parent ? recs[i].parent : SSB_NO_PARENT;
+        memcpy(INT_AT(SSB_INT_PARENT, i), &v, 8);
+    }
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(INT_AT(SSB_INT_START, i), &recs[i].start, 8);
+    for (Py_ssize_t i = 0; i < k; i++) memcpy(INT_AT(SSB_INT_END, i), &recs[i].end, 8);
+    for (Py_ssize_t i = 0; i < k; i++) { int64_t v = (int64_t)recs[i].tid; memcpy(INT_AT(SSB_INT_THREAD, i), &v, 8); }
+#undef INT_AT
+    memcpy(codes + 4 * k * SSB_CODE_NAME, name_c, 4 * k);
+    memcpy(codes + 4 * k * SSB_CODE_OP, op_c, 4 * k);
+    memcpy(codes + 4 * k * SSB_CODE_ERROR, err_c, 4 * k);
 done:
     free(by_idx);
     Py_XDECREF(hn); Py_XDECREF(ho); Py_XDECREF(he); Py_XDECREF(ha);
@@ -90,8 +96,7 @@ done:
     return body;
 }
 
-static PyObject *py_take_block(PyObject *m, PyObject *args) {
-    /* take_block(dumps, max_spans) -> (body, n, first span id) of the oldest finished calls, or None */
+PyObject *py_take_block(PyObject *m, PyObject *args) {
     PyObject *dumps;
     Py_ssize_t maxn;
     if (!PyArg_ParseTuple(args, "On", &dumps, &maxn)) return NULL;

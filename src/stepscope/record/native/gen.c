@@ -1,14 +1,14 @@
-/* stepscope.record._native, part of _native.c (included there): the ContextVar helpers, and generators, coroutines and
-   async generators on 3.12+ (tracing.probes.Probe's steps in C, see _native.c). */
+/* stepscope.record.native._native: the ContextVar helpers, and generators, coroutines and async generators on 3.12+
+   (declared in gen.h; tracing.probes.Probe's steps in C). */
 
-static PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
+#include "gen.h" /* (first: Python.h before any system header) */
 
-/* the parent id of a span opened now, given the ContextVar's value prev (0: none; a record whose id is None is the
-   marker of a call a subclass filter left untraced) */
-static int64_t parent_now(PyObject *prev) {
+#include <string.h>
+
+int64_t parent_now(PyObject *prev) {
     int64_t p = 0;
-    if (prev != NULL && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > 0) {
-        PyObject *s = PyList_GET_ITEM(prev, 0);
+    if (prev != NULL && PyList_CheckExact(prev) && PyList_GET_SIZE(prev) > REC_ID) {
+        PyObject *s = PyList_GET_ITEM(prev, REC_ID);
         if (PyLong_CheckExact(s)) p = PyLong_AsLongLong(s);
     }
     TState *t = tls;
@@ -30,8 +30,8 @@ static inline void cv_set(PyObject *v) {
 /* this code index's record if it is the current one (a new reference), else NULL */
 static PyObject *current_of(int32_t idx) {
     PyObject *rec = cv_get();
-    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == 8
-        && PyList_GET_ITEM(rec, 3) == PyList_GET_ITEM(probe_objs, idx))
+    if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) == REC_LEN
+        && PyList_GET_ITEM(rec, REC_PROBE) == PyList_GET_ITEM(probe_objs, idx))
         return rec;
     Py_DECREF(rec);
     return NULL;
@@ -59,7 +59,7 @@ static PyObject *parked_rec(int take) {
     return rec;
 }
 
-static void gen_start(int32_t idx) {
+void gen_start(int32_t idx) {
     PyObject *stale = parked_rec(1); /* a frame that ended with no event (3.13's close) and was freed, at this address */
 #if PY_VERSION_HEX >= 0x030D0000
     if (PyDict_GET_SIZE(parked_gen) > 0) { /* what was noted of its generator: its span ends (tracing.probes) */
@@ -77,10 +77,22 @@ static void gen_start(int32_t idx) {
     Py_XDECREF(stale);
     PyObject *prev = cv_get();
     int64_t parent = parent_now(prev), sid = ++last_sid;
-    PyObject *rec = Py_BuildValue("[NNNOOOON]", PyLong_FromLongLong(sid), PyLong_FromLongLong(now_ns()),
-                                  opt_id(parent), PyList_GET_ITEM(probe_objs, idx), Py_None,
-                                  PyTuple_GET_ITEM(PyList_GET_ITEM(names, idx), 0), Py_None, prev);
-    if (rec == NULL) { PyErr_Clear(); return; }
+    PyObject *rec = PyList_New(REC_LEN); /* (its items set below: a record never escapes with a NULL one) */
+    if (rec == NULL) { PyErr_Clear(); Py_DECREF(prev); return; }
+    PyList_SET_ITEM(rec, REC_ID, PyLong_FromLongLong(sid));
+    PyList_SET_ITEM(rec, REC_START, PyLong_FromLongLong(now_ns()));
+    PyList_SET_ITEM(rec, REC_PARENT, opt_id(parent));
+    PyList_SET_ITEM(rec, REC_PROBE, Py_NewRef(PyList_GET_ITEM(probe_objs, idx)));
+    PyList_SET_ITEM(rec, REC_ATTRS, Py_NewRef(Py_None));
+    PyList_SET_ITEM(rec, REC_NAME, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(names, idx), 0)));
+    PyList_SET_ITEM(rec, REC_ERROR, Py_NewRef(Py_None));
+    PyList_SET_ITEM(rec, REC_RESTORE, prev); /* (the reference cv_get gave) */
+    if (PyList_GET_ITEM(rec, REC_ID) == NULL || PyList_GET_ITEM(rec, REC_START) == NULL
+        || PyList_GET_ITEM(rec, REC_PARENT) == NULL) {
+        PyErr_Clear();
+        Py_DECREF(rec);
+        return;
+    }
     cv_set(rec);
     Py_DECREF(rec);
 }
@@ -114,7 +126,7 @@ static void note_suspension(PyObject *key) {
 }
 #endif
 
-static void gen_yield(int32_t idx) { /* Probe.suspend */
+void gen_yield(int32_t idx) { /* Probe.suspend */
     PyObject *rec = current_of(idx);
     if (rec == NULL) return;
     PyObject *key = frame_key();
@@ -123,14 +135,14 @@ static void gen_yield(int32_t idx) { /* Probe.suspend */
     if (key != NULL) note_suspension(key);
 #endif
     Py_XDECREF(key);
-    cv_set(PyList_GET_ITEM(rec, 7));
+    cv_set(PyList_GET_ITEM(rec, REC_RESTORE));
     Py_DECREF(rec);
 }
 
-static void gen_resume(void) { /* Probe.resume */
+void gen_resume(void) { /* Probe.resume */
     PyObject *rec = parked_rec(1);
     if (rec == NULL) return;
-    PyList_SetItem(rec, 7, cv_get());
+    PyList_SetItem(rec, REC_RESTORE, cv_get());
     cv_set(rec);
     Py_DECREF(rec);
 }
@@ -140,22 +152,22 @@ static PyObject *gen_record(int32_t idx, int take) { /* Probe._record */
     return rec != NULL ? rec : current_of(idx);
 }
 
-static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
+void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type not NULL), then Probe.exit */
     int64_t end = now_ns();
     PyObject *rec = gen_record(idx, 1);
     if (rec == NULL) return;
-    PyObject *sid = PyList_GET_ITEM(rec, 0);
+    PyObject *sid = PyList_GET_ITEM(rec, REC_ID);
     if (PyLong_CheckExact(sid)) {
-        PyObject *e = PyList_GET_ITEM(rec, 6);
+        PyObject *e = PyList_GET_ITEM(rec, REC_ERROR);
         if (exc_type != NULL && !PyType_IsSubtype((PyTypeObject *)exc_type, (PyTypeObject *)PyExc_GeneratorExit))
             e = exc_type; /* (a closed generator ended normally) */
         if (n_fin < cap_fin || grow_fin() == 0) {
             Py_ssize_t i = n_fin++;
-            PyObject *parent = PyList_GET_ITEM(rec, 2);
+            PyObject *parent = PyList_GET_ITEM(rec, REC_PARENT);
             recs[i].sid = PyLong_AsLongLong(sid);
             recs[i].parent = PyLong_CheckExact(parent) ? PyLong_AsLongLong(parent) : 0;
             recs[i].idx = idx;
-            recs[i].start = PyLong_AsLongLong(PyList_GET_ITEM(rec, 1));
+            recs[i].start = PyLong_AsLongLong(PyList_GET_ITEM(rec, REC_START));
             recs[i].end = end;
             recs[i].step = -1;
             recs[i].tid = tls != NULL ? tls->tid : PyThread_get_thread_ident();
@@ -165,6 +177,6 @@ static void gen_end(int32_t idx, PyObject *exc_type) { /* Probe.error (exc_type 
             dropped++;
         }
     }
-    cv_set(PyList_GET_ITEM(rec, 7));
+    cv_set(PyList_GET_ITEM(rec, REC_RESTORE));
     Py_DECREF(rec);
 }

@@ -1,0 +1,172 @@
+"""Stub of ``stepscope.record.native._native``, the C recorder (module.c and its parts; loaded by
+``stepscope.record.native``). Times are ``time.perf_counter_ns`` readings (CLOCK_MONOTONIC, ns); span ids come from
+one counter shared with the Python recorder (``next_id``), never 0; a thread is its ``threading.get_ident()``."""
+
+from types import CodeType
+from typing import Any, Callable, Final
+from contextvars import ContextVar
+
+#: a finished span as ``spans.buffer.SPAN_FIELDS``: (span_id, parent_id, name, op, start_ns, end_ns, thread_id,
+#: error_type, attrs)
+_Span = tuple[int, int | None, str, str, int, int, int, str | None, dict[str, Any] | None]
+
+#: 3.12+: frame address -> the open-span record of a suspended generator/coroutine frame recorded in C
+parked: Final[dict[int, list[Any]]]
+#: 3.13+: frame address -> (weak reference to its generator, bytearray of 16 bytes: int64 ns of its last suspension,
+#: uint64 thread id), for ``tracing.probes.end_closed``
+parked_gen: Final[dict[int, tuple[Any, bytearray]]]
+#: 3.13+: (record, note) of such frames freed before ``end_closed`` saw them
+orphans: Final[list[tuple[list[Any], tuple[Any, bytearray]]]]
+
+# layout.h, generated from the Python tables (tests/test_native_module.py checks they agree):
+#: the open-span record's field indices (``stepscope.record.spans.record``)
+REC_ID: Final[int]
+REC_START: Final[int]
+REC_PARENT: Final[int]
+REC_PROBE: Final[int]
+REC_ATTRS: Final[int]
+REC_NAME: Final[int]
+REC_ERROR: Final[int]
+REC_RESTORE: Final[int]
+REC_LEN: Final[int]
+#: the span block format (``stepscope.core.spanformat``); ``SSB_INT_<COLUMN>``, ``SSB_CODE_<COLUMN>``: a column's
+#: position among the int64, the int32 columns
+SSB_MAGIC: Final[bytes]
+SSB_VERSION: Final[int]
+SSB_HEAD_BYTES: Final[int]
+SSB_HEADER_ALIGN: Final[int]
+SSB_NO_PARENT: Final[int]
+SSB_NO_ERROR: Final[int]
+SSB_INT_ID: Final[int]
+SSB_INT_PARENT: Final[int]
+SSB_INT_START: Final[int]
+SSB_INT_END: Final[int]
+SSB_INT_THREAD: Final[int]
+SSB_INT_COLUMNS: Final[int]
+SSB_CODE_NAME: Final[int]
+SSB_CODE_OP: Final[int]
+SSB_CODE_ERROR: Final[int]
+SSB_CODE_COLUMNS: Final[int]
+
+
+def setup(current_span: ContextVar[list[Any] | None], error_name: Callable[[type], str], DISABLE: object,
+          max_pending: int, /) -> None:
+    """Once, before any call is recorded: the ContextVar of the open-span records, the exception type -> name
+    function, ``sys.monitoring.DISABLE`` (None before 3.12) and the most finished calls kept (``MAX_PENDING``)."""
+
+
+def set_forward(start: Callable[..., Any] | None, resume: Callable[..., Any] | None,
+                return_: Callable[..., Any] | None, yield_: Callable[..., Any] | None,
+                throw: Callable[..., Any] | None, unwind: Callable[..., Any] | None, /) -> None:
+    """The Python ``sys.monitoring`` callbacks that the ``mon_*`` functions hand a Python probe's code events to
+    (co_extra 1), in this order; None: the event is ignored."""
+
+
+def register(name: str, op: str, probe: object = None, kind: int = 0, /) -> int:
+    """A new code index for spans named ``name`` of op ``op``. ``kind``: 0 plain, 1 generator/coroutine (3.12+
+    ``sys.monitoring`` only: its records carry ``probe``), 2 denoiser (the Python ``probe`` takes its outermost
+    calls). Raises ValueError for another kind."""
+
+
+def mark(code: CodeType, value: int, /) -> None:
+    """Set ``code``'s co_extra slot: 0 untraced, 1 a Python probe's (events handed on), 2 + index a native code."""
+
+
+def next_id() -> int:
+    """A new span id (unique in the process, never 0)."""
+
+
+def parent_of(current: list[Any] | None, /) -> int | None:
+    """The parent id of a span opened now, given the ContextVar's value: the larger of its id and this thread's
+    innermost open native call's, or None (top level)."""
+
+
+def top_name() -> str | None:
+    """The name of this thread's innermost open native call, or None."""
+
+
+def take() -> list[_Span]:
+    """The finished calls as span tuples, oldest first; the columns emptied."""
+
+
+def take_block(dumps: Callable[[object], str], max_spans: int, /) -> tuple[bytes, int, int] | None:
+    """The oldest finished calls (at most ``max_spans``) as one span block (``core.spanformat``'s layout; ``dumps``
+    writes its header's JSON): ``(body, n, first span id)``, taken out of the columns; None when there are none or
+    on a big-endian machine. What ``dumps`` raises propagates, and nothing is taken."""
+
+
+def pending() -> int:
+    """How many finished calls wait for ``take``/``take_block``."""
+
+
+def dropped() -> int:
+    """How many finished calls were dropped because ``max_pending`` were waiting."""
+
+
+def clear() -> None:
+    """Drop the finished calls and this thread's open ones (a forked child that records nothing)."""
+
+
+def open_spans(thread_id: int, /) -> list[tuple[int, int | None, str, str, int]]:
+    """The open native calls of thread ``thread_id``, outermost first, as (span id, parent id, name, op, start ns)."""
+
+
+def mon_start(code: CodeType, offset: int, /) -> object:
+    """``sys.monitoring`` PY_START callback (returns ``DISABLE`` for an untraced code)."""
+
+
+def mon_resume(code: CodeType, offset: int, /) -> object:
+    """``sys.monitoring`` PY_RESUME callback."""
+
+
+def mon_return(code: CodeType, offset: int, retval: object, /) -> object:
+    """``sys.monitoring`` PY_RETURN callback."""
+
+
+def mon_yield(code: CodeType, offset: int, retval: object, /) -> object:
+    """``sys.monitoring`` PY_YIELD callback."""
+
+
+def mon_throw(code: CodeType, offset: int, exc: BaseException, /) -> object:
+    """``sys.monitoring`` PY_THROW callback (a global event)."""
+
+
+def mon_unwind(code: CodeType, offset: int, exc: BaseException, /) -> object:
+    """``sys.monitoring`` PY_UNWIND callback (a global event)."""
+
+
+class Probe:
+    """The calls of one traced plain function from Python 3.11's instrumented code (``tracing.codeswap``)."""
+
+    #: its code index (``register``)
+    index: Final[int]
+
+    def __init__(self, index: int, /) -> None: ...
+
+    def enter(self) -> None:
+        """The call starts (pushed on this thread's stack)."""
+
+    def error(self) -> None:
+        """The call is ending by the exception being handled (its type noted)."""
+
+    def exit(self) -> None:
+        """The call ends: one finished record."""
+
+
+class DenoiserProbe:
+    """A denoiser forward's calls from 3.11's instrumented code: a call inside an open denoiser call is recorded
+    in C with that call's step, any other goes to ``probe`` (the Python probe's ``enter``/``error``/``exit``)."""
+
+    #: its code index (``register`` with kind 2)
+    index: Final[int]
+
+    def __init__(self, index: int, probe: object, /) -> None: ...
+
+    def enter(self) -> None:
+        """The call starts."""
+
+    def error(self) -> None:
+        """The call is ending by the exception being handled."""
+
+    def exit(self) -> None:
+        """The call ends."""

@@ -1,0 +1,231 @@
+/* stepscope.record.native._native: the tracer's hot path in C (issue 31); this file is the module (its functions,
+   their table and its init). The parts:
+
+   recorder.c/.h  the state: per-thread stacks of open calls (push at a call's start, pop at its end: one fixed-size
+                  record into preallocated columns: span id, parent id, code index, start, end, thread, exception
+                  type), the code table, denoisers' steps
+   monitor.c/.h   Python 3.12+: the sys.monitoring callbacks themselves (PEP 669)
+   probes.c/.h    Python 3.11: the Probe objects the instrumented code calls (tracing.codeswap)
+   gen.c/.h       the ContextVar's records; generators, coroutines and async generators on 3.12+
+   block.c/.h     take_block: finished calls straight into a span block (core/spanformat.py's layout)
+
+   A plain traced function (no hooks, no subclass filter, not a generator or coroutine) is recorded here; the
+   recorder thread drains the columns (take: span tuples of spans.buffer.SPAN_FIELDS; take_block: span blocks).
+   Generators, coroutines and async generators (3.12+, registered with kind 1) keep the Python recorder's records
+   (gen.h). Denoisers (kind 2: the forward of a traced diffusers UNet or transformer without a device mirror, see
+   steps.hooks): a call inside an open denoiser call is recorded here with that call's step, which take() writes
+   into the span's attrs (diffusion.step, diffusion.nested); any other call of such code (the outermost denoiser:
+   its step is counted, its memory read) is handed to its Python probe. Which probes come here:
+   tracing/recorder.py; the loader: record/native/__init__.py; the stub of what this module exposes: _native.pyi. */
+
+#include "recorder.h"
+
+#include "block.h"
+#include "gen.h"
+#include "monitor.h"
+#include "probes.h"
+
+/* ---- module functions ------------------------------------------------------------------------------------ */
+
+static PyObject *py_setup(PyObject *m, PyObject *args) {
+    PyObject *cv, *errname, *dis;
+    Py_ssize_t maxp;
+    if (!PyArg_ParseTuple(args, "OOOn", &cv, &errname, &dis, &maxp)) return NULL;
+    Py_XSETREF(current_span, Py_NewRef(cv));
+    Py_XSETREF(error_name, Py_NewRef(errname));
+    Py_XSETREF(disable, Py_NewRef(dis));
+    max_fin = maxp;
+    if (step_key == NULL) {
+        step_key = PyUnicode_InternFromString("diffusion.step");
+        nested_key = PyUnicode_InternFromString("diffusion.nested");
+        if (step_key == NULL || nested_key == NULL) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_forward(PyObject *m, PyObject *args) {
+    PyObject *cb[EV_COUNT];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &cb[0], &cb[1], &cb[2], &cb[3], &cb[4], &cb[5])) return NULL;
+    for (int i = 0; i < EV_COUNT; i++) Py_XSETREF(forward[i], cb[i] == Py_None ? NULL : Py_NewRef(cb[i]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_register(PyObject *m, PyObject *args) {
+    PyObject *name, *op, *probe = Py_None;
+    int gen = 0;
+    if (!PyArg_ParseTuple(args, "OO|Oi", &name, &op, &probe, &gen)) return NULL;
+    if (gen < 0 || gen > 2) { PyErr_SetString(PyExc_ValueError, "kind: 0, 1 or 2"); return NULL; }
+    if (gen == 2 && PySet_Add(denoisers, probe) < 0) return NULL;
+    Py_ssize_t idx = PyList_GET_SIZE(names);
+    if (idx >= cap_flags) {
+        Py_ssize_t cap = cap_flags ? cap_flags * 2 : 256;
+        char *f = (char *)realloc(gen_flags, cap);
+        if (f == NULL) return PyErr_NoMemory();
+        gen_flags = f;
+        cap_flags = cap;
+    }
+    PyObject *t = PyTuple_Pack(2, name, op);
+    if (t == NULL) return NULL;
+    int r = PyList_Append(names, t);
+    Py_DECREF(t);
+    if (r < 0) return NULL;
+    if (PyList_Append(probe_objs, probe) < 0) { PyList_SetSlice(names, idx, idx + 1, NULL); return NULL; }
+    gen_flags[idx] = (char)gen;
+    return PyLong_FromSsize_t(idx);
+}
+
+static PyObject *py_mark(PyObject *m, PyObject *args) {
+    PyObject *code;
+    Py_ssize_t val;
+    if (!PyArg_ParseTuple(args, "O!n", &PyCode_Type, &code, &val)) return NULL;
+    if (SET_EXTRA(code, extra_index, (void *)(intptr_t)val) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_next_id(PyObject *m, PyObject *unused) { return PyLong_FromLongLong(++last_sid); }
+
+static PyObject *py_parent_of(PyObject *m, PyObject *prev) {
+    /* the parent id of a span opened now, given the ContextVar's value prev */
+    return opt_id(parent_now(prev));
+}
+
+static PyObject *py_top_name(PyObject *m, PyObject *unused) {
+    /* the name of this thread's innermost open native span, or None */
+    TState *t = tls;
+    if (t == NULL || t->depth == 0) Py_RETURN_NONE;
+    PyObject *no = PyList_GetItem(names, t->stack[t->depth - 1].idx);
+    if (no == NULL) return NULL;
+    return Py_NewRef(PyTuple_GET_ITEM(no, 0));
+}
+
+static PyObject *py_take(PyObject *m, PyObject *unused) {
+    /* the finished calls as span tuples (SPAN_FIELDS), oldest first; the columns emptied */
+    PyObject *out = PyList_New(n_fin);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n_fin; i++) {
+        PyObject *no = PyList_GET_ITEM(names, recs[i].idx);
+        PyObject *err;
+        if (recs[i].err != NULL) {
+            err = PyObject_CallOneArg(error_name, recs[i].err);
+            if (err == NULL) { PyErr_Clear(); err = Py_NewRef(Py_None); }
+        } else {
+            err = Py_NewRef(Py_None);
+        }
+        PyObject *attrs = recs[i].step >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(recs[i].step),
+                                                         nested_key, Py_True) : Py_NewRef(Py_None);
+        PyObject *t = PyTuple_New(9); /* (built item by item: Py_BuildValue's format parsing was half the cost) */
+        if (t == NULL || attrs == NULL) { Py_XDECREF(t); Py_XDECREF(attrs); Py_DECREF(err); Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(recs[i].sid));
+        PyTuple_SET_ITEM(t, 1, opt_id(recs[i].parent));
+        PyTuple_SET_ITEM(t, 2, Py_NewRef(PyTuple_GET_ITEM(no, 0)));
+        PyTuple_SET_ITEM(t, 3, Py_NewRef(PyTuple_GET_ITEM(no, 1)));
+        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(recs[i].start));
+        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(recs[i].end));
+        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(recs[i].tid));
+        PyTuple_SET_ITEM(t, 7, err);
+        PyTuple_SET_ITEM(t, 8, attrs);
+        for (int k = 0; k < 7; k++)
+            if (PyTuple_GET_ITEM(t, k) == NULL) { Py_DECREF(t); Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, i, t);
+    }
+    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(recs[i].err);
+    n_fin = 0;
+    return out;
+}
+
+static PyObject *py_pending(PyObject *m, PyObject *unused) { return PyLong_FromSsize_t(n_fin); }
+
+static PyObject *py_dropped(PyObject *m, PyObject *unused) { return PyLong_FromLongLong(dropped); }
+
+static PyObject *py_clear(PyObject *m, PyObject *unused) {
+    /* drop the finished calls and this thread's open ones (a forked child that records nothing) */
+    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(recs[i].err);
+    n_fin = 0;
+    if (tls != NULL) tls->depth = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
+    /* thread ident -> its open native calls, outermost first, as (span id, parent id, name, op, start ns) */
+    unsigned long tid = PyLong_AsUnsignedLong(arg);
+    if (tid == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    pthread_mutex_lock(&states_lock);
+    for (TState *t = states; t != NULL; t = t->next) {
+        if (t->tid != tid) continue;
+        for (Py_ssize_t i = 0; i < t->depth; i++) {
+            Frame *f = &t->stack[i];
+            PyObject *no = PyList_GET_ITEM(names, f->idx);
+            PyObject *r = Py_BuildValue("(NNOOL)", PyLong_FromLongLong(f->sid), opt_id(f->parent),
+                                        PyTuple_GET_ITEM(no, 0), PyTuple_GET_ITEM(no, 1), (long long)f->start);
+            if (r == NULL || PyList_Append(out, r) < 0) {
+                Py_XDECREF(r);
+                pthread_mutex_unlock(&states_lock);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&states_lock);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", py_setup, METH_VARARGS, "setup(current_span, error_name, DISABLE, max_pending)"},
+    {"set_forward", py_set_forward, METH_VARARGS,
+     "set_forward(start, resume, return, yield, throw, unwind): the Python callbacks for Python probes' codes"},
+    {"register", py_register, METH_VARARGS,
+     "register(name, op, probe=None, kind=0) -> code index (kind 0 plain, 1 generator: 3.12+ sys.monitoring only, "
+     "2 denoiser: the Python probe takes its outermost calls)"},
+    {"mark", py_mark, METH_VARARGS, "mark(code, value): co_extra value (0 untraced, 1 Python probe, 2+index native)"},
+    {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
+    {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
+    {"top_name", py_top_name, METH_NOARGS, "The name of this thread's innermost open native span, or None."},
+    {"take", py_take, METH_NOARGS, "The finished calls as span tuples (spans.buffer.SPAN_FIELDS), oldest first."},
+    {"take_block", py_take_block, METH_VARARGS,
+     "take_block(dumps, max_spans) -> (body, n, first span id): the oldest finished calls as a span block "
+     "(core/spanformat.py's layout; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
+    {"pending", py_pending, METH_NOARGS, "How many finished calls wait."},
+    {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
+    {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
+    {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
+    {"mon_start", (PyCFunction)(void (*)(void))mon_start, METH_FASTCALL, "sys.monitoring PY_START callback"},
+    {"mon_resume", (PyCFunction)(void (*)(void))mon_resume, METH_FASTCALL, "sys.monitoring PY_RESUME callback"},
+    {"mon_return", (PyCFunction)(void (*)(void))mon_return, METH_FASTCALL, "sys.monitoring PY_RETURN callback"},
+    {"mon_yield", (PyCFunction)(void (*)(void))mon_yield, METH_FASTCALL, "sys.monitoring PY_YIELD callback"},
+    {"mon_throw", (PyCFunction)(void (*)(void))mon_throw, METH_FASTCALL, "sys.monitoring PY_THROW callback"},
+    {"mon_unwind", (PyCFunction)(void (*)(void))mon_unwind, METH_FASTCALL, "sys.monitoring PY_UNWIND callback"},
+    {NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "stepscope.record.native._native",
+                                       "The tracer's hot path in C (see stepscope/record/native).", -1, methods,
+                                       NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (recorder_init() < 0 || PyType_Ready(&ProbeType) < 0 || PyType_Ready(&DenoiserProbeType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "DenoiserProbe", (PyObject *)&DenoiserProbeType) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
+    if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;
+    static const struct { const char *name; long long value; } layout[] = {LAYOUT_INTS}; /* layout.h: REC_*, SSB_* */
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+        PyObject *v = PyLong_FromLongLong(layout[i].value);
+        int r = v == NULL ? -1 : PyModule_AddObjectRef(m, layout[i].name, v);
+        Py_XDECREF(v);
+        if (r < 0) return NULL;
+    }
+    static const struct { const char *name; const char *value; } layout_bytes[] = {LAYOUT_BYTES};
+    for (size_t i = 0; i < sizeof layout_bytes / sizeof layout_bytes[0]; i++) {
+        PyObject *v = PyBytes_FromString(layout_bytes[i].value);
+        int r = v == NULL ? -1 : PyModule_AddObjectRef(m, layout_bytes[i].name, v);
+        Py_XDECREF(v);
+        if (r < 0) return NULL;
+    }
+    return m;
+}
