@@ -102,17 +102,3 @@ def plot_try(tv, path: str | Path) -> Path:
     caption = " · ".join(filter(None, [f"stepscope try {tv.bench_id}", tv.measured, "bars: median, red: its 95% CI, "
                                        "dots: timed calls, dashed: the baseline's median", tv.recommendation]))
     return _save(plt, fig, path, caption)
-
-
-def plot_bench(b: dict, path: str | Path) -> Path | None:
-    """The plot of a stored benchmark (``store.bench.load``'s dict): ``plot_try`` for kind "try", else ``plot``;
-    None when it has no timed runs."""
-    from .results import verdict
-
-    if (b.get("spec") or {}).get("kind") == "try":
-        from ..fixes.verdict import try_verdict
-
-        tv = try_verdict(b)
-        return plot_try(tv, path) if any(r.call is not None for r in tv.rows) else None
-    v = verdict(b)
-    return plot(v, path) if any(r.times_s and r.stats is not None for r in v.rows) else None

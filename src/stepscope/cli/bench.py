@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from ..bench import results as bench_results
 from ..bench.plots import plot as plot_png
-from ..bench.plots import plot_bench
+from ..output.plots import plot_bench
 from ..bench.matrix import run_bench
 from ..bench.spec import Spec, SpecError, command_spec, from_toml, sd_spec
 from ..bench.stats import compare as compare_times

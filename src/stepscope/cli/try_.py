@@ -31,7 +31,7 @@ def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(No
             store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
     """Apply fixes to a diffusers program at its first pipeline call, each configuration in its own process, and
     measure them against the program as it is: time per denoising step and per call, peak memory, output change."""
-    from ..bench.plots import plot_bench
+    from ..output.plots import plot_bench
     from ..fixes.parent import Plan, TryError, run_try
     from ..fixes.verdict import try_verdict
     from ..output.terminal.try_ import print_try

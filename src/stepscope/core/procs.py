@@ -142,3 +142,26 @@ def label_of(pid: int, width: int = 80) -> str:
     """``app_label`` of process ``pid``'s command line (``pid N`` when it cannot be read)."""
     argv = cmdline(pid)
     return app_label(argv, width) if argv else f"pid {pid}"
+
+
+#: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
+RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
+             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
+             "TORCHELASTIC_RUN_ID": "job"}
+
+
+def run_facts(how: str) -> dict:
+    """This process's facts for its run (``Run.process``): ``ppid``, ``how`` it started (``exec``: a new interpreter;
+    ``fork``), ``host``, and the torch.distributed launcher's ``rank``, ``local_rank``, ``world_size``... (ints where
+    they are numbers) when the environment has them."""
+    import socket
+
+    out: dict = {"ppid": os.getppid(), "how": how, "host": socket.gethostname()}
+    for var, key in RANK_VARS.items():
+        v = os.environ.get(var)
+        if v is not None:
+            try:
+                out[key] = int(v)
+            except ValueError:
+                out[key] = v
+    return out

@@ -165,12 +165,12 @@ class ControlServer:
         self.address = self._sock.getsockname()[:2]
         if host not in ("127.0.0.1", "localhost", "::1"):
             print(f"stepscope: control server bound to {host}, reachable from other hosts", file=sys.stderr)
-        from .processes import facts
+        from ..core.procs import run_facts
 
         fd = os.open(self.info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w") as f:  # (facts: ppid, host, a torch.distributed rank's rank... for a job's capture)
             json.dump({"pid": os.getpid(), "host": self.address[0], "port": self.address[1], "token": self.token,
-                       "store": self.store, "argv": sys.argv, "command": self.command, "facts": facts("exec")}, f)
+                       "store": self.store, "argv": sys.argv, "command": self.command, "facts": run_facts("exec")}, f)
         self._thread = threading.Thread(target=self._serve, name="stepscope-control", daemon=True)
         start_thread(self._thread)
 

@@ -9,10 +9,20 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class ForkAware(Protocol):
+    """What ``ForkWatch`` calls around ``os.fork`` (``session.Session`` is one; this module does not import it)."""
+
+    #: called in the child after ``after_fork_in_child`` (None: the child is not recorded)
+    on_forked_child: object
+
+    def before_fork(self, frame=None) -> None: ...
+
+    def after_fork_in_parent(self) -> None: ...
+
+    def after_fork_in_child(self) -> None: ...
 
 
 def os_thread_count() -> int:
@@ -62,10 +72,10 @@ class ForkWatch:
     """The ``os.register_at_fork`` hooks, registered once per process, acting on the session recording now."""
 
     def __init__(self) -> None:
-        self.session: "Session | None" = None
+        self.session: ForkAware | None = None
         self._registered = False
 
-    def watch(self, session: "Session") -> None:
+    def watch(self, session: ForkAware) -> None:
         self.session = session
         if not self._registered and hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self._before, after_in_parent=self._parent, after_in_child=self._child)

@@ -187,6 +187,10 @@ def main() -> None:
         run_id = spec.run_id
         if spec.parent_run:  # a process that the program started (``processes``): a process run of its own
             run_id = _process_run(spec, settings)
+        from .parts import follow_forks_with
+        from .processes import follow_fork
+
+        follow_forks_with(follow_fork)  # (a forked child records itself: ``processes.follow_fork``)
         # (its parts: the device trace, collectives, the end signals, forks followed... ``parts``, origin "run")
         session = api.start(settings, run_id=run_id, command=list(spec.command or sys.argv),
                             _owns_run=not run_id, _origin="run")

@@ -35,7 +35,7 @@ class LaunchSpec:
     ``server_only``: record nothing, start the control server (`stepscope run --server`); ``signal_fd``: the write
     end of the pipe to `stepscope run` that the program's signal wakeup fd becomes (``launch._report_signals``);
     ``parent_run``: the job's top run, for a process that the program started (``processes``); ``process``: that
-    process's facts (``processes.facts``)."""
+    process's facts (``core.procs.run_facts``)."""
 
     settings: Settings = field(default_factory=Settings)
     run_id: str | None = None

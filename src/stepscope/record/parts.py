@@ -325,14 +325,22 @@ class ForksFollowed(Part):
 
     name = "forks followed"
 
+    #: how a forked child records itself (``processes.follow_fork``: it makes a session, so it sits above this module,
+    #: which imports nothing of it), given by the entry points that make "run" sessions (``follow_forks_with``)
+    follower = None
+
     @classmethod
     def wanted(cls, settings, origin: str) -> bool:
         return settings.children and origin in ("run", "fork")
 
     def start(self, session) -> None:
-        from .processes import follow_fork
+        session.on_forked_child = type(self).follower  # (None until an entry point gave one: not followed)
 
-        session.on_forked_child = follow_fork
+
+def follow_forks_with(follower) -> None:
+    """Let ``ForksFollowed`` record a forked child with ``follower(parent_session)`` (``processes.follow_fork``; called
+    by ``launch.main`` before its session starts, inherited by a forked child)."""
+    ForksFollowed.follower = follower
 
 
 #: every part, in the order they start (early ones first: ``Part.early``); they stop in the reverse order

@@ -43,6 +43,7 @@ import sys
 # ``FOLLOW_VAR``: the environment variable that makes a Python process started below ``stepscope run`` record itself
 # (``launchspec.FollowSpec``); ``LAUNCH_VAR``: the launcher's (``launchspec.LaunchSpec``): a process that has it is
 # being launched already
+from ..core.procs import run_facts
 from .launchspec import ENV_VAR as LAUNCH_VAR, FOLLOW_VAR, FollowSpec
 #: the environment variable that starts the control server in an interpreter at its start (value ``1``)
 SERVER_VAR = "STEPSCOPE_SERVER"
@@ -52,10 +53,6 @@ SERVER_VAR = "STEPSCOPE_SERVER"
 HOOK_PTH = "stepscope-follow.pth"
 #: interpreter options that take a value (python --help)
 OPTS_WITH_VALUE = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
-#: environment variables of the torch.distributed launchers (torchrun / elastic, accelerate, DeepSpeed) -> fact name
-RANK_VARS = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size", "GROUP_RANK": "group_rank",
-             "LOCAL_WORLD_SIZE": "local_world_size", "ROLE_NAME": "role", "TORCHELASTIC_RESTART_COUNT": "restart",
-             "TORCHELASTIC_RUN_ID": "job"}
 
 SITECUSTOMIZE = '''\
 # stepscope: records this Python process as part of the run that started it (stepscope.record.processes)
@@ -133,23 +130,6 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
     return None
 
 
-def facts(how: str) -> dict:
-    """This process's facts for its run (``Run.process``): ``ppid``, ``how`` it started (``exec``: a new interpreter;
-    ``fork``), ``host``, and the torch.distributed launcher's ``rank``, ``local_rank``, ``world_size``... (ints where
-    they are numbers) when the environment has them."""
-    import socket
-
-    out: dict = {"ppid": os.getppid(), "how": how, "host": socket.gethostname()}
-    for var, key in RANK_VARS.items():
-        v = os.environ.get(var)
-        if v is not None:
-            try:
-                out[key] = int(v)
-            except ValueError:
-                out[key] = v
-    return out
-
-
 def _chain(own_dir: str) -> None:
     """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), as ``site`` would have."""
     import importlib.machinery
@@ -179,7 +159,7 @@ def _exec_launcher() -> None:
             try:
                 options, program = form
                 # (`stepscope run --server`: a control server here too, nothing recorded: ``FollowSpec.launch``)
-                os.environ[LAUNCH_VAR] = FollowSpec.from_env(raw).launch(list(sys.orig_argv), facts("exec")).to_env()
+                os.environ[LAUNCH_VAR] = FollowSpec.from_env(raw).launch(list(sys.orig_argv), run_facts("exec")).to_env()
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os.execv(sys.executable, [sys.orig_argv[0], *options, "-m", "stepscope.record.launch", *program])
@@ -256,7 +236,7 @@ def follow_fork(parent) -> None:
         st = Store(settings.store)
         st.create_run(Run(id=run_id, command=list(parent.command), pid=os.getpid(), start_ns=anchor.mono_ns,
                           anchor_mono_ns=anchor.mono_ns, anchor_wall_ns=anchor.wall_ns, settings=settings.to_dict(),
-                          parent_run=top, process=facts("fork")), anchor.wall_ns)
+                          parent_run=top, process=run_facts("fork")), anchor.wall_ns)
         st.close()
         api.adopt(session.start())  # (its end signals: a pool's terminate() is a SIGTERM, the run is written first)
         _finish_multiprocessing(session)

@@ -9,7 +9,7 @@ estimated from shared collectives) is taken off their span and sample times here
 Ids are made unique across processes without touching the top run's (``jobids``: span ids moved up, thread ids
 renumbered per process); frames and stacks are appended with their indices moved up. Each thread of a
 process run is named after its process (``process_label``): ``rank 1 (pid 4242) · MainThread``. Memory lanes are joined with
-each sample's process (``MemoryTrack.process``). Thread names and labels come from the process facts (``processes.facts``).
+each sample's process (``MemoryTrack.process``). Thread names and labels come from the process facts (``core.procs.run_facts``).
 """
 
 from __future__ import annotations

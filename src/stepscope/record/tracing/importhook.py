@@ -26,10 +26,15 @@ from __future__ import annotations
 import importlib.abc
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .patch import Patcher
+
+class Watcher(Protocol):
+    """What the hook asks and tells (``patch.Patcher`` is one; this module does not import it)."""
+
+    def watches(self, module_name: str) -> bool: ...
+
+    def on_import(self, module_name: str) -> None: ...
 
 _ModuleType = type(sys)
 
@@ -37,7 +42,7 @@ _ModuleType = type(sys)
 class ImportHook(importlib.abc.MetaPathFinder):
     """Runs the patcher after a watched module executes; never imports anything itself."""
 
-    def __init__(self, patcher: Patcher) -> None:
+    def __init__(self, patcher: Watcher) -> None:
         self._patcher = patcher
         self._local = threading.local()
 
@@ -71,7 +76,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
 class NotifyingLoader(importlib.abc.Loader):
     """Executes the module with its own loader (restored on the module), then notifies the patcher."""
 
-    def __init__(self, loader, patcher: Patcher) -> None:
+    def __init__(self, loader, patcher: Watcher) -> None:
         self._loader = loader
         self._patcher = patcher
 

@@ -240,7 +240,7 @@ def routes(state) -> list[Route]:
         import tempfile
         from pathlib import Path
 
-        from ...bench.plots import plot_bench
+        from ...output.plots import plot_bench
 
         b, _ = _bench(request.path_params["bench_id"])
         with tempfile.TemporaryDirectory() as d:
