@@ -59,10 +59,17 @@ def test_explain_errors_are_one_line(store):
 @pytest.fixture(scope="module")
 def sd_slow(tmp_path_factory):
     pytest.importorskip("diffusers")
-    store = tmp_path_factory.mktemp("sdslow") / "store"
-    r = run_cli(["run", "-q", "--hz", "199", "--trace", UNET, "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
-                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
-    assert r.returncode == 0, r.stderr
+    # On a busy machine the fast steps can vary by more than explain's noise bound, and it rightly says "too noisy
+    # to call" instead of marking any step: the run is then recorded again (at most 3 times), as a user would
+    for attempt in range(3):
+        store = tmp_path_factory.mktemp("sdslow") / "store"
+        r = run_cli(["run", "-q", "--hz", "199", "--trace", UNET, "--trace",
+                     "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step", "--", sys.executable,
+                     str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
+        assert r.returncode == 0, r.stderr
+        rule = json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]["rule"]
+        if "too noisy to call" not in rule:
+            break
     return store
 
 
