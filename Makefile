@@ -33,7 +33,7 @@ interp-venvs:
 # Two workers (pytest-xdist), a test file each at a time (module fixtures are made once); TEST_WORKERS=0 runs them in
 # this process, one after another
 TEST_WORKERS ?= 2
-test: $(STAMP) interp-venvs
+test: $(STAMP) interp-venvs native
 	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The C recorder (stepscope.record.native._native, issue 31): `pip install -e .` builds it in place for the venv's

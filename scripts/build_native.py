@@ -45,14 +45,16 @@ def build(quiet: bool = False) -> int:
     cv = sysconfig.get_config_var
     cc = shlex.split(os.environ.get("CC") or cv("CC") or "cc")
     ldshared = shlex.split(cv("LDSHARED") or "cc -shared")[1:]
-    tmp = f"{out}.tmp"
+    tmp = f"{out}.{os.getpid()}.tmp"  # its own: two processes (pytest-xdist workers) may build at once
     cmd = [*cc, *ldshared, "-fPIC", *spec["extra_compile_args"], f"-I{sysconfig.get_paths()['include']}",
            *map(str, sources), "-o", tmp, *(f"-l{lib}" for lib in spec["libraries"])]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         print(" ".join(cmd), p.stdout, p.stderr, sep="\n", file=sys.stderr)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         return 1
-    os.replace(tmp, out)
+    os.replace(tmp, out)  # atomic: a process that loads the extension meanwhile gets the old one or the new one
     if not quiet:
         print(out)
     return 0
