@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: interp-venvs install demo test test-xla test-apps xla-venv bench clean gpu-wheels gpu-check native wheels
+.PHONY: interp-venvs install demo test test-xla test-lab test-apps xla-venv bench clean gpu-wheels gpu-check native wheels
 
 $(STAMP): pyproject.toml requirements-dev.txt Makefile
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,11 @@ xla-venv:
 
 test-xla:
 	scripts/test_xla.sh
+
+# JupyterLab started by the test, a notebook with %%stepscope cells opened in headless Chromium (issue 40): the inline
+# report drawn and clickable; screenshots in $$STEPSCOPE_SCREENSHOTS. About a minute.
+test-lab: $(STAMP)
+	$(BIN)/python -m pytest -q tests_lab
 
 # Whole real apps (tests/apps): the ComfyUI server under --app comfyui (about 2 minutes on 2 cores). Needs
 # COMFYUI_DIR (a checkout of Comfy-Org/ComfyUI) and COMFYUI_PYTHON (a Python with its requirements and stepscope's);

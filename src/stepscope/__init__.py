@@ -8,6 +8,12 @@ Public API (Sentry SDK shaped)::
         with stepscope.span("vae decode"):
             ...
 
+    with stepscope.profile(trace=["pkg.mod.Class.method"]) as run:   # a block as a run, looked at from Python
+        ...
+    run.explain(); run.diff(earlier); run.report("r.html"); run.steps
+
+In IPython/Jupyter: ``%load_ext stepscope``, then ``%%stepscope [--trace NAME]`` on a cell.
+
     @stepscope.trace
     def f(): ...
 
@@ -17,7 +23,8 @@ interpreter's start-up instead (``stepscope.record.processes.startup_hook``, run
 """
 
 __version__ = "0.1.0"
-__all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "start_server", "__version__"]
+__all__ = ["init", "shutdown", "transaction", "span", "trace", "current_session", "start_server", "profile",
+           "load_ipython_extension", "__version__"]
 
 
 def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 0):
@@ -33,6 +40,14 @@ def start_server(store: str | None = None, host: str = "127.0.0.1", port: int = 
 _API = frozenset({"current_session", "init", "shutdown", "span", "trace", "transaction"})
 
 
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext stepscope`` in IPython/Jupyter: the ``%%stepscope`` cell magic and ``%stepscope_diff``
+    (``stepscope.notebook.magics``)."""
+    from .notebook.magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
 def __getattr__(name: str):
     """The API is imported on first use (PEP 562): a CLI command such as ``stepscope device`` never loads the
     recording side."""
@@ -41,9 +56,13 @@ def __getattr__(name: str):
 
         api = importlib.import_module(".record.api", __name__)
         return api if name == "api" else getattr(api, name)
+    if name == "profile":  # ``with stepscope.profile(trace=[...]) as run:`` (``notebook.handle``)
+        from .notebook.handle import profile
+
+        return profile
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _API)
+    return sorted(set(globals()) | _API | {"profile"})
 

@@ -195,7 +195,8 @@ def _short(name: str) -> str:
 def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functions: list[FunctionChange]
             ) -> tuple[str, EnvChange | None]:
     """The one-line verdict and the environment change it names (see the module doc)."""
-    blame = next((c for c in env if c.rank <= BLAMEABLE), None)
+    # (a library loaded in one run only is no version change: a notebook's analysis imports numpy between two cells)
+    blame = next((c for c in env if c.rank <= BLAMEABLE and not (c.rank == 7 and "-" in (c.before, c.after))), None)
     if headline.change is None:
         return f"{unit_label}: nothing to compare", None
     pct = f"{100 * headline.change:+.1f}%"

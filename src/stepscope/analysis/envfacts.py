@@ -5,7 +5,7 @@ contexts for ingested runs) and command lines, flattened to facts and ranked by 
 slowdown in Stable Diffusion reports: torch build and device (a CPU-only build, the CUDA version), where the
 denoiser's weights live (device, dtype, offload), attention processor and SDPA backends, torch.compile, math
 precision flags, thread counts, library versions, pipeline arguments (size, steps, batch, guidance, scheduler,
-step callback), then the rest (``RANKS``). The share of the work's runnable time the main thread waited for a CPU
+step callback), then the rest (``RANKS``). The share of the work's time the main thread waited for a CPU
 (``cpu_wait_share``, from the scheduler's counters) is reported with them when it changed.
 
 Part 1 of ``analysis.diff.diff_runs``. Pure.
@@ -204,7 +204,7 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
     if isinstance(a, RunData) and isinstance(b, RunData):
         wa, wb = cpu_wait_share(a), cpu_wait_share(b)
         if wa is not None and wb is not None and abs(wa - wb) >= 0.05:
-            out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's runnable time)", 9, RANKS[9],
+            out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's time)", 9, RANKS[9],
                                  f"{100 * wa:.0f}%", f"{100 * wb:.0f}%"))
     cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
     for k in fa.keys() | fb.keys():
@@ -223,13 +223,19 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
 
 
 def cpu_wait_share(d: RunData) -> float | None:
-    """How much of the work's runnable time the main thread spent waiting for a CPU (0..1): from the
-    scheduler's counters (``/proc/self/schedstat``) at the first pipeline call and at the end of the run
-    (the whole run without a traced pipeline call); None when not recorded (not Linux, an ingested run)."""
+    """How much of the work's time the main thread spent waiting for a CPU (0..1): from the scheduler's counters
+    (``/proc/self/schedstat``) at the first pipeline call (else the session's start) and at the end of the run.
+    The share is of the wall time between the two readings when they carry their time (a unit that mostly sleeps
+    or waits for the device is barely slowed by a busy CPU), else of the runnable time (on a CPU + waiting for one:
+    runs recorded before the readings had times). None when not recorded (not Linux, an ingested run)."""
     end = d.run.env.get("sched")
     start = (d.run.env.get("work") or {}).get("sched_first_call") or [0, 0]
     try:
         run, wait = int(end[0]) - int(start[0]), int(end[1]) - int(start[1])
+        wall = int(end[2]) - int(start[2]) if len(end) > 2 and len(start) > 2 else None
     except (TypeError, ValueError, IndexError):
         return None
+    if wall is not None:
+        return min(wait / wall, 0.99) if wall >= 1_000_000 and wait >= 0 else None
+    return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None
     return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None

@@ -11,9 +11,11 @@ from .diff import DiffError
 
 def program_key(command: list[str]) -> str:
     """What makes two runs "the same command": the script or module run (the interpreter and the
-    program's own arguments left out), or the first word."""
+    program's own arguments left out), a notebook cell (``%%stepscope LABEL``), or the first word."""
     if not command:
         return ""
+    if command[0] == "%%stepscope" and len(command) > 1:  # a notebook cell's runs (``notebook.magics``): its label
+        return " ".join(command[:2])
     head = os.path.basename(command[0])
     if head.startswith("python") and len(command) > 1:
         rest = command[1:]

@@ -39,13 +39,16 @@ from time import perf_counter_ns
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers, import hook and
-#: signal handler (they sit between the user's frames and say nothing about the program), and runpy's bootstrap.
+#: signal handler, notebook magic (they sit between the user's frames and say nothing about the program), and runpy's
+#: bootstrap.
 HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"),
                           os.path.join(_HERE, "endsignals.py"), os.path.join(_HERE, "processes.py"), runpy.__file__,
                           "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
                               "wrappers.py", "patch.py", "resolve.py", "globs.py", "importhook.py", "probes.py",
                               "monitoring.py", "codeswap.py", "mechanism.py")}
-                         | {os.path.join(_HERE, "sampling", "signals.py"), os.path.join(_HERE, "memory", "history.py")})
+                         | {os.path.join(_HERE, "sampling", "signals.py"), os.path.join(_HERE, "memory", "history.py")}
+                         # the notebook's magic and handle (between the kernel's frames and the cell's)
+                         | {os.path.join(os.path.dirname(_HERE), "notebook", f) for f in ("magics.py", "handle.py")})
 
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.

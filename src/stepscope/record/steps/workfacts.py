@@ -28,23 +28,26 @@ from __future__ import annotations
 import sys
 import threading
 
+from ...core import clock
+
 _lock = threading.Lock()
 _pipeline: dict | None = None  # the last pipeline call's facts
 _pipeline_calls = 0
 _denoisers: dict[int, dict] = {}  # id(module) -> facts at its first traced forward
 _MAX_DENOISERS = 8
 
-_sched0: list | None = None  # the main thread's [on-CPU ns, waiting-for-a-CPU ns] at the first pipeline call
+_sched0: list | None = None  # the main thread's counters (``read_schedstat``) at the first pipeline call
+_sched_start: list | None = None  # ... and at the session's start (``reset``): a session in a long-lived process
 
 
 def read_schedstat() -> list | None:
-    """``[ns on a CPU, ns runnable but waiting for a CPU]`` of the process's main thread (Linux
-    ``/proc/self/schedstat``; None elsewhere). The waiting time is what other programs on a busy machine
-    cost this one."""
+    """``[ns on a CPU, ns runnable but waiting for a CPU, when]`` of the process's main thread (Linux
+    ``/proc/self/schedstat``, cumulative since the thread started; None elsewhere), ``when`` on the run's clock
+    (``core.clock.now_ns``). The waiting time is what other programs on a busy machine cost this one."""
     try:
         with open("/proc/self/schedstat", "rb") as f:
             run, wait = f.read().split()[:2]
-        return [int(run), int(wait)]
+        return [int(run), int(wait), clock.now_ns()]
     except (OSError, ValueError):
         return None
 
@@ -182,14 +185,16 @@ def snapshot() -> dict:
             out["pipeline_calls"] = _pipeline_calls
         if _denoisers:
             out["denoisers"] = list(_denoisers.values())
-        if _sched0 is not None:
-            out["sched_first_call"] = _sched0
+        if _sched0 is not None or _sched_start is not None:  # (the session's start: no pipeline call traced)
+            out["sched_first_call"] = _sched0 if _sched0 is not None else _sched_start
         return out
 
 
 def reset() -> None:
-    """Forget what was noted (a new session in the same process)."""
-    global _pipeline, _pipeline_calls, _sched0
+    """Forget what was noted (a new session in the same process), and note the scheduler's counters now: the work's
+    waiting for a CPU counts from here when no pipeline call is traced (a notebook's cell, a test)."""
+    global _pipeline, _pipeline_calls, _sched0, _sched_start
     with _lock:
         _pipeline, _pipeline_calls, _sched0 = None, 0, None
+        _sched_start = read_schedstat()
         _denoisers.clear()

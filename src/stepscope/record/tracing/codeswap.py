@@ -299,6 +299,11 @@ def instrument_function(fn: types.FunctionType, probe: Probe, first_arg: str | N
         raise CannotInstrument(f"no source for {code.co_qualname} in {code.co_filename}")
     imports = _module_imports(tree)
     original = _compile_def(node, code, imports)  # (reads the node: never changes it)
+    if (original.co_code != code.co_code or original.co_consts != code.co_consts) and imports:
+        # IPython compiles a cell's statements one at a time: a function defined there was compiled without the
+        # cell's imports in view (3.11 then calls a module's functions as methods)
+        original = _compile_def(node, code, [])
+        imports = [] if original.co_code == code.co_code and original.co_consts == code.co_consts else imports
     if original.co_code != code.co_code or original.co_consts != code.co_consts:
         raise CannotInstrument(f"the source of {code.co_qualname} in {code.co_filename} changed since it was loaded")
     node = copy_ast(node)

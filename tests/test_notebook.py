@@ -1,0 +1,193 @@
+"""Notebooks on a real kernel (issue 40): ``%load_ext stepscope``, ``%%stepscope``, ``%stepscope_diff`` and the
+``stepscope.profile`` handle, executed with nbclient on an ipykernel; the saved outputs and the store checked."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "tiny_pipeline.ipynb"
+
+
+def execute(cells: list[str], folder: Path, allow_errors: bool = True, timeout: int = 300):
+    """A notebook of ``cells`` executed on a fresh python3 kernel in ``folder`` (its store: ``folder/.stepscope``);
+    returns the executed notebook, also written to ``folder/executed.ipynb``."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    return run_notebook(nb, folder, allow_errors, timeout)
+
+
+def run_notebook(nb, folder: Path, allow_errors: bool = True, timeout: int = 300):
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                                     resources={"metadata": {"path": str(folder)}})
+    client.execute(env=_kernel_env(folder))
+    nbformat.write(nb, str(folder / "executed.ipynb"))
+    return nb
+
+
+def _kernel_env(folder: Path) -> dict:
+    import os
+
+    env = dict(os.environ)
+    env.pop("STEPSCOPE_STORE", None)
+    env["PYTHONPATH"] = str(ROOT / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def outputs(cell, kind: str | None = None) -> list[dict]:
+    return [o for o in cell.outputs if kind is None or o["output_type"] == kind]
+
+
+def html_of(cell) -> str:
+    return "".join(o["data"].get("text/html", "") for o in outputs(cell) if "data" in o)
+
+
+def text_of(cell) -> str:
+    parts = []
+    for o in outputs(cell):
+        if o["output_type"] == "stream":
+            parts.append(o["text"])
+        elif "data" in o:
+            parts.append(o["data"].get("text/plain", ""))
+        elif o["output_type"] == "error":
+            parts.append("\n".join(o["traceback"]))
+    return "".join(parts)
+
+
+def runs_in(folder: Path) -> list[tuple[str, list, str, str | None]]:
+    con = sqlite3.connect(folder / ".stepscope" / "runs.db")
+    try:
+        rows = con.execute("SELECT id, command, status, error FROM runs ORDER BY created_wall_ns").fetchall()
+    finally:
+        con.close()
+    return [(r[0], json.loads(r[1]), r[2], r[3]) for r in rows]
+
+
+WORK = "import time\ndef work(i):\n    time.sleep(0.012 if i != 4 else 0.03)\n"
+
+
+@pytest.fixture(scope="module")
+def magic_nb(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nb")
+    cells = [
+        "%load_ext stepscope\n" + WORK,
+        "%%stepscope --trace __main__.work --name loop\nfor i in range(12):\n    work(i)\nprint('cell output')\n41 + 1",
+        "%%stepscope --trace __main__.work --name loop --no-report\nfor i in range(12):\n    work(i)\n",
+        "%stepscope_diff",
+        "%%stepscope --name boom\nwork(0)\n{}['missing']",
+        "print('the kernel goes on')",
+        "%%stepscope --hz 99999\npass",
+        "%%stepscope --trace __main__.work\nget_ipython().run_cell_magic('stepscope', '', 'work(1)')",
+        "import stepscope\nwith stepscope.profile(trace=['__main__.work'], label='handle') as run:\n"
+        "    for i in range(12):\n        work(i)\nrun",
+        "cols = run.steps\nprint(type(cols).__name__, len(cols['step']), int(cols['slow'].sum()))\n"
+        "sp = run.spans\nprint(sorted(set(sp['name'])))\nrun.explain()",
+        "try:\n    with stepscope.profile(trace=['__main__.work'], label='raising') as bad:\n        work(0)\n"
+        "        raise KeyError('k')\nexcept KeyError as e:\n    print('caught', repr(e))\nprint(bad.status, bad.error)",
+        "str(run.diff(bad))[:0] + run.diff(bad).verdict",
+        "p = run.report('handle-report.html')\nprint(p.name, p.stat().st_size > 10000)",
+    ]
+    return execute(cells, folder), folder
+
+
+def test_magic_records_the_cell_as_a_run_and_shows_it_inline(magic_nb):
+    nb, folder = magic_nb
+    cell = nb.cells[1]
+    # the cell's own output and value, as without the magic
+    assert outputs(cell, "stream")[0]["text"] == "cell output\n"
+    result = outputs(cell, "execute_result")
+    assert len(result) == 1 and result[0]["data"]["text/plain"] == "42"
+    html = html_of(cell)
+    assert "stepscope run " in html and "__main__.work" in html
+    m = re.search(r'<iframe srcdoc="([^"]*)"', html)
+    assert m, "the interactive report is inline"
+    page = m.group(1)
+    assert "&lt;script" in page and "waterfall" in page and "flame" in page  # the report's own page, self-contained
+    assert "http://" not in re.sub(r"http://www\.w3\.org[^&\"]*", "", page.replace("&quot;", '"')).split("<svg")[0]
+    # one display per run: no stray output of rich's own Jupyter mode
+    assert len([o for o in outputs(cell) if o["output_type"] == "display_data"]) == 1
+    # the third cell: no report asked
+    assert "<iframe" not in html_of(nb.cells[2]) and "stepscope run " in html_of(nb.cells[2])
+    runs = runs_in(folder)
+    loop_runs = [r for r in runs if r[1][:2] == ["%%stepscope", "loop"]]
+    assert len(loop_runs) == 2 and all(r[2] == "ok" for r in loop_runs)
+
+
+def test_diff_magic_compares_the_cells_last_two_runs(magic_nb):
+    nb, folder = magic_nb
+    loop = [r[0] for r in runs_in(folder) if r[1][:2] == ["%%stepscope", "loop"]]
+    text = text_of(nb.cells[3])
+    assert f"A {loop[0]}  ->  B {loop[1]}" in text
+    assert "verdict:" in text and "__main__.work" in text
+    assert "<iframe" in html_of(nb.cells[3])  # the comparison page inline
+
+
+def test_a_raising_cell_keeps_its_run_and_shows_the_traceback_as_ipython_would(magic_nb):
+    nb, folder = magic_nb
+    cell = nb.cells[4]
+    errors = outputs(cell, "error")
+    assert [e["ename"] for e in errors] == ["KeyError", "KeyError"]
+    first = "\n".join(errors[0]["traceback"])
+    assert "----> 2 {}[" in re.sub(r"\x1b\[[0-9;]*m", "", first)  # the cell's own line, as IPython shows it
+    assert "stepscope" not in re.sub(r"\x1b\[[0-9;]*m", "", first)  # no frame of stepscope's
+    run = next(r for r in runs_in(folder) if r[1][:2] == ["%%stepscope", "boom"])
+    assert run[2] == "error" and run[3] == "KeyError: 'missing'"
+    assert errors[1]["traceback"] == [f"stepscope: the cell raised KeyError; its run {run[0]} is kept (status error)"]
+    assert "stepscope run " in html_of(cell)
+    assert text_of(nb.cells[5]) == "the kernel goes on\n"
+
+
+def test_bad_options_and_a_second_recording_are_one_line_errors(magic_nb):
+    nb, folder = magic_nb
+    # IPython shows a UsageError as one line on stderr, no traceback
+    assert not outputs(nb.cells[6], "error")
+    assert text_of(nb.cells[6]) == "UsageError: %%stepscope: hz: must be 0 (off) or between 0.01 and 10000, got 99999\n"
+    nested = text_of(nb.cells[7])
+    assert ("UsageError: %%stepscope: stepscope is already recording run " in nested
+            and "one %%stepscope cell at a time" in nested), nested
+    assert "Traceback" not in nested
+
+
+def test_the_handle_gives_the_run_its_columns_explain_diff_and_report(magic_nb):
+    nb, folder = magic_nb
+    assert "stepscope run " in html_of(nb.cells[8])
+    text = text_of(nb.cells[9])
+    first = text.splitlines()[0].split()
+    assert first[1:] == ["12", "1"], text  # 12 repeats, the slow one (i == 4) marked slow
+    assert "['__main__.work']" in text
+    assert "Explain repeats of __main__.work" in text and "#4" in text
+    assert "caught KeyError('k')" in text_of(nb.cells[10]) and "error KeyError: 'k'" in text_of(nb.cells[10])
+    assert "__main__.work" in text_of(nb.cells[11])
+    assert "handle-report.html True" in text_of(nb.cells[12])
+    labels = [r[1] for r in runs_in(folder)]
+    assert ["handle"] in labels and ["raising"] in labels
+
+
+def test_the_example_notebook_runs_offline_on_the_tiny_pipeline(tmp_path):
+    pytest.importorskip("diffusers")
+    pytest.importorskip("torch")
+    nb = nbformat.read(str(EXAMPLE), as_version=4)
+    for cell in nb.cells:
+        assert not cell.get("outputs"), "the example is kept without outputs"
+    nb = run_notebook(nb, tmp_path, allow_errors=False, timeout=600)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    profiled = next(c for c in code if c.source.startswith("%%stepscope") and "--no-report" not in c.source)
+    html = html_of(profiled)
+    assert "<iframe srcdoc=" in html and "stepscope run " in html
+    assert "denoising steps" in text_of(profiled) or "step" in text_of(profiled)
+    diff = next(c for c in code if c.source.startswith("%stepscope_diff"))
+    assert "verdict:" in text_of(diff)
+    assert (tmp_path / "tiny-pipeline-report.html").stat().st_size > 10_000
+    assert len([r for r in runs_in(tmp_path) if r[1][:2] == ["%%stepscope", "txt2img"]]) == 2
+    shutil.copy(tmp_path / "executed.ipynb", tmp_path / "tiny_pipeline.executed.ipynb")
