@@ -204,7 +204,9 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
     if isinstance(a, RunData) and isinstance(b, RunData):
         wa, wb = cpu_wait_share(a), cpu_wait_share(b)
         if wa is not None and wb is not None and abs(wa - wb) >= 0.05:
-            out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's runnable time)", 9, RANKS[9],
+            of = "wall" if all(len((d.run.env.get("work") or {}).get("sched_first_call") or ()) > 2 for d in (a, b)) \
+                else "runnable"
+            out.append(EnvChange("cpu_wait", f"waited for a CPU (share of the work's {of} time)", 9, RANKS[9],
                                  f"{100 * wa:.0f}%", f"{100 * wb:.0f}%"))
     cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
     for k in fa.keys() | fb.keys():
@@ -225,11 +227,19 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
 def cpu_wait_share(d: RunData) -> float | None:
     """How much of the work's runnable time the main thread spent waiting for a CPU (0..1): from the
     scheduler's counters (``/proc/self/schedstat``) at the first pipeline call and at the end of the run
-    (the whole run without a traced pipeline call); None when not recorded (not Linux, an ingested run)."""
+    (the whole run without a traced pipeline call); None when not recorded (not Linux, an ingested run).
+
+    When the counters at the start carry the clock reading they were taken at (``workfacts.note_work_start``: a
+    test's call, recorded by the pytest plugin), the share is of the wall time from there to the run's end: a thread
+    that mostly sleeps, waits on I/O or on another thread is not taken for one that needs a CPU all along (a few ms
+    of waiting after each wake-up are not 30% of its time)."""
     end = d.run.env.get("sched")
     start = (d.run.env.get("work") or {}).get("sched_first_call") or [0, 0]
     try:
         run, wait = int(end[0]) - int(start[0]), int(end[1]) - int(start[1])
+        wall = (d.run.end_ns - int(start[2])) if len(start) > 2 and d.run.end_ns is not None else None
     except (TypeError, ValueError, IndexError):
         return None
+    if wall is not None:
+        return wait / wall if wall >= 1_000_000 and 0 <= wait <= wall else None
     return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None

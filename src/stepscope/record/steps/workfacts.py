@@ -28,6 +28,8 @@ from __future__ import annotations
 import sys
 import threading
 
+from ...core import clock
+
 _lock = threading.Lock()
 _pipeline: dict | None = None  # the last pipeline call's facts
 _pipeline_calls = 0
@@ -35,6 +37,7 @@ _denoisers: dict[int, dict] = {}  # id(module) -> facts at its first traced forw
 _MAX_DENOISERS = 8
 
 _sched0: list | None = None  # the main thread's [on-CPU ns, waiting-for-a-CPU ns] at the first pipeline call
+#   (or [..., clock ns] at the work's start: ``note_work_start``)
 
 
 def read_schedstat() -> list | None:
@@ -168,6 +171,20 @@ def note_denoiser(frame, loc=None) -> None:
             facts["input_shape"] = [int(x) for x in sample.shape]
         with _lock:
             _denoisers[key] = facts
+    except Exception:
+        pass
+
+
+def note_work_start() -> None:
+    """The work starts now (a test's call, for the pytest plugin: ``ci.testrun``): the main thread's scheduler
+    counters are noted here with the clock's reading (``[on-CPU ns, waiting ns, clock ns]``), so that ``diff`` weighs
+    the CPU wait of the work only, as a share of its wall time (``analysis.envfacts.cpu_wait_share``). Never
+    raises."""
+    global _sched0
+    try:
+        sched = read_schedstat()
+        if sched is not None:
+            _sched0 = [*sched, clock.now_ns()]
     except Exception:
         pass
 
