@@ -174,3 +174,24 @@ def test_contention_can_explain_a_slow_down_away_but_never_make_one():
     assert not is_slower(made)
     both = _tc(a, a * 1.5, adjust=1.1)
     assert is_slower(both) and not is_slower(both, 40)  # the threshold on the adjusted change (+36%)
+
+
+def test_the_cpu_wait_of_a_test_is_a_share_of_its_wall_time():
+    """A test's counters start with a clock reading (``workfacts.note_work_start``): a sleeping thread's few ms of
+    waiting after its wake-ups are a share of the test's wall time, not of its few ms on a CPU."""
+    from stepscope.analysis.envfacts import cpu_wait_share
+    from stepscope.record.steps import workfacts
+
+    d = run_of([10])
+    d.run.env = {"sched": [1_010_000_000, 203_000_000], "work": {"sched_first_call": [1_000_000_000, 200_000_000, 0]}}
+    d.run.end_ns = 300 * MS  # 300 ms of wall time, 10 ms on a CPU, 3 ms waiting for one
+    assert cpu_wait_share(d) == pytest.approx(0.01)
+    d.run.env["work"]["sched_first_call"] = [1_000_000_000, 200_000_000]  # (a pipeline's: of the runnable time)
+    assert cpu_wait_share(d) == pytest.approx(3 / 13)
+    if workfacts.read_schedstat() is None:
+        pytest.skip("no /proc/self/schedstat")
+    workfacts.reset()
+    workfacts.note_work_start()
+    start = workfacts.snapshot()["sched_first_call"]
+    workfacts.reset()
+    assert len(start) == 3 and all(isinstance(x, int) for x in start)
