@@ -114,6 +114,9 @@ class _Plugin:
             pytest.fail(f"stepscope: cannot record {item.nodeid}: {e}", pytrace=False)
         try:
             result = yield
+        except pytest.skip.Exception:  # skipped from inside: the run is kept, as of a test that ran
+            _keep(item, run.finish(None, check=False))
+            raise
         except BaseException as e:
             _keep(item, run.finish(e))
             raise

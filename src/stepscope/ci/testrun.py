@@ -150,10 +150,10 @@ class TestRun:
         if s is not None and not s.finished and s.memory is not None:
             s.memory.sample(clock.now_ns())
 
-    def finish(self, error: BaseException | None = None) -> Outcome:
+    def finish(self, error: BaseException | None = None, check: bool = True) -> Outcome:
         """Stop recording (``error``: what the test raised, stored as the run's outcome), store the run and check
-        it: budgets and baseline only when the test itself passed. Raises StoreError for a run that cannot be read
-        back."""
+        it: budgets and baseline only when the test itself passed and ``check`` (False: a skipped test). Raises
+        StoreError for a run that cannot be read back."""
         import atexit
 
         from ..record import api
@@ -169,7 +169,7 @@ class TestRun:
         else:
             s.finish()
         atexit.unregister(api._report_unresolved)  # (names not traced go to the summary, not to stderr at exit)
-        return self._outcome(s.run_id, error is None)
+        return self._outcome(s.run_id, error is None and check)
 
     def _outcome(self, run_id: str, passed: bool) -> Outcome:
         from ..store.reader import load_run
