@@ -38,6 +38,7 @@ class StepscopeNoiseWarning(UserWarning):
 
 
 def pytest_addoption(parser) -> None:
+    """The options: ``--stepscope``, ``--stepscope-store``, ``--stepscope-baseline``, ``--stepscope-fail-pct``."""
     g = parser.getgroup("stepscope", "stepscope: record tests as profiled runs")
     g.addoption("--stepscope", action="store_true", default=False,
                 help="record every test's call as a stepscope run (without it: only tests marked "
@@ -115,13 +116,14 @@ class _Plugin:
         try:
             result = yield
         except pytest.skip.Exception:  # skipped from inside: the run is kept, as of a test that ran
-            _keep(item, run.finish(None, check=False))
+            _finish(item, run, None, check=False)
             raise
-        except BaseException as e:
-            _keep(item, run.finish(e))
+        except BaseException as e:  # the test's own failure goes on as it is
+            _finish(item, run, e)
             raise
-        outcome = run.finish(None)
-        _keep(item, outcome)
+        outcome = _finish(item, run)
+        if outcome is None:
+            pytest.fail(f"stepscope: {item.nodeid}: the run could not be read back: {run.read_error}", pytrace=False)
         if outcome.warning:
             warnings.warn(StepscopeNoiseWarning(outcome.warning), stacklevel=1)
         if outcome.failures:
@@ -129,6 +131,7 @@ class _Plugin:
         return result
 
     def pytest_runtest_logreport(self, report) -> None:
+        """Collect the outcomes of recorded tests from their reports (those of pytest-xdist's workers too)."""
         if report.when == "call":
             self.results += [(report.nodeid, v) for k, v in report.user_properties
                              if k == "stepscope" and isinstance(v, dict)]
@@ -143,6 +146,8 @@ _NAME = "stepscope-plugin"
 
 
 def pytest_configure(config) -> None:
+    """Register the marker (``--strict-markers`` accepts it) and the plugin's state; nothing of stepscope is imported.
+    Raises pytest.UsageError for a negative ``--stepscope-fail-pct``."""
     config.addinivalue_line("markers", MARKER)
     pct = config.getoption("stepscope_fail_pct")
     if pct is not None and not pct >= 0:
@@ -152,15 +157,23 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    """Close the stores the plugin opened."""
     plugin = config.pluginmanager.get_plugin(_NAME)
     if plugin is not None:
         plugin.close()
         config.pluginmanager.unregister(plugin, _NAME)
 
 
-def _keep(item, outcome) -> None:
-    """The outcome goes with the test's report (``user_properties``: pytest-xdist sends them from its workers)."""
+def _finish(item, run, error=None, check: bool = True):
+    """``run.finish``; its outcome goes with the test's report (``user_properties``: pytest-xdist sends them from its
+    workers). None (``run.read_error`` says why) when the run could not be stored or read back."""
+    try:
+        outcome = run.finish(error, check)
+    except Exception as e:  # (a store that fails: said once, without a traceback)
+        run.read_error = f"{type(e).__name__}: {e}"
+        return None
     item.user_properties.append(("stepscope", outcome.to_dict()))
+    return outcome
 
 
 def _fmt_ns(ns: float) -> str:

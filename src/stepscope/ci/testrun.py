@@ -128,6 +128,7 @@ class TestRun:
         self.baseline, self.min_pct, self.reader = baseline, min_pct, reader
         self.session = None
         self.base_run: str | None = None
+        self.read_error: str | None = None  # (set by the plugin when ``finish`` failed)
 
     def start(self) -> None:
         """Start recording. Raises RuntimeError when a session is already active in this process, StoreError for a
