@@ -400,6 +400,16 @@ class Store:
                 "ORDER BY created_wall_ns DESC, id DESC LIMIT ?", (run_id, row[0], row[0], run_id, int(limit))).fetchall()
         return [(r[0], json.loads(r[1] or "[]")) for r in rows]
 
+    def latest_run_of(self, command: list[str], status: str | None = "ok") -> str | None:
+        """The id of the newest top run recorded with exactly ``command`` (the pytest plugin's ``["pytest", NODEID]``)
+        and, unless ``status`` is None, that status; None when there is none. Raises StoreError for an unreadable
+        store."""
+        with self._reading():
+            row = self.conn.execute(
+                "SELECT id FROM runs WHERE parent_run IS NULL AND command = ? AND (? IS NULL OR status = ?) "
+                "ORDER BY created_wall_ns DESC, id DESC LIMIT 1", (json.dumps(command), status, status)).fetchone()
+        return row[0] if row else None
+
     def recent_runs_for_picker(self, limit: int) -> list[tuple[str, list, int | None, str]]:
         """The newest ``limit`` runs as ``(id, command, start wall-clock ns, source)`` (source: "run", or the
         env's ``source``: "sentry" for ingested runs), newest first; the envelopes ``stepscope serve`` has
