@@ -191,3 +191,22 @@ def test_the_example_notebook_runs_offline_on_the_tiny_pipeline(tmp_path):
     assert (tmp_path / "tiny-pipeline-report.html").stat().st_size > 10_000
     assert len([r for r in runs_in(tmp_path) if r[1][:2] == ["%%stepscope", "txt2img"]]) == 2
     shutil.copy(tmp_path / "executed.ipynb", tmp_path / "tiny_pipeline.executed.ipynb")
+
+
+def test_a_terminal_ipython_prints_the_first_screen_as_text(tmp_path):
+    """In a terminal IPython (no HTML front end) the cell's run is shown as the first screen's text."""
+    import os
+    import subprocess
+
+    pytest.importorskip("IPython")
+    cells = ("%load_ext stepscope\nimport time\ndef work(i):\n    time.sleep(0.005)\n\n"
+             "%%stepscope --trace __main__.work --name term\nfor i in range(5):\n    work(i)\nprint('cell done')\n\n\n"
+             "exit\n")
+    p = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", "--simple-prompt"],
+                       input=cells, capture_output=True, text=True, cwd=tmp_path, env=_kernel_env(tmp_path),
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "cell done" in out and "stepscope run " in out and "__main__.work" in out and "│     5 │" in out
+    assert "<div" not in out and "\x1b[" not in out and "<iframe" not in out
+    assert [r[1][:2] for r in runs_in(tmp_path)] == [["%%stepscope", "term"]]
