@@ -97,6 +97,9 @@ def magic_nb(tmp_path_factory):
         "        raise KeyError('k')\nexcept KeyError as e:\n    print('caught', repr(e))\nprint(bad.status, bad.error)",
         "str(run.diff(bad))[:0] + run.diff(bad).verdict",
         "p = run.report('handle-report.html')\nprint(p.name, p.stat().st_size > 10000)",
+        "import threading\nprof = run.data.profile\nmain = threading.main_thread().ident\n"
+        "roots = {prof.frames[prof.stacks[s][0]].label for s, t in zip(prof.sample_stack, prof.sample_thread) if t == main}\n"
+        "print(sorted(roots))",
     ]
     return execute(cells, folder), folder
 
@@ -170,6 +173,8 @@ def test_the_handle_gives_the_run_its_columns_explain_diff_and_report(magic_nb):
     assert "caught KeyError('k')" in text_of(nb.cells[10]) and "error KeyError: 'k'" in text_of(nb.cells[10])
     assert "__main__.work" in text_of(nb.cells[11])
     assert "handle-report.html True" in text_of(nb.cells[12])
+    # the main thread's stacks start at the cell's code, not at the kernel's loop and IPython's run_cell
+    assert text_of(nb.cells[13]) == "['__main__.<module>']\n", text_of(nb.cells[13])
     labels = [r[1] for r in runs_in(folder)]
     assert ["handle"] in labels and ["raising"] in labels
 

@@ -6,6 +6,8 @@ of the run's process (the one clock, see ``stepscope.core.clock``) unless a fiel
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +52,26 @@ class Frame:
         if self.module and not self.function.startswith(self.module):
             return f"{self.module}.{self.function}"
         return self.function
+
+
+#: The file of an IPython cell's code: ipykernel's ``/tmp/ipykernel_PID/HASH.py``, a terminal IPython's
+#: ``<ipython-input-N-HASH>``.
+_CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\]\d+\.py|<ipython-input-\d+-[0-9a-f]+>)$")
+
+
+def root_at_cells(frames: list["Frame"], stacks: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """``stacks`` (frame indices, root first) rooted at the innermost IPython cell frame they hold: the kernel's
+    loop, IPython's ``run_cell`` and a cell magic above a cell's code say nothing about the program (as
+    pyinstrument's ``%%pyinstrument`` shows a cell). Stacks without a cell frame are kept whole; a run outside
+    IPython is returned as it is."""
+    cells = {k for k, f in enumerate(frames) if f.function == "<module>" and _CELL_FILE.search(f.file or "")}
+    if not cells:
+        return stacks
+    out = []
+    for st in stacks:
+        k = next((j for j in range(len(st) - 1, -1, -1) if st[j] in cells), 0)
+        out.append(st[k:] if k else st)
+    return out
 
 
 @dataclass(slots=True)

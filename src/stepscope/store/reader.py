@@ -16,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..core.model import Frame, Profile, RunData
+from ..core.model import Frame, Profile, RunData, root_at_cells
 from ..core.spanformat import CODE_COLUMNS, INT_COLUMNS
 from ..core.spantable import SpanTable
 from . import profileblock, sampleblock
@@ -198,7 +198,7 @@ def _load_one(store: Store, run_id: str) -> RunData:
     table = _read_spans(c, run_id)
     try:
         frames = [Frame(*r) for r in profileblock.frames(c, run_id)]
-        stacks = list(map(profileblock.parse_stack, profileblock.stacks(c, run_id)))
+        stacks = root_at_cells(frames, list(map(profileblock.parse_stack, profileblock.stacks(c, run_id))))
     except profileblock.BlockError as e:
         raise StoreError(f"{store.path / 'runs.db'}: run {run_id}: {e}") from None
     cur = c.execute("SELECT t_ns, thread_id, stack, coalesce(wall_ns, -1), coalesce(cpu_ns, -1) FROM samples"
