@@ -97,6 +97,9 @@ def magic_nb(tmp_path_factory):
         "        raise KeyError('k')\nexcept KeyError as e:\n    print('caught', repr(e))\nprint(bad.status, bad.error)",
         "str(run.diff(bad))[:0] + run.diff(bad).verdict",
         "p = run.report('handle-report.html')\nprint(p.name, p.stat().st_size > 10000)",
+        "%%stepscope --trace __main__.work\nfor i in range(12):\n    work(i)  # first cell",
+        "%%stepscope --trace __main__.work\nfor i in range(12):\n    work(i)  # second cell",
+        "%stepscope_diff",
         "import threading\nprof = run.data.profile\nmain = threading.main_thread().ident\n"
         "roots = {prof.frames[prof.stacks[s][0]].label for s, t in zip(prof.sample_stack, prof.sample_thread) if t == main}\n"
         "print(sorted(roots))",
@@ -174,7 +177,17 @@ def test_the_handle_gives_the_run_its_columns_explain_diff_and_report(magic_nb):
     assert "__main__.work" in text_of(nb.cells[11])
     assert "handle-report.html True" in text_of(nb.cells[12])
     # the main thread's stacks start at the cell's code, not at the kernel's loop and IPython's run_cell
-    assert text_of(nb.cells[13]) == "['__main__.<module>']\n", text_of(nb.cells[13])
+    assert text_of(nb.cells[16]) == "['__main__.<module>']\n", text_of(nb.cells[16])
+
+
+def test_diff_magic_after_two_cells_that_ran_once_compares_them(magic_nb):
+    nb, folder = magic_nb
+    cells = [r for r in runs_in(folder) if r[1][0] == "%%stepscope" and r[1][1].startswith("cell ")]
+    # two cells, a label each (nbclient sends no cell id: a hash of the cell's text; JupyterLab's cellId otherwise)
+    assert len(cells) >= 2 and cells[-1][1][1] != cells[-2][1][1]
+    text = text_of(nb.cells[15])
+    assert f"A {cells[-2][0]}  ->  B {cells[-1][0]}" in text, text
+    assert "verdict:" in text
     labels = [r[1] for r in runs_in(folder)]
     assert ["handle"] in labels and ["raising"] in labels
 

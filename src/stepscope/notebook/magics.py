@@ -4,7 +4,8 @@
   [--no-report]``: the cell runs in the kernel's own process, recorded as a stepscope run (``notebook.handle.profile``);
   the run is displayed (the first screen, and the interactive report inline) and kept in the store;
 - ``%stepscope_diff [A] [B] [--span NAME] [--name LABEL]``: the last two runs of a cell (by default the last cell
-  profiled), or runs A (before) and B (after), compared as ``stepscope diff`` compares them.
+  profiled; when it ran once, the last two cells profiled in this kernel), or runs A (before) and B (after),
+  compared as ``stepscope diff`` compares them.
 
 The cell runs through the shell's own ``run_cell`` (as ``%%capture`` does): its output, its value and, when it
 raises, its traceback are shown as IPython shows them without the magic. A raising cell keeps its run (status
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+from pathlib import Path
 
 from .handle import CELL_COMMAND
 
@@ -70,13 +72,16 @@ def parse(line: str, cell: bool) -> _Args:
     return _Args(**vars(ns))
 
 
-def cell_label(shell, cell: str, name: str | None) -> str:
-    """What the cell's runs are called: ``name``, else ``cell <id>`` from the execution request's metadata
-    (``cellId``: JupyterLab, Notebook 7, VS Code, nbclient), else ``cell <hash of its text>``."""
+def cell_label(shell, cell: str, name: str | None, cell_id: str | None = None) -> str:
+    """What the cell's runs are called: ``name``, else ``cell <id>`` from the execution request (``cell_id``: IPython's
+    ``ExecutionInfo.cell_id``, which ipykernel takes from the request's ``cellId``: JupyterLab, Notebook 7, VS Code,
+    nbclient), else ``cell <hash of its text>``."""
     if name:
         return name
-    parent = getattr(shell, "parent_header", None) or {}
-    cid = (parent.get("metadata") or {}).get("cellId") if isinstance(parent, dict) else None
+    cid = cell_id
+    if not cid:
+        parent = getattr(shell, "parent_header", None) or {}
+        cid = (parent.get("metadata") or {}).get("cellId") if isinstance(parent, dict) else None
     if cid:
         return f"cell {str(cid)[:12]}"
     return f"cell {hashlib.sha1(cell.strip().encode()).hexdigest()[:8]}"
@@ -102,7 +107,14 @@ class StepscopeMagics:
         self.shell = shell
         self.last_label: str | None = None
         self.last_store: str | None = None
+        self.history: list[tuple[str, str, str]] = []  # (label, run id, store) of each %%stepscope in this kernel
         self.running = False
+        self.cell_id: str | None = None  # the cell being run (``pre_run_cell``)
+
+    def pre_run_cell(self, info) -> None:
+        """IPython's ``pre_run_cell`` event: note the cell's id (not that of the cell run inside a ``%%stepscope``)."""
+        if not self.running:
+            self.cell_id = getattr(info, "cell_id", None)
 
     # -- %%stepscope ---------------------------------------------------------------------------------------------
     def cell_magic(self, line: str, cell: str):
@@ -118,7 +130,7 @@ class StepscopeMagics:
             raise UsageError("%%stepscope: stepscope is already recording" + (f" run {s.run_id}" if s else "")
                              + " in this kernel: one %%stepscope cell at a time (a stepscope.init() session ends "
                              "with stepscope.shutdown())")
-        label = cell_label(self.shell, cell, args.name)
+        label = cell_label(self.shell, cell, args.name, self.cell_id)
         nb = notebook_path(self.shell)
         try:
             prof = profile(_names(args.trace), hz=args.hz, device_trace=args.device_trace, app=args.app,
@@ -144,6 +156,7 @@ class StepscopeMagics:
         finally:
             self.running = False
         self.last_label, self.last_store = label, str(run.store)
+        self.history.append((label, run.run_id, str(run.store)))
         run.show_report = not args.no_report
         display(run)
         if failure is not None:
@@ -172,10 +185,14 @@ class StepscopeMagics:
                 raise UsageError("%stepscope_diff: no %%stepscope cell has run in this kernel: name the runs "
                                  "(%stepscope_diff A B) or the cell (--name LABEL)")
             ids = cell_runs(store, label)
-            if len(ids) < 2:
-                raise UsageError(f"%stepscope_diff: {label} has {len(ids)} run{'s' if len(ids) != 1 else ''} in "
-                                 f"{store.path}: run the cell again to compare two")
-            refs = [ids[1], ids[0]]
+            if len(ids) >= 2:
+                refs = [ids[1], ids[0]]
+            else:  # the cell ran once: the last two cells profiled in this kernel (the same code in two cells)
+                mine = [rid for _lbl, rid, st in self.history if Path(st) == Path(store.path)]
+                if args.name is not None or len(mine) < 2:
+                    raise UsageError(f"%stepscope_diff: {label} has {len(ids)} run{'s' if len(ids) != 1 else ''} in "
+                                     f"{store.path}: run the cell again to compare two")
+                refs = mine[-2:]
         elif len(refs) == 1:
             refs = [refs[0], "last"]
         try:
@@ -219,4 +236,5 @@ def load_ipython_extension(ipython) -> None:
     m = StepscopeMagics(ipython)
     ipython.register_magic_function(m.cell_magic, magic_kind="cell", magic_name="stepscope")
     ipython.register_magic_function(m.diff_magic, magic_kind="line", magic_name="stepscope_diff")
+    ipython.events.register("pre_run_cell", m.pre_run_cell)
     ipython._stepscope_magics = m
