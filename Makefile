@@ -59,7 +59,8 @@ xla-venv:
 test-xla:
 	scripts/test_xla.sh
 
-# JupyterLab started by the test, a notebook with %%stepscope cells opened in headless Chromium (issue 40): the inline
+# The example notebook on a real kernel, and JupyterLab started by the test with a notebook of %%stepscope cells
+# opened in headless Chromium (issue 40): the inline
 # report drawn and clickable; screenshots in $$STEPSCOPE_SCREENSHOTS. About a minute.
 test-lab: $(STAMP)
 	$(BIN)/python -m pytest -q tests_lab

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -190,25 +189,6 @@ def test_diff_magic_after_two_cells_that_ran_once_compares_them(magic_nb):
     assert "verdict:" in text
     labels = [r[1] for r in runs_in(folder)]
     assert ["handle"] in labels and ["raising"] in labels
-
-
-def test_the_example_notebook_runs_offline_on_the_tiny_pipeline(tmp_path):
-    pytest.importorskip("diffusers")
-    pytest.importorskip("torch")
-    nb = nbformat.read(str(EXAMPLE), as_version=4)
-    for cell in nb.cells:
-        assert not cell.get("outputs"), "the example is kept without outputs"
-    nb = run_notebook(nb, tmp_path, allow_errors=False, timeout=600)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    profiled = next(c for c in code if c.source.startswith("%%stepscope") and "--no-report" not in c.source)
-    html = html_of(profiled)
-    assert "<iframe srcdoc=" in html and "stepscope run " in html
-    assert "denoising steps" in text_of(profiled) or "step" in text_of(profiled)
-    diff = next(c for c in code if c.source.startswith("%stepscope_diff"))
-    assert "verdict:" in text_of(diff)
-    assert (tmp_path / "tiny-pipeline-report.html").stat().st_size > 10_000
-    assert len([r for r in runs_in(tmp_path) if r[1][:2] == ["%%stepscope", "txt2img"]]) == 2
-    shutil.copy(tmp_path / "executed.ipynb", tmp_path / "tiny_pipeline.executed.ipynb")
 
 
 def test_a_terminal_ipython_prints_the_first_screen_as_text(tmp_path):
