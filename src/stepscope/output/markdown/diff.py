@@ -13,6 +13,7 @@ import os
 from ...analysis.diff import Diff
 from ...analysis.timestats import TimeChange
 from ...core.units import fmt_ns
+from ..terminal.diff import change_text  # (the same text as the terminal's: one place says it)
 
 #: characters escaped with a backslash in prose (those that would start emphasis, a link, HTML, a code span,
 #: strike-through or an entity, or end a table cell)
@@ -38,19 +39,6 @@ def code(s: str) -> str:
 def _short(name: str, parts: int = 3) -> str:
     segs = name.split(".")
     return ".".join(segs[-parts:]) if len(segs) > parts else name
-
-
-def change_text(tc: TimeChange) -> str:
-    """``+80.1% (CI +75.0% to +85.2%)``, ``+3.0%`` without a CI, ``-`` without a change (the CPU contention taken
-    out in brackets)."""
-    if tc.change is None:
-        return "-"
-    s = f"{100 * tc.change:+.1f}%"
-    if tc.ci_low is not None:
-        s += f" (CI {100 * tc.ci_low:+.1f}% to {100 * tc.ci_high:+.1f}%)"
-    if tc.adjusted is not None:
-        s += f" [{100 * tc.adjusted:+.1f}% without CPU contention]"
-    return s
 
 
 def _verdict_cell(tc: TimeChange) -> str:
