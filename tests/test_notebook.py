@@ -199,6 +199,9 @@ def test_a_terminal_ipython_prints_the_first_screen_as_text(tmp_path):
     pytest.importorskip("IPython")
     cells = ("%load_ext stepscope\nimport time\ndef work(i):\n    time.sleep(0.005)\n\n"
              "%%stepscope --trace __main__.work --name term\nfor i in range(5):\n    work(i)\nprint('cell done')\n\n\n"
+             "%%stepscope --trace __main__.made_here --trace __main__.Made.go --name defs\ndef made_here():\n"
+             "    return sum(range(1000))\nclass Made:\n    def go(self):\n        return made_here()\n"
+             "for i in range(4):\n    Made().go()\n\n\n"
              "exit\n")
     p = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", "--simple-prompt"],
                        input=cells, capture_output=True, text=True, cwd=tmp_path, env=_kernel_env(tmp_path),
@@ -207,4 +210,8 @@ def test_a_terminal_ipython_prints_the_first_screen_as_text(tmp_path):
     out = p.stdout
     assert "cell done" in out and "stepscope run " in out and "__main__.work" in out and "│     5 │" in out
     assert "<div" not in out and "\x1b[" not in out and "<iframe" not in out
-    assert [r[1][:2] for r in runs_in(tmp_path)] == [["%%stepscope", "term"]]
+    assert [r[1][:2] for r in runs_in(tmp_path)] == [["%%stepscope", "term"], ["%%stepscope", "defs"]]
+    # functions and methods the profiled cell defines itself are traced from their definition on
+    defs = out[out.rindex("stepscope run "):]
+    assert "8 spans" in defs and "__main__.Made.go" in defs and "__main__.made_here" in defs, defs
+    assert "could not trace" not in p.stderr + out and "not traced" not in defs

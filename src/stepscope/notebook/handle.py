@@ -93,6 +93,10 @@ class profile:
             api.shutdown()
         else:  # (the block called stepscope.shutdown() itself, or started another session: ours still finishes)
             s.finish()
+        if in_ipython():  # the run's display names what could not be traced: nothing more at the kernel's exit
+            import atexit
+
+            atexit.unregister(api._report_unresolved)
         self.run._session = None
         self.run.store_error = s.store_error
         return None  # the exception, if any, propagates unchanged

@@ -19,6 +19,7 @@ that ``stepscope runs`` lists them and ``stepscope diff`` pairs runs of the same
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -145,10 +146,14 @@ class StepscopeMagics:
             except Exception as e:  # (a store that cannot be opened: one line, the cell not run)
                 raise UsageError(f"%%stepscope: {e}") from None
             failure = None
+            definitions = _Definitions()
+            self.shell.ast_transformers.append(definitions)
             try:
                 result = self.shell.run_cell(cell, store_history=False)
                 failure = result.error_before_exec or result.error_in_exec
             finally:
+                with contextlib.suppress(ValueError):
+                    self.shell.ast_transformers.remove(definitions)
                 if failure is not None:
                     prof.__exit__(type(failure), failure, failure.__traceback__)
                 else:
@@ -200,6 +205,42 @@ class StepscopeMagics:
         except (ValueError, StoreError) as e:
             raise UsageError(f"%stepscope_diff: {e}") from None
         display(shown)
+
+
+class _Definitions:
+    """An IPython AST transformer (``shell.ast_transformers``, while a ``%%stepscope`` cell runs): after each top-level
+    ``def`` and ``class`` of the cell, a call of ``defined()``, so that a traced ``__main__.NAME`` that the cell itself
+    defines is traced from its definition on (``stepscope run`` compiles a script's traced functions with their probes;
+    a cell's statements are compiled one at a time by IPython, so they are traced as they are made)."""
+
+    def visit(self, tree):
+        import ast
+
+        if not isinstance(tree, ast.Module):
+            return tree
+        body = []
+        for node in tree.body:
+            body.append(node)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                call = ast.parse(f"__import__({__name__!r}, fromlist=['defined']).defined()").body[0]
+                for n in ast.walk(call):  # (on the definition's last line: tracebacks and samples show the cell's)
+                    if hasattr(n, "lineno"):
+                        n.lineno = n.end_lineno = node.end_lineno or node.lineno
+                        n.col_offset = n.end_col_offset = 0
+                body.append(call)
+        tree.body = body
+        return tree
+
+
+def defined() -> None:
+    """A ``%%stepscope`` cell just defined a function or class: the traced ``__main__`` names still waiting for their
+    definition are looked for again (``tracing.patch.Patcher.on_import``). Never raises."""
+    from ..record import api
+
+    s = api.current_session()
+    if s is not None:
+        with contextlib.suppress(Exception):
+            s.patcher.on_import("__main__")
 
 
 def cell_runs(store, label: str, limit: int = 200) -> list[str]:
