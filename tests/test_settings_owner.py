@@ -15,7 +15,7 @@ from stepscope.record.settings import Settings, check_field, check_flags, field_
 #: the stored settings' keys, in order (the store's JSON as it was before the fields were declared with their rules)
 STORED_KEYS = ["functions_to_trace", "profiles_hz", "max_stack_depth", "flush_interval_s", "transaction", "store",
                "device_trace", "device_stacks", "device_steps", "compile_report", "sampler", "memory", "cuda_peaks",
-               "memory_history", "children", "step_functions", "labels", "app", "loop_rules", "extra"]
+               "memory_history", "children", "step_functions", "labels", "app", "overhead_budget", "loop_rules", "extra"]
 
 
 def test_stored_settings_keep_their_keys():

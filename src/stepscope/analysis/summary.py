@@ -107,6 +107,8 @@ class Summary:
     #: ``unresolved`` as the first screen says it (``screen_notes``: overrides that ran only); not in ``--json``,
     #: whose ``unresolved`` keeps every note
     notes: dict[str, str] = field(default_factory=dict)
+    #: how the other threads were sampled when the overhead budget lowered their rate (``sampling_note``), else ""
+    sampling: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -173,7 +175,27 @@ def summarize(data: RunData, index: ProfileIndex | None = None, top: int = 15) -
                    dict(run.unresolved), phs, summarize_memory(data, steps), idle_ns, capture,
                    app_label(run.command) if run.command else "", cut, process_rows(data), rank_steps(data, index),
                    nodes=node_table(data.spans),
-                   notes=screen_notes(run.unresolved, _overrides(data), {st.name for st in stats}))
+                   notes=screen_notes(run.unresolved, _overrides(data), {st.name for st in stats}),
+                   sampling=sampling_note(run.env.get("sampler") or {}, run.settings.get("profiles_hz")))
+
+
+def sampling_note(sampler: dict, hz) -> str:
+    """One line when the overhead budget (``Settings.overhead_budget``) lowered the other threads' sampling rate:
+    the rates used and the time at each, e.g. ``other threads sampled at 12.62-101 Hz to keep stepscope's stack
+    reads under 1% of the process's CPU (101 Hz 2.1 s, 50.5 Hz 0.75 s, ...); the main thread at 101 Hz``; "" when
+    every look kept the asked rate (or the run has no such record: ``env["sampler"]["others_hz"]``)."""
+    rates = sampler.get("others_hz") or {}
+    try:
+        pairs = sorted(((float(k), float(v)) for k, v in rates.items() if float(v) > 0), reverse=True)
+    except (TypeError, ValueError):
+        return ""
+    if len(pairs) < 2 and not (pairs and hz and pairs[0][0] < float(hz) * 0.99):
+        return ""
+    budget = sampler.get("budget", 0.01)
+    main = f"; the main thread at {float(hz):.4g} Hz" if hz and sampler.get("main") == "signal" else ""
+    times = ", ".join(f"{r:.4g} Hz {t:.2f} s" for r, t in pairs)
+    return (f"other threads sampled at {pairs[-1][0]:.4g}-{pairs[0][0]:.4g} Hz to keep stepscope's stack reads under "
+            f"{100 * budget:g}% of the process's CPU ({times}){main}")
 
 
 def _overrides(data: RunData) -> dict[str, list[str]]:

@@ -1,12 +1,11 @@
 """A recording session: patches the traced names, runs the recorder thread, writes the store.
 
-The recorder thread is a daemon that samples every thread at ``profiles_hz`` (sleep compensates drift;
-101 Hz by default so as not to run in lockstep with periodic work, as sentry-python does) and, every
-``flush_interval_s`` (or as soon as ``FLUSH_SPANS`` spans wait), writes finished spans, new frames/stacks and
-samples to the store. Memory stays
-bounded however long the run; a crash loses at most the last flush interval. There is no time limit.
-A write that fails (a full disk) ends the recording there, never the program: the run is marked
-``incomplete`` with the reason, and nothing is printed into the program's output.
+The recorder thread is a daemon that samples every thread at ``profiles_hz`` (101 Hz by default, as sentry-python;
+sleep compensates drift; the other threads' rate under the overhead budget: ``sampling.budget``) and, every
+``flush_interval_s`` (or as soon as ``FLUSH_SPANS`` spans wait), writes finished spans, new frames/stacks and samples
+to the store. Memory stays bounded however long the run; a crash loses at most the last flush interval. A write
+that fails (a full disk) ends the recording there, never the program: the run is marked ``incomplete`` with the
+reason, and nothing is printed into the program's output.
 
 Stdlib only: this module runs inside the profiled program.
 """
@@ -24,6 +23,7 @@ import time
 from ..core import clock
 from ..core.model import Run
 from .memory import history as _memory
+from .sampling.budget import Budget
 from .sampling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
 from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
 from .envinfo import environment
@@ -160,6 +160,8 @@ class Session:
         elif self.settings.sampler == "thread":
             self.main_sampler.note = "--sampler thread"
         self.recorder_error: str | None = None
+        #: the other threads' rate under the overhead budget (``sampling.budget``), while sampling
+        self.budget: Budget | None = None
         self._start_recorder()
         atexit.register(self._atexit)
         return self
@@ -298,8 +300,7 @@ class Session:
         self.oom = _memory.oom_record(exc, self.history)
 
     def sampler_info(self) -> dict:
-        """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why
-        not (or no longer) by timer signal, or None}`` (other threads: always the sampler thread)."""
+        """``env["sampler"]``: ``main`` ("signal" | "signal, then thread" | "thread"), ``note`` (why not by signal), others."""
         ms = self.main_sampler
         if ms.signum is None:
             return {"main": "thread", "note": ms.note}
@@ -310,6 +311,8 @@ class Session:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
         if ms.rests:
             info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
+        if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
+            info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)
         return info
 
     def _atexit(self) -> None:
@@ -431,21 +434,23 @@ class Session:
         main = threading.main_thread().ident
         main_sampler = self.main_sampler
         now = clock.now_ns
-        last_flush = now()
-        next_t = now()
+        last_flush = next_t = now()
         stop = self._stop
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
-        # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a
-        # server between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is
-        # charged the wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
+        # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a server
+        # between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is charged the
+        # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
         mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
+        budget = self.budget = self.budget or (Budget(hz, self.settings.overhead_budget, now()) if hz > 0 else None)
         while not self.finished and self._gen == gen:
             t = now()
+            if budget is not None:
+                budget.tick(t)  # (the other threads' rate under the overhead budget)
             if self.stop_watch is not None:
                 self.stop_watch.check(main)
             if main_sampler.paused:
@@ -465,6 +470,9 @@ class Session:
             by_signal = main_sampler.active and not main_sampler.resting
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
             if period is not None and t >= next_t:
+                step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
+                self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
+                budget.look_started()
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
@@ -478,7 +486,8 @@ class Session:
                         main_sampler.wake()
                 elif others:
                     quiet += 1
-                next_t += period if others and quiet * period < QUIET_NS else max(period, idle_poll)
+                budget.look_ended()
+                next_t += step if others and quiet * period < QUIET_NS else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
@@ -489,12 +498,13 @@ class Session:
                     self._track_os_threads([main], t)
                 self._flush()
                 last_flush = t
-            # wake for the next sample or the next flush, whichever comes first (a slow --hz must not
-            # delay the flush: a crash loses at most one flush interval)
+            # wake for the next sample or flush, whichever first (a slow --hz never delays a flush: a crash loses one)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
             stop.wait(max(0.0, (wake - now()) / 1e9))
+        if budget is not None:
+            budget.close(now())
 
     def _open_chain(self) -> list[tuple]:
         """The main thread's open spans at its last wall tick (innermost first), as span tuples ending now with

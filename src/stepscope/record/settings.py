@@ -65,6 +65,10 @@ def _flush_interval(label: str, value: Any) -> float:
     return float(limits.in_range(label, value, 0.01, 3600, unit=" s"))
 
 
+def _budget(label: str, value: Any) -> float:
+    return float(limits.in_range(label, value, 0.0001, 1.0))
+
+
 def _device_steps(label: str, value: Any) -> int | None:
     return None if value is None else limits.in_range(label, value, 1, 1_000_000, integer=True)
 
@@ -149,6 +153,10 @@ class Settings:
     app: str | None = _setting(None, flags=("--app",), check=_app,
                                help="Trace an app with its preset: diffusers, comfyui (a span per prompt and per node, "
                                     "by type and id) or invokeai.")
+    overhead_budget: float = _setting(0.01, check=_budget,
+                                      help="The share of the process's CPU that reading other threads' stacks may "
+                                           "take (0.0001 to 1): above it their sampling rate is lowered, the main "
+                                           "thread's kept.")
     loop_rules: bool = _setting(True, help="The sampler loops of steps.rules.LOOP_TRACES traced too (quietly) "
                                            "whenever anything is traced.")
     #: the run's facts beside the settings (a capture window's, a job id, auto-trace's passes: ``core.model.RunMeta``)

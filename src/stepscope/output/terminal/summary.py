@@ -102,6 +102,8 @@ def print_summary(s: Summary, console: Console, top: int = 10) -> None:
         print_steps(s.steps, console)
     if s.memory is not None:
         print_memory(s.memory, console)
+    if s.sampling:
+        console.print(f"[dim]{escape(s.sampling)}[/dim]")
     if s.top_self:
         if s.idle_ns > 0:
             console.print(f"[dim]running time only: {fmt_ns(s.idle_ns)} of waiting threads (sleeps, locks, queues, the event "

@@ -9,7 +9,8 @@
     `${D.summary.span_count ? D.summary.span_count.toLocaleString("en") + " spans" : "no function traced"}${AGG ? " (" + NS.toLocaleString("en") + " shown one by one)" : ""}  ·  ${P.total_samples} samples at ${R.hz} Hz${P.downsampled > 1 ? " (shown 1 in " + P.downsampled + ")" : ""}` +
     (R.start_wall_ms ? `  ·  ${new Date(R.start_wall_ms).toISOString().replace("T", " ").slice(0, 19)}` : "") +
     (R.env && R.env.torch ? `  ·  torch ${R.env.torch}` : "") +
-    (R.env && R.env.source === "sentry" ? `  ·  from ${R.env.sdk || "a Sentry SDK"}` : "");
+    (R.env && R.env.source === "sentry" ? `  ·  from ${R.env.sdk || "a Sentry SDK"}` : "") +
+    (D.summary.sampling ? `  ·  ${D.summary.sampling}` : "");
 
   // ---- the verdict: what is slow and why, in words, first
   const arrow = " \u203a ";

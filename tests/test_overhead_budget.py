@@ -1,0 +1,83 @@
+"""The sampler's overhead budget (issue 41): reading other threads' stacks may take at most a share of the process's
+CPU (``Settings.overhead_budget``); above it their sampling rate is lowered (never under ``BUDGET_FLOOR_HZ``), the
+main thread keeps the asked rate, each sample is still charged the time it stands for, and the run says which rates
+it used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+PROGRAM = textwrap.dedent("""
+    import json, sys, threading, time
+    import numpy as np
+    import stepscope
+
+    stop = threading.Event()
+    def busy():
+        x = 0
+        while not stop.is_set():
+            for i in range(2000):
+                x += i
+    def deep(n):
+        return deep(n - 1) if n else busy()
+
+    threads = [threading.Thread(target=deep, args=(15,), name=f"busy-{k}") for k in range(4)]
+    with stepscope.profile(hz=float(sys.argv[3]), overhead_budget=float(sys.argv[2]), store=sys.argv[1],
+                           label="budget") as run:
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:  # the main thread busy too
+            sum(range(1000))
+        stop.set()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+    p = run.data.profile
+    tid = np.asarray(p.sample_thread)
+    w = np.asarray(p.sample_wall_ns, dtype=float)
+    busy_ids = [t.ident for t in threads]
+    main = threading.main_thread().ident
+    print(json.dumps({"sampler": run.data.run.env["sampler"], "note": run.summary().sampling, "wall": wall,
+                      "busy_wall": [float(w[tid == i].sum()) / 1e9 for i in busy_ids],
+                      "busy_n": [int((tid == i).sum()) for i in busy_ids],
+                      "main_n": int((tid == main).sum())}))
+""")
+
+
+def _run(tmp_path, budget: float, hz: float = 500) -> dict:
+    import json
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    p = subprocess.run([sys.executable, str(prog), str(tmp_path / f"store-{budget}"), str(budget), str(hz)],
+                       capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the timer-signal sampler is Linux only")
+def test_a_tiny_budget_lowers_the_other_threads_rate_and_keeps_their_time(tmp_path):
+    r = _run(tmp_path, 0.0001)
+    rates = {float(k): v for k, v in r["sampler"]["others_hz"].items()}
+    assert r["sampler"]["budget"] == 0.0001 and r["sampler"]["main"] == "signal"
+    assert min(rates) >= 10.0 and max(rates) == 500.0 and len(rates) >= 3, rates
+    assert r["note"].startswith("other threads sampled at ") and "under 0.01% of the process's CPU" in r["note"]
+    assert r["note"].endswith("the main thread at 500 Hz")
+    # each busy thread's samples still add up to its lifetime (charged the time since its previous one)
+    for seconds in r["busy_wall"]:
+        assert 0.6 * r["wall"] <= seconds <= 1.25 * r["wall"], (seconds, r["wall"])
+    # within the budget (all of the CPU) every thread keeps the asked rate
+    full = _run(tmp_path, 1.0)
+    assert list(full["sampler"]["others_hz"]) == ["500"] and full["note"] == ""
+    for seconds in full["busy_wall"]:
+        assert 0.6 * full["wall"] <= seconds <= 1.25 * full["wall"], (seconds, full["wall"])
