@@ -219,10 +219,13 @@ def test_a_planted_slow_down_against_a_baseline_store_fails_and_a_a_does_not(pyt
     assert any(x.startswith("test_base.py::test_new: no baseline run in main-store") for x in r.stdout.lines)
     # the same code again: no failure; the noisy test warns and passes
     r = inner("--stepscope-store", "pr-store", "--stepscope-baseline", "main-store")
-    r.assert_outcomes(passed=3, warnings=1)
+    outcomes = r.parseoutcomes()
+    assert outcomes.get("passed") == 3 and not outcomes.get("failed") and outcomes.get("warnings", 0) >= 1, outcomes
     out = "\n".join(lines_of(r))
     assert "slower than the baseline" not in out and "StepscopeNoiseWarning: stepscope: too noisy to decide" in out
-    assert re.search(r"test_base\.py::test_loop: no significant difference: work\.step [+-]\d+\.\d%", out), out
+    # (on a busy machine the steady loop's repeats can vary enough to be called too noisy as well: never slower)
+    assert re.search(r"test_base\.py::test_loop: no significant difference: work\.step [+-]\d+\.\d%", out) or \
+        re.search(r"too noisy to decide .*work\.step.*this run", out), out
     # a run id as the baseline (in the current store): the one run every test is compared with
     r = inner("--stepscope-store", "main-store", "--stepscope-baseline", base,
               "-k", "loop", SLOW="1.3")

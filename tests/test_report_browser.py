@@ -93,10 +93,16 @@ def test_report_with_ten_thousand_spans_renders(page, tmp_path):
 
 def test_report_shows_slow_steps_and_differential_flame_graph(page, tmp_path):
     pytest.importorskip("diffusers")
-    store = tmp_path / "store"
-    r = run_cli(["run", "-q", "--hz", "199", "--trace", "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
-                 "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
-    assert r.returncode == 0, r.stderr
+    # (a busy machine can make the fast steps vary past explain's noise bound: it then rightly says "too noisy to call"
+    # and marks no step; the run is recorded again, at most 3 times, as in test_explain)
+    for attempt in range(3):
+        store = tmp_path / f"store{attempt}"
+        r = run_cli(["run", "-q", "--hz", "199", "--trace",
+                     "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward", "--", sys.executable,
+                     str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"], store)
+        assert r.returncode == 0, r.stderr
+        if "too noisy to call" not in json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]["rule"]:
+            break
     out = tmp_path / "slow.html"
     assert run_cli(["report", "-o", str(out)], store).returncode == 0
     page.goto(out.as_uri())
