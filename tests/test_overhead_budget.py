@@ -81,3 +81,19 @@ def test_a_tiny_budget_lowers_the_other_threads_rate_and_keeps_their_time(tmp_pa
     assert list(full["sampler"]["others_hz"]) == ["500"] and full["note"] == ""
     for seconds in full["busy_wall"]:
         assert 0.6 * full["wall"] <= seconds <= 1.25 * full["wall"], (seconds, full["wall"])
+
+
+def test_the_sampler_facts_are_no_environment_change():
+    """The rates a run's sampler used and its rests are results of the run, not facts of the environment: two runs
+    that differ only there differ in nothing ``diff`` reports (a run's ``sampler`` used to be ranked among the
+    pipeline's arguments by its name)."""
+    from stepscope.analysis.envfacts import env_changes
+
+    a = {"cpu_count": 2, "sampler": {"main": "signal", "note": None, "rests": 2, "others_hz": {"101": 1.5},
+                                     "budget": 0.01}}
+    b = {"cpu_count": 2, "sampler": {"main": "signal", "note": None, "rests": 5,
+                                     "others_hz": {"101": 0.5, "50.5": 1.0}, "budget": 0.01}}
+    assert env_changes(a, b) == []
+    c = {"cpu_count": 2, "sampler": {"main": "thread", "note": "--sampler thread"}}
+    [change] = env_changes(a, c)
+    assert (change.key, change.before, change.after, change.rank) == ("sampler.main", "signal", "thread", 9)

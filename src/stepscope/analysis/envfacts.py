@@ -172,6 +172,8 @@ def env_facts(env: dict, command: list[str] | None = None) -> dict[str, tuple[st
         put(k, k, 9, env.pop(k, None))
     put("loadavg", "machine load (1-min average)", 9, env.pop("loadavg", None))
     env.pop("sched", None)  # counters, compared as a share by ``contention``
+    # how stepscope sampled (its own facts, not the program's: the rates it used, its rests, are results of the run)
+    put("sampler.main", "main thread sampled by", 9, (env.pop("sampler", None) or {}).get("main"))
     env.pop("memory", None)  # the run's memory figures (``analysis.memory``): results, not the environment
     for k in ("source", "project", "sentry.event_id", "sentry.trace_id", "sentry.op", "server_name"):
         env.pop(k, None)  # identities of one event, not facts of the environment
