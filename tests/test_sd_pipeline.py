@@ -72,14 +72,19 @@ def test_demo_summary_report_and_image(demo_run):
 
 
 def test_user_script_slow_steps_are_marked(tmp_path):
-    store = tmp_path / "store"
-    r = run_cli(["run", "--json", "--trace", UNET, "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
-                 "--trace", PIPE, "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow", "2,5"],
-                store)
-    assert r.returncode == 0, r.stderr
-    assert "image (64, 64)" in r.stdout
-    doc = json.loads(r.stdout.splitlines()[-1])
-    steps = doc["run"]["steps"]
+    # (a shared machine can stretch a step the program did not slow, or make the fast steps too noisy to call: the run
+    # is then recorded again, at most 4 times in all)
+    for attempt in range(4):
+        store = tmp_path / f"store{attempt}"
+        r = run_cli(["run", "--json", "--trace", UNET, "--trace", "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step",
+                     "--trace", PIPE, "--", sys.executable, str(PROGRAMS / "sd_slow_steps.py"), "--steps", "8", "--slow",
+                     "2,5"], store)
+        assert r.returncode == 0, r.stderr
+        assert "image (64, 64)" in r.stdout
+        doc = json.loads(r.stdout.splitlines()[-1])
+        steps = doc["run"]["steps"]
+        if set(steps["slow_steps"]) - {0} == {2, 5}:
+            break
     # the planted steps are slow; the first step may be too (it warms up), no other
     assert set(steps["slow_steps"]) - {0} == {2, 5}, [(x["step"], x["wall_ns"]) for x in steps["rows"]]
 
