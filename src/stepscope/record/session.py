@@ -299,11 +299,15 @@ class Session:
 
     def sampler_info(self) -> dict:
         """How the main thread was sampled: ``{"main": "signal" | "signal, then thread" | "thread", "note": why
-        not (or no longer) by timer signal, or None}`` (other threads: always the sampler thread)."""
+        not (or no longer) by timer signal, or None}`` (other threads: always the sampler thread), and how the
+        sampler thread read stacks: ``"walk": "c" | "python"``, with ``"walk_note"`` saying why not in C."""
         ms = self.main_sampler
+        info = {"main": "thread" if ms.signum is None else "signal" if ms.note is None else "signal, then thread",
+                "note": ms.note, "walk": self.sampler.walk}
+        if self.sampler.walk_note:
+            info["walk_note"] = self.sampler.walk_note
         if ms.signum is None:
-            return {"main": "thread", "note": ms.note}
-        info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+            return info
         if self.recorder_error:
             info["recorder_error"] = self.recorder_error
         if ms.pauses:
