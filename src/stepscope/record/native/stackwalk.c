@@ -10,9 +10,16 @@
 
    Frames that a frame object would not show are skipped, as PyFrame_GetBack and sys._current_frames skip them:
    incomplete ones (a call still in its prologue: _PyFrame_IsIncomplete) and, on 3.12+, the C stack's entry frames
-   (owner FRAME_OWNED_BY_CSTACK). The instruction offset is CPython's f_lasti (_PyInterpreterFrame_LASTI, in code
-   units; the frame object's f_lasti is it in bytes) and a frame's line is PyCode_Addr2Line at that byte offset, which
-   is what f_lineno computes (a frame with a trace function's own f_lineno aside).
+   (owner FRAME_OWNED_BY_CSTACK). The instruction offset is CPython's f_lasti (_PyInterpreterFrame_LASTI: the
+   instruction pointer less the start of the code's bytecode, in code units; the frame object's f_lasti is it in
+   bytes) and a frame's line is PyCode_Addr2Line at that byte offset, which is what f_lineno computes (a frame with a
+   trace function's own f_lineno aside).
+
+   The cost is memory reads: a frame a busy thread wrote is in another core's cache. The hot path reads each frame's
+   own fields (owner, code address, instruction pointer, previous) and one 16-byte slot of the offs table, and never
+   the code object: the offset is computed from addresses (the bytecode is inline in the code object), and whether
+   the frame is complete is known from the slot (only a complete frame's (code, offset, generator or not) is entered:
+   _PyFrame_IsIncomplete depends on nothing else), so the code object is read only at a first sight.
 
    Everything runs with the GIL held and runs no Python code (dict and set lookups with str keys, no object freed),
    so no other thread changes a frame chain or the thread list meanwhile: a thread that released the GIL is parked
@@ -24,7 +31,8 @@
 
      codes  code address -> code index (Code: the code object, a strong reference; its module's __name__, read once
             from the globals of the first frame seen running it; hidden: its file is one of HIDDEN_FILES)
-     offs   (code address, f_lasti) -> frame index, or -1 for a hidden code's frame: the one lookup a frame costs
+     offs   (code address, f_lasti, a generator's frame or not) -> frame index, or -1 for a hidden code's frame: the
+            one lookup a frame costs
      lines  (code index, line) -> frame index: instructions on the same line are one frame, as in the Python sampler
      stacks a stack's frame indices (leaf first, hidden frames left out, at most max_depth of those nearest the leaf)
             -> stack index; the sequences are kept end to end in one array
@@ -59,14 +67,26 @@
 #define TOP_FRAME(ts) ((ts)->cframe->current_frame)
 #endif
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define INSTR(f) ((f)->instr_ptr)
+#else
+#define INSTR(f) ((f)->prev_instr)
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+#define CSTACK(f) ((f)->owner == FRAME_OWNED_BY_CSTACK)
+#else
+#define CSTACK(f) 0
+#endif
+
 #define MISSING INT32_MIN /* a map's answer for a key it lacks */
 #define NO_MEMORY (-2)    /* frame_index / walk_one: out of memory (MemoryError set) */
+#define NOT_SHOWN (-3)    /* frame_index: an incomplete frame (or not a code's), which a frame object would not show */
 
 /* ---- a map from a key of two words to an int32 (codes, offs, lines) ----------------------------------------- */
 
-typedef struct {
+typedef struct { /* 16 bytes: four to a cache line */
     uintptr_t a; /* 0: an empty slot (a code address, or a code index + 1, is never 0) */
-    intptr_t b;
+    uint32_t b;
     int32_t v;
 } Slot;
 
@@ -83,7 +103,7 @@ static inline uint64_t mix2(uint64_t a, uint64_t b) { /* both words mixed, then 
     return h;
 }
 
-static inline int32_t map_get(const Map *m, uintptr_t a, intptr_t b) {
+static inline int32_t map_get(const Map *m, uintptr_t a, uint32_t b) {
     if (m->mask == 0) return MISSING;
     for (size_t i = mix2(a, (uint64_t)b) & m->mask;; i = (i + 1) & m->mask) {
         const Slot *s = &m->slots[i];
@@ -92,7 +112,7 @@ static inline int32_t map_get(const Map *m, uintptr_t a, intptr_t b) {
     }
 }
 
-static int map_put(Map *m, uintptr_t a, intptr_t b, int32_t v) { /* a new key; 0, or -1 with MemoryError set */
+static int map_put(Map *m, uintptr_t a, uint32_t b, int32_t v) { /* a new key; 0, or -1 with MemoryError set */
     if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep it at most half full */
         size_t size = m->mask ? 2 * (m->mask + 1) : 256;
         Slot *slots = PyMem_Calloc(size, sizeof(Slot));
@@ -180,6 +200,12 @@ static inline int shown(_PyInterpreterFrame *f) {
     return PyCode_Check(FRAME_CODE(f)) && !_PyFrame_IsIncomplete(f);
 }
 
+/* f's offset key in offs: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
+static inline uint32_t offset_key(_PyInterpreterFrame *f) {
+    int lasti = (int)(INSTR(f) - _PyCode_CODE((PyCodeObject *)FRAME_CODE(f))); /* (no read of the code object) */
+    return ((uint32_t)(lasti + 1) << 1) | (f->owner == FRAME_OWNED_BY_GENERATOR);
+}
+
 /* The code index of code, first seen in frame f: its entry made (the code kept; hidden by its file; its module
    from f's globals, a borrowed dict lookup that runs no Python code: a str key). -1 with MemoryError set. */
 static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
@@ -201,8 +227,12 @@ static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
     return ci;
 }
 
-/* The frame index of f (shown) at instruction lasti, first seen: -1 for a hidden code's frame, NO_MEMORY. */
-static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, PyObject *code, int lasti) {
+/* The frame index of f at offset key `key` (offset_key), not in offs: NOT_SHOWN (an incomplete frame: not
+   entered), -1 for a hidden code's frame, NO_MEMORY. */
+static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, uint32_t key) {
+    if (!shown(f)) return NOT_SHOWN;
+    PyObject *code = FRAME_CODE(f);
+    int lasti = (int)(key >> 1) - 1;
     int32_t ci = code_index(w, code, f);
     if (ci < 0) return NO_MEMORY;
     int32_t fi = -1;
@@ -210,24 +240,24 @@ static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, PyObject *code, int 
         /* f_lineno: the line of the byte offset f_lasti (-1: none; it is read once per (code, instruction)) */
         int line = PyCode_Addr2Line((PyCodeObject *)code, lasti * (int)sizeof(_Py_CODEUNIT));
         if (line < 0) line = -1;
-        fi = map_get(&w->lines, (uintptr_t)ci + 1, line);
+        fi = map_get(&w->lines, (uintptr_t)ci + 1, (uint32_t)line);
         if (fi == MISSING) {
             if (reserve((void **)&w->frames, w->n_frames, &w->cap_frames, sizeof(WFrame), 1) < 0) return NO_MEMORY;
             fi = (int32_t)w->n_frames;
-            if (map_put(&w->lines, (uintptr_t)ci + 1, line, fi) < 0) return NO_MEMORY;
+            if (map_put(&w->lines, (uintptr_t)ci + 1, (uint32_t)line, fi) < 0) return NO_MEMORY;
             w->frames[w->n_frames++] = (WFrame){ci, line};
             w->unseen++;
         }
     }
-    if (map_put(&w->offs, (uintptr_t)code, lasti, fi) < 0) return NO_MEMORY;
+    if (map_put(&w->offs, (uintptr_t)code, key, fi) < 0) return NO_MEMORY;
     return fi;
 }
 
+/* The frame index of f (not the C stack's): a lookup in offs when seen before, else new_frame. */
 static inline int32_t frame_index(Walker *w, _PyInterpreterFrame *f) {
-    PyObject *code = FRAME_CODE(f);
-    int lasti = _PyInterpreterFrame_LASTI(f);
-    int32_t fi = map_get(&w->offs, (uintptr_t)code, lasti);
-    return fi != MISSING ? fi : new_frame(w, f, code, lasti);
+    uint32_t key = offset_key(f);
+    int32_t fi = map_get(&w->offs, (uintptr_t)FRAME_CODE(f), key);
+    return fi != MISSING ? fi : new_frame(w, f, key);
 }
 
 static uint64_t hash_ids(const int32_t *ids, int32_t n) {
@@ -273,22 +303,25 @@ static int32_t intern_stack(Walker *w, int32_t n) {
     return si;
 }
 
-/* One thread's stack from its innermost shown frame f: its stack index, or NO_MEMORY. As the Python sampler's
-   _record: hidden frames left out, the max_depth shown frames nearest the leaf kept, a walk that stops with a shown
-   frame left above counted in truncated. */
+/* One thread's stack from its innermost frame f: its stack index; NOT_SHOWN when it has no frame a frame object
+   would show (not in sys._current_frames), NO_MEMORY. As the Python sampler's _record: hidden frames left out, the
+   max_depth shown frames nearest the leaf kept, a walk that stops with a shown frame left above counted in
+   truncated. */
 static int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
     int32_t depth = 0;
+    int any = 0;
     while (f != NULL && depth < w->max_depth) {
-        if (shown(f)) {
+        if (!CSTACK(f)) {
             int32_t fi = frame_index(w, f);
             if (fi == NO_MEMORY) return NO_MEMORY;
             if (fi >= 0) w->buf[depth++] = fi;
+            any |= fi != NOT_SHOWN;
         }
         f = f->previous;
     }
     while (f != NULL && !shown(f)) f = f->previous;
     if (f != NULL) w->truncated++;
-    return intern_stack(w, depth);
+    return any || f != NULL ? intern_stack(w, depth) : NOT_SHOWN;
 }
 
 /* the thread ids of an iterable, into a C array (*out: buf, or a PyMem block to free); -1 with an exception set.
@@ -328,12 +361,17 @@ static PyObject *walker_look(Walker *w, PyObject *skip) {
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts)) {
         _PyInterpreterFrame *f = TOP_FRAME(ts);
-        while (f != NULL && !shown(f)) f = f->previous;
-        if (f == NULL) continue; /* no Python frame: not in sys._current_frames either */
         int32_t si = -1;
         int skipped = 0;
         for (Py_ssize_t k = 0; k < nsk && !skipped; k++) skipped = sk[k] == ts->thread_id;
-        if (!skipped && (si = walk_one(w, f)) == NO_MEMORY) { Py_CLEAR(out); goto done; }
+        if (skipped) {
+            while (f != NULL && !shown(f)) f = f->previous;
+            if (f == NULL) continue; /* no Python frame: not in sys._current_frames either */
+        } else if ((si = walk_one(w, f)) < 0) {
+            if (si == NOT_SHOWN) continue;
+            Py_CLEAR(out);
+            goto done;
+        }
         PyObject *key = PyLong_FromUnsignedLong(ts->thread_id), *val = PyLong_FromLong(si);
         int r = key == NULL || val == NULL ? -1 : PyDict_SetItem(out, key, val);
         Py_XDECREF(key);
