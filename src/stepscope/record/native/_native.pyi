@@ -192,7 +192,8 @@ class Walker:
     def look(self, skip: Iterable[int], /) -> dict[int, int]:
         """One look at every thread of this interpreter that has a Python frame (``sys._current_frames``'s
         threads, in its order): thread id -> its stack index, or -1 for a thread of ``skip`` (not walked). A stack
-        seen before costs a hash lookup; a new one is kept for ``take``. About 0.5 us a thread at a depth of 30."""
+        seen before costs a hash lookup; a new one is kept for ``take``. 0.5 to 0.9 us a busy thread 30 frames deep
+        (its frames in another core's cache), 0.4 us a parked one."""
 
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line
