@@ -32,8 +32,10 @@ def native_sources() -> dict:
     folder; ``extra_compile_args`` (C11, -O2, symbols hidden but the module's init) and ``libraries``."""
     return {
         "name": "stepscope.record.native._native",
-        "sources": [f"{NATIVE_DIR}/{n}.c" for n in ("module", "recorder", "monitor", "probes", "gen", "block")],
-        "depends": [f"{NATIVE_DIR}/{n}.h" for n in ("layout", "recorder", "monitor", "probes", "gen", "block")],
+        "sources": [f"{NATIVE_DIR}/{n}.c" for n in ("module", "recorder", "monitor", "probes", "gen", "block",
+                                                    "stackwalk")],
+        "depends": [f"{NATIVE_DIR}/{n}.h" for n in ("layout", "recorder", "monitor", "probes", "gen", "block",
+                                                    "stackwalk")],
         "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
         "libraries": [] if sys.platform == "darwin" else ["pthread"],
     }

@@ -13,6 +13,7 @@ import pytest
 from conftest import run_cli
 
 from stepscope.analysis.calltree import ProfileIndex
+from stepscope.record.sampling.sampler import walk_choice
 from stepscope.store import Store
 from stepscope.store.reader import load_run
 
@@ -79,7 +80,9 @@ def test_thread_sampler_on_request(tmp_path, store, per_ms):
     r = run_cli(["run", "-q", "--sampler", "thread", "--", sys.executable, str(prog), "50", str(per_ms)], store)
     assert r.returncode == 0, r.stderr
     data = load_run(Store(store))
-    assert data.run.env["sampler"] == {"main": "thread", "note": "--sampler thread"}
+    info = data.run.env["sampler"]
+    assert {k: info[k] for k in ("main", "note")} == {"main": "thread", "note": "--sampler thread"}
+    assert info["walk"] == walk_choice()[0], info  # (other threads: the C walk where the extension is built)
     assert len(data.profile) > 10
     bad = run_cli(["run", "--sampler", "nope", "--", sys.executable, str(prog)], store)
     assert bad.returncode == 2 and "--sampler" in bad.stderr and "Traceback" not in bad.stderr

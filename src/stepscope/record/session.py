@@ -5,9 +5,7 @@ sleep compensates drift; the other threads' rate under the overhead budget: ``sa
 ``flush_interval_s`` (or as soon as ``FLUSH_SPANS`` spans wait), writes finished spans, new frames/stacks and samples
 to the store. Memory stays bounded however long the run; a crash loses at most the last flush interval. A write
 that fails (a full disk) ends the recording there, never the program: the run is marked ``incomplete`` with the
-reason, and nothing is printed into the program's output.
-
-Stdlib only: this module runs inside the profiled program.
+reason, and nothing is printed into the program's output. Stdlib only: this module runs inside the profiled program.
 """
 
 from __future__ import annotations
@@ -300,11 +298,12 @@ class Session:
         self.oom = _memory.oom_record(exc, self.history)
 
     def sampler_info(self) -> dict:
-        """``env["sampler"]``: ``main`` ("signal" | "signal, then thread" | "thread"), ``note`` (why not by signal), others."""
+        """``env["sampler"]``: ``main`` ("signal" | "signal, then thread" | "thread"), ``note`` (why not by signal),
+        ``walk`` ("c" | "python": how other threads' stacks were read; ``walk_note``: why not in C), others."""
         ms = self.main_sampler
-        if ms.signum is None:
-            return {"main": "thread", "note": ms.note}
-        info = {"main": "signal" if ms.note is None else "signal, then thread", "note": ms.note}
+        info = {"main": "thread" if ms.signum is None else "signal" if ms.note is None else "signal, then thread",
+                "note": ms.note, "walk": self.sampler.walk}
+        info.update({"walk_note": self.sampler.walk_note} if self.sampler.walk_note else {})
         if self.recorder_error:
             info["recorder_error"] = self.recorder_error
         if ms.pauses:

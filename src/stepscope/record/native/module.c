@@ -8,6 +8,8 @@
    probes.c/.h    Python 3.11: the Probe objects the instrumented code calls (tracing.codeswap)
    gen.c/.h       the ContextVar's records; generators, coroutines and async generators on 3.12+
    block.c/.h     take_block: finished calls straight into a span block (core/spanformat.py's layout)
+   stackwalk.c/.h the sampler's stack walk (Walker): every thread's Python stack read from its interpreter frames,
+                  with no frame object, into tables of frames and stacks (3.11 to 3.13; sampling/sampler.py)
 
    A plain traced function (no hooks, no subclass filter, not a generator or coroutine) is recorded here; the
    recorder thread drains the columns (take: span tuples of spans.buffer.SPAN_FIELDS; take_block: span blocks).
@@ -24,6 +26,7 @@
 #include "gen.h"
 #include "monitor.h"
 #include "probes.h"
+#include "stackwalk.h"
 
 /* ---- module functions ------------------------------------------------------------------------------------ */
 
@@ -210,6 +213,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "DenoiserProbe", (PyObject *)&DenoiserProbeType) < 0) return NULL;
+#ifdef STEPSCOPE_STACKWALK
+    if (PyType_Ready(&WalkerType) < 0 || PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0) return NULL;
+#endif
     if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;

@@ -10,8 +10,11 @@ Shape of the data (Sentry's sampled profile v1 and speedscope's shared frame tab
 
 Two drivers fill the same tables (``lock`` serialises them):
 
-- ``sample()``: every thread's stack at once from another thread (``sys._current_frames``), called by the
-  recorder thread at the profiling rate. It runs only when it holds the GIL, so a thread running pure
+- ``sample()``: every thread's stack at once from another thread, called by the recorder thread at the profiling
+  rate. The stacks are read by the C walk (``native.ext.Walker``, stackwalk.c: each thread's interpreter frames read in
+  place, no frame object made, a stack seen before costs a hash lookup; its new frames and stacks are resolved here,
+  once each) or, as a fallback (``walk_choice``), walked here from ``sys._current_frames``; both give the same
+  tables. It runs only when it holds the GIL, so a thread running pure
   Python is read at GIL switch points. Each sample is charged the interval since that thread's previous one
   (capped at ``MAX_PERIODS`` periods: a longer gap is the recorder's own pause, a store write) and the CPU
   time the thread used in it (its CPU clock, ``thread_cpu_ns``). A thread whose CPU clock has not moved has
@@ -36,6 +39,8 @@ import threading
 import time
 from array import array
 from time import perf_counter_ns
+
+from .. import native as _native
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers, import hook and
@@ -74,13 +79,33 @@ def thread_cpu_ns(native_id: int) -> int:
         return -1
 
 
+def walk_choice() -> tuple[str, str | None]:
+    """How ``Sampler.sample`` reads the other threads' stacks: ``("c", None)``, the C walk (``native.ext.Walker``), or
+    ``("python", why not)``: ``STEPSCOPE_SAMPLER=python``, a free-threaded build (the extension needs the GIL), the
+    extension not in use (``STEPSCOPE_RECORDER=python``, not built, cannot load), or an interpreter whose frames it does
+    not know (it reads CPython 3.11 to 3.13's)."""
+    if os.environ.get("STEPSCOPE_SAMPLER", "").strip().lower() == "python":
+        return "python", "STEPSCOPE_SAMPLER=python"
+    import sysconfig
+
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "python", "a free-threaded build: the C stack walk needs the GIL"
+    if _native.ext is None:
+        return "python", "the C extension is not in use (record.native)"
+    if not hasattr(_native.ext, "Walker"):
+        return "python", f"no C stack walk for Python {sys.version_info[0]}.{sys.version_info[1]}"
+    return "c", None
+
+
 class Sampler:
     """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call.
 
     ``period_ns``: the nominal sampling period (ns), charged to a thread's first sample and the unit of the cap.
+    ``walk``: how ``sample()`` reads stacks, "c" or "python" (None: ``walk_choice()``; "c" where it is not
+    available raises RuntimeError). ``walk`` and ``walk_note`` say which, and why not the C walk.
     """
 
-    def __init__(self, max_depth: int = 256, period_ns: int = 9_900_990) -> None:
+    def __init__(self, max_depth: int = 256, period_ns: int = 9_900_990, walk: str | None = None) -> None:
         self.max_depth = max_depth
         self.period_ns = int(period_ns)
         #: serialises the two drivers (recorder thread, main thread's signal handler) and ``drain``
@@ -98,7 +123,17 @@ class Sampler:
         self._last: dict[int, tuple[int, int, int]] = {}
         self._native: dict[int, int] = {}  # thread id -> OS thread id
         self.sample_count = 0
-        self.truncated = 0
+        self._truncated = 0
+        choice, self.walk_note = walk_choice()
+        if walk == "c" and choice != "c":
+            raise RuntimeError(f"no C stack walk: {self.walk_note}")
+        #: the C walk, or None (``sample()`` walks ``sys._current_frames()`` here)
+        self._walker = _native.ext.Walker(max_depth, HIDDEN_FILES) if (walk or choice) == "c" else None
+        self.walk = "c" if self._walker is not None else "python"
+        if self._walker is not None:
+            self.walk_note = None
+        self._walk_frames: list[int] = []  # the walker's frame index -> frame index here
+        self._walk_stacks: list[int] = []  # the walker's stack index -> stack index here
         #: the thread ids of the last ``sample()`` (the recorder notices an id reused by a new thread)
         self.last_threads: list[int] = []
         #: the thread ids whose stacks the last ``sample()`` walked (they had run since their previous sample)
@@ -109,6 +144,11 @@ class Sampler:
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
         self._n_active = -1  # len(threading._active) at the last ``sample()``
+
+    @property
+    def truncated(self) -> int:
+        """Stacks read that were deeper than ``max_depth`` (their root side left out)."""
+        return self._truncated + (self._walker.truncated if self._walker is not None else 0)
 
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
@@ -134,23 +174,44 @@ class Sampler:
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
-            frames = sys._current_frames()
-            t = perf_counter_ns()
             me = threading.get_ident() if exclude_thread is None else exclude_thread
-            cap = MAX_PERIODS * self.period_ns
+            out = {me, *OWN_THREADS, *skip}  # not sampled
             last = self._last
+            slack = self.slack
+            walker = self._walker
+            cpus = {}  # (the C walk) thread id -> its CPU clock, read before the walk
+            if walker is None:
+                frames = sys._current_frames()
+            else:
+                # the threads sampled before whose CPU clocks stood still are not walked (their previous stack is
+                # recorded again below, as in the Python walk); every other one is read in place: thread id ->
+                # the walker's stack index (-1: not walked)
+                idle = set(out)
+                for tid, prev in last.items():
+                    if tid not in out:
+                        cpu = cpus[tid] = thread_cpu_ns(self._native.get(tid, 0))
+                        if cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+                            idle.add(tid)
+                frames = walker.look(idle)
+                if walker.unseen:
+                    self._take_walked()
+                walked = self._walk_stacks
+            t = perf_counter_ns()
+            cap = MAX_PERIODS * self.period_ns
             n = 0
             ran = []
-            slack = self.slack
             c = self._cols
+            f = None
             for tid, f in frames.items():
-                if tid == me or tid in OWN_THREADS or tid in skip:
+                if tid in out:
                     continue
                 native = self._native.get(tid)
                 if native is None:
                     th = threading._active.get(tid)
                     native = self._native[tid] = getattr(th, "native_id", None) or 0
-                cpu = thread_cpu_ns(native)
+                cpu = cpus.get(tid)
+                if cpu is None:
+                    cpu = thread_cpu_ns(native)
                 prev = last.get(tid)
                 n += 1
                 if prev is not None and cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
@@ -178,7 +239,8 @@ class Sampler:
                         c[3].append(gap - run)
                         c[4].append(0)
                         wall, used = run, cpu - prev[1]
-                last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
+                last[tid] = (t, cpu, self._record(f, tid, t, wall, used) if walker is None else
+                             self._record_stack(walked[f], tid, t, wall, used))
             for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
                 del last[gone]                                        # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
@@ -302,13 +364,19 @@ class Sampler:
                 depth += 1
             f = f.f_back
         if f is not None:
-            self.truncated += 1
-        key = tuple(leaf_first)
+            self._truncated += 1
+        return self._record_stack(self._stack_of(tuple(leaf_first)), tid, t, wall, cpu)
+
+    def _stack_of(self, key: tuple) -> int:
+        """The stack index of ``key`` (frame indices, leaf first), added if new."""
         sidx = self._stack_index.get(key)
         if sidx is None:
             sidx = len(self._stack_index)
             self._stack_index[key] = sidx
             self._new_stacks.append(key[::-1])
+        return sidx
+
+    def _record_stack(self, sidx: int, tid: int, t: int, wall: int, cpu: int) -> int:
         c = self._cols
         c[0].append(t)
         c[1].append(tid)
@@ -334,16 +402,34 @@ class Sampler:
         if not info:
             self._frame_index[key] = -1
             return -1
-        line = f.f_lineno
-        # several instructions share a line: one frame per (code, line)
+        idx = self._frame_index[key] = self._line_frame(cid, info, f.f_lineno)
+        return idx
+
+    def _line_frame(self, cid: int, info: tuple, line: int | None) -> int:
+        """The frame index of line ``line`` (None: none) of code ``cid`` (``info``: function, module, file), added if
+        new: several instructions share a line, so there is one frame per (code, line)."""
         idx = self._line_index.get((cid, line))
         if idx is None:
             idx = self._next_frame
             self._next_frame += 1
             self._line_index[(cid, line)] = idx
             self._new_frames.append((info[0], info[1], info[2], line or 0))
-        self._frame_index[key] = idx
         return idx
+
+    def _take_walked(self) -> None:
+        """The C walk's new frames and stacks into these tables, once each: a frame, ``(code, line or -1, module)``
+        (the module: its first frame's ``__name__``; hidden codes never come), as ``_add_frame`` resolves one; a
+        stack, leaf-first walker frame indices, as ``_record`` makes one."""
+        frames, stacks = self._walker.take()
+        wf = self._walk_frames
+        for code, line, module in frames:
+            cid = id(code)
+            self._alive[cid] = code
+            info = self._code_info.get(cid)
+            if not info:
+                info = self._code_info[cid] = (getattr(code, "co_qualname", code.co_name), module, code.co_filename)
+            wf.append(self._line_frame(cid, info, line if line >= 0 else None))
+        self._walk_stacks.extend([self._stack_of(tuple([wf[i] for i in key])) for key in stacks])
 
     def drain(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain; samples as

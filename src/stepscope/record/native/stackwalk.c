@@ -1,0 +1,514 @@
+/* stepscope.record.native._native: the sampler's stack walk (declared in stackwalk.h; issue 41).
+
+   sys._current_frames() makes a frame object for each thread's innermost frame, and walking f_back makes one for
+   every frame above it; the Python sampler then looks each (code, instruction) up in a dict: ~35 us a thread at a
+   depth of 30. Here the same chain is read in place. CPython keeps a thread's running frames as _PyInterpreterFrame
+   structs linked by `previous` (internal/pycore_frame.h, hence Py_BUILD_CORE in this file only):
+
+     3.11, 3.12  tstate->cframe->current_frame, frame->f_code, frame->prev_instr (the instruction being executed)
+     3.13        tstate->current_frame, frame->f_executable, frame->instr_ptr
+
+   Frames that a frame object would not show are skipped, as PyFrame_GetBack and sys._current_frames skip them:
+   incomplete ones (a call still in its prologue: _PyFrame_IsIncomplete) and, on 3.12+, the C stack's entry frames
+   (owner FRAME_OWNED_BY_CSTACK). The instruction offset is CPython's f_lasti (_PyInterpreterFrame_LASTI: the
+   instruction pointer less the start of the code's bytecode, in code units; the frame object's f_lasti is it in
+   bytes) and a frame's line is PyCode_Addr2Line at that byte offset, which is what f_lineno computes (a frame with a
+   trace function's own f_lineno aside).
+
+   The cost is memory reads: a frame a busy thread wrote is in another core's cache. The hot path reads each frame's
+   own fields (owner, code address, instruction pointer, previous) and one 16-byte slot of the offs table, and never
+   the code object: the offset is computed from addresses (the bytecode is inline in the code object), and whether
+   the frame is complete is known from the slot (only a complete frame's (code, offset, generator or not) is entered:
+   _PyFrame_IsIncomplete depends on nothing else), so the code object is read only at a first sight.
+
+   Everything runs with the GIL held and runs no Python code (dict and set lookups with str keys, no object freed),
+   so no other thread changes a frame chain or the thread list meanwhile: a thread that released the GIL is parked
+   at a call, its frames as they were; thread states are unlinked only with the GIL held (CPython's
+   _PyThreadState_DeleteCurrent), and one linked meanwhile by a new C thread has no frame yet. The current
+   interpreter's threads only (sys._current_frames reads every interpreter's; stepscope runs in the main one).
+
+   The tables, all open addressing with linear probing and a power-of-two size kept at most half full:
+
+     codes  code address -> code index (Code: the code object, a strong reference; its module's __name__, read once
+            from the globals of the first frame seen running it; hidden: its file is one of HIDDEN_FILES)
+     offs   (code address, f_lasti, a generator's frame or not) -> frame index, or -1 for a hidden code's frame: the
+            one lookup a frame costs
+     lines  (code index, line) -> frame index: instructions on the same line are one frame, as in the Python sampler
+     stacks a stack's frame indices (leaf first, hidden frames left out, at most max_depth of those nearest the leaf)
+            -> stack index; the sequences are kept end to end in one array
+
+   Frame and stack indices are dense and never reused; take() hands those made since the previous take to Python. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "stackwalk.h"
+
+#ifdef STEPSCOPE_STACKWALK
+
+#define Py_BUILD_CORE 1
+#include "internal/pycore_frame.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#ifndef Py_T_PYSSIZET /* (3.11: the names of structmember.h) */
+#include <structmember.h>
+#define Py_T_PYSSIZET T_PYSSIZET
+#define Py_T_LONGLONG T_LONGLONG
+#define Py_READONLY READONLY
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define FRAME_CODE(f) ((f)->f_executable)
+#define TOP_FRAME(ts) ((ts)->current_frame)
+#else
+#define FRAME_CODE(f) ((PyObject *)(f)->f_code)
+#define TOP_FRAME(ts) ((ts)->cframe->current_frame)
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define INSTR(f) ((f)->instr_ptr)
+#else
+#define INSTR(f) ((f)->prev_instr)
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+#define CSTACK(f) ((f)->owner == FRAME_OWNED_BY_CSTACK)
+#else
+#define CSTACK(f) 0
+#endif
+
+#define MISSING INT32_MIN /* a map's answer for a key it lacks */
+#define NO_MEMORY (-2)    /* frame_index / walk_one: out of memory (MemoryError set) */
+#define NOT_SHOWN (-3)    /* frame_index: an incomplete frame (or not a code's), which a frame object would not show */
+
+/* ---- a map from a key of two words to an int32 (codes, offs, lines) ----------------------------------------- */
+
+typedef struct { /* 16 bytes: four to a cache line */
+    uintptr_t a; /* 0: an empty slot (a code address, or a code index + 1, is never 0) */
+    uint32_t b;
+    int32_t v;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask, n; /* size - 1 (0: none allocated yet), slots used */
+} Map;
+
+static inline uint64_t mix2(uint64_t a, uint64_t b) { /* both words mixed, then splitmix64's finaliser */
+    uint64_t h = (a ^ (a >> 29)) * 0x9E3779B97F4A7C15ull + b * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 31;
+    h *= 0xD6E8FEB86659FD93ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static inline int32_t map_get(const Map *m, uintptr_t a, uint32_t b) {
+    if (m->mask == 0) return MISSING;
+    for (size_t i = mix2(a, (uint64_t)b) & m->mask;; i = (i + 1) & m->mask) {
+        const Slot *s = &m->slots[i];
+        if (s->a == a && s->b == b) return s->v;
+        if (s->a == 0) return MISSING;
+    }
+}
+
+static int map_put(Map *m, uintptr_t a, uint32_t b, int32_t v) { /* a new key; 0, or -1 with MemoryError set */
+    if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep it at most half full */
+        size_t size = m->mask ? 2 * (m->mask + 1) : 256;
+        Slot *slots = PyMem_Calloc(size, sizeof(Slot));
+        if (slots == NULL) { PyErr_NoMemory(); return -1; }
+        for (size_t k = 0; m->mask && k <= m->mask; k++) {
+            Slot *s = &m->slots[k];
+            if (s->a == 0) continue;
+            size_t i = mix2(s->a, (uint64_t)s->b) & (size - 1);
+            while (slots[i].a != 0) i = (i + 1) & (size - 1);
+            slots[i] = *s;
+        }
+        PyMem_Free(m->slots);
+        m->slots = slots;
+        m->mask = size - 1;
+    }
+    size_t i = mix2(a, (uint64_t)b) & m->mask;
+    while (m->slots[i].a != 0) i = (i + 1) & m->mask;
+    m->slots[i] = (Slot){a, b, v};
+    m->n++;
+    return 0;
+}
+
+static void map_clear(Map *m) {
+    PyMem_Free(m->slots);
+    *m = (Map){NULL, 0, 0};
+}
+
+/* grow *p (an array of n items of `size` bytes, room for *cap) to room for one more; 0, or -1 with MemoryError */
+static int reserve(void **p, Py_ssize_t n, Py_ssize_t *cap, size_t size, Py_ssize_t need) {
+    if (n + need <= *cap) return 0;
+    Py_ssize_t c = *cap ? *cap : 64;
+    while (c < n + need) c *= 2;
+    void *q = PyMem_Realloc(*p, (size_t)c * size);
+    if (q == NULL) { PyErr_NoMemory(); return -1; }
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* ---- the walker ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *code;   /* strong */
+    PyObject *module; /* its globals' __name__ (a str, strong), or NULL: "" */
+    int hidden;
+} Code;
+
+typedef struct {
+    int32_t code, line; /* code index; line -1: none (f_lineno None) */
+} WFrame;
+
+typedef struct {
+    Py_ssize_t start; /* in ids */
+    int32_t len;
+    uint64_t hash;
+} Stack;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t max_depth;
+    PyObject *hidden;  /* a set or frozenset of file names (sampler.HIDDEN_FILES) */
+    PyObject *name;    /* "__name__", interned */
+    PyObject *empty;   /* "": the module of a code whose globals have no str __name__ */
+    Code *codes;
+    Py_ssize_t n_codes, cap_codes;
+    WFrame *frames;
+    Py_ssize_t n_frames, cap_frames, taken_frames;
+    Stack *stacks;
+    Py_ssize_t n_stacks, cap_stacks, taken_stacks;
+    int32_t *ids; /* every stack's frame indices, end to end */
+    Py_ssize_t n_ids, cap_ids;
+    Map code_map, offs, lines;
+    int32_t *stack_slots; /* stack index, -1 empty; size stack_mask + 1 */
+    size_t stack_mask;
+    int32_t *buf; /* one walk's frame indices, leaf first: max_depth of them */
+    long long truncated;
+    Py_ssize_t unseen; /* frames and stacks made since the last take */
+} Walker;
+
+/* Whether a frame object would show this frame (see the top of the file). */
+static inline int shown(_PyInterpreterFrame *f) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
+#endif
+    return PyCode_Check(FRAME_CODE(f)) && !_PyFrame_IsIncomplete(f);
+}
+
+/* f's offset key in offs: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
+static inline uint32_t offset_key(_PyInterpreterFrame *f) {
+    int lasti = (int)(INSTR(f) - _PyCode_CODE((PyCodeObject *)FRAME_CODE(f))); /* (no read of the code object) */
+    return ((uint32_t)(lasti + 1) << 1) | (f->owner == FRAME_OWNED_BY_GENERATOR);
+}
+
+/* The code index of code, first seen in frame f: its entry made (the code kept; hidden by its file; its module
+   from f's globals, a borrowed dict lookup that runs no Python code: a str key). -1 with MemoryError set. */
+static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
+    int32_t ci = map_get(&w->code_map, (uintptr_t)code, 0);
+    if (ci != MISSING) return ci;
+    if (reserve((void **)&w->codes, w->n_codes, &w->cap_codes, sizeof(Code), 1) < 0) return -1;
+    ci = (int32_t)w->n_codes;
+    if (map_put(&w->code_map, (uintptr_t)code, 0, ci) < 0) return -1;
+    int hidden = PySet_Contains(w->hidden, ((PyCodeObject *)code)->co_filename);
+    if (hidden < 0) { PyErr_Clear(); hidden = 0; }
+    PyObject *module = NULL;
+    if (!hidden && f->f_globals != NULL && PyDict_Check(f->f_globals)) {
+        module = PyDict_GetItemWithError(f->f_globals, w->name); /* borrowed */
+        if (module == NULL) PyErr_Clear();
+        else if (!PyUnicode_Check(module)) module = NULL;
+    }
+    w->codes[ci] = (Code){Py_NewRef(code), Py_XNewRef(module), hidden};
+    w->n_codes++;
+    return ci;
+}
+
+/* The frame index of f at offset key `key` (offset_key), not in offs: NOT_SHOWN (an incomplete frame: not
+   entered), -1 for a hidden code's frame, NO_MEMORY. */
+static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, uint32_t key) {
+    if (!shown(f)) return NOT_SHOWN;
+    PyObject *code = FRAME_CODE(f);
+    int lasti = (int)(key >> 1) - 1;
+    int32_t ci = code_index(w, code, f);
+    if (ci < 0) return NO_MEMORY;
+    int32_t fi = -1;
+    if (!w->codes[ci].hidden) {
+        /* f_lineno: the line of the byte offset f_lasti (-1: none; it is read once per (code, instruction)) */
+        int line = PyCode_Addr2Line((PyCodeObject *)code, lasti * (int)sizeof(_Py_CODEUNIT));
+        if (line < 0) line = -1;
+        fi = map_get(&w->lines, (uintptr_t)ci + 1, (uint32_t)line);
+        if (fi == MISSING) {
+            if (reserve((void **)&w->frames, w->n_frames, &w->cap_frames, sizeof(WFrame), 1) < 0) return NO_MEMORY;
+            fi = (int32_t)w->n_frames;
+            if (map_put(&w->lines, (uintptr_t)ci + 1, (uint32_t)line, fi) < 0) return NO_MEMORY;
+            w->frames[w->n_frames++] = (WFrame){ci, line};
+            w->unseen++;
+        }
+    }
+    if (map_put(&w->offs, (uintptr_t)code, key, fi) < 0) return NO_MEMORY;
+    return fi;
+}
+
+/* The frame index of f (not the C stack's): a lookup in offs when seen before, else new_frame. */
+static inline int32_t frame_index(Walker *w, _PyInterpreterFrame *f) {
+    uint32_t key = offset_key(f);
+    int32_t fi = map_get(&w->offs, (uintptr_t)FRAME_CODE(f), key);
+    return fi != MISSING ? fi : new_frame(w, f, key);
+}
+
+static uint64_t hash_ids(const int32_t *ids, int32_t n) {
+    uint64_t h = (uint64_t)n;
+    for (int32_t i = 0; i < n; i++) h = mix2(h, (uint64_t)(uint32_t)ids[i]);
+    return h;
+}
+
+/* The stack index of buf[0:n] (frame indices, leaf first), made if new: a hash lookup when seen before. */
+static int32_t intern_stack(Walker *w, int32_t n) {
+    uint64_t h = hash_ids(w->buf, n);
+    if (w->stack_mask) {
+        for (size_t i = h & w->stack_mask; w->stack_slots[i] >= 0; i = (i + 1) & w->stack_mask) {
+            Stack *s = &w->stacks[w->stack_slots[i]];
+            if (s->hash == h && s->len == n && memcmp(w->ids + s->start, w->buf, (size_t)n * sizeof(int32_t)) == 0)
+                return w->stack_slots[i];
+        }
+    }
+    if (reserve((void **)&w->stacks, w->n_stacks, &w->cap_stacks, sizeof(Stack), 1) < 0) return NO_MEMORY;
+    if (reserve((void **)&w->ids, w->n_ids, &w->cap_ids, sizeof(int32_t), n) < 0) return NO_MEMORY;
+    if (2 * ((size_t)w->n_stacks + 1) > w->stack_mask + 1) { /* grow the slots (at most half full) */
+        size_t size = w->stack_mask ? 2 * (w->stack_mask + 1) : 256;
+        int32_t *slots = PyMem_Malloc(size * sizeof(int32_t));
+        if (slots == NULL) { PyErr_NoMemory(); return NO_MEMORY; }
+        memset(slots, 0xff, size * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < w->n_stacks; k++) {
+            size_t i = w->stacks[k].hash & (size - 1);
+            while (slots[i] >= 0) i = (i + 1) & (size - 1);
+            slots[i] = (int32_t)k;
+        }
+        PyMem_Free(w->stack_slots);
+        w->stack_slots = slots;
+        w->stack_mask = size - 1;
+    }
+    int32_t si = (int32_t)w->n_stacks++;
+    w->stacks[si] = (Stack){w->n_ids, n, h};
+    memcpy(w->ids + w->n_ids, w->buf, (size_t)n * sizeof(int32_t));
+    w->n_ids += n;
+    size_t i = h & w->stack_mask;
+    while (w->stack_slots[i] >= 0) i = (i + 1) & w->stack_mask;
+    w->stack_slots[i] = si;
+    w->unseen++;
+    return si;
+}
+
+/* One thread's stack from its innermost frame f: its stack index; NOT_SHOWN when it has no frame a frame object
+   would show (not in sys._current_frames), NO_MEMORY. As the Python sampler's _record: hidden frames left out, the
+   max_depth shown frames nearest the leaf kept, a walk that stops with a shown frame left above counted in
+   truncated. */
+static int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
+    int32_t depth = 0;
+    int any = 0;
+    while (f != NULL && depth < w->max_depth) {
+        if (!CSTACK(f)) {
+            int32_t fi = frame_index(w, f);
+            if (fi == NO_MEMORY) return NO_MEMORY;
+            if (fi >= 0) w->buf[depth++] = fi;
+            any |= fi != NOT_SHOWN;
+        }
+        f = f->previous;
+    }
+    while (f != NULL && !shown(f)) f = f->previous;
+    if (f != NULL) w->truncated++;
+    return any || f != NULL ? intern_stack(w, depth) : NOT_SHOWN;
+}
+
+/* the thread ids of an iterable, into a C array (*out: buf, or a PyMem block to free); -1 with an exception set.
+   An item that is no thread id (not an int, negative: sample(exclude_thread=-1)) is left out. */
+static Py_ssize_t read_ids(PyObject *skip, unsigned long *buf, Py_ssize_t cap, unsigned long **out) {
+    *out = buf;
+    PyObject *it = PyObject_GetIter(skip);
+    if (it == NULL) return -1;
+    Py_ssize_t n = 0;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        unsigned long v = PyLong_Check(item) ? PyLong_AsUnsignedLong(item) : (unsigned long)-1;
+        Py_DECREF(item);
+        if (v == (unsigned long)-1 && PyErr_Occurred()) { PyErr_Clear(); continue; }
+        if (n == cap) {
+            cap *= 2;
+            unsigned long *q = *out == buf ? PyMem_Malloc(cap * sizeof *q) : PyMem_Realloc(*out, cap * sizeof *q);
+            if (q == NULL) { Py_DECREF(it); if (*out != buf) PyMem_Free(*out); PyErr_NoMemory(); return -1; }
+            if (*out == buf) memcpy(q, buf, n * sizeof *q);
+            *out = q;
+        }
+        (*out)[n++] = v;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) { if (*out != buf) PyMem_Free(*out); return -1; }
+    return n;
+}
+
+static PyObject *walker_look(Walker *w, PyObject *skip) {
+    unsigned long sbuf[32], *sk;
+    Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
+    if (nsk < 0) return NULL;
+    /* made before the walk: allocating a container may run the garbage collector (3.11), and with it any
+       Python code; an int or a dict insert does not */
+    PyObject *out = PyDict_New();
+    if (out == NULL) goto done;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts)) {
+        _PyInterpreterFrame *f = TOP_FRAME(ts);
+        int32_t si = -1;
+        int skipped = 0;
+        for (Py_ssize_t k = 0; k < nsk && !skipped; k++) skipped = sk[k] == ts->thread_id;
+        if (skipped) {
+            while (f != NULL && !shown(f)) f = f->previous;
+            if (f == NULL) continue; /* no Python frame: not in sys._current_frames either */
+        } else if ((si = walk_one(w, f)) < 0) {
+            if (si == NOT_SHOWN) continue;
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *key = PyLong_FromUnsignedLong(ts->thread_id), *val = PyLong_FromLong(si);
+        int r = key == NULL || val == NULL ? -1 : PyDict_SetItem(out, key, val);
+        Py_XDECREF(key);
+        Py_XDECREF(val);
+        if (r < 0) { Py_CLEAR(out); goto done; }
+    }
+done:
+    if (sk != sbuf) PyMem_Free(sk);
+    return out;
+}
+
+static PyObject *walker_take(Walker *w, PyObject *unused) {
+    PyObject *frames = PyList_New(w->n_frames - w->taken_frames);
+    PyObject *stacks = PyList_New(w->n_stacks - w->taken_stacks);
+    if (frames == NULL || stacks == NULL) goto fail;
+    for (Py_ssize_t i = w->taken_frames; i < w->n_frames; i++) {
+        Code *c = &w->codes[w->frames[i].code];
+        PyObject *t = Py_BuildValue("(OiO)", c->code, (int)w->frames[i].line,
+                                    c->module != NULL ? c->module : w->empty);
+        if (t == NULL) goto fail;
+        PyList_SET_ITEM(frames, i - w->taken_frames, t);
+    }
+    for (Py_ssize_t i = w->taken_stacks; i < w->n_stacks; i++) {
+        Stack *s = &w->stacks[i];
+        PyObject *t = PyTuple_New(s->len);
+        if (t == NULL) goto fail;
+        PyList_SET_ITEM(stacks, i - w->taken_stacks, t);
+        for (int32_t k = 0; k < s->len; k++) {
+            PyObject *v = PyLong_FromLong(w->ids[s->start + k]);
+            if (v == NULL) goto fail;
+            PyTuple_SET_ITEM(t, k, v);
+        }
+    }
+    w->taken_frames = w->n_frames;
+    w->taken_stacks = w->n_stacks;
+    w->unseen = 0;
+    return Py_BuildValue("(NN)", frames, stacks);
+fail:
+    Py_XDECREF(frames);
+    Py_XDECREF(stacks);
+    return NULL;
+}
+
+/* forget everything: the code objects released (their addresses may be reused from now on), indices from 0 */
+static void walker_clear(Walker *w) {
+    Code *codes = w->codes;
+    Py_ssize_t n = w->n_codes;
+    w->codes = NULL;
+    w->n_codes = w->cap_codes = 0;
+    PyMem_Free(w->frames);
+    PyMem_Free(w->stacks);
+    PyMem_Free(w->ids);
+    PyMem_Free(w->stack_slots);
+    w->frames = NULL;
+    w->stacks = NULL;
+    w->ids = NULL;
+    w->stack_slots = NULL;
+    w->n_frames = w->cap_frames = w->taken_frames = w->n_stacks = w->cap_stacks = w->taken_stacks = 0;
+    w->n_ids = w->cap_ids = 0;
+    w->stack_mask = 0;
+    w->unseen = 0;
+    map_clear(&w->code_map);
+    map_clear(&w->offs);
+    map_clear(&w->lines);
+    for (Py_ssize_t i = 0; i < n; i++) { /* last: a code freed here may run Python code (a weakref callback) */
+        Py_DECREF(codes[i].code);
+        Py_XDECREF(codes[i].module);
+    }
+    PyMem_Free(codes);
+}
+
+static PyObject *walker_reset(Walker *w, PyObject *unused) {
+    walker_clear(w);
+    Py_RETURN_NONE;
+}
+
+static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
+    Py_ssize_t max_depth;
+    PyObject *hidden;
+    if (!PyArg_ParseTuple(args, "nO!:Walker", &max_depth, &PyFrozenSet_Type, &hidden)) return -1;
+    if (max_depth < 0 || max_depth > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "max_depth: 0 to 2**30");
+        return -1;
+    }
+    int32_t *buf = PyMem_Malloc(((size_t)max_depth + 1) * sizeof(int32_t));
+    PyObject *name = PyUnicode_InternFromString("__name__"), *empty = PyUnicode_FromString("");
+    if (buf == NULL || name == NULL || empty == NULL) {
+        PyMem_Free(buf);
+        Py_XDECREF(name);
+        Py_XDECREF(empty);
+        return buf == NULL ? (PyErr_NoMemory(), -1) : -1;
+    }
+    walker_clear(w);
+    PyMem_Free(w->buf);
+    w->buf = buf;
+    w->max_depth = max_depth;
+    Py_XSETREF(w->hidden, Py_NewRef(hidden));
+    Py_XSETREF(w->name, name);
+    Py_XSETREF(w->empty, empty);
+    w->truncated = 0;
+    return 0;
+}
+
+static void walker_dealloc(Walker *w) {
+    walker_clear(w);
+    PyMem_Free(w->buf);
+    Py_XDECREF(w->hidden);
+    Py_XDECREF(w->name);
+    Py_XDECREF(w->empty);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyMethodDef walker_methods[] = {
+    {"look", (PyCFunction)walker_look, METH_O,
+     "look(skip) -> {thread id: stack index, or -1 for a thread of skip}: every thread with a Python frame"},
+    {"take", (PyCFunction)walker_take, METH_NOARGS,
+     "take() -> (frames, stacks) made since the last take: (code, line or -1, module) and leaf-first tuples"},
+    {"reset", (PyCFunction)walker_reset, METH_NOARGS, "Forget every code, frame and stack (codes released)."},
+    {NULL}};
+
+static PyMemberDef walker_members[] = {
+    {"max_depth", Py_T_PYSSIZET, offsetof(Walker, max_depth), Py_READONLY, "frames kept a stack, nearest the leaf"},
+    {"truncated", Py_T_LONGLONG, offsetof(Walker, truncated), Py_READONLY, "walks cut at max_depth"},
+    {"unseen", Py_T_PYSSIZET, offsetof(Walker, unseen), Py_READONLY, "frames and stacks made since the last take"},
+    {NULL}};
+
+PyTypeObject WalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stepscope.record.native._native.Walker",
+    .tp_basicsize = sizeof(Walker),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Walker(max_depth, hidden_files): every thread's Python stack read without frame objects "
+              "(stepscope.record.sampling.sampler)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)walker_init,
+    .tp_dealloc = (destructor)walker_dealloc,
+    .tp_methods = walker_methods,
+    .tp_members = walker_members,
+};
+
+#endif /* STEPSCOPE_STACKWALK */

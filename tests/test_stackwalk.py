@@ -1,0 +1,137 @@
+"""The sampler's C stack walk (stepscope/record/native/stackwalk.c, issue 41) against its Python walk: the same stacks
+for the same threads (nested functions, a generator, a coroutine under asyncio, a recursion beyond max_depth, a thread
+inside time.sleep, frames of a hidden file) on this interpreter and on pyenv's 3.12 and 3.13 with PYTHONPATH=src, no
+frame object made by a C look, STEPSCOPE_SAMPLER=python for the Python walk, code objects kept until a reset."""
+
+import gc
+import json
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+
+from stepscope.record import native
+from stepscope.record.sampling.sampler import HIDDEN_FILES, Sampler, walk_choice
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "tests" / "programs" / "stackwalk_same.py"
+BUILD_NATIVE = ROOT / "scripts" / "build_native.py"
+
+needs_walker = pytest.mark.skipif(native.ext is None or not hasattr(native.ext, "Walker"),
+                                  reason="no C stack walk on this interpreter")
+
+
+def _interpreters():
+    out = [pytest.param(sys.executable, id=f"py{sys.version_info[0]}.{sys.version_info[1]}")]
+    for version, exe in (("3.12.1", "python3.12"), ("3.13.0", "python3.13")):
+        venv = ROOT / f".venv-{exe[len('python'):]}" / "bin" / "python"
+        path = Path.home() / ".pyenv" / "versions" / version / "bin" / exe
+        if venv.exists() or path.exists():
+            out.append(pytest.param(str(venv if venv.exists() else path), id=exe))
+    return out
+
+
+@pytest.mark.parametrize("python", _interpreters())
+def test_the_c_walk_reads_the_stacks_the_python_walk_reads(python):
+    subprocess.run([python, str(BUILD_NATIVE), "--quiet"], capture_output=True, timeout=300)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run([python, str(PROGRAM)], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    for depth in (256, 16):
+        c, py = out[f"c-{depth}"], out[f"python-{depth}"]
+        assert (c["walk"], py["walk"]) == ("c", "python")
+        assert c["stacks"] == py["stacks"], depth
+        assert c["truncated"] == py["truncated"]
+        assert c["again"] and py["again"]  # a thread that waited since is recorded again on the same stack
+    stacks = {name: [f[0] for f in stack] for name, stack in out["c-256"]["stacks"].items()}
+    assert stacks["nested"][-5:] == ["nested_a", "nested_b", "nested_c", "Event.wait", "Condition.wait"]
+    assert stacks["generator"][-4:] == ["gen_user", "gen_body", "Event.wait", "Condition.wait"]
+    assert stacks["coroutine"][-4:] == ["main_coro", "inner_coro", "Event.wait", "Condition.wait"]
+    assert "BaseEventLoop.run_until_complete" in stacks["coroutine"]
+    assert stacks["sleeper"][-1] == "sleeper"  # (time.sleep: a C call, the Python line that called it)
+    assert stacks["runpy"][-5:] == ["by_runpy", "<module>", "scripted", "Event.wait", "Condition.wait"]
+    assert not any("runpy" in f[2] for f in out["c-256"]["stacks"]["runpy"])  # HIDDEN_FILES: left out
+    assert stacks["deep"].count("deep") == 61
+    deep16 = [f[0] for f in out["c-16"]["stacks"]["deep"]]
+    assert deep16 == ["deep"] * 14 + ["Event.wait", "Condition.wait"]  # the frames nearest the leaf
+    assert out["c-16"]["truncated"] >= 1
+    # no frame object: 20 C looks at a thread whose stack the walker knows allocate (almost) nothing, where reading
+    # that thread's frames once (sys._current_frames, f_back) makes one object a frame
+    alloc = out["alloc"]
+    assert alloc["unseen"] == 0 and alloc["c_look"] < 5 <= alloc["depth"] <= alloc["python_walk"], alloc
+
+
+def test_stepscope_sampler_python_chooses_the_python_walk(monkeypatch):
+    monkeypatch.setenv("STEPSCOPE_SAMPLER", "python")
+    s = Sampler()
+    assert (s.walk, s.walk_note) == ("python", "STEPSCOPE_SAMPLER=python") and s._walker is None
+    assert walk_choice() == ("python", "STEPSCOPE_SAMPLER=python")
+    with pytest.raises(RuntimeError, match="STEPSCOPE_SAMPLER"):
+        Sampler(walk="c")
+    assert s.sample(exclude_thread=-1) >= 1  # (the caller's own thread)
+    monkeypatch.delenv("STEPSCOPE_SAMPLER")
+    if native.ext is not None and hasattr(native.ext, "Walker"):
+        assert Sampler().walk == "c" and Sampler().walk_note is None
+    else:
+        assert Sampler().walk == "python" and Sampler().walk_note
+
+
+@needs_walker
+def test_a_thread_that_waited_is_recorded_again_unwalked():
+    ev, ready = threading.Event(), threading.Event()
+
+    def parked():
+        ready.set()
+        ev.wait()
+
+    th = threading.Thread(target=parked)
+    th.start()
+    ready.wait()
+    time.sleep(0.05)
+    try:
+        s = Sampler(walk="c")
+        s.sample()
+        assert th.ident in s.ran
+        time.sleep(0.02)
+        s.sample()
+        assert th.ident not in s.ran  # its CPU clock stood still: not walked
+        frames, stacks, samples = s.drain()
+        mine = [x for x in samples if x[1] == th.ident]
+        assert len(mine) == 2 and mine[0][2] == mine[1][2] and mine[1][3] >= 20_000_000
+        assert [frames[i][0] for i in stacks[mine[0][2]]][-2:] == ["Event.wait", "Condition.wait"]
+    finally:
+        ev.set()
+        th.join()
+
+
+@needs_walker
+def test_the_walker_keeps_each_code_until_reset():
+    ns = {}
+    exec(compile("def parked(ready, ev):\n    ready.set()\n    ev.wait()\n", "<walked>", "exec"), ns)
+    code = weakref.ref(ns["parked"].__code__)
+    ev, ready = threading.Event(), threading.Event()
+    th = threading.Thread(target=ns.pop("parked"), args=(ready, ev))
+    th.start()
+    ready.wait()
+    time.sleep(0.05)
+    w = native.ext.Walker(256, HIDDEN_FILES)
+    seen = w.look({threading.get_ident()})
+    assert seen[th.ident] >= 0 and seen[threading.get_ident()] == -1 and w.unseen
+    frames, stacks = w.take()
+    assert w.unseen == 0 and any(f[0] is code() and f[1] == 3 and f[2] == "" for f in frames)
+    ev.set()
+    th.join()
+    del frames, th
+    gc.collect()
+    assert code() is not None  # kept: its address cannot be reused while the walker may meet it
+    w.reset()
+    gc.collect()
+    assert code() is None
+    assert w.take() == ([], [])
