@@ -1,6 +1,7 @@
 """Which two runs ``stepscope diff`` (and the compare page) compares: ``pick_runs``, the default pair being the
 newest run and the newest run before it of the same command (``program_key``) among the ``EARLIER_RUNS`` runs
-before it; and where a run's device trace lies (``device_trace_path``)."""
+before it; where a run's device trace lies (``device_trace_path``); and the diff of two stored runs
+(``diff_stored``)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,16 @@ def device_trace_path(store, run_id: str) -> str | None:
 
     p = store.run_file(run_id, DEVICE_TRACE)
     return str(p) if p.exists() else None
+
+
+def diff_stored(store, ref_a: str | None = None, ref_b: str | None = None, span: str | None = None):
+    """``analysis.diff.Diff`` of two stored runs of ``store`` (a ``store.db.Store``): ``ref_a`` (before) and ``ref_b``
+    (after) as ``pick_runs`` reads them, their spans as columns (``store.reader.load_run``), their device traces when
+    recorded. What ``stepscope diff`` and the notebook's ``%stepscope_diff`` show. Raises DiffError (nothing to
+    compare: one line) and StoreError (an unknown run)."""
+    from ..store.reader import load_run
+    from .diff import diff_runs
+
+    a_id, b_id = pick_runs(store, ref_a, ref_b)
+    return diff_runs(load_run(store, a_id), load_run(store, b_id), span, device_trace_path(store, a_id),
+                     device_trace_path(store, b_id))

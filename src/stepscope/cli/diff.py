@@ -9,21 +9,18 @@ from typing import Optional
 
 import typer
 
-from ..analysis.diff import DiffError, diff_runs
-from ..analysis.runpick import device_trace_path, pick_runs
+from ..analysis.diff import DiffError
+from ..analysis.runpick import diff_stored
 from ..ci.gate import is_slower, parse_fail_if
 from ..output.terminal.diff import print_diff
 from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
 
 
 def load_diff(store, ref_a: str | None, ref_b: str | None, span: str | None = None):
-    """``Diff`` of the runs ``pick_runs`` chooses. Raises UserError (DiffError's message) or StoreError."""
-    from ..store.reader import load_run
-
-    a_id, b_id = pick_runs(store, ref_a, ref_b)
-    a, b = load_run(store, a_id), load_run(store, b_id)  # spans as columns: no object per span
+    """``Diff`` of the runs ``pick_runs`` chooses (``analysis.runpick.diff_stored``). Raises UserError (DiffError's
+    message) or StoreError."""
     try:
-        return diff_runs(a, b, span, device_trace_path(store, a_id), device_trace_path(store, b_id))
+        return diff_stored(store, ref_a, ref_b, span)
     except DiffError as e:
         raise UserError(str(e)) from None
 

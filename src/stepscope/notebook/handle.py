@@ -264,15 +264,12 @@ def diff_view(store, ref_a: str | None, ref_b: str | None, span: str | None = No
     """``stepscope diff``'s result for the runs ``ref_a`` (before) and ``ref_b`` (after) of ``store`` (a
     ``store.db.Store``), displayable, with the comparison page inline. Raises ValueError (``DiffError``: nothing to
     compare), StoreError (an unknown run)."""
-    from ..analysis.diff import diff_runs
-    from ..analysis.runpick import device_trace_path, pick_runs
+    from ..analysis.runpick import diff_stored
     from ..output.html.compare import compare_page
     from ..output.terminal.diff import print_diff
-    from ..store.reader import load_run
 
-    a_id, b_id = pick_runs(store, ref_a, ref_b)
-    d = diff_runs(load_run(store, a_id), load_run(store, b_id), span, device_trace_path(store, a_id),
-                  device_trace_path(store, b_id))
+    d = diff_stored(store, ref_a, ref_b, span)
+    a_id, b_id = d.run_a, d.run_b
     return Shown(d, lambda console: print_diff(d, console), title=f"stepscope diff {a_id} {b_id}",
                  page=compare_page(d, standalone=True))
 
