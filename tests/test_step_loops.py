@@ -92,7 +92,7 @@ def test_step_option_and_labels(python, tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(
         "import time\n"
-        "def one_step(i):\n    time.sleep(0.03 if i == 4 else 0.004)\n"
+        "def one_step(i):\n    time.sleep(0.12 if i == 4 else 0.015)\n"
         "def work(n):\n    for i in range(n):\n        one_step(i)\n"
         "class Node:\n    def __init__(self, kind): self.kind = kind\n"
         "def run_node(node, nid, cfg=None):\n    time.sleep(0.002)\n"

@@ -28,7 +28,7 @@ class KSampler:
 
         def preview(i, denoised, x, total):  # ComfyUI's latent preview, slow at one step
             if i == slow_step:
-                _busy(0.06)
+                _busy(0.15)
 
         comfy.model_management.load_models_gpu([model])
         sampler = comfy.samplers.ksampler("euler")

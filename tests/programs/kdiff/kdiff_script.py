@@ -43,7 +43,7 @@ class TinyUNet(nn.Module):
 
     def forward(self, x, sigma):
         h = self.mid(self.inp(x / (1 + sigma[:, None, None, None] ** 2) ** 0.5))
-        time.sleep(0.008)  # (what a GPU's kernels would take: wall-steady on a busy CPU machine)
+        time.sleep(0.015)  # (what a GPU's kernels would take: wall-steady on a busy CPU machine)
         return x - sigma[:, None, None, None] * self.out(h)
 
 
@@ -65,7 +65,7 @@ def main():
             img = info["denoised"]
             for _ in range(400):
                 img = torch.tanh(img * 1.01)
-            time.sleep(0.05)
+            time.sleep(0.15)
 
     with torch.no_grad():
         out = getattr(sampling, a.sampler)(model, x, sigmas, callback=preview, disable=True)
