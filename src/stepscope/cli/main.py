@@ -73,11 +73,27 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The subcommands with their short help from the table: no module imported."""
-        from click.utils import make_default_short_help
-
         limit = formatter.width - 6 - max(map(len, COMMANDS))
         with formatter.section("Commands"):
-            formatter.write_dl([(name, make_default_short_help(e.short, limit)) for name, e in COMMANDS.items()])
+            formatter.write_dl([(name, shorten(e.short, limit)) for name, e in COMMANDS.items()])
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` as click lists a command's help in at most ``limit`` characters: up to its first sentence's end,
+    else cut after a whole word with ``...``."""
+    words = text.split()
+    total = 0
+    for i, word in enumerate(words):
+        total += len(word) + (i > 0)
+        if total > limit:
+            break
+        if word.endswith("."):
+            return " ".join(words[:i + 1])
+    else:
+        return " ".join(words)
+    while i > 0 and len(" ".join(words[:i])) + 3 > limit:
+        i -= 1
+    return " ".join(words[:i]) + "..."
 
 
 app = LazyGroup("stepscope", no_args_is_help=True, context_settings={"show_default": True},
