@@ -7,12 +7,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
 from ..core import limits
-from ..program.run import CommandError, Outcome, die_like, run_program
 from ..core.model import AutoTrace, RunMeta
 from ..record.settings import DEFAULT_HZ, Settings, check_flags
 from .tracefile import read_trace_file
@@ -20,6 +19,9 @@ from ..record.tracing import precheck
 from ..record.tracing.resolve import normalize_targets
 from .common import (PATH, JsonOpt, StoreOpt, UserError, argument, command, err, handles_errors, open_store, print_json,
                      setting_option)
+
+if TYPE_CHECKING:
+    from ..program.run import Outcome
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -51,6 +53,7 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     from ..analysis.calltree import ProfileIndex
     from ..analysis.summary import summarize
     from ..output.terminal.summary import print_summary, unresolved_line
+    from ..program.run import CommandError, run_program  # (the recorder's parent side: not for --help)
 
     settings = dataclasses.replace(options or Settings(), functions_to_trace=tuple(normalize_targets(traces)),
                                    profiles_hz=hz, transaction=transaction, extra=(meta or RunMeta()).to_extra())
@@ -168,6 +171,8 @@ def run(ctx: click.Context, command: tuple[str, ...], trace: tuple[str, ...], tr
     stepscope run --trace pkg.mod.Class.method -- python script.py --steps 20
     """
     import sys
+
+    from ..program.run import CommandError, die_like, run_program
 
     check_flags(profiles_hz=hz)  # (by the settings' own rules, under the flags, before anything runs)
     limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
