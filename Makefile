@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/analysis_speed.py
 	$(BIN)/python benchmarks/serve_load.py
 	$(BIN)/python benchmarks/ui_page_load.py
+	$(BIN)/python benchmarks/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .venv-3.12 .venv-3.13 .gpu-venv .stepscope stepscope-*.html wheelhouse build src/stepscope/record/native/_native*.so

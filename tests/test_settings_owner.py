@@ -2,7 +2,6 @@
 options read them from there; the launch spec is typed on both ends; a run's capture, job and auto-trace facts are
 read in one place (``Run.meta``), with the stored JSON as it always was."""
 
-import inspect
 import json
 
 import pytest
@@ -36,14 +35,26 @@ def test_one_rule_under_the_field_or_the_flag():
     assert Settings(device_steps=2).device_trace  # (device_steps implies the device trace)
 
 
+def _decls(opt) -> tuple[str, ...]:
+    """A click option's declarations as ``Settings`` spells them (``--memory/--no-memory``, ``--trace``, ``-t``)."""
+    if opt.secondary_opts:
+        return tuple(f"{a}/{b}" for a, b in zip(opt.opts, opt.secondary_opts))
+    return tuple(opt.opts)
+
+
 def test_the_run_options_read_their_help_and_flags_from_settings():
-    params = inspect.signature(run_cmd).parameters
+    params = {p.name: p for p in run_cmd.params}
     for param, name in [("device_trace", "device_trace"), ("sampler", "sampler"), ("cuda_peaks", "cuda_peaks"),
                         ("memory", "memory"), ("children", "children"), ("step", "step_functions"),
                         ("label", "labels"), ("app", "app"), ("syncs", "syncs"), ("trace", "functions_to_trace")]:
-        opt, info = params[param].default, field_info(name)
-        assert opt.help == info.help and tuple(opt.param_decls) == info.flags, param
-    assert params["hz"].default.help.startswith(field_info("profiles_hz").help)
+        opt, info = params[param], field_info(name)
+        assert opt.help == info.help and _decls(opt) == info.flags, param
+    assert params["hz"].help.startswith(field_info("profiles_hz").help)
+    # the field's type and default: flags, --x/--no-x pairs, numbers, repeatables
+    assert params["memory"].is_flag and params["memory"].default is True and params["device_trace"].default is False
+    assert params["device_steps"].type.name == "integer" and params["hz"].type.name == "float"
+    assert params["hz"].default is None and params["sampler"].default == "auto" and params["cuda_peaks"].default == "safe"
+    assert params["trace"].multiple and params["label"].multiple and not params["sampler"].multiple
 
 
 def test_launch_spec_round_trips_with_its_keys():

@@ -12,41 +12,38 @@ import base64
 import csv
 import dataclasses
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional, Sequence
 
 import click
-import typer
-from typer.core import TyperGroup
 
-from ..bench import results as bench_results
-from ..bench.plots import plot as plot_png
-from ..output.plots import plot_bench
-from ..bench.matrix import run_bench
-from ..bench.spec import Spec, SpecError, command_spec, from_toml, sd_spec
-from ..bench.stats import compare as compare_times
-from ..output.terminal.bench import print_verdict
-from ..store import bench as bench_store
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, out, print_json
+from .common import PATH, Group, JsonOpt, StoreOpt, UserError, argument, err, handles_errors, open_store, out, print_json
+
+#: a command benchmark's words after ``--`` (as ``run``'s): passed through untouched
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-class _CommandDefault(TyperGroup):
+class _CommandDefault(Group):
     """``stepscope bench -- python x.py {args}``: a first word that is no subcommand starts a command benchmark."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
+        """The subcommand named first, else ``cmd`` with every word."""
         if args and args[0] not in self.commands:
             return "cmd", self.commands["cmd"], args
         return super().resolve_command(ctx, args)
 
 
-app = typer.Typer(cls=_CommandDefault, invoke_without_command=True, no_args_is_help=False, add_completion=False,
-                  help="Benchmark fixes: a configuration matrix in isolated processes, interleaved repeats, CIs.")
-
-
-def _split(values: Optional[List[str]]) -> list[str]:
+def _split(values: Optional[Sequence[str]]) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
-def _finish(spec: Spec, store: Optional[Path], as_json: bool, time_file: Optional[Path]) -> None:
+def _finish(spec, store: Optional[Path], as_json: bool, time_file: Optional[Path]) -> None:
+    """Run the benchmark ``spec`` (``bench.spec.Spec``) under a progress bar, store it, print its verdict."""
+    from ..bench import results as bench_results
+    from ..bench.matrix import run_bench
+    from ..bench.plots import plot as plot_png
+    from ..output.terminal.bench import print_verdict
+    from ..store import bench as bench_store
+
     st = open_store(store, create=True)
     total = len(spec.configs) * (spec.warmup + spec.repeats)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -79,7 +76,7 @@ def _finish(spec: Spec, store: Optional[Path], as_json: bool, time_file: Optiona
         err.print("[yellow]interrupted: the finished runs are kept[/yellow]")
 
 
-def _write_time_files(v: bench_results.Verdict, path: Path) -> None:
+def _write_time_files(v, path: Path) -> None:
     """Plain seconds, one timed run per line (as the seed's scripts wrote); one file per configuration."""
     rows = [r for r in v.rows if r.times_s]
     for r in rows:
@@ -87,28 +84,38 @@ def _write_time_files(v: bench_results.Verdict, path: Path) -> None:
         p.write_text("".join(f"{t:.6f}\n" for t in r.times_s))
 
 
-@app.callback()
+@click.group("bench", cls=_CommandDefault, invoke_without_command=True, no_args_is_help=False,
+             help="Benchmark fixes: a configuration matrix in isolated processes, interleaved repeats, CIs.")
+@click.option("--config", type=PATH, default=None, help="Matrix from a TOML file.")
+@click.option("--args", multiple=True, help="For a command: an argument set for {args} (repeatable).")
+@click.option("--warmup", type=int, default=1, help="For a command: untimed runs per configuration.")
+@click.option("--repeats", type=int, default=5, help="For a command: timed runs per configuration.")
+@click.option("--baseline", default=None, help="For a command: e.g. args=--x 1.")
+@click.option("--trace", multiple=True, help="For a command: record each run with this traced (and the step rules): "
+              "its denoising steps are timed too (repeatable).")
+@click.option("--step", multiple=True, help="For a command: a function each call of which is a step (as stepscope run "
+              "--step; repeatable).")
+@click.option("--app", default=None, help="For a command: record each run with an app preset (comfyui, invokeai, "
+              "diffusers): its steps are timed too.")
+@StoreOpt
+@JsonOpt
+@click.option("--time-file", type=PATH, default=None, help="Write plain seconds per timed run.")
+@click.pass_context
 @handles_errors
-def bench(ctx: typer.Context,
-          config: Optional[Path] = typer.Option(None, "--config", help="Matrix from a TOML file."),
-          args: List[str] = typer.Option([], "--args", help="For a command: an argument set for {args} (repeatable)."),
-          warmup: int = typer.Option(1, "--warmup", help="For a command: untimed runs per configuration."),
-          repeats: int = typer.Option(5, "--repeats", help="For a command: timed runs per configuration."),
-          baseline: Optional[str] = typer.Option(None, "--baseline", help="For a command: e.g. args=--x 1."),
-          trace: List[str] = typer.Option([], "--trace", help="For a command: record each run with this traced (and "
-                                          "the step rules): its denoising steps are timed too (repeatable)."),
-          step: List[str] = typer.Option([], "--step", help="For a command: a function each call of which is a step "
-                                         "(as stepscope run --step; repeatable)."),
-          app: Optional[str] = typer.Option(None, "--app", help="For a command: record each run with an app preset "
-                                            "(comfyui, invokeai, diffusers): its steps are timed too."),
-          store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt,
-          time_file: Optional[Path] = typer.Option(None, "--time-file", help="Write plain seconds per timed run.")) -> None:
-    """Benchmark fixes: `bench sd ...`, `bench --config F`, or `bench [--args SET]... -- python x.py {args}`."""
+def bench(ctx: click.Context, config: Optional[Path], args: tuple[str, ...], warmup: int, repeats: int,
+          baseline: Optional[str], trace: tuple[str, ...], step: tuple[str, ...], app: Optional[str],
+          store: Optional[Path], as_json: bool, time_file: Optional[Path]) -> None:
+    """Benchmark fixes: `bench sd ...`, `bench --config F`, or `bench [--args SET]... -- python x.py {args}`.
+
+    (The group's help is its ``help=``.) A subcommand runs after this; ``cmd`` reads these options from
+    ``ctx.parent.params``."""
+    from ..bench.spec import SpecError, from_toml
+
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         print(ctx.get_help())
-        raise typer.Exit(0)
+        ctx.exit(0)
     try:
         spec = from_toml(config)
     except SpecError as e:
@@ -116,31 +123,40 @@ def bench(ctx: typer.Context,
     _finish(spec, store, as_json, time_file)
 
 
-@app.command("sd")
+@bench.command("sd")
+@click.option("--model", multiple=True, default=["tiny"], help="tiny, sd15 or a model folder (comma-separated).")
+@click.option("--attention", multiple=True, default=["sdpa"], help="classic, sdpa, sdpa-math, sdpa-efficient, "
+              "sdpa-flash, sdpa-cudnn.")
+@click.option("--compile", multiple=True, default=["off"], help="off, default, reduce-overhead, max-autotune, eager.")
+@click.option("--dtype", multiple=True, default=["float32"])
+@click.option("--batch", multiple=True, default=["1"])
+@click.option("--size", multiple=True, default=[""], help="Image size in px (default: the model's).")
+@click.option("--steps", multiple=True, default=["10"])
+@click.option("--channels-last", multiple=True, default=["false"])
+@click.option("--target", default="pipeline", help="pipeline, or unet (the UNet forward alone).")
+@click.option("--warmup", type=int, default=1, help="Untimed iterations per configuration.")
+@click.option("--repeats", type=int, default=None, help="Timed iterations per configuration, interleaved [default: 5; "
+              "1 per value with --max-batch/--max-size].")
+@click.option("--baseline", default=None, help="e.g. attention=classic (default: the first).")
+@click.option("--time-file", type=PATH, default=None, help="Write plain seconds per timed run.")
+@click.option("--max-batch", is_flag=True, default=False, help="Find the largest batch that runs without running out "
+              "of memory (doubling, then bisection; each value in a fresh worker).")
+@click.option("--max-size", is_flag=True, default=False, help="Find the largest image size instead (at --batch).")
+@click.option("--memory-limit", default=None, help="With --max-batch/--max-size: the memory budget per worker, e.g. "
+              "8GiB (RLIMIT_AS: address space).")
+@click.option("--up-to", type=int, default=None, help="With --max-batch/--max-size: the largest value tried.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def sd(model: List[str] = typer.Option(["tiny"], "--model", help="tiny, sd15 or a model folder (comma-separated)."),
-       attention: List[str] = typer.Option(["sdpa"], "--attention", help="classic, sdpa, sdpa-math, sdpa-efficient, sdpa-flash, sdpa-cudnn."),
-       compile: List[str] = typer.Option(["off"], "--compile", help="off, default, reduce-overhead, max-autotune, eager."),
-       dtype: List[str] = typer.Option(["float32"], "--dtype"),
-       batch: List[str] = typer.Option(["1"], "--batch"),
-       size: List[str] = typer.Option([""], "--size", help="Image size in px (default: the model's)."),
-       steps: List[str] = typer.Option(["10"], "--steps"),
-       channels_last: List[str] = typer.Option(["false"], "--channels-last"),
-       target: str = typer.Option("pipeline", "--target", help="pipeline, or unet (the UNet forward alone)."),
-       warmup: int = typer.Option(1, "--warmup", help="Untimed iterations per configuration."),
-       repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed iterations per configuration, interleaved "
-                                             "[default: 5; 1 per value with --max-batch/--max-size]."),
-       baseline: Optional[str] = typer.Option(None, "--baseline", help="e.g. attention=classic (default: the first)."),
-       time_file: Optional[Path] = typer.Option(None, "--time-file", help="Write plain seconds per timed run."),
-       max_batch: bool = typer.Option(False, "--max-batch", help="Find the largest batch that runs without running out "
-                                      "of memory (doubling, then bisection; each value in a fresh worker)."),
-       max_size: bool = typer.Option(False, "--max-size", help="Find the largest image size instead (at --batch)."),
-       memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="With --max-batch/--max-size: the "
-                                                  "memory budget per worker, e.g. 8GiB (RLIMIT_AS: address space)."),
-       up_to: Optional[int] = typer.Option(None, "--up-to", help="With --max-batch/--max-size: the largest value tried."),
-       store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def sd(model: tuple[str, ...], attention: tuple[str, ...], compile: tuple[str, ...], dtype: tuple[str, ...],
+       batch: tuple[str, ...], size: tuple[str, ...], steps: tuple[str, ...], channels_last: tuple[str, ...],
+       target: str, warmup: int, repeats: Optional[int], baseline: Optional[str], time_file: Optional[Path],
+       max_batch: bool, max_size: bool, memory_limit: Optional[str], up_to: Optional[int], store: Optional[Path],
+       as_json: bool) -> None:
     """A Stable Diffusion matrix: each configuration in its own process (or, with --max-batch, the largest batch
     that fits: stepscope bench sd --max-batch --size 512 --memory-limit 8GiB)."""
+    from ..bench.spec import SpecError, sd_spec
+
     matrix = {"model": _split(model), "attention": _split(attention), "compile": _split(compile), "dtype": _split(dtype),
               "batch": _split(batch), "size": _split(size) or [""], "steps": _split(steps),
               "channels_last": _split(channels_last), "target": [target]}
@@ -161,8 +177,10 @@ def _max(matrix: dict, dimension: str, both: bool, memory_limit: Optional[str], 
          repeats: int, store: Optional[Path], as_json: bool) -> None:
     """``--max-batch`` / ``--max-size``: one configuration, searched in fresh workers; stored as a benchmark."""
     from ..bench import maxbatch
-    from ..output.terminal.maxbatch import plot_curve, print_max
     from ..bench.matrix import new_bench_id
+    from ..bench.spec import SpecError, sd_spec
+    from ..output.terminal.maxbatch import plot_curve, print_max
+    from ..store import bench as bench_store
 
     if both:
         raise UserError("--max-batch and --max-size: one at a time")
@@ -207,11 +225,14 @@ def _max(matrix: dict, dimension: str, both: bool, memory_limit: Optional[str], 
         err.print(f"plot: {plotted}")
 
 
-@app.command("cmd", hidden=True, context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                                   "allow_interspersed_args": False})
+@bench.command("cmd", hidden=True, context_settings=CONTEXT)
+@argument("command", nargs=-1)
+@click.pass_context
 @handles_errors
-def cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None)) -> None:
+def cmd(ctx: click.Context, command: tuple[str, ...]) -> None:
     """Any command, once per run in a fresh process: stepscope bench --args A --args B -- python x.py {args}"""
+    from ..bench.spec import SpecError, command_spec
+
     opts = ctx.parent.params
     words = [w for w in list(command or []) + list(ctx.args) if w != "--"]
     try:
@@ -221,16 +242,23 @@ def cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None))
         spec = command_spec(words, list(opts["args"]), opts["warmup"], opts["repeats"], opts["baseline"], record)
     except SpecError as e:
         raise UserError(str(e)) from None
-    tf = opts["time_file"]  # the group's raw value (a str with typer < 0.29)
-    _finish(spec, opts["store"], opts["as_json"], Path(tf) if tf is not None else None)
+    _finish(spec, opts["store"], opts["as_json"], opts["time_file"])  # (the group's values, converted: a Path)
 
 
-@app.command("show")
+@bench.command("show")
+@argument("bench_id", required=False)
+@StoreOpt
+@JsonOpt
+@click.option("--csv", "csv_file", type=PATH, default=None, help="Write every run as CSV.")
+@click.option("--html", type=PATH, default=None, help="Write a self-contained HTML page.")
 @handles_errors
-def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt,
-         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Write every run as CSV."),
-         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page.")) -> None:
+def show(bench_id: Optional[str], store: Optional[Path], as_json: bool, csv_file: Optional[Path],
+         html: Optional[Path]) -> None:
     """The verdict table of a benchmark (default: the last one)."""
+    from ..bench import results as bench_results
+    from ..output.terminal.bench import print_verdict
+    from ..store import bench as bench_store
+
     st = open_store(store)
     b = bench_store.load(st, bench_store.resolve(st, bench_id))
     v = bench_results.verdict(b)
@@ -258,9 +286,11 @@ def show(bench_id: Optional[str] = typer.Argument(None), store: Optional[Path] =
         print_verdict(v, out)
 
 
-def _write_html(b: dict, v: bench_results.Verdict, path: Path) -> None:
+def _write_html(b: dict, v, path: Path) -> None:
     """The web UI's benchmark page as one file (CSS and plot inlined)."""
     import tempfile
+
+    from ..output.plots import plot_bench
 
     from ..serve.web.templating import bench_page
 
@@ -270,11 +300,18 @@ def _write_html(b: dict, v: bench_results.Verdict, path: Path) -> None:
     path.write_text(bench_page(b, v, src, standalone=True), encoding="utf-8")
 
 
-@app.command("compare")
+@bench.command("compare")
+@argument("first")
+@argument("second")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def compare_cmd(first: str = typer.Argument(...), second: str = typer.Argument(...), store: Optional[Path] = StoreOpt,
-                as_json: bool = JsonOpt) -> None:
+def compare_cmd(first: str, second: str, store: Optional[Path], as_json: bool) -> None:
     """Compare two benchmarks configuration by configuration (same labels): change of the second vs the first."""
+    from ..bench import results as bench_results
+    from ..bench.stats import compare as compare_times
+    from ..store import bench as bench_store
+
     st = open_store(store)
     a = bench_results.verdict(bench_store.load(st, bench_store.resolve(st, first)))
     b = bench_results.verdict(bench_store.load(st, bench_store.resolve(st, second)))
@@ -303,11 +340,17 @@ def compare_cmd(first: str = typer.Argument(...), second: str = typer.Argument(.
     out.print(t)
 
 
-@app.command("plot")
+@bench.command("plot")
+@argument("bench_id", required=False)
+@click.option("-o", "--output", type=PATH, default=None)
+@StoreOpt
+@JsonOpt
 @handles_errors
-def plot_cmd(bench_id: Optional[str] = typer.Argument(None), output: Optional[Path] = typer.Option(None, "-o", "--output"),
-             store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def plot_cmd(bench_id: Optional[str], output: Optional[Path], store: Optional[Path], as_json: bool) -> None:
     """Per-run plot (PNG): every run a point, medians as bars, a panel per batch size."""
+    from ..output.plots import plot_bench
+    from ..store import bench as bench_store
+
     st = open_store(store)
     b = bench_store.load(st, bench_store.resolve(st, bench_id))
     p = plot_bench(b, output or Path(f"stepscope-{b['id']}.png"))

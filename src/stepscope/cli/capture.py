@@ -14,43 +14,44 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
-import typer
-from rich.markup import escape
+import click
 
 from ..core import limits
-from ..analysis.summary import summarize
-from ..store.reader import load_run
 from ..core import procs
 from ..program.client import CaptureError, app_of, capture, find_server, locate_job, parse_duration, pid_alive
 from ..record.control import DEFAULT_TIMEOUT_S, span_traced
-from ..analysis.calltree import ProfileIndex
-from ..output.terminal.summary import print_summary
 from ..record.settings import DEFAULT_HZ, check_flags
-from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, print_json
+from .common import JsonOpt, StoreOpt, UserError, command, err, fail, handles_errors, open_store, print_json
 
 
+@command("capture")
+@click.option("--pid", type=int, default=None, help="The process to capture: the program, its `stepscope run`, or a "
+              "shell or script above them.")
+@click.option("--address", default=None, help="HOST:PORT of its control server.")
+@click.option("--duration", default=None, help="Window length: 10s, 500ms, 2m.")
+@click.option("--steps", type=int, default=None, help="End after N completed calls of --span.")
+@click.option("--span", default=None, help="The span counted by --steps (name or suffix).")
+@click.option("--trace", "-t", multiple=True, help="Qualified name to trace during the window.")
+@click.option("--hz", type=float, default=DEFAULT_HZ, help="Sampling rate (samples/s per thread).")
+@click.option("--timeout", default=None, help="End the window after this long whatever happens (stored as timeout). "
+              "[default: 10m, or --duration if longer]")
+@click.option("--device-trace", is_flag=True, default=False, help="Also record the torch profiler timeline.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The process to capture: the program, its "
-                                                 "`stepscope run`, or a shell or script above them."),
-                address: Optional[str] = typer.Option(None, "--address", help="HOST:PORT of its control server."),
-                duration: Optional[str] = typer.Option(None, "--duration", help="Window length: 10s, 500ms, 2m."),
-                steps: Optional[int] = typer.Option(None, "--steps", help="End after N completed calls of --span."),
-                span: Optional[str] = typer.Option(None, "--span", help="The span counted by --steps (name or suffix)."),
-                trace: List[str] = typer.Option([], "--trace", "-t", help="Qualified name to trace during the window."),
-                hz: float = typer.Option(DEFAULT_HZ, "--hz", help="Sampling rate (samples/s per thread)."),
-                timeout: Optional[str] = typer.Option(None, "--timeout", help="End the window after this long "
-                                                      "whatever happens (stored as timeout). [default: 10m, or "
-                                                      "--duration if longer]"),
-                device_trace: bool = typer.Option(False, "--device-trace", help="Also record the torch profiler timeline."),
-                store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def capture_cmd(pid: Optional[int], address: Optional[str], duration: Optional[str], steps: Optional[int],
+                span: Optional[str], trace: tuple[str, ...], hz: float, timeout: Optional[str], device_trace: bool,
+                store: Optional[Path], as_json: bool) -> None:
     """Capture a window of a running program: traces on, sampler on, then everything off again.
 
     The program runs under `stepscope run --server`, calls stepscope.start_server() (or runs with
     STEPSCOPE_SERVER=1); a process with no server is sampled from outside with py-spy (--duration only).
     --pid may name the program, its `stepscope run`, or a process above them: the one program below it
     with a server (or, for py-spy, the one Python program) is captured."""
+    from rich.markup import escape
+
     if (pid is None) == (address is None):
         raise UserError("give --pid PID or --address HOST:PORT")
     if pid is not None:
@@ -115,6 +116,11 @@ def capture_cmd(pid: Optional[int] = typer.Option(None, "--pid", help="The proce
             raise UserError(str(e)) from None
         run_id, store_path = reply["run_id"], Path(reply["store"])
         timed_out = reply.get("reason") == "timeout"
+    from ..analysis.calltree import ProfileIndex
+    from ..analysis.summary import summarize
+    from ..output.terminal.summary import print_summary
+    from ..store.reader import load_run
+
     st = open_store(store_path)
     data = load_run(st, run_id)  # spans as columns: no object per span
     summary = summarize(data, ProfileIndex(data.profile))

@@ -6,30 +6,36 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
 from ..core import limits
-from ..pipelines.sd import SCHEDULERS, demo_traces
-from ..output.html.html import write_report
-from ..program.run import die_like
 from ..record.settings import DEFAULT_HZ, check_flags
-from ..store.db import DEMO_IMAGE
-from ..store.reader import load_run
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json
-from .run import record
+from .common import PATH, JsonOpt, StoreOpt, UserError, command, err, handles_errors, open_store, print_json
 
 
+@command("demo")
+@click.option("--model", default="tiny", help="tiny, sd15 (SD 1.5 shapes, random weights) or a local diffusers folder.")
+@click.option("--steps", type=int, default=10, help="Denoising steps.")
+@click.option("--size", type=int, default=None, help="Image size in px, a multiple of 8 (default: 64 for tiny, 512 for "
+              "sd15).")
+@click.option("--scheduler", default="ddim", help="ddim, euler or dpm.")
+@click.option("--prompt", default="a photograph of an astronaut riding a horse")
+@click.option("--seed", type=int, default=0)
+@click.option("--hz", type=float, default=DEFAULT_HZ, help="Sampling rate per thread (samples/s).")
+@click.option("--report", "-o", type=PATH, default=None, help="HTML report path (default: stepscope-RUN.html).")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 shapes, random weights) or a local diffusers folder."),
-         steps: int = typer.Option(10, "--steps", help="Denoising steps."),
-         size: Optional[int] = typer.Option(None, "--size", help="Image size in px, a multiple of 8 (default: 64 for tiny, 512 for sd15)."),
-         scheduler: str = typer.Option("ddim", "--scheduler", help="ddim, euler or dpm."),
-         prompt: str = typer.Option("a photograph of an astronaut riding a horse", "--prompt"),
-         seed: int = typer.Option(0, "--seed"),
-         hz: float = typer.Option(DEFAULT_HZ, "--hz", help="Sampling rate per thread (samples/s)."),
-         report: Optional[Path] = typer.Option(None, "--report", "-o", help="HTML report path (default: stepscope-RUN.html)."),
-         store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def demo(model: str, steps: int, size: Optional[int], scheduler: str, prompt: str, seed: int, hz: float,
+         report: Optional[Path], store: Optional[Path], as_json: bool) -> None:
     """Run txt2img on a Stable Diffusion pipeline under stepscope with the default trace list."""
+    from ..output.html.html import write_report
+    from ..pipelines.sd import SCHEDULERS, demo_traces
+    from ..program.run import die_like
+    from ..store.db import DEMO_IMAGE
+    from ..store.reader import load_run
+    from .run import record
+
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler: expected one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     limits.in_range("--steps", steps, 1, 10_000, integer=True)
@@ -49,7 +55,7 @@ def demo(model: str = typer.Option("tiny", "--model", help="tiny, sd15 (SD 1.5 s
                      report_hint_by_caller=True)
     if outcome.exit_code != 0:
         die_like(outcome.returncode)
-        raise typer.Exit(outcome.exit_code)
+        raise SystemExit(outcome.exit_code)
     run_image = st.run_file(outcome.run_id, DEMO_IMAGE, create=True)
     if image.exists():
         image.replace(run_image)

@@ -8,14 +8,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
 from ..core import limits
-from ..device.analysis import summarize_device
-from ..device.kineto import TraceError, load
-from ..device.ranks import ranks_device
-from ..device.view import XLA_TOP
-from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
+from .common import JsonOpt, StoreOpt, UserError, argument, command, handles_errors, open_store, out, print_json
 
 
 def looks_like_file(arg: str) -> bool:
@@ -55,6 +51,8 @@ def rank_traces(target: Optional[str]) -> list[Path]:
 
 
 def _print_ranks(items: list, as_json: bool, doc: dict | None = None) -> None:
+    from ..device.ranks import ranks_device
+
     r = ranks_device(items)
     if as_json:
         print_json({**(doc or {}), "ranks": dataclasses.asdict(r)})
@@ -65,21 +63,30 @@ def _print_ranks(items: list, as_json: bool, doc: dict | None = None) -> None:
 
 
 def _xla_view(path: Path, top: int):
+    from ..device.view import XLA_TOP
     from ..device.xla import analyze
     from ..device.xla_load import load_xla
 
     return analyze(load_xla(path), top=max(top, XLA_TOP))
 
 
+@command("device")
+@argument("target", required=False, help="Run id/prefix, a Kineto trace (.json/.json.gz), or an XLA capture "
+          "(plugins/profile/<time>/ or <host>.trace.json.gz).")
+@click.option("--top", "-n", type=int, default=10, help="Rows per table.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def device(target: Optional[str] = typer.Argument(None, help="Run id/prefix, a Kineto trace (.json/.json.gz), or an "
-                                                  "XLA capture (plugins/profile/<time>/ or <host>.trace.json.gz)."),
-           top: int = typer.Option(10, "--top", "-n", help="Rows per table."),
-           store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def device(target: Optional[str], top: int, store: Optional[Path], as_json: bool) -> None:
     """Device idle gaps (host wait / kernel wait / other), host-device syncs with their Python line and
     span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites.
     PyTorch/XLA: graph compilations, graph executions and transfers (with their Python line) per step and
     per span, device idle gaps, torch_xla metrics per step."""
+    from ..device.analysis import summarize_device
+    from ..device.kineto import TraceError, load
+    from ..device.ranks import ranks_device
+    from ..device.view import XLA_TOP
+
     limits.in_range("--top", top, 1, 1000, integer=True)
     ranks = rank_traces(target)
     if ranks:  # a folder of per-rank Kineto traces (HTA's input): the ranks side by side

@@ -6,16 +6,9 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
-from ..analysis.explain import ExplainError, explain
-from ..analysis.ranks import process_rows, rank_steps
-from ..analysis.calltree import ProfileIndex
-from ..analysis.nodes import node_table
-from ..output.terminal.explain import print_explanation
-from ..output.terminal.nodes import print_nodes
-from ..output.terminal.processes import print_clocks, print_rank_steps
-from .common import JsonOpt, StoreOpt, UserError, handles_errors, open_store, out, print_json
+from .common import JsonOpt, StoreOpt, UserError, argument, command, handles_errors, open_store, out, print_json
 
 
 def _listing(names: list[tuple[str, int]], most: int = 40) -> str:
@@ -26,14 +19,23 @@ def _listing(names: list[tuple[str, int]], most: int = 40) -> str:
     return "".join("\n" + ln for ln in lines)
 
 
+@command("explain")
+@argument("run_id", required=False, help="Run id or prefix (default: the last run).")
+@click.option("--span", default=None, help="Span name to compare (default: denoising steps, else the traced name with "
+              "the most repeats and time).")
+@click.option("--slow", default=None, help="Repeat indices to treat as slow, e.g. 3,7.")
+@click.option("--fast", default="all", help="all, median, or repeat indices.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
-                span: Optional[str] = typer.Option(None, "--span", help="Span name to compare (default: denoising steps, "
-                                                   "else the traced name with the most repeats and time)."),
-                slow: Optional[str] = typer.Option(None, "--slow", help="Repeat indices to treat as slow, e.g. 3,7."),
-                fast: str = typer.Option("all", "--fast", help="all, median, or repeat indices."),
-                store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def explain_cmd(run_id: Optional[str], span: Optional[str], slow: Optional[str], fast: str, store: Optional[Path],
+                as_json: bool) -> None:
     """Find the slow repeats of a span (or of the denoising steps) and name the functions that make them slow."""
+    from ..analysis.calltree import ProfileIndex
+    from ..analysis.explain import ExplainError, explain
+    from ..analysis.nodes import node_table
+    from ..analysis.ranks import process_rows, rank_steps
+
     st = open_store(store)
     from ..store.reader import load_run
 
@@ -60,6 +62,10 @@ def explain_cmd(run_id: Optional[str] = typer.Argument(None, help="Run id or pre
             doc["clocks"] = clocks
         print_json(doc)
     else:
+        from ..output.terminal.explain import print_explanation
+        from ..output.terminal.nodes import print_nodes
+        from ..output.terminal.processes import print_clocks, print_rank_steps
+
         out.print(f"[dim]run {data.run.id}[/dim]")
         print_clocks(process_rows(data), out)
         print_rank_steps(ranks, out)

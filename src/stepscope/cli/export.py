@@ -8,31 +8,33 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
-from ..output.export import FORMATS, WRITERS
-from ..store.db import DEVICE_TRACE
-from .common import JsonOpt, StoreOpt, UserError, err, fail, handles_errors, open_store, out, print_json
+from .common import PATH, JsonOpt, StoreOpt, UserError, argument, command, err, fail, handles_errors, open_store, out, \
+    print_json
 
 _SUFFIX = {"speedscope": ".speedscope.json", "chrome": ".trace.json", "otlp": ".otlp.json"}
-_ALL = (*FORMATS, "otlp", "sentry")
+#: the formats written to a file (``output.export.FORMATS``, checked equal by a test) and the two sent
+_ALL = ("speedscope", "chrome", "otlp", "sentry")
 
 
+@command("export")
+@argument("run_id", required=False, help="Run id or prefix (default: the last run).")
+@click.option("--format", "-f", "fmt", default="speedscope", help="speedscope, chrome, otlp or sentry.")
+@click.option("-o", "--output", type=PATH, default=None, help="Output file; - for stdout.")
+@click.option("--endpoint", default=None, help="otlp: send to this collector over OTLP/HTTP (protobuf, to "
+              "URL/v1/traces). Without it and without -o, to $OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT when set.")
+@click.option("--dsn", default=None, envvar="SENTRY_DSN", show_envvar=True, show_default=False,
+              help="sentry: the project's DSN (Sentry, Spotlight's sidecar, or `stepscope serve`: `stepscope keys "
+              "add`).")
+@click.option("--service", default=None, help="otlp, sentry: service.name (default: the program's script or module).")
+@click.option("--spans-per-event", type=int, default=1000, help="sentry: spans per transaction event; more continue "
+              "in further events of the same trace.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
-           fmt: str = typer.Option("speedscope", "--format", "-f", help="speedscope, chrome, otlp or sentry."),
-           output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file; - for stdout."),
-           endpoint: Optional[str] = typer.Option(None, "--endpoint", help="otlp: send to this collector over "
-                                                  "OTLP/HTTP (protobuf, to URL/v1/traces). Without it and without -o, "
-                                                  "to $OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT when set."),
-           dsn: Optional[str] = typer.Option(None, "--dsn", envvar="SENTRY_DSN", show_default=False,
-                                             help="sentry: the project's DSN (Sentry, Spotlight's sidecar, or "
-                                             "`stepscope serve`: `stepscope keys add`). [env: SENTRY_DSN]"),
-           service: Optional[str] = typer.Option(None, "--service", help="otlp, sentry: service.name (default: the "
-                                                 "program's script or module)."),
-           spans_per_event: int = typer.Option(1000, "--spans-per-event", help="sentry: spans per transaction event; "
-                                               "more continue in further events of the same trace."),
-           store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def export(run_id: Optional[str], fmt: str, output: Optional[Path], endpoint: Optional[str], dsn: Optional[str],
+           service: Optional[str], spans_per_event: int, store: Optional[Path], as_json: bool) -> None:
     """Export a run (spans and samples) to speedscope or Chrome trace / Perfetto JSON (with the device
     timeline when the run recorded one), its spans as OpenTelemetry traces (OTLP/JSON file or OTLP/HTTP; samples
     are left out: OTLP profiles are still alpha), or spans and samples to Sentry (a transaction per process and
@@ -50,6 +52,8 @@ def export(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
     st = open_store(store)
     if fmt == "otlp":
         return _write_otlp(st, run_id, output, service, as_json)
+    from ..output.export import WRITERS
+    from ..store.db import DEVICE_TRACE
     from ..store.reader import load_run
 
     data = load_run(st, run_id)

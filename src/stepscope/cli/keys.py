@@ -6,24 +6,27 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-import typer
-from rich.table import Table
+import click
 
-from ..store import keys as keystore
-from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
+from .common import Group, JsonOpt, StoreOpt, argument, handles_errors, open_store, out, print_json
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Project keys for `stepscope serve` (the sentry_key in a DSN).")
-HostOpt = typer.Option("127.0.0.1", "--host", help="Host to put in the printed DSN.")
-PortOpt = typer.Option(8969, "--port", help="Port to put in the printed DSN.")
+keys = Group("keys", no_args_is_help=True, help="Project keys for `stepscope serve` (the sentry_key in a DSN).")
+HostOpt = click.option("--host", default="127.0.0.1", help="Host to put in the printed DSN.")
+PortOpt = click.option("--port", type=int, default=8969, help="Port to put in the printed DSN.")
 
 
-@app.command("add")
+@keys.command("add")
+@click.option("--project", default="1", help="Project id (the DSN's last part).")
+@click.option("--label", default="", show_default=False, help="A note for yourself.")
+@HostOpt
+@PortOpt
+@StoreOpt
+@JsonOpt
 @handles_errors
-def add(project: str = typer.Option("1", "--project", help="Project id (the DSN's last part)."),
-        label: str = typer.Option("", "--label", help="A note for yourself."), host: str = HostOpt, port: int = PortOpt,
-        store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def add(project: str, label: str, host: str, port: int, store: Optional[Path], as_json: bool) -> None:
     """Make a key; prints the DSN to give sentry_sdk.init()."""
+    from ..store import keys as keystore
+
     k = keystore.add(open_store(store, create=True), project, label)
     if as_json:
         print_json({**dataclasses.asdict(k), "dsn": k.dsn(host, port)})
@@ -31,10 +34,16 @@ def add(project: str = typer.Option("1", "--project", help="Project id (the DSN'
         out.print(k.dsn(host, port), soft_wrap=True)
 
 
-@app.command("list")
+@keys.command("list")
+@HostOpt
+@PortOpt
+@StoreOpt
+@JsonOpt
 @handles_errors
-def list_cmd(host: str = HostOpt, port: int = PortOpt, store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def list_cmd(host: str, port: int, store: Optional[Path], as_json: bool) -> None:
     """The keys and their DSNs."""
+    from ..store import keys as keystore
+
     ks = keystore.list_keys(open_store(store, create=True))
     if as_json:
         print_json({"keys": [{**dataclasses.asdict(k), "dsn": k.dsn(host, port)} for k in ks]})
@@ -42,17 +51,23 @@ def list_cmd(host: str = HostOpt, port: int = PortOpt, store: Optional[Path] = S
     if not ks:
         out.print("No keys (`stepscope keys add` makes one).")
         return
+    from rich.table import Table
+
     t = Table("project", "key", "label", "DSN")
     for k in ks:
         t.add_row(k.project_id, k.public_key, k.label, k.dsn(host, port))
     out.print(t)
 
 
-@app.command("rm")
+@keys.command("rm")
+@argument("key", help="The key, or a unique prefix (4+ characters).")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def rm(key: str = typer.Argument(..., help="The key, or a unique prefix (4+ characters)."),
-       store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def rm(key: str, store: Optional[Path], as_json: bool) -> None:
     """Delete a key: envelopes sent with it get 401 from then on."""
+    from ..store import keys as keystore
+
     k = keystore.remove(open_store(store, create=True), key)
     if as_json:
         print_json({"deleted": k.public_key})

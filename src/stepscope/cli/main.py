@@ -1,68 +1,103 @@
-"""``stepscope``: the command-line entry point. Each subcommand lives in its own module.
+"""``stepscope``: the command-line entry point (click). Each subcommand lives in its own module.
 
 Only the subcommand named on the command line is imported (``stepscope device trace.json`` never loads the
-web server, the benchmark runner or the tracer): the whole table is built for ``--help`` and for a name that
-is not a subcommand (click then says so).
+web server, the benchmark runner or the tracer), and ``stepscope --help`` imports none: it lists the table's
+short helps (each the first line of its command's help; a test keeps them equal). A name that is not a
+subcommand: click says so.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
+from typing import NamedTuple
 
-import typer
+import click
 
-#: subcommand -> (module under stepscope.cli, attribute, "command" | "group", extra command settings)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "run": ("run", "run", "command"),
-    "demo": ("demo", "demo", "command"),
-    "runs": ("runs", "runs", "command"),
-    "rm": ("runs", "rm", "command"),
-    "report": ("report", "report", "command"),
-    "export": ("export", "export", "command"),
-    "explain": ("explain", "explain_cmd", "command"),
-    "diff": ("diff", "diff_cmd", "command"),
-    "suggest": ("suggest", "suggest_cmd", "command"),
-    "try": ("try_", "try_cmd", "command"),
-    "device": ("device", "device", "command"),
-    "bench": ("bench", "app", "group"),
-    "capture": ("capture", "capture_cmd", "command"),
-    "serve": ("serve", "serve", "command"),
-    "keys": ("keys", "app", "group"),
+
+class Entry(NamedTuple):
+    """A subcommand: its module under ``stepscope.cli``, the click command's name there, its short help."""
+
+    module: str
+    attr: str
+    short: str
+
+
+#: subcommand -> where its click command is and what ``stepscope --help`` says of it, in the help's order
+COMMANDS: dict[str, Entry] = {
+    "run": Entry("run", "run", "Run a Python program with the named functions traced and every thread sampled."),
+    "demo": Entry("demo", "demo", "Run txt2img on a Stable Diffusion pipeline under stepscope with the default "
+                  "trace list."),
+    "runs": Entry("runs", "runs", "List stored runs, newest first."),
+    "rm": Entry("runs", "rm", "Delete runs and their files."),
+    "report": Entry("report", "report", "Write the HTML report of a run: waterfall, flame graphs, step table (opens "
+                    "offline); with --against RUN_A,"),
+    "export": Entry("export", "export", "Export a run (spans and samples) to speedscope or Chrome trace / Perfetto "
+                    "JSON (with the device"),
+    "explain": Entry("explain", "explain_cmd", "Find the slow repeats of a span (or of the denoising steps) and name "
+                     "the functions that make them slow."),
+    "diff": Entry("diff", "diff_cmd", "Compare two runs: environment changes (most likely causes first), the change "
+                  "in time per span and step"),
+    "suggest": Entry("suggest", "suggest_cmd", "Suggest functions to trace next (wide, untraced, nameable functions "
+                     "inside the traced spans) and the"),
+    "try": Entry("try_", "try_cmd", "Apply fixes to a diffusers program at its first pipeline call, each "
+                 "configuration in its own process, and"),
+    "device": Entry("device", "device", "Device idle gaps (host wait / kernel wait / other), host-device syncs with "
+                    "their Python line and"),
+    "capture": Entry("capture", "capture_cmd", "Capture a window of a running program: traces on, sampler on, then "
+                     "everything off again."),
+    "serve": Entry("serve", "serve", "Serve the web UI (transactions, waterfall, flame graphs, explain, device, "
+                   "benchmarks) and take the"),
+    "bench": Entry("bench", "bench", "Benchmark fixes: a configuration matrix in isolated processes, interleaved "
+                   "repeats, CIs."),
+    "keys": Entry("keys", "keys", "Project keys for `stepscope serve` (the sentry_key in a DSN)."),
 }
 
 
-def build(names=None) -> typer.Typer:
-    """The Typer app with the subcommands ``names`` (None: all), in the table's order."""
-    t = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                    help="Trace, sample and explain the performance of Python/ML programs you did not write.")
-    t.callback()(_group)  # a group even with one subcommand registered (typer runs a lone command directly)
-    for name, (mod, attr, kind) in COMMANDS.items():
-        if names is not None and name not in names:
-            continue
-        m = importlib.import_module(f".{mod}", __package__)
-        obj = getattr(m, attr)
-        if kind == "group":
-            t.add_typer(obj, name=name)
-        else:
-            t.command(name, context_settings=getattr(m, "CONTEXT", None) if name in ("run", "try") else None)(obj)
-    return t
+def load(name: str) -> click.Command:
+    """The click command of the subcommand ``name`` (its module imported). Raises KeyError for no such name."""
+    entry = COMMANDS[name]
+    return getattr(importlib.import_module(f".{entry.module}", __package__), entry.attr)
 
 
-def _group() -> None:
-    pass
+class LazyGroup(click.Group):
+    """The top-level group: its subcommands are the table's, each module imported when its command is wanted
+    (click's "lazy loading subcommands")."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """The table's names, in its order."""
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        """The command ``name`` (its module imported now), or None for no such subcommand."""
+        return load(name) if name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The subcommands with their short help from the table: no module imported."""
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, shorten(e.short, limit)) for name, e in COMMANDS.items()])
 
 
-class _App:
-    """Callable like a Typer app (the console script and ``python -m stepscope`` call it)."""
+def shorten(text: str, limit: int) -> str:
+    """``text`` as click lists a command's help in at most ``limit`` characters: up to its first sentence's end,
+    else cut after a whole word with ``...``."""
+    words = text.split()
+    total = 0
+    for i, word in enumerate(words):
+        total += len(word) + (i > 0)
+        if total > limit:
+            break
+        if word.endswith("."):
+            return " ".join(words[:i + 1])
+    else:
+        return " ".join(words)
+    while i > 0 and len(" ".join(words[:i])) + 3 > limit:
+        i -= 1
+    return " ".join(words[:i]) + "..."
 
-    def __call__(self, *args, **kwargs):
-        argv = sys.argv[1:]
-        name = argv[0] if argv and not argv[0].startswith("-") else None
-        return build([name] if name in COMMANDS else None)(*args, **kwargs)
 
-
-app = _App()
+app = LazyGroup("stepscope", no_args_is_help=True, context_settings={"show_default": True},
+                help="Trace, sample and explain the performance of Python/ML programs you did not write.")
 
 if __name__ == "__main__":
     app()

@@ -5,20 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
-from ..device.view import device_view
-from ..output.html.html import write_report
-from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
+from .common import PATH, JsonOpt, StoreOpt, argument, command, handles_errors, open_store, out, print_json
 
 
+@command("report")
+@argument("run_id", required=False, help="Run id or prefix (default: the last run).")
+@click.option("-o", "--output", type=PATH, default=None, help="HTML file (default: stepscope-RUN.html).")
+@click.option("--against", default=None, help="Compare the run with this one (run A, before) instead: the "
+              "`stepscope diff` page as a file.")
+@click.option("--span", default=None, help="With --against: the span name to compare per call.")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (default: the last run)."),
-           output: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file (default: stepscope-RUN.html)."),
-           against: Optional[str] = typer.Option(None, "--against", help="Compare the run with this one (run A, "
-                                                 "before) instead: the `stepscope diff` page as a file."),
-           span: Optional[str] = typer.Option(None, "--span", help="With --against: the span name to compare per call."),
-           store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def report(run_id: Optional[str], output: Optional[Path], against: Optional[str], span: Optional[str],
+           store: Optional[Path], as_json: bool) -> None:
     """Write the HTML report of a run: waterfall, flame graphs, step table (opens offline); with --against RUN_A,
     the comparison of the two runs."""
     st = open_store(store)
@@ -36,6 +38,8 @@ def report(run_id: Optional[str] = typer.Argument(None, help="Run id or prefix (
             out.print(f"comparison: {path} ({path.stat().st_size / 1e6:.2f} MB)")
             out.print(f"verdict: {d.verdict}", markup=False)
         return
+    from ..device.view import device_view
+    from ..output.html.html import write_report
     from ..store.reader import load_run
 
     data = load_run(st, run_id)

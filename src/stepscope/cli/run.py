@@ -7,21 +7,21 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Optional
 
-import typer
+import click
 
 from ..core import limits
-from ..analysis.summary import summarize
-from ..analysis.calltree import ProfileIndex
-from ..output.terminal.summary import print_summary, unresolved_line
-from ..program.run import CommandError, Outcome, die_like, run_program
 from ..core.model import AutoTrace, RunMeta
 from ..record.settings import DEFAULT_HZ, Settings, check_flags
 from .tracefile import read_trace_file
 from ..record.tracing import precheck
 from ..record.tracing.resolve import normalize_targets
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, print_json, setting_option
+from .common import (PATH, JsonOpt, StoreOpt, UserError, argument, command, err, handles_errors, open_store, print_json,
+                     setting_option)
+
+if TYPE_CHECKING:
+    from ..program.run import Outcome
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -50,6 +50,11 @@ def record(command: list[str], traces: list[str], hz: float, store_path: Optiona
     None: ``Settings``' defaults), with ``traces``, ``hz``, ``transaction`` and the run's facts ``meta`` (a job id,
     an auto-trace pass: ``core.model.RunMeta``) set here; ``report_hint_by_caller``: the caller prints where the report is (``demo`` writes it),
     so the summary leaves out its own "`stepscope report RUN`" line."""
+    from ..analysis.calltree import ProfileIndex
+    from ..analysis.summary import summarize
+    from ..output.terminal.summary import print_summary, unresolved_line
+    from ..program.run import CommandError, run_program  # (the recorder's parent side: not for --help)
+
     settings = dataclasses.replace(options or Settings(), functions_to_trace=tuple(normalize_targets(traces)),
                                    profiles_hz=hz, transaction=transaction, extra=(meta or RunMeta()).to_extra())
     if json_file is not None and not json_file.resolve().parent.is_dir():
@@ -117,50 +122,57 @@ def _tell_incomplete(store, outcome: Outcome) -> bool:
     return bool(problem)
 
 
+@command("run", context_settings=CONTEXT)
+@argument("command", nargs=-1, help="The program: python SCRIPT [ARGS] (after --).")
+@setting_option("functions_to_trace", [])
+@click.option("--trace-file", type=PATH, default=None, help="TOML or text file of names to trace.")
+@click.option("-m", "module", default=None, help="Run a module, like python -m.")
+@setting_option("profiles_hz", None, help_tail=f" [default: {DEFAULT_HZ:g}]")
+@StoreOpt
+@JsonOpt
+@click.option("--json-file", type=PATH, default=None, help="Write the JSON document to this file (--json prints it "
+              "on stdout after the program's own output).")
+@click.option("--quiet", "-q", is_flag=True, default=False, help="Print nothing after the program ends (with "
+              "--server: not the line that says it is ready for capture either).")
+@click.option("--auto-trace", type=int, default=0, help="Run twice: sample, then trace the top N suggestions too.")
+@setting_option("device_trace")
+@setting_option("device_steps")
+@setting_option("device_stacks")
+@setting_option("syncs")
+@setting_option("compile_report")
+@click.option("--server", is_flag=True, default=False, help="Record nothing; start the control server in the program "
+              "and say when it is ready: `stepscope capture --pid` (this process's pid, the program's, or a parent's) "
+              "records windows on demand.")
+@setting_option("sampler")
+@setting_option("memory")
+@setting_option("memory_history")
+@setting_option("children")
+@setting_option("cuda_peaks")
+@click.option("--export", multiple=True, help="Once the run is stored, send it (repeatable): otlp (to "
+              "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or sentry=DSN (spans and "
+              "samples). A failed send is one line on stderr; the run stays stored and the exit status is the "
+              "program's.")
+@setting_option("step_functions", [])
+@setting_option("labels", [])
+@setting_option("app")
+@click.option("--job", default=None, help="A job id for the run (exported as stepscope.job.id): runs sent to one "
+              "`stepscope serve` with the same id, from any host, are joined into one run. Default: torchrun's "
+              "TORCHELASTIC_RUN_ID in its ranks.")
+@click.pass_context
 @handles_errors
-def run(
-    ctx: typer.Context,
-    command: Optional[List[str]] = typer.Argument(None, help="The program: python SCRIPT [ARGS] (after --)."),
-    trace: List[str] = setting_option("functions_to_trace", []),
-    trace_file: Optional[Path] = typer.Option(None, "--trace-file", help="TOML or text file of names to trace."),
-    module: Optional[str] = typer.Option(None, "-m", help="Run a module, like python -m."),
-    hz: Optional[float] = setting_option("profiles_hz", None, help_tail=f" [default: {DEFAULT_HZ:g}]"),
-    store: Optional[Path] = StoreOpt,
-    as_json: bool = JsonOpt,
-    json_file: Optional[Path] = typer.Option(None, "--json-file", help="Write the JSON document to this file "
-                                             "(--json prints it on stdout after the program's own output)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing after the program ends (with --server: "
-                               "not the line that says it is ready for capture either)."),
-    auto_trace: int = typer.Option(0, "--auto-trace", help="Run twice: sample, then trace the top N suggestions too."),
-    device_trace: bool = setting_option("device_trace"),
-    device_steps: Optional[int] = setting_option("device_steps"),
-    device_stacks: bool = setting_option("device_stacks"),
-    syncs: bool = setting_option("syncs"),
-    compile_report: bool = setting_option("compile_report"),
-    server: bool = typer.Option(False, "--server", help="Record nothing; start the control server in the program "
-                                "and say when it is ready: `stepscope capture --pid` (this process's pid, the "
-                                "program's, or a parent's) records windows on demand."),
-    sampler: str = setting_option("sampler"),
-    memory: bool = setting_option("memory"),
-    memory_history: bool = setting_option("memory_history"),
-    children: bool = setting_option("children"),
-    cuda_peaks: str = setting_option("cuda_peaks"),
-    export: List[str] = typer.Option([], "--export", help="Once the run is stored, send it (repeatable): otlp (to "
-                                     "$OTEL_EXPORTER_OTLP_ENDPOINT), otlp=URL (a collector, OTLP/HTTP; spans only) or "
-                                     "sentry=DSN (spans and samples). A failed send is one line on stderr; the run "
-                                     "stays stored and the exit status is the program's."),
-    step: List[str] = setting_option("step_functions", []),
-    label: List[str] = setting_option("labels", []),
-    app: Optional[str] = setting_option("app"),
-    job: Optional[str] = typer.Option(None, "--job", help="A job id for the run (exported as stepscope.job.id): "
-                                      "runs sent to one `stepscope serve` with the same id, from any host, are "
-                                      "joined into one run. Default: torchrun's TORCHELASTIC_RUN_ID in its ranks."),
-) -> None:
+def run(ctx: click.Context, command: tuple[str, ...], trace: tuple[str, ...], trace_file: Optional[Path],
+        module: Optional[str], hz: Optional[float], store: Optional[Path], as_json: bool, json_file: Optional[Path],
+        quiet: bool, auto_trace: int, device_trace: bool, device_steps: Optional[int], device_stacks: bool,
+        syncs: bool, compile_report: bool, server: bool, sampler: str, memory: bool, memory_history: bool,
+        children: bool, cuda_peaks: str, export: tuple[str, ...], step: tuple[str, ...], label: tuple[str, ...],
+        app: Optional[str], job: Optional[str]) -> None:
     """Run a Python program with the named functions traced and every thread sampled.
 
     stepscope run --trace pkg.mod.Class.method -- python script.py --steps 20
     """
     import sys
+
+    from ..program.run import CommandError, die_like, run_program
 
     check_flags(profiles_hz=hz)  # (by the settings' own rules, under the flags, before anything runs)
     limits.in_range("--auto-trace", auto_trace, 0, 50, integer=True)
@@ -208,7 +220,7 @@ def run(
         except CommandError as e:
             raise UserError(str(e)) from None
         die_like(outcome.returncode)
-        raise typer.Exit(outcome.exit_code)
+        raise SystemExit(outcome.exit_code)
     if auto_trace > 0:
         outcome = _auto_trace(args, names, rate, store, as_json, quiet, auto_trace, options, json_file)
     else:
@@ -217,7 +229,7 @@ def run(
     if targets and outcome.run_id:
         _export_run(store, outcome.run_id, targets, quiet)
     die_like(outcome.returncode)  # a program killed by a signal: stepscope dies by it too, as python would
-    raise typer.Exit(outcome.exit_code)
+    raise SystemExit(outcome.exit_code)
 
 
 def _export_run(store_path: Optional[Path], run_id: str, targets: list[tuple[str, str | None]], quiet: bool) -> None:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
-import typer
+import click
 
 from ..core import limits
-from ..output.terminal.summary import print_runs
-from .common import JsonOpt, StoreOpt, handles_errors, open_store, out, print_json
+from .common import JsonOpt, StoreOpt, argument, command, handles_errors, open_store, out, print_json
 
 
+@command("runs")
+@click.option("--limit", "-n", type=int, default=50, help="Show at most this many runs (0: all).")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def runs(limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many runs (0: all)."),
-         store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def runs(limit: int, store: Optional[Path], as_json: bool) -> None:
     """List stored runs, newest first."""
     limits.in_range("--limit", limit, 0, 1_000_000, integer=True)
     st = open_store(store)
@@ -25,12 +27,17 @@ def runs(limit: int = typer.Option(50, "--limit", "-n", help="Show at most this 
     elif not items:
         out.print(f"No runs in {st.path}.")
     else:
+        from ..output.terminal.runs import print_runs  # (rich's tables: not for --json)
+
         print_runs(items, out)
 
 
+@command("rm")
+@argument("run_ids", nargs=-1, required=True, help="Run ids (or unique prefixes).")
+@StoreOpt
+@JsonOpt
 @handles_errors
-def rm(run_ids: List[str] = typer.Argument(..., help="Run ids (or unique prefixes)."),
-       store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def rm(run_ids: tuple[str, ...], store: Optional[Path], as_json: bool) -> None:
     """Delete runs and their files."""
     st = open_store(store)
     ids = [st.resolve_id(r) for r in run_ids]

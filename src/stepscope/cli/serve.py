@@ -8,24 +8,25 @@ import socket
 from pathlib import Path
 from typing import Optional
 
-import typer
+import click
 
 from ..core import limits
-from ..store import keys as keystore
-from ..serve.web.net import is_loopback
-from .common import StoreOpt, UserError, err, handles_errors, open_store
+from .common import StoreOpt, UserError, command, err, handles_errors, open_store
 
 _MB = 1024 * 1024
 
 
+@command("serve")
+@click.option("--host", default="127.0.0.1", help="Address to bind (default: loopback only).")
+@click.option("--port", type=int, default=8969, help="Port, 1-65535 (8969: the Sentry Spotlight sidecar's).")
+@StoreOpt
+@click.option("--open", "open_mode", is_flag=True, default=False, help="Development only: accept envelopes without a "
+              "key.")
+@click.option("--max-body-mb", type=float, default=20, help="Largest request body, as sent (MiB, up to 4096).")
+@click.option("--max-decoded-mb", type=float, default=100, help="Largest body after decompression (MiB, up to 16384).")
 @handles_errors
-def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: loopback only)."),
-          port: int = typer.Option(8969, "--port", help="Port, 1-65535 (8969: the Sentry Spotlight sidecar's)."),
-          store: Optional[Path] = StoreOpt,
-          open_mode: bool = typer.Option(False, "--open", help="Development only: accept envelopes without a key."),
-          max_body_mb: float = typer.Option(20, "--max-body-mb", help="Largest request body, as sent (MiB, up to 4096)."),
-          max_decoded_mb: float = typer.Option(100, "--max-decoded-mb",
-                                               help="Largest body after decompression (MiB, up to 16384).")) -> None:
+def serve(host: str, port: int, store: Optional[Path], open_mode: bool, max_body_mb: float,
+          max_decoded_mb: float) -> None:
     """Serve the web UI (transactions, waterfall, flame graphs, explain, device, benchmarks) and take the
     Sentry SDK's envelopes at /api/<project>/envelope/ and /stream (Spotlight)."""
     limits.in_range("--port", port, 1, 65535, integer=True)
@@ -35,6 +36,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind 
 
     from ..serve.web import ServerConfig, create_app
     from ..serve.web.headlimits import protocol
+    from ..serve.web.net import is_loopback
+    from ..store import keys as keystore
 
     try:  # uvicorn's HTTP/1.1 parser (STEPSCOPE_HTTP=h11 for the pure-Python one), with the request head bounded
         http = protocol(os.environ.get("STEPSCOPE_HTTP", "auto"))

@@ -8,27 +8,32 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
-import typer
+import click
 
 from ..core import limits
 from ..fixes import COMPILE_MODES, parse
-from .common import JsonOpt, StoreOpt, UserError, err, handles_errors, open_store, out, print_json
+from .common import JsonOpt, StoreOpt, UserError, argument, command, err, handles_errors, open_store, out, print_json
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
+@command("try", context_settings=CONTEXT)
+@argument("command", nargs=-1, help="-- python SCRIPT [ARGS]")
+@click.option("--fix", required=True, help="Fixes, comma-separated, or all: sdpa, sdpa-flash, sdpa-efficient, "
+              "sdpa-cudnn, compile, channels_last, fp16, bf16, vae-tiling, vae-slicing, fuse-qkv, no-offload, "
+              "sync-free-scheduler.")
+@click.option("--repeats", type=int, default=5, help="Timed pipeline calls per configuration, interleaved.")
+@click.option("--compile-mode", default="default", help="torch.compile mode: " + ", ".join(COMPILE_MODES))
+@click.option("--seed", type=int, default=0, help="torch.manual_seed before each measured call.")
+@click.option("--combine/--no-combine", default=True, help="Also measure the fixes that helped together.")
+@StoreOpt
+@JsonOpt
+@click.pass_context
 @handles_errors
-def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(None, help="-- python SCRIPT [ARGS]"),
-            fix: str = typer.Option(..., "--fix", help="Fixes, comma-separated, or all: sdpa, sdpa-flash, "
-                                    "sdpa-efficient, sdpa-cudnn, compile, channels_last, fp16, bf16, vae-tiling, "
-                                    "vae-slicing, fuse-qkv, no-offload, sync-free-scheduler."),
-            repeats: int = typer.Option(5, "--repeats", help="Timed pipeline calls per configuration, interleaved."),
-            compile_mode: str = typer.Option("default", "--compile-mode", help="torch.compile mode: " + ", ".join(COMPILE_MODES)),
-            seed: int = typer.Option(0, "--seed", help="torch.manual_seed before each measured call."),
-            combine: bool = typer.Option(True, "--combine/--no-combine", help="Also measure the fixes that helped together."),
-            store: Optional[Path] = StoreOpt, as_json: bool = JsonOpt) -> None:
+def try_cmd(ctx: click.Context, command: tuple[str, ...], fix: str, repeats: int, compile_mode: str, seed: int,
+            combine: bool, store: Optional[Path], as_json: bool) -> None:
     """Apply fixes to a diffusers program at its first pipeline call, each configuration in its own process, and
     measure them against the program as it is: time per denoising step and per call, peak memory, output change."""
     from ..output.plots import plot_bench
@@ -56,7 +61,7 @@ def try_cmd(ctx: typer.Context, command: Optional[List[str]] = typer.Argument(No
             raise UserError(str(e)) from None
         except TryError as e:
             err.print(f"stepscope: {e}", markup=False, highlight=False)
-            raise typer.Exit(1)
+            raise SystemExit(1)
     b = bench_store.load(st, bench_id)
     v = try_verdict(b)
     png = plot_bench(b, st.path / "bench" / f"{bench_id}.png")  # the step and the call per configuration

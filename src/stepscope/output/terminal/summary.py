@@ -1,4 +1,4 @@
-"""Rich tables for the terminal: the run summary and the list of runs (cells: ``output/terminal/cells.py``).
+"""Rich tables for the terminal: the run summary (the list of runs: ``runs.py``; cells: ``cells.py``).
 
 Numbers are never cut (columns as wide as their widest value; step columns that do not fit are counted); names
 are shortened from the left keeping ``Class.method``, then folded. A capture window's header names the program,
@@ -8,7 +8,6 @@ spans cut at the window's end.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 from rich.console import Console
@@ -18,7 +17,6 @@ from rich.text import Text
 
 from ...analysis.phases import BEFORE_CAPTURE
 from ...analysis.summary import Summary
-from ...core.model import Run
 from ...record.tracing.globs import is_note
 from ...core.units import fmt_bytes, fmt_ns
 from .cells import left_short, name_room, num_col
@@ -252,30 +250,3 @@ def unresolved_line(name: str, why: str) -> str:
         return f"[cyan]glob:[/cyan] {name[:-len(IN_PART)]}: {why}"
     return f"[yellow]not traced:[/yellow] {name}: {why}"
 
-
-def command_text(command: list[str]) -> str:
-    """A run's command as a shell would take it back (quoted where needed), never cut; an interpreter given by
-    its path is named by its file name (``/venv/bin/python`` -> ``python``)."""
-    import os
-    import shlex
-
-    if not command:
-        return ""
-    first = command[0]
-    if os.sep in first and os.path.basename(first).startswith("python"):
-        first = os.path.basename(first)
-    return shlex.join([first, *command[1:]])
-
-
-def print_runs(runs: list[Run], console: Console) -> None:
-    """The stored runs, newest first."""
-    t = Table(show_edge=False)
-    for col in ("run", "started", "wall", "status", "spans", "samples", "command"):
-        t.add_column(col, justify="right" if col in ("wall", "spans", "samples") else "left",
-                     overflow="fold" if col == "command" else "ellipsis", no_wrap=col != "command")
-    for r in runs:
-        started = dt.datetime.fromtimestamp(r.anchor_wall_ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if r.anchor_wall_ns else "-"
-        status = r.status if r.exit_code in (None, 0) else f"{r.status} ({r.exit_code})"
-        t.add_row(r.id, started, fmt_ns(r.wall_time_ns), status, str(r.span_count), str(r.sample_count),
-                  command_text(r.command))
-    console.print(t)
