@@ -419,6 +419,8 @@ def test_waiting_profiles_and_chunks_are_forgotten_a_day_after_they_came(client)
     for k in range(2):
         assert post(client, envelope([({"type": "profile_chunk"}, chunk(f"{k}" * 32, pid, 1_795_000_000.0, n=10))])).status_code == 200
     st = Store(client.store)
+    st.settle_ingest(timeout_s=60, stall_s=30)  # both envelopes written by the server's writer (it answers first)
+    assert sorted(r[0] for r in st.conn.execute("SELECT chunk_id FROM ingest_chunks")) == ["0" * 32, "1" * 32]
     st.conn.execute("UPDATE ingest_chunks SET received_wall_ns = received_wall_ns - 2 * 86400 * 1000000000 WHERE chunk_id = ?",
                     ("0" * 32,))
     assert prune(st.conn, time.time_ns()) == 1  # old samples sent today stay; what came two days ago goes
