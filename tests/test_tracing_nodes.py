@@ -138,9 +138,13 @@ def test_nodeapp_each_node_timed_from_one_glob(tmp_path):
     last_of_first = max(r["end_ns"] for r in rows if r["call"] == 0)
     first_of_second = min(r["start_ns"] for r in rows if r["call"] == 1)
     assert first_of_second - last_of_first >= 1.5e9, rows
-    top = [f["name"] for f in run["top_self"] + run["top_total"]]
+    # no wait among them: an idle thread's or the event loop's wait counted would hold the 1.5 s gap at least (a
+    # large share of the work); beside a busy process the loop's own few lines (``BaseEventLoop.time``) may show,
+    # with the time its thread waited for a CPU, a share of a few percent at most
     waits = ("threading.", "selectors.", "queue.", "asyncio.base_events", "socket.", "_queue.")
-    assert not [n for n in top if n.startswith(waits)], top
+    held = [(f["name"], round(f["total_share"], 3)) for f in run["top_self"] + run["top_total"]
+            if f["name"].startswith(waits) and f["total_share"] >= 0.05]
+    assert not held, held
     assert run["idle_ns"] > 1.0e9, run["idle_ns"]  # the waits left out, and said
 
 
