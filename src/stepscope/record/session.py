@@ -23,7 +23,7 @@ from ..core.model import Run
 from .memory import history as _memory
 from .sampling.budget import Budget
 from .sampling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
-from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler
+from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler, park
 from .envinfo import environment
 from ..core.steprules import LOOP_TRACES
 from .settings import Settings
@@ -434,7 +434,7 @@ class Session:
         main_sampler = self.main_sampler
         now = clock.now_ns
         last_flush = next_t = now()
-        stop = self._stop
+        flush_s = self.settings.flush_interval_s
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
         # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a server
@@ -460,10 +460,8 @@ class Session:
                 if t - last_flush >= flush_every:
                     self._flush()
                     last_flush = t
-                if self._wake.acquire(timeout=self.settings.flush_interval_s):
-                    self._wake.release()
-                    if self._gen != gen:  # parked for a fork while paused: give the lock back first
-                        return
+                if park(self._wake, flush_s, flush_s, FLUSH_SPANS) == 1 and self._gen != gen:
+                    return  # parked for a fork while paused
                 continue
             # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
             by_signal = main_sampler.active and not main_sampler.resting
@@ -501,7 +499,7 @@ class Session:
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            stop.wait(max(0.0, (wake - now()) / 1e9))
+            park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)  # (unseen by a profiler the program starts)
         if budget is not None:
             budget.close(now())
 

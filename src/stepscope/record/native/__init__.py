@@ -40,3 +40,12 @@ if os.environ.get("STEPSCOPE_RECORDER", "").strip().lower() != "python":
 
 #: "native" or "python"
 RECORDER = "native" if ext is not None else "python"
+
+#: the extension for the recorder thread's own wait (``park``, unseen by a profiler the program starts), whichever
+#: recorder records traced calls: ``ext``, or under ``STEPSCOPE_RECORDER=python`` the module when it loads; else None
+waits: ModuleType | None = ext
+if ext is None and load_error is None:
+    try:
+        waits = importlib.import_module(EXTENSION)
+    except Exception:
+        waits = None

@@ -176,6 +176,71 @@ static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
     return out;
 }
 
+/* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
+
+static PyObject *get_tool_fn = NULL; /* sys.monitoring.get_tool (3.12+), fetched at the first park */
+
+static int foreign_tool(void) {
+    /* 1 when a tool other than stepscope's would see this thread's calls: a sys.monitoring tool (ids 0-5, 3.12+:
+       cProfile, coverage, a debugger) or this thread's own setprofile/settrace (threading.setprofile_all_threads);
+       0 if none; -1 with an exception set. Every call here is made from C: no CALL event reaches any tool. */
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_profilefunc != NULL || ts->c_tracefunc != NULL) return 1;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (get_tool_fn == NULL) {
+        PyObject *mon = PySys_GetObject("monitoring"); /* borrowed */
+        if (mon == NULL) return 0;
+        get_tool_fn = PyObject_GetAttrString(mon, "get_tool");
+        if (get_tool_fn == NULL) return -1;
+    }
+    for (int i = 0; i < 6; i++) {
+        PyObject *id = PyLong_FromLong(i);
+        if (id == NULL) return -1;
+        PyObject *name = PyObject_CallOneArg(get_tool_fn, id);
+        Py_DECREF(id);
+        if (name == NULL) return -1;
+        int other = name != Py_None && !(PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "stepscope") == 0);
+        Py_DECREF(name);
+        if (other) return 1;
+    }
+#endif
+    return 0;
+}
+
+static PyObject *py_park(PyObject *m, PyObject *args) {
+    /* park(lock, timeout_s, poll_s, finished, limit) -> 0, 1, 2 or 3. Wait on lock (acquire with timeout_s) as
+       the recorder thread does between looks; returns 1 when it was acquired (released again: a wake-up), else
+       checks for a foreign tool (foreign_tool) and returns 0 when none is there. While one is, it keeps waiting
+       (poll_s a wait) without returning to Python code, whose calls the tool would see, and returns 2 once the
+       tool is gone, or 3 when the finished spans waiting (len(finished) + the C columns) reach limit. */
+    PyObject *lock, *finished;
+    double timeout, poll;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OddOn", &lock, &timeout, &poll, &finished, &limit)) return NULL;
+    int seen = 0;
+    for (;;) {
+        PyObject *r = PyObject_CallMethod(lock, "acquire", "id", 1, timeout > 0 ? timeout : 0.0);
+        if (r == NULL) return NULL;
+        int got = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (got < 0) return NULL;
+        if (got) {
+            r = PyObject_CallMethod(lock, "release", NULL);
+            if (r == NULL) return NULL;
+            Py_DECREF(r);
+            return PyLong_FromLong(1);
+        }
+        int f = foreign_tool();
+        if (f < 0) return NULL;
+        if (!f) return PyLong_FromLong(seen ? 2 : 0);
+        seen = 1;
+        Py_ssize_t waiting = PyObject_Size(finished); /* (a deque: its C length, no call event) */
+        if (waiting < 0) return NULL;
+        if (waiting + n_fin >= limit) return PyLong_FromLong(3);
+        timeout = poll;
+    }
+}
+
 static PyMethodDef methods[] = {
     {"setup", py_setup, METH_VARARGS, "setup(current_span, error_name, DISABLE, max_pending)"},
     {"set_forward", py_set_forward, METH_VARARGS,
@@ -192,6 +257,9 @@ static PyMethodDef methods[] = {
      "take_block(dumps, max_spans) -> (body, n, first span id): the oldest finished calls as a span block "
      "(core/spanformat.py's layout; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
     {"pending", py_pending, METH_NOARGS, "How many finished calls wait."},
+    {"park", py_park, METH_VARARGS,
+     "park(lock, timeout_s, poll_s, finished, limit) -> 0 timed out, 1 woken (lock acquired and released), 2 timed "
+     "out after waiting out a foreign profiler or tracer, 3 waited spans reached limit while one is active"},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
