@@ -50,6 +50,10 @@ def test_the_c_walk_reads_the_stacks_the_python_walk_reads(python):
         assert c["stacks"] == py["stacks"], depth
         assert c["truncated"] == py["truncated"]
         assert c["again"] and py["again"]  # a thread that waited since is recorded again on the same stack
+        assert c["own"] == py["own"]  # the signal handler's read of its own thread (``Walker.walk``)
+    assert [f[0] for f in out["c-256"]["own"]][-3:] == ["own_stack"] * 3
+    assert "own_gen" in [f[0] for f in out["c-256"]["own"]]
+    assert len(out["c-16"]["own"]) == 16
     stacks = {name: [f[0] for f in stack] for name, stack in out["c-256"]["stacks"].items()}
     assert stacks["nested"][-5:] == ["nested_a", "nested_b", "nested_c", "Event.wait", "Condition.wait"]
     assert stacks["generator"][-4:] == ["gen_user", "gen_body", "Event.wait", "Condition.wait"]

@@ -97,6 +97,22 @@ def stacks(s: Sampler, frames: list, stacks_: list) -> dict:
     return out
 
 
+def own_stack(s: Sampler, frames: list, stacks_: list, n: int) -> list:
+    """This thread's stack as its signal handler records it (``Sampler.sample_frame`` of the running frame), ``n``
+    calls deep and inside a generator: the C walk's ``Walker.walk`` or the Python ``f_back`` walk."""
+    if n:
+        return own_stack(s, frames, stacks_, n - 1)
+    s.sample_frame(sys._getframe(), threading.get_ident(), time.perf_counter_ns(), 1, 0)
+    new_frames, new_stacks, samples = s.drain()
+    frames += new_frames
+    stacks_ += new_stacks
+    return [list(frames[i]) for i in stacks_[samples[-1][2]]]
+
+
+def own_gen(s: Sampler, frames: list, stacks_: list):
+    yield own_stack(s, frames, stacks_, 30)
+
+
 def allocations() -> dict:
     """Blocks a C look allocates at a fresh thread whose stack the walker knows (none: no frame object is made),
     and, for comparison, what materialising that thread's frames (sys._current_frames, f_back) allocates."""
@@ -152,8 +168,9 @@ def main():
                 tables = [], []
                 first = stacks(s, *tables)
                 again = stacks(s, *tables)  # every thread has waited since: recorded again, unwalked
+                own = next(own_gen(s, *tables))
                 out[f"{walk}-{depth}"] = {"walk": s.walk, "stacks": first, "again": again == first,
-                                          "ran": len(s.ran), "truncated": s.truncated}
+                                          "ran": len(s.ran), "truncated": s.truncated, "own": own}
     print(json.dumps(out))
 
 

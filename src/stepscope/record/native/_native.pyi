@@ -2,7 +2,7 @@
 ``stepscope.record.native``). Times are ``time.perf_counter_ns`` readings (CLOCK_MONOTONIC, ns); span ids come from
 one counter shared with the Python recorder (``next_id``), never 0; a thread is its ``threading.get_ident()``."""
 
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any, Callable, Final, Iterable
 from contextvars import ContextVar
 
@@ -97,6 +97,15 @@ def take_block(dumps: Callable[[object], str], max_spans: int, /) -> tuple[bytes
 
 def pending() -> int:
     """How many finished calls wait for ``take``/``take_block``."""
+
+
+def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, /) -> int:
+    """The recorder thread's wait (``sampling.signals.park``): ``lock.acquire(True, timeout_s)``; 1 when acquired
+    (released again: a wake-up). Otherwise, while a tool of the program's own would see this thread's calls (a
+    ``sys.monitoring`` tool other than "stepscope" on ids 0-5, 3.12+, or this thread's ``setprofile``/``settrace``)
+    it goes on waiting, ``poll_s`` s a wait: 2 once the tool is gone, 3 when ``len(finished)`` plus the C columns'
+    finished calls reach ``limit``; 0 when there was none. Its checks are calls made from C, which raise no PEP 669
+    CALL event. Raises what ``lock.acquire`` raises."""
 
 
 def dropped() -> int:
@@ -194,6 +203,11 @@ class Walker:
         threads, in its order): thread id -> its stack index, or -1 for a thread of ``skip`` (not walked). A stack
         seen before costs a hash lookup; a new one is kept for ``take``. 0.5 to 0.9 us a busy thread 30 frames deep
         (its frames in another core's cache), 0.4 us a parked one."""
+
+    def walk(self, frame: FrameType, /) -> int:
+        """The stack index of ``frame`` and its callers, read as ``look`` reads a thread's (the main thread's
+        signal handler, from the interrupted frame: no frame object made for its callers); the empty stack's index
+        when none of them is shown. Raises TypeError when ``frame`` is no frame object."""
 
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line

@@ -383,6 +383,21 @@ done:
     return out;
 }
 
+/* walk(frame) -> the stack index of frame's stack (frame and its callers), as look() reads a thread's: the main
+   thread's own sampler reads it in its signal handler this way (the interrupted frame, handed to the handler) with
+   no frame object made for the callers. A frame with nothing shown above it: the empty stack's index. */
+static PyObject *walker_walk(Walker *w, PyObject *frame) {
+    if (!PyFrame_Check(frame)) {
+        PyErr_SetString(PyExc_TypeError, "walk(frame): a frame object");
+        return NULL;
+    }
+    _PyInterpreterFrame *f = ((PyFrameObject *)frame)->f_frame;
+    int32_t si = walk_one(w, f);
+    if (si == NOT_SHOWN) si = intern_stack(w, 0);
+    if (si < 0) return NULL;
+    return PyLong_FromLong(si);
+}
+
 static PyObject *walker_take(Walker *w, PyObject *unused) {
     PyObject *frames = PyList_New(w->n_frames - w->taken_frames);
     PyObject *stacks = PyList_New(w->n_stacks - w->taken_stacks);
@@ -487,6 +502,8 @@ static void walker_dealloc(Walker *w) {
 static PyMethodDef walker_methods[] = {
     {"look", (PyCFunction)walker_look, METH_O,
      "look(skip) -> {thread id: stack index, or -1 for a thread of skip}: every thread with a Python frame"},
+    {"walk", (PyCFunction)walker_walk, METH_O,
+     "walk(frame) -> the stack index of frame and its callers (the main thread's signal handler; no frame object made)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,
      "take() -> (frames, stacks) made since the last take: (code, line or -1, module) and leaf-first tuples"},
     {"reset", (PyCFunction)walker_reset, METH_NOARGS, "Forget every code, frame and stack (codes released)."},

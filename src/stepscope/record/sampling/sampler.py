@@ -348,6 +348,12 @@ class Sampler:
             self.lock.release()
 
     def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
+        walker = self._walker
+        if walker is not None:  # the C walk: f and its callers read in place (``Walker.walk``)
+            si = walker.walk(f)
+            if walker.unseen:
+                self._take_walked()
+            return self._record_stack(self._walk_stacks[si], tid, t, wall, cpu)
         frame_index = self._frame_index
         leaf_first = []
         depth = 0
