@@ -5,7 +5,13 @@ Event, a socket accept), and the loop's default executor adds its waiting thread
 with every thread waiting, then ``--gens`` requests one after another; repeated ``--phases`` times.
 
 Prints one JSON line per phase: the idle phase's process CPU seconds per second (what the threads cost while
-nothing happens) and each generation's wall and process CPU seconds."""
+nothing happens) and each generation's wall and process CPU seconds.
+
+``--ab HZ`` (run without ``stepscope run``; ``--store`` the store): an in-process A/B of sampling and the memory
+lane over traces alone. Each generation runs inside a stepscope session of its own, started from the event loop's
+(main) thread before the request and finished after it: "full" (sampling at HZ, the memory lane on) or "traces"
+(``--hz 0``, no memory lane), both tracing ``TRACES``, the two alternating (the order flips every phase). Each
+generation's line then says its configuration (``gen_config``)."""
 from __future__ import annotations
 
 import _queue
@@ -44,6 +50,19 @@ def generate(pipe, steps: int, seed: int) -> float:
     return float(latents.mean())
 
 
+TRACES = ("diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward",
+          "diffusers.schedulers.scheduling_ddim.DDIMScheduler.step")
+
+
+def session(config: str, hz: float, store: str):
+    """Start a stepscope session of ``config`` ("full" or "traces", see ``--ab``) in this process."""
+    from stepscope.record import api
+    from stepscope.record.settings import Settings
+
+    full = config == "full"
+    return api.start(Settings(functions_to_trace=TRACES, profiles_hz=hz if full else 0, memory=full, store=store))
+
+
 def idle_threads(n: int) -> list:
     out, socks = [], []
     for i in range(n):
@@ -71,6 +90,8 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=2.0)
     ap.add_argument("--gens", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--ab", type=float, default=None, help="in-process A/B at this sampling rate (see above)")
+    ap.add_argument("--store", default=None, help="the store of --ab's sessions")
     a = ap.parse_args()
     pipe = build()
     generate(pipe, 2, 0)  # warm-up
@@ -95,13 +116,21 @@ def main() -> None:
             c0, t0 = time.process_time(), time.perf_counter()
             await asyncio.sleep(a.idle)
             idle_cpu = (time.process_time() - c0) / (time.perf_counter() - t0)
-            gens = []
+            gens, configs = [], []
             for k in range(a.gens):
                 done: queue.Queue = queue.Queue(maxsize=1)
+                if a.ab is not None:
+                    configs.append(("full", "traces")[(k + p) % 2])
+                    session(configs[-1], a.ab, a.store)
                 jobs.put((k, done))
                 gens.append(await loop.run_in_executor(None, done.get))
+                if a.ab is not None:
+                    from stepscope.record import api
+
+                    api.shutdown()
             print(json.dumps({"phase": p, "threads": threading.active_count(), "idle_cpu_per_s": idle_cpu,
-                              "gen_wall": [g[0] for g in gens], "gen_cpu": [g[1] for g in gens]}), flush=True)
+                              "gen_wall": [g[0] for g in gens], "gen_cpu": [g[1] for g in gens],
+                              "gen_config": configs}), flush=True)
         jobs.put(None)
 
     asyncio.run(serve())

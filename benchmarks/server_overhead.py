@@ -7,7 +7,13 @@ alone), interleaved, and prints per configuration: the median generation wall ti
 process's threads, stepscope's included) and their ratio to the plain runs of the same invocation, and the CPU the
 process uses per second while every thread waits.
 
+``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each generation in a
+stepscope session of its own, sampling + memory lane ("full") and traces alone alternating; prints the change of
+the full sessions' median generation wall and process CPU time over the traces-alone ones, with bootstrap 95% CIs
+(``stepscope.bench.stats.compare``: every generation of every process pooled), and each process's own change.
+
     python benchmarks/server_overhead.py --rounds 4
+    python benchmarks/server_overhead.py --ab --rounds 4 --phases 4 --gens 10
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=101.0)
     ap.add_argument("--configs", default="plain,full,traces", help="which to run: plain, full, traces, nomem (comma list)")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--ab", action="store_true", help="the in-process A/B (see above)")
     a = ap.parse_args()
+    if a.ab:
+        return ab(a)
     app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
            "--idle", str(a.idle), "--idle-threads", str(a.idle_threads), "--steps", str(a.steps)]
     store = tempfile.mkdtemp(prefix="stepscope-server-overhead-")
@@ -79,6 +88,41 @@ def main() -> None:
             line += f" ({100 * (c / pc - 1):+5.1f}%)"
         line += f"  idle: {1e3 * statistics.median(g['idle']):5.2f} ms CPU per s"
         print(line)
+
+
+def ab(a) -> None:
+    """The in-process A/B (``--ab``)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+    from stepscope.bench.stats import compare
+
+    store = tempfile.mkdtemp(prefix="stepscope-server-ab-")
+    app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
+           "--idle", "0.2", "--idle-threads", str(a.idle_threads), "--steps", str(a.steps), "--ab", str(a.hz),
+           "--store", store]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
+    pooled = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
+    per_process = []
+    for r in range(a.rounds):
+        mine = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
+        for ph in run(app, env)[1:]:  # the first phase warms up
+            for w, c, cfg in zip(ph["gen_wall"], ph["gen_cpu"], ph["gen_config"]):
+                for d in (pooled, mine):
+                    d[cfg]["wall"].append(w)
+                    d[cfg]["cpu"].append(c)
+        per_process.append({k: statistics.median(mine["full"][k]) / statistics.median(mine["traces"][k]) - 1
+                            for k in ("wall", "cpu")})
+        print(f"process {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+    n = len(pooled["full"]["wall"])
+    print(f"in-process A/B at {a.hz:g} Hz: {a.rounds} processes, {n} generations a side of {a.steps} steps, "
+          f"{a.idle_threads} idle threads; OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    for k, label in (("wall", "generation wall"), ("cpu", "process CPU")):
+        ch = compare(pooled["full"][k], pooled["traces"][k])
+        f, t = statistics.median(pooled["full"][k]), statistics.median(pooled["traces"][k])
+        print(f"{label:16s} traces alone {1e3 * t:7.1f} ms, + sampling and memory lane {1e3 * f:7.1f} ms: "
+              f"{100 * ch.change:+.2f}% (95% CI {100 * ch.ci_low:+.2f}% to {100 * ch.ci_high:+.2f}%); per process "
+              + ", ".join(f"{100 * p[k]:+.1f}%" for p in per_process))
 
 
 if __name__ == "__main__":
