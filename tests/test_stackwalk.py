@@ -50,6 +50,8 @@ def test_the_c_walk_reads_the_stacks_the_python_walk_reads(python):
         assert c["stacks"] == py["stacks"], depth
         assert c["truncated"] == py["truncated"]
         assert c["again"] and py["again"]  # a thread that waited since is recorded again on the same stack
+        for k in ("first_charges", "again_charges", "t_in_look"):  # each thread's accounting: C (threads.c), Python
+            assert c[k] and py[k], (k, depth)
         assert c["own"] == py["own"]  # the signal handler's read of its own thread (``Walker.walk``)
     assert [f[0] for f in out["c-256"]["own"]][-3:] == ["own_stack"] * 3
     assert "own_gen" in [f[0] for f in out["c-256"]["own"]]

@@ -83,15 +83,19 @@ def by_runpy(ready, path):
     runpy.run_path(path, init_globals={"ready": ready, "ev": ev})
 
 
-def stacks(s: Sampler, frames: list, stacks_: list) -> dict:
-    """Thread name -> its stack (root first) in one look of ``s`` (``frames``, ``stacks_``: its tables so far)."""
+def stacks(s: Sampler, frames: list, stacks_: list, charges: list | None = None) -> dict:
+    """Thread name -> its stack (root first) in one look of ``s`` (``frames``, ``stacks_``: its tables so far);
+    ``charges`` gets each sample's (wall ns, CPU ns, ns since the look began)."""
+    t0 = time.perf_counter_ns()
     s.sample()
     new_frames, new_stacks, samples = s.drain()
     frames += new_frames
     stacks_ += new_stacks
     names = {t.ident: t.name for t in threading.enumerate()}
     out = {}
-    for _, tid, sidx, _, _ in samples:
+    for t, tid, sidx, wall, cpu in samples:
+        if charges is not None:
+            charges.append((wall, cpu, t - t0))
         if tid in names and names[tid] not in out:
             out[names[tid]] = [list(frames[i]) for i in stacks_[sidx]]
     return out
@@ -166,11 +170,20 @@ def main():
             for walk in ("c", "python"):
                 s = Sampler(max_depth=depth, walk=walk)
                 tables = [], []
-                first = stacks(s, *tables)
-                again = stacks(s, *tables)  # every thread has waited since: recorded again, unwalked
+                c1, c2 = [], []
+                t1 = time.perf_counter_ns()
+                first = stacks(s, *tables, c1)
+                time.sleep(0.05)
+                again = stacks(s, *tables, c2)  # every thread has waited since: recorded again, unwalked
+                gap = time.perf_counter_ns() - t1
                 own = next(own_gen(s, *tables))
-                out[f"{walk}-{depth}"] = {"walk": s.walk, "stacks": first, "again": again == first,
-                                          "ran": len(s.ran), "truncated": s.truncated, "own": own}
+                out[f"{walk}-{depth}"] = {
+                    "walk": s.walk, "stacks": first, "again": again == first, "ran": len(s.ran),
+                    "truncated": s.truncated, "own": own,
+                    # a first sample stands for one period; one unwalked again, the time since (no CPU)
+                    "first_charges": sorted({(w, c >= 0) for w, c, _ in c1}) == [(s.period_ns, True)],
+                    "again_charges": all(50_000_000 <= w <= gap and c == 0 for w, c, _ in c2) and len(c2) == len(c1),
+                    "t_in_look": all(0 <= d < 50_000_000 for _, _, d in c1 + c2)}
     print(json.dumps(out))
 
 

@@ -209,6 +209,30 @@ class Walker:
         signal handler, from the interrupted frame: no frame object made for its callers); the empty stack's index
         when none of them is shown. Raises TypeError when ``frame`` is no frame object."""
 
+    def sample(self, skip: Iterable[int], period_ns: int, cap_ns: int, /) -> tuple[list[int], list[int], int]:
+        """One look with each thread's accounting (threads.c; ``Sampler.sample``'s rules): every thread with a Python
+        frame but those of ``skip`` gets a sample row. A thread whose CPU clock has not moved since its previous
+        sample (or by no more than its slack) is recorded again on its previous stack, unwalked, charged the time
+        since; another is walked and charged the time since (at most ``cap_ns``; a first sample ``period_ns``) and the
+        CPU time it used (-1: unknown), a long wait before its run charged at its previous stack. Threads that ended
+        are forgotten. Returns ``(seen, ran, n)``: the ids of the threads with a Python frame, of those walked, and
+        how many were sampled."""
+
+    def blocked(self, skip: Iterable[int], /) -> int:
+        """When no thread read before (but ``skip``'s) has run since (its CPU clock), each is recorded again on its
+        previous stack, charged the time since, and their count returned; else -1 and nothing recorded."""
+
+    def hand_over(self, tid: int, native_id: int, t_ns: int, cpu_ns: int, stack: int, slack_ns: int, /) -> None:
+        """``sample`` reads ``tid`` from now on, its previous sample at ``t_ns`` with its CPU clock at ``cpu_ns`` on
+        walker stack ``stack`` (-1: none); ``slack_ns``: CPU it may use and still count as not run."""
+
+    def forget(self, tid: int | None, whole: bool = True, /) -> tuple[int, int, int] | None:
+        """``tid``'s previous sample ``(t_ns, cpu_ns, stack)`` dropped and returned (None: none); ``whole``: its slack
+        too; ``tid`` None: every thread's (returns None)."""
+
+    def rows(self) -> list[tuple[int, int, int, int, int]]:
+        """The sample rows recorded since the last call, ``(t_ns, thread id, walker stack index, wall_ns, cpu_ns)``."""
+
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line
         -1: none, as ``f_lineno`` None; module: the ``__name__`` of the globals of the first frame seen running the

@@ -10,6 +10,9 @@
    block.c/.h     take_block: finished calls straight into a span block (core/spanformat.py's layout)
    stackwalk.c/.h the sampler's stack walk (Walker): every thread's Python stack read from its interpreter frames,
                   with no frame object, into tables of frames and stacks (3.11 to 3.13; sampling/sampler.py)
+   threads.c      the Walker's per-thread accounting between looks (CPU clocks, the idle rule, the charges);
+                  walker.h: the Walker's struct and helpers, shared by stackwalk.c and threads.c
+   (this file)    also park: the recorder thread's wait, unseen by a profiler the program starts (3.12+)
 
    A plain traced function (no hooks, no subclass filter, not a generator or coroutine) is recorded here; the
    recorder thread drains the columns (take: span tuples of spans.buffer.SPAN_FIELDS; take_block: span blocks).

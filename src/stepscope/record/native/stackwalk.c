@@ -39,166 +39,9 @@
 
    Frame and stack indices are dense and never reused; take() hands those made since the previous take to Python. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
-#include "stackwalk.h"
+#include "threads.h"
 
 #ifdef STEPSCOPE_STACKWALK
-
-#define Py_BUILD_CORE 1
-#include "internal/pycore_frame.h"
-
-#include <stdint.h>
-#include <string.h>
-
-#ifndef Py_T_PYSSIZET /* (3.11: the names of structmember.h) */
-#include <structmember.h>
-#define Py_T_PYSSIZET T_PYSSIZET
-#define Py_T_LONGLONG T_LONGLONG
-#define Py_READONLY READONLY
-#endif
-
-#if PY_VERSION_HEX >= 0x030D0000
-#define FRAME_CODE(f) ((f)->f_executable)
-#define TOP_FRAME(ts) ((ts)->current_frame)
-#else
-#define FRAME_CODE(f) ((PyObject *)(f)->f_code)
-#define TOP_FRAME(ts) ((ts)->cframe->current_frame)
-#endif
-
-#if PY_VERSION_HEX >= 0x030D0000
-#define INSTR(f) ((f)->instr_ptr)
-#else
-#define INSTR(f) ((f)->prev_instr)
-#endif
-#if PY_VERSION_HEX >= 0x030C0000
-#define CSTACK(f) ((f)->owner == FRAME_OWNED_BY_CSTACK)
-#else
-#define CSTACK(f) 0
-#endif
-
-#define MISSING INT32_MIN /* a map's answer for a key it lacks */
-#define NO_MEMORY (-2)    /* frame_index / walk_one: out of memory (MemoryError set) */
-#define NOT_SHOWN (-3)    /* frame_index: an incomplete frame (or not a code's), which a frame object would not show */
-
-/* ---- a map from a key of two words to an int32 (codes, offs, lines) ----------------------------------------- */
-
-typedef struct { /* 16 bytes: four to a cache line */
-    uintptr_t a; /* 0: an empty slot (a code address, or a code index + 1, is never 0) */
-    uint32_t b;
-    int32_t v;
-} Slot;
-
-typedef struct {
-    Slot *slots;
-    size_t mask, n; /* size - 1 (0: none allocated yet), slots used */
-} Map;
-
-static inline uint64_t mix2(uint64_t a, uint64_t b) { /* both words mixed, then splitmix64's finaliser */
-    uint64_t h = (a ^ (a >> 29)) * 0x9E3779B97F4A7C15ull + b * 0xC2B2AE3D27D4EB4Full;
-    h ^= h >> 31;
-    h *= 0xD6E8FEB86659FD93ull;
-    h ^= h >> 32;
-    return h;
-}
-
-static inline int32_t map_get(const Map *m, uintptr_t a, uint32_t b) {
-    if (m->mask == 0) return MISSING;
-    for (size_t i = mix2(a, (uint64_t)b) & m->mask;; i = (i + 1) & m->mask) {
-        const Slot *s = &m->slots[i];
-        if (s->a == a && s->b == b) return s->v;
-        if (s->a == 0) return MISSING;
-    }
-}
-
-static int map_put(Map *m, uintptr_t a, uint32_t b, int32_t v) { /* a new key; 0, or -1 with MemoryError set */
-    if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep it at most half full */
-        size_t size = m->mask ? 2 * (m->mask + 1) : 256;
-        Slot *slots = PyMem_Calloc(size, sizeof(Slot));
-        if (slots == NULL) { PyErr_NoMemory(); return -1; }
-        for (size_t k = 0; m->mask && k <= m->mask; k++) {
-            Slot *s = &m->slots[k];
-            if (s->a == 0) continue;
-            size_t i = mix2(s->a, (uint64_t)s->b) & (size - 1);
-            while (slots[i].a != 0) i = (i + 1) & (size - 1);
-            slots[i] = *s;
-        }
-        PyMem_Free(m->slots);
-        m->slots = slots;
-        m->mask = size - 1;
-    }
-    size_t i = mix2(a, (uint64_t)b) & m->mask;
-    while (m->slots[i].a != 0) i = (i + 1) & m->mask;
-    m->slots[i] = (Slot){a, b, v};
-    m->n++;
-    return 0;
-}
-
-static void map_clear(Map *m) {
-    PyMem_Free(m->slots);
-    *m = (Map){NULL, 0, 0};
-}
-
-/* grow *p (an array of n items of `size` bytes, room for *cap) to room for one more; 0, or -1 with MemoryError */
-static int reserve(void **p, Py_ssize_t n, Py_ssize_t *cap, size_t size, Py_ssize_t need) {
-    if (n + need <= *cap) return 0;
-    Py_ssize_t c = *cap ? *cap : 64;
-    while (c < n + need) c *= 2;
-    void *q = PyMem_Realloc(*p, (size_t)c * size);
-    if (q == NULL) { PyErr_NoMemory(); return -1; }
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-/* ---- the walker ------------------------------------------------------------------------------------------- */
-
-typedef struct {
-    PyObject *code;   /* strong */
-    PyObject *module; /* its globals' __name__ (a str, strong), or NULL: "" */
-    int hidden;
-} Code;
-
-typedef struct {
-    int32_t code, line; /* code index; line -1: none (f_lineno None) */
-} WFrame;
-
-typedef struct {
-    Py_ssize_t start; /* in ids */
-    int32_t len;
-    uint64_t hash;
-} Stack;
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t max_depth;
-    PyObject *hidden;  /* a set or frozenset of file names (sampler.HIDDEN_FILES) */
-    PyObject *name;    /* "__name__", interned */
-    PyObject *empty;   /* "": the module of a code whose globals have no str __name__ */
-    Code *codes;
-    Py_ssize_t n_codes, cap_codes;
-    WFrame *frames;
-    Py_ssize_t n_frames, cap_frames, taken_frames;
-    Stack *stacks;
-    Py_ssize_t n_stacks, cap_stacks, taken_stacks;
-    int32_t *ids; /* every stack's frame indices, end to end */
-    Py_ssize_t n_ids, cap_ids;
-    Map code_map, offs, lines;
-    int32_t *stack_slots; /* stack index, -1 empty; size stack_mask + 1 */
-    size_t stack_mask;
-    int32_t *buf; /* one walk's frame indices, leaf first: max_depth of them */
-    long long truncated;
-    Py_ssize_t unseen; /* frames and stacks made since the last take */
-} Walker;
-
-/* Whether a frame object would show this frame (see the top of the file). */
-static inline int shown(_PyInterpreterFrame *f) {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
-#endif
-    return PyCode_Check(FRAME_CODE(f)) && !_PyFrame_IsIncomplete(f);
-}
 
 /* f's offset key in offs: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
 static inline uint32_t offset_key(_PyInterpreterFrame *f) {
@@ -267,7 +110,7 @@ static uint64_t hash_ids(const int32_t *ids, int32_t n) {
 }
 
 /* The stack index of buf[0:n] (frame indices, leaf first), made if new: a hash lookup when seen before. */
-static int32_t intern_stack(Walker *w, int32_t n) {
+int32_t intern_stack(Walker *w, int32_t n) {
     uint64_t h = hash_ids(w->buf, n);
     if (w->stack_mask) {
         for (size_t i = h & w->stack_mask; w->stack_slots[i] >= 0; i = (i + 1) & w->stack_mask) {
@@ -307,7 +150,7 @@ static int32_t intern_stack(Walker *w, int32_t n) {
    would show (not in sys._current_frames), NO_MEMORY. As the Python sampler's _record: hidden frames left out, the
    max_depth shown frames nearest the leaf kept, a walk that stops with a shown frame left above counted in
    truncated. */
-static int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
+int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
     int32_t depth = 0;
     int any = 0;
     while (f != NULL && depth < w->max_depth) {
@@ -326,7 +169,7 @@ static int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
 
 /* the thread ids of an iterable, into a C array (*out: buf, or a PyMem block to free); -1 with an exception set.
    An item that is no thread id (not an int, negative: sample(exclude_thread=-1)) is left out. */
-static Py_ssize_t read_ids(PyObject *skip, unsigned long *buf, Py_ssize_t cap, unsigned long **out) {
+Py_ssize_t read_ids(PyObject *skip, unsigned long *buf, Py_ssize_t cap, unsigned long **out) {
     *out = buf;
     PyObject *it = PyObject_GetIter(skip);
     if (it == NULL) return -1;
@@ -432,6 +275,7 @@ fail:
 
 /* forget everything: the code objects released (their addresses may be reused from now on), indices from 0 */
 static void walker_clear(Walker *w) {
+    threads_clear(w);
     Code *codes = w->codes;
     Py_ssize_t n = w->n_codes;
     w->codes = NULL;
@@ -504,6 +348,16 @@ static PyMethodDef walker_methods[] = {
      "look(skip) -> {thread id: stack index, or -1 for a thread of skip}: every thread with a Python frame"},
     {"walk", (PyCFunction)walker_walk, METH_O,
      "walk(frame) -> the stack index of frame and its callers (the main thread's signal handler; no frame object made)"},
+    {"sample", (PyCFunction)walker_sample, METH_VARARGS,
+     "sample(skip, period_ns, cap_ns) -> (seen, ran, n): every thread's look with its accounting (threads.c)"},
+    {"blocked", (PyCFunction)walker_blocked, METH_O,
+     "blocked(skip) -> n, or -1: the threads read before recorded again when none has run since (threads.c)"},
+    {"hand_over", (PyCFunction)walker_hand_over, METH_VARARGS,
+     "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
+    {"forget", (PyCFunction)walker_forget, METH_VARARGS,
+     "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
+    {"rows", (PyCFunction)walker_rows, METH_NOARGS,
+     "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,
      "take() -> (frames, stacks) made since the last take: (code, line or -1, module) and leaf-first tuples"},
     {"reset", (PyCFunction)walker_reset, METH_NOARGS, "Forget every code, frame and stack (codes released)."},

@@ -13,13 +13,15 @@ Two drivers fill the same tables (``lock`` serialises them):
 - ``sample()``: every thread's stack at once from another thread, called by the recorder thread at the profiling
   rate. The stacks are read by the C walk (``native.ext.Walker``, stackwalk.c: each thread's interpreter frames read in
   place, no frame object made, a stack seen before costs a hash lookup; its new frames and stacks are resolved here,
-  once each) or, as a fallback (``walk_choice``), walked here from ``sys._current_frames``; both give the same
-  tables. It runs only when it holds the GIL, so a thread running pure
+  once each; each thread's CPU-clock read and accounting below are C too: threads.c, the walker's ``sample``,
+  which keeps those samples until ``drain``) or, as a fallback (``walk_choice``), walked and accounted here from
+  ``sys._current_frames``; both give the same tables. It runs only when it holds the GIL, so a thread running pure
   Python is read at GIL switch points. Each sample is charged the interval since that thread's previous one
   (capped at ``MAX_PERIODS`` periods: a longer gap is the recorder's own pause, a store write) and the CPU
   time the thread used in it (its CPU clock, ``thread_cpu_ns``). A thread whose CPU clock has not moved has
   not run: its previous stack is repeated without a walk, charged the whole time since;
-- ``sample_frame()``: one thread's stack from inside it, with the weights its caller computed: the main
+- ``sample_frame()``: one thread's stack from inside it (the C walk from the frame: ``Walker.walk``), with the
+  weights its caller computed: the main
   thread's timer signal handlers (``stepscope.record.sampling.signals``) charge each wall-clock timer expiration
   one period and each CPU-clock timer sample the CPU time since the previous one.
 
@@ -143,6 +145,7 @@ class Sampler:
         self.slack: dict[int, int] = {}
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
+        self._last_walk = -1  # the walker's stack index of the last sample ``_record`` recorded (the C walk)
         self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @property
@@ -158,6 +161,8 @@ class Sampler:
         """Forget the previous sample of ``thread_id`` (None: of every thread): its next sample is charged one
         period, not the time since (sampling was paused). Takes no lock (single dict operations): it is called
         on the way out, maybe from a signal handler that interrupted a sample in this very thread."""
+        if self._walker is not None:
+            self._walker.forget(thread_id, False)
         if thread_id is None:
             self._last.clear()
         else:
@@ -179,23 +184,16 @@ class Sampler:
             last = self._last
             slack = self.slack
             walker = self._walker
-            cpus = {}  # (the C walk) thread id -> its CPU clock, read before the walk
-            if walker is None:
-                frames = sys._current_frames()
-            else:
-                # the threads sampled before whose CPU clocks stood still are not walked (their previous stack is
-                # recorded again below, as in the Python walk); every other one is read in place: thread id ->
-                # the walker's stack index (-1: not walked)
-                idle = set(out)
-                for tid, prev in last.items():
-                    if tid not in out:
-                        cpu = cpus[tid] = thread_cpu_ns(self._native.get(tid, 0))
-                        if cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
-                            idle.add(tid)
-                frames = walker.look(idle)
+            if walker is not None:  # the look and each thread's accounting in C (threads.c: the rules below)
+                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns)
                 if walker.unseen:
                     self._take_walked()
-                walked = self._walk_stacks
+                self.last_threads = seen
+                self.ran = ran
+                self._n_active = len(threading._active)
+                self.sample_count += n
+                return n
+            frames = sys._current_frames()
             t = perf_counter_ns()
             cap = MAX_PERIODS * self.period_ns
             n = 0
@@ -209,9 +207,7 @@ class Sampler:
                 if native is None:
                     th = threading._active.get(tid)
                     native = self._native[tid] = getattr(th, "native_id", None) or 0
-                cpu = cpus.get(tid)
-                if cpu is None:
-                    cpu = thread_cpu_ns(native)
+                cpu = thread_cpu_ns(native)
                 prev = last.get(tid)
                 n += 1
                 if prev is not None and cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
@@ -239,8 +235,7 @@ class Sampler:
                         c[3].append(gap - run)
                         c[4].append(0)
                         wall, used = run, cpu - prev[1]
-                last[tid] = (t, cpu, self._record(f, tid, t, wall, used) if walker is None else
-                             self._record_stack(walked[f], tid, t, wall, used))
+                last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
             for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
                 del last[gone]                                        # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
@@ -261,6 +256,16 @@ class Sampler:
         handlers), with every sample still at its own time."""
         if len(threading._active) != self._n_active:
             return False
+        if self._walker is not None:  # (threads.c)
+            if not self.lock.acquire(timeout=1.0):
+                return True
+            try:
+                n = self._walker.blocked(skip)
+                if n >= 0:
+                    self.sample_count += n
+                return n >= 0
+            finally:
+                self.lock.release()
         native = self._native
         last = self._last
         now = []
@@ -295,6 +300,11 @@ class Sampler:
         ``cpu_ns``), so the time from there is charged at that stack while it waits; ``slack``: CPU ns it may use
         meanwhile and still count as waiting."""
         with self.lock:
+            if self._walker is not None:  # (threads.c; the signal handler's stacks are the walker's: ``_record``)
+                main = threading.main_thread()
+                self._walker.hand_over(thread_id, main.native_id if thread_id == main.ident else 0, t_ns, cpu_ns,
+                                       self._last_walk if self.last_stack >= 0 else -1, slack)
+                return
             if self.last_stack >= 0:
                 self._last[thread_id] = (t_ns, cpu_ns, self.last_stack)
             else:
@@ -310,10 +320,18 @@ class Sampler:
         if not self.lock.acquire(False):  # (a signal handler inside a sample of this thread: nothing to charge)
             self.slack.pop(thread_id, None)
             self._last.pop(thread_id, None)
+            if self._walker is not None:
+                self._walker.forget(thread_id)
             return
         try:
             self.slack.pop(thread_id, None)
             prev = self._last.pop(thread_id, None)
+            if self._walker is not None:  # (threads.c: its stack is the walker's)
+                prev = self._walker.forget(thread_id)
+                if prev is not None:
+                    if self._walker.unseen:
+                        self._take_walked()
+                    prev = (prev[0], prev[1], self._walk_stacks[prev[2]])
             if frame is None or prev is None:
                 return
             gap = t_ns - prev[0]
@@ -350,7 +368,7 @@ class Sampler:
     def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
         walker = self._walker
         if walker is not None:  # the C walk: f and its callers read in place (``Walker.walk``)
-            si = walker.walk(f)
+            si = self._last_walk = walker.walk(f)
             if walker.unseen:
                 self._take_walked()
             return self._record_stack(self._walk_stacks[si], tid, t, wall, cpu)
@@ -448,13 +466,19 @@ class Sampler:
         """
         locked = self.lock.acquire(timeout=1.0)
         try:
+            rows = []
+            if self._walker is not None:  # the C accounting's samples (threads.c), their stacks made these tables'
+                if self._walker.unseen:
+                    self._take_walked()
+                ws = self._walk_stacks
+                rows = [(t, tid, ws[si], wall, cpu) for t, tid, si, wall, cpu in self._walker.rows()]
             frames, self._new_frames = self._new_frames, []
             stacks, self._new_stacks = self._new_stacks, []
             cols, self._cols = self._cols, self._new_cols()
         finally:
             if locked:
                 self.lock.release()
-        return frames, stacks, list(zip(*cols))
+        return frames, stacks, rows + list(zip(*cols))
 
 
 #: signals that end or interrupt a program: a thread of stepscope's blocks them, so that the kernel hands one sent to

@@ -1,0 +1,254 @@
+/* stepscope.record.native._native: each thread's accounting between the sampler's looks (Walker methods; issue 41).
+
+   sampling/sampler.py's Sampler.sample did this in Python, ~2 us a thread on top of the walk: read the thread's CPU
+   clock; when it has not moved since the previous look (or moved by no more than the thread's slack), the thread
+   has not run, so it is recorded again on its previous stack, unwalked; else its stack is walked (stackwalk.c) and
+   the sample is charged the wall time since its previous one (at most cap_ns) and the CPU time it used meanwhile.
+   Here the same rules run in C, with the thread table (TRec: the previous sample's time, CPU clock and stack) and
+   the samples (rows of 5 int64: time, thread id, walker stack index, wall ns, CPU ns) kept in the walker until
+   rows() hands them over. The rules, their reasons and their edge cases are the Python sampler's, line for line
+   (Sampler.sample, sample_blocked, hand_over, take_back, restart): the Python walk keeps them for STEPSCOPE_SAMPLER=
+   python, and tests/test_stackwalk.py checks the two agree.
+
+   A thread's CPU clock is the kernel's per-thread clock (clock_gettime on the id MAKE_THREAD_CPUCLOCK(tid,
+   CPUCLOCK_SCHED): ((~tid) << 3) | 6, as time.clock_gettime_ns is given in sampler.thread_cpu_ns), one system call;
+   its OS id is the thread state's native_thread_id. Times are CLOCK_MONOTONIC ns (time.perf_counter_ns). Everything
+   runs with the GIL held, as the walk does. */
+
+#include "threads.h"
+
+#ifdef STEPSCOPE_STACKWALK
+
+#include <time.h>
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* the CPU time (ns) used so far by the thread with OS id native of this process; -1 when unknown */
+static int64_t thread_cpu(unsigned long native) {
+#ifdef __linux__
+    if (native == 0) return -1;
+    struct timespec ts;
+    if (clock_gettime((clockid_t)((~(unsigned int)native << 3) | 6u), &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+#else
+    (void)native;
+    return -1;
+#endif
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* the thread tid's record, or NULL; hint: where it was at the previous look (the thread list keeps its order) */
+static TRec *find(Walker *w, unsigned long tid, Py_ssize_t hint) {
+    if (hint >= 0 && hint < w->n_threads && w->threads[hint].tid == tid) return &w->threads[hint];
+    for (Py_ssize_t i = 0; i < w->n_threads; i++)
+        if (w->threads[i].tid == tid) return &w->threads[i];
+    return NULL;
+}
+
+/* a new record of tid with no previous sample and no slack; NULL with MemoryError set */
+static TRec *add(Walker *w, unsigned long tid) {
+    if (reserve((void **)&w->threads, w->n_threads, &w->cap_threads, sizeof(TRec), 1) < 0) return NULL;
+    TRec *r = &w->threads[w->n_threads++];
+    *r = (TRec){tid, 0, 0, -1, -1, -1, w->looks};
+    return r;
+}
+
+static void drop(Walker *w, TRec *r) { *r = w->threads[--w->n_threads]; }
+
+/* one sample row; 0, or -1 with MemoryError set */
+static int row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t wall, int64_t cpu) {
+    if (reserve((void **)&w->rows, w->n_rows, &w->cap_rows, 5 * sizeof(int64_t), 1) < 0) return -1;
+    int64_t *p = w->rows + 5 * w->n_rows++;
+    p[0] = t;
+    p[1] = (int64_t)tid;
+    p[2] = stack;
+    p[3] = wall;
+    p[4] = cpu;
+    return 0;
+}
+
+/* whether a thread whose CPU clock reads cpu has not run since r's previous sample */
+static inline int still(const TRec *r, int64_t cpu) {
+    int64_t d = cpu - r->cpu;
+    return cpu >= 0 && (cpu == r->cpu || (d >= 0 && d <= r->slack));
+}
+
+static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (ids[k] == tid) return 1;
+    return 0;
+}
+
+/* sample(skip, period_ns, cap_ns) -> (seen, ran, n): Sampler.sample's look and accounting (see the top) */
+PyObject *walker_sample(Walker *w, PyObject *args) {
+    PyObject *skip;
+    long long period, cap;
+    if (!PyArg_ParseTuple(args, "OLL", &skip, &period, &cap)) return NULL;
+    unsigned long sbuf[32], *sk;
+    Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
+    if (nsk < 0) return NULL;
+    PyObject *seen = PyList_New(0), *ran = PyList_New(0), *out = NULL;
+    if (seen == NULL || ran == NULL) goto done;
+    uint64_t look = ++w->looks;
+    int64_t t = now_ns();
+    Py_ssize_t n = 0, k = -1;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts)) {
+        _PyInterpreterFrame *top = TOP_FRAME(ts), *f = top;
+        while (f != NULL && !shown(f)) f = f->previous;
+        if (f == NULL) continue; /* no Python frame: not in sys._current_frames either */
+        unsigned long tid = ts->thread_id;
+        PyObject *id = PyLong_FromUnsignedLong(tid);
+        if (id == NULL || PyList_Append(seen, id) < 0) { Py_XDECREF(id); goto done; }
+        k++;
+        TRec *r = find(w, tid, k);
+        if (r != NULL) r->look = look;
+        if (in_ids(sk, nsk, tid)) { Py_DECREF(id); continue; }
+        unsigned long native = ts->native_thread_id;
+        int64_t cpu = thread_cpu(native);
+        n++;
+        if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
+            if (row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
+            r->t = t;
+            Py_DECREF(id);
+            continue;
+        }
+        int rc = PyList_Append(ran, id);
+        Py_DECREF(id);
+        if (rc < 0) goto done;
+        int32_t si = walk_one(w, top);
+        if (si == NOT_SHOWN) si = intern_stack(w, 0);
+        if (si < 0) goto done;
+        int64_t wall, used;
+        if (r == NULL || r->stack < 0) { /* its CPU time so far stands for its last period (a new thread: ~0) */
+            wall = period;
+            used = cpu >= 0 ? min64(cpu, period) : -1;
+            if (r == NULL && (r = add(w, tid)) == NULL) goto done;
+        } else {
+            int64_t gap = t - r->t, d = cpu - r->cpu;
+            wall = min64(gap, cap);
+            used = cpu >= 0 && r->cpu >= 0 ? min64(d, wall) : -1;
+            if (gap > cap && d >= 0 && d < gap / 2) {
+                /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one */
+                int64_t run = min64(gap, max64(d, period));
+                if (row(w, t - run, tid, r->stack, gap - run, 0) < 0) goto done;
+                wall = run;
+                used = d;
+            }
+        }
+        if (row(w, t, tid, si, wall, used) < 0) goto done;
+        r->t = t;
+        r->cpu = cpu;
+        r->stack = si;
+        r->native = native;
+        r->look = look;
+    }
+    for (Py_ssize_t i = 0; i < w->n_threads;) { /* threads that ended (an id may come back for a new thread) */
+        if (w->threads[i].look != look) drop(w, &w->threads[i]);
+        else i++;
+    }
+    out = Py_BuildValue("(OOn)", seen, ran, n);
+done:
+    Py_XDECREF(seen);
+    Py_XDECREF(ran);
+    if (sk != sbuf) PyMem_Free(sk);
+    return out;
+}
+
+/* blocked(skip) -> n, or -1: Sampler.sample_blocked. When no thread read before (but those of skip) has run since
+   (its CPU clock), each one's previous stack is recorded again, charged the time since, and the count returned;
+   else nothing is recorded and -1 returned (a look is due). */
+PyObject *walker_blocked(Walker *w, PyObject *skip) {
+    unsigned long sbuf[32], *sk;
+    Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
+    if (nsk < 0) return NULL;
+    long n = 0;
+    for (Py_ssize_t i = 0; i < w->n_threads; i++) {
+        TRec *r = &w->threads[i];
+        if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
+        if (!still(r, thread_cpu(r->native))) { n = -1; goto done; }
+    }
+    int64_t t = now_ns();
+    for (Py_ssize_t i = 0; i < w->n_threads; i++) {
+        TRec *r = &w->threads[i];
+        if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
+        if (row(w, t, r->tid, r->stack, t - r->t, 0) < 0) { n = -2; goto done; }
+        r->t = t;
+        n++;
+    }
+done:
+    if (sk != sbuf) PyMem_Free(sk);
+    return n == -2 ? NULL : PyLong_FromLong(n);
+}
+
+/* hand_over(tid, native, t_ns, cpu_ns, stack, slack): Sampler.hand_over. From now on sample() reads tid too, its
+   previous sample at t_ns with its CPU clock at cpu_ns on the walker stack `stack` (-1: none, its next sample is a
+   first one), and it may use slack CPU ns meanwhile and still count as not run. */
+PyObject *walker_hand_over(Walker *w, PyObject *args) {
+    unsigned long tid, native;
+    long long t, cpu, slack;
+    int stack;
+    if (!PyArg_ParseTuple(args, "kkLLiL", &tid, &native, &t, &cpu, &stack, &slack)) return NULL;
+    TRec *r = find(w, tid, -1);
+    if (r == NULL && (r = add(w, tid)) == NULL) return NULL;
+    r->native = native;
+    r->slack = slack;
+    r->stack = stack >= 0 && stack < w->n_stacks ? stack : -1;
+    r->t = t;
+    r->cpu = cpu;
+    Py_RETURN_NONE;
+}
+
+/* forget(tid, whole=True) -> (t_ns, cpu_ns, stack) of tid's previous sample, or None. whole: its record dropped
+   (slack too: Sampler.take_back); else only its previous sample (its next one is a first one: Sampler.restart).
+   tid None: every thread's (the result None). */
+PyObject *walker_forget(Walker *w, PyObject *args) {
+    PyObject *who;
+    int whole = 1;
+    if (!PyArg_ParseTuple(args, "O|p", &who, &whole)) return NULL;
+    if (who == Py_None) {
+        for (Py_ssize_t i = 0; i < w->n_threads; i++) w->threads[i].stack = -1;
+        if (whole) w->n_threads = 0;
+        Py_RETURN_NONE;
+    }
+    unsigned long tid = PyLong_AsUnsignedLong(who);
+    if (tid == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    TRec *r = find(w, tid, -1);
+    if (r == NULL) Py_RETURN_NONE;
+    PyObject *out = r->stack >= 0 ? Py_BuildValue("(LLi)", (long long)r->t, (long long)r->cpu, (int)r->stack)
+                                  : Py_NewRef(Py_None);
+    if (whole) drop(w, r);
+    else r->stack = -1;
+    return out;
+}
+
+/* rows() -> [(t_ns, thread id, walker stack index, wall_ns, cpu_ns)]: the samples recorded since the last call */
+PyObject *walker_rows(Walker *w, PyObject *unused) {
+    PyObject *out = PyList_New(w->n_rows);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < w->n_rows; i++) {
+        const int64_t *p = w->rows + 5 * i;
+        PyObject *t = Py_BuildValue("(LkLLL)", (long long)p[0], (unsigned long)p[1], (long long)p[2],
+                                    (long long)p[3], (long long)p[4]);
+        if (t == NULL) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, i, t);
+    }
+    w->n_rows = 0;
+    return out;
+}
+
+void threads_clear(Walker *w) {
+    PyMem_Free(w->threads);
+    PyMem_Free(w->rows);
+    w->threads = NULL;
+    w->rows = NULL;
+    w->n_threads = w->cap_threads = w->n_rows = w->cap_rows = 0;
+}
+
+#endif /* STEPSCOPE_STACKWALK */
