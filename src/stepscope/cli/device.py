@@ -94,12 +94,24 @@ def device(target: Optional[str], top: int, store: Optional[Path], as_json: bool
         return
     path = trace_file(target)
     if path is not None:
-        from ..device.kineto import read
-        from ..device.xla_load import looks_xla
+        import numpy as np
+
+        from ..device.kineto import DEVICE_CATS, read
+        from ..device.xla_load import SIGNATURE, looks_xla
 
         raw = None if path.is_dir() else read(path)  # read and gunzipped once
-        if raw is None or looks_xla(path, raw):
-            del raw
+        trace = None
+        if raw is not None:
+            try:
+                trace = load(path, raw)
+            except TraceError:
+                if not looks_xla(path, raw):
+                    raise
+        # PyTorch/XLA's: by its events' names, read in the parse; a trace with no device activity is searched for
+        # them whole (an XLA trace whose only signature events are not complete ones)
+        if trace is None or not set(SIGNATURE).isdisjoint(trace.names) or (
+                not np.isin(trace.cat, DEVICE_CATS).any() and looks_xla(path, raw)):
+            del raw, trace
             x = _xla_view(path, top)
             if as_json:
                 print_json({"xla": dataclasses.asdict(x)})
@@ -108,7 +120,8 @@ def device(target: Optional[str], top: int, store: Optional[Path], as_json: bool
 
                 print_xla(x, out, top)
             return
-        summary = summarize_device(load(path, raw), top=max(top, 15))
+        del raw
+        summary = summarize_device(trace, top=max(top, 15))
         if as_json:
             print_json({"device": dataclasses.asdict(summary)})
         else:
