@@ -388,3 +388,57 @@ def test_idle_is_a_thread_whose_cpu_clock_did_not_move():
     got = idle_mask(t.astype(np.int64), th.astype(np.int64), w.astype(float), c.astype(float), st.astype(np.int64),
                     stack_funcs, funcs)
     assert got.tolist() == [True, False, False, False, False, True, True, True, False]
+
+
+def _with_cpu_wait(spans, waited_ms: dict[int, float]):
+    """``spans`` with each UNet span carrying the thread's CPU-wait counter at its entry (``cpu.wait_in``) and its
+    own wait (``cpu.wait_ns``): ``waited_ms`` step -> ms of wait in that step's window (in its UNet span)."""
+    total = 0
+    for s in spans:
+        if s.name == UNET:
+            k = s.attrs[STEP_ATTR]
+            s.attrs["cpu.wait_in"] = total
+            w = int(waited_ms.get(k, 0.2) * MS)
+            s.attrs["cpu.wait_ns"] = w
+            total += w
+    return spans
+
+
+def test_a_step_slow_only_by_its_wait_for_a_cpu_is_set_apart():
+    # step 5's UNet took 30 ms longer, all of it waiting for a CPU (another process); steps 3 and 7 are slow by the
+    # program's own callback
+    spans = _pipeline_spans(slow=(3, 7))
+    unet5 = next(s for s in spans if s.name == UNET and s.attrs[STEP_ATTR] == 5)
+    end5 = unet5.end_ns
+    for s in spans:  # every span from step 5's UNet end on moves 30 ms later (that UNet span ends 30 ms later)
+        if s.start_ns >= end5:
+            s.start_ns += 30 * MS
+        if s.end_ns >= end5:
+            s.end_ns += 30 * MS
+    plain = step_table(spans)
+    assert [k for k, r in enumerate(plain.rows) if r.slow] == [3, 5, 7]  # without the readings: slow by wall time
+    t = step_table(_with_cpu_wait(spans, {5: 30}))
+    assert [k for k, r in enumerate(t.rows) if r.slow] == [3, 7] and t.shape == "every 4"
+    assert [k for k, r in enumerate(t.rows) if r.waited] == [5] and t.waited_count == 1
+    assert abs(t.rows[5].cpu_wait_ns - 30 * MS) < MS and "repeat 5 slow only by its wait for a CPU" in t.rule
+    # a slow step that also waited stays slow when its own time is slow
+    t = step_table(_with_cpu_wait(_pipeline_spans(slow=(3, 7)), {3: 5}))
+    assert [k for k, r in enumerate(t.rows) if r.slow] == [3, 7] and not any(r.waited for r in t.rows)
+
+
+def test_call_slow_judges_the_time_less_the_wait():
+    d = np.array([100, 101, 99, 100, 180, 100, 102, 98, 100, 190.0]) * MS
+    w = np.array([1, 1, 1, 1, 79, 1, 1, 1, 1, 2.0]) * MS
+    v = call_slow(d, w)
+    assert v.mask.tolist() == [False] * 9 + [True] and v.waited.tolist() == [False] * 4 + [True] + [False] * 5
+    # unknown waits (NaN) count as none; no wait at all: the plain rule
+    v = call_slow(d, np.full(len(d), np.nan))
+    assert v.waited is None and v.mask[4] and v.mask[9]
+    # a machine busy all along: every step waited, noise that would hide the slow step once the waits are out
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0, 80, 12) * MS
+    d = 100 * MS + w
+    d[6] += 60 * MS
+    assert call_slow(d).noisy or not call_slow(d).mask[6] or call_slow(d).mask.sum() > 1
+    v = call_slow(d, w)
+    assert not v.noisy and v.mask.tolist() == [k == 6 for k in range(12)]

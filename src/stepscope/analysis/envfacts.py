@@ -240,4 +240,3 @@ def cpu_wait_share(d: RunData) -> float | None:
     if wall is not None:
         return min(wait / wall, 0.99) if wall >= 1_000_000 and wait >= 0 else None
     return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None
-    return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None

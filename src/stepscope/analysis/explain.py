@@ -28,6 +28,7 @@ import numpy as np
 from ..core.limits import HZ_MAX
 from ..core.model import RunData, Span
 from .calltree import ProfileIndex
+from .cpuwait import waits as cpu_waits
 from ..core.spantable import SpanTable, as_table
 from ..core.steprules import STEP_ATTR
 from .difftree import DiffNode, diff_tree
@@ -338,7 +339,7 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     if len(reps) < 2:
         raise ExplainError(f"{unit}: {len(reps)} repeat(s); need at least 2 to compare")
     dur = reps.duration_ns.astype(np.float64)
-    verdict = call_slow(dur)
+    verdict = call_slow(dur, cpu_waits(t, reps.thread_id, reps.start_ns, reps.end_ns))
     mask, med, rule = verdict.mask, verdict.median, verdict.rule
     if slow is not None:
         chosen = _parse_indices(slow, len(reps), "slow")
@@ -348,6 +349,8 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     warm = np.zeros(len(reps), bool)
     if slow is None and verdict.warmup:
         warm[0] = True  # the first repeat, slow too: a warm-up, in neither group
+    if verdict.waited is not None:  # slow only by a wait for a CPU (a busy machine): in neither group either
+        warm |= verdict.waited
     if fast == "all":
         fmask = ~mask & ~warm
     elif fast == "median":
@@ -356,8 +359,10 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
         fmask = np.zeros(len(reps), bool)
         fmask[_parse_indices(fast, len(reps), "fast")] = True
         fmask &= ~mask
+    first_warm = np.zeros(len(reps), bool)
+    first_warm[0] = slow is None and verdict.warmup
     reps.group = np.where(mask, GROUPS.index("slow"), np.where(fmask, GROUPS.index("fast"), np.where(
-        warm, GROUPS.index("warm-up"), GROUPS.index("other")))).astype(np.int8)
+        first_warm, GROUPS.index("warm-up"), GROUPS.index("other")))).astype(np.int8)
     pos, lo, hi = _window_samples(index, reps)
     reps.samples = hi - lo
     slow_i = np.flatnonzero(mask)  # positions = repeat indices (``repeats_of`` gives every repeat, in order)

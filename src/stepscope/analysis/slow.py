@@ -13,6 +13,11 @@ shape "first").
 When the repeats that are not slow vary too much among themselves (their coefficient of variation,
 standard deviation / mean, above ``TOO_NOISY_TO_CALL_CV``), no repeat is marked: a difference could be
 noise, and the rule says "too noisy to call" instead.
+
+A busy machine: where each repeat's wait for a CPU is known (``waits``: the scheduler's run-queue delay of its
+thread, ``analysis.cpuwait``), the rule runs on each repeat's time less that wait, the time the program itself took.
+A repeat slow by its wall time alone, and no longer once its wait is taken out, *waited for a CPU* (another process,
+or more threads than CPUs, held them): set apart (``SlowCall.waited``), not slow, and said in the rule's line.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class SlowCall:
     noisy: bool
     rule: str
     warmup: bool = False
+    #: per repeat, whether it was slow only by its wait for a CPU (None: the waits were not known)
+    waited: np.ndarray | None = None
+    #: per repeat, its wait for a CPU (ns, NaN: unknown), as given
+    wait_ns: np.ndarray | None = None
 
 
 def limit_of(values: np.ndarray) -> tuple[float, float, float]:
@@ -59,8 +68,26 @@ def limit_of(values: np.ndarray) -> tuple[float, float, float]:
     return med, mad, max(med + MAD_K * MAD_SIGMA * mad, MIN_RATIO * med)
 
 
-def call_slow(durations) -> SlowCall:
-    """Apply the rule to repeat durations (ns, any array-like of >= 1 values)."""
+def call_slow(durations, waits=None) -> SlowCall:
+    """Apply the rule to repeat durations (ns, any array-like of >= 1 values). ``waits``: each repeat's wait for a
+    CPU (ns, NaN where unknown; see the module doc), or None."""
+    d = np.asarray(durations, dtype=np.float64)
+    if waits is not None and len(d):
+        w = np.asarray(waits, dtype=np.float64)
+        if len(w) == len(d) and np.nansum(w) > 0:
+            own = np.maximum(d - np.nan_to_num(w), 0.0)
+            v = call_slow(own)
+            waited = (d > limit_of(d)[2]) & ~v.mask & (np.nan_to_num(w) > 0)
+            if v.warmup:
+                waited[0] = False
+            v.waited, v.wait_ns = waited, w
+            v.rule += "; each repeat's time less its wait for a CPU"
+            if waited.any():
+                idx = np.flatnonzero(waited)
+                v.rule += (f"; {_list(idx)} slow only by {'its' if len(idx) == 1 else 'their'} wait for a CPU "
+                           f"({_dur(float(np.nanmedian(w[idx])))}"
+                           f"{' median' if len(idx) > 1 else ''}: other processes or threads held the CPUs), set apart")
+            return v
     d = np.asarray(durations, dtype=np.float64)
     if not len(d):
         return SlowCall(np.zeros(0, bool), 0.0, 0.0, 0.0, 0.0, False, RULE_TEXT)
@@ -79,6 +106,13 @@ def call_slow(durations) -> SlowCall:
                         f"too noisy to call: the fast repeats vary by {100 * cv:.0f}% (coefficient of variation over "
                         f"{100 * TOO_NOISY_TO_CALL_CV:.0f}%), so no repeat is marked slow; {nums}", warmup)
     return SlowCall(mask, med, mad, limit, cv, False, f"{RULE_TEXT}: {nums}", warmup)
+
+
+def _list(idx: np.ndarray) -> str:
+    """"repeat 8" / "repeats 2, 8, 9" (at most 8 named)."""
+    ks = idx.tolist()
+    head = ", ".join(map(str, ks[:8])) + (f" and {len(ks) - 8} more" if len(ks) > 8 else "")
+    return f"repeat{'s' if len(ks) > 1 else ''} {head}"
 
 
 def slow_cells(values: np.ndarray) -> np.ndarray:

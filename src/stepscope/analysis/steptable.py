@@ -24,6 +24,7 @@ import numpy as np
 from ..core.model import Span
 from ..core.spantable import SpanTable, as_table
 from ..core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, is_call_name
+from .cpuwait import waits as cpu_waits
 from .slow import call_slow, shape_of, slow_cells
 from .spans import SpanStat, span_stats
 from .steploop import last_step_end, left_driver, steps_driver
@@ -76,6 +77,10 @@ class StepRow:
     warmup: bool = False
     #: the window's memory (``analysis.memlane.WindowMemory``), filled by ``analysis.memory.attach_steps``
     memory: object = None
+    #: the window's wait for a CPU (ns; ``analysis.cpuwait``), None where not recorded
+    cpu_wait_ns: int | None = None
+    #: slow by its wall time only: its wait for a CPU was the difference (``analysis.slow``), so not slow
+    waited: bool = False
 
 
 #: A step or repeat table with more rows than this keeps, as StepRow objects, its first ``HEAD_ROWS`` rows and
@@ -108,6 +113,8 @@ class StepTable:
     #: call -> what it is in a node-graph app ("prompt 1 · KSampler #3": the node that ran the sampler, and its
     #: prompt; ``analysis.nodes``), for the calls that ran inside a node
     call_labels: dict[int, str] = field(default_factory=dict)
+    #: how many rows were slow only by their wait for a CPU (``StepRow.waited``)
+    waited_count: int = 0
 
     @property
     def slow_rows(self) -> list[StepRow]:
@@ -194,10 +201,11 @@ def _op_code(t: SpanTable, op: str) -> int:
         return -1
 
 
-def _verdict(wall: np.ndarray, untraced: np.ndarray, columns: dict[str, np.ndarray]):
+def _verdict(wall: np.ndarray, untraced: np.ndarray, columns: dict[str, np.ndarray], waits=None):
     """The rule over every row: ``(SlowCall, cells)``; ``cells``: column ("wall", "untraced", a traced name)
-    -> per row, whether that cell is slow among its column (``columns``: ns per row, NaN where missing)."""
-    verdict = call_slow(wall)
+    -> per row, whether that cell is slow among its column (``columns``: ns per row, NaN where missing).
+    ``waits``: each row's wait for a CPU (ns, NaN unknown; ``analysis.cpuwait``), or None."""
+    verdict = call_slow(wall, waits)
     cells = {"wall": slow_cells(np.asarray(wall, float)), UNTRACED: slow_cells(np.asarray(untraced, float))}
     for c, v in columns.items():
         cells[c] = slow_cells(v)
@@ -225,6 +233,9 @@ def _mark(rows: list[StepRow], shown: np.ndarray, verdict, cells: dict, index, i
     for r, k in zip(rows, shown.tolist()):
         r.ratio = r.wall_ns / med if med else 1.0
         r.slow = bool(verdict.mask[k])
+        if verdict.wait_ns is not None and not np.isnan(verdict.wait_ns[k]):
+            r.cpu_wait_ns = int(verdict.wait_ns[k])
+            r.waited = bool(verdict.waited[k])
         r.warmup = bool(k == 0 and verdict.warmup)
         if r.slow:
             r.slow_cells = [c for c, m in cells.items() if m[k]]
@@ -373,13 +384,16 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
             totals[n] += v
     cols = sorted(totals, key=lambda k: -totals[k])[:max_columns]
     verdict, cells = _verdict(np.array([r.wall_ns for r in rows], float), np.array([r.untraced_ns for r in rows], float),
-                              {c: np.array([r.by_name.get(c, np.nan) for r in rows], float) for c in cols})
+                              {c: np.array([r.by_name.get(c, np.nan) for r in rows], float) for c in cols},
+                              cpu_waits(t, [r.thread_id for r in rows], [r.start_ns for r in rows],
+                                        [r.end_ns for r in rows]))
     shown = _shown(len(rows), verdict.mask, np.array([r.wall_ns for r in rows]), max_rows)
     kept = [rows[k] for k in shown.tolist()]
     _mark(kept, shown, verdict, cells, index, lambda k: intervals[k])
     slow_idx = np.flatnonzero(verdict.mask).tolist()
     return StepTable(STEP_ATTR, None, cols, kept, verdict.median, verdict.rule, verdict.noisy,
-                     shape_of(slow_idx, len(rows)), len(rows), len(slow_idx), _call_labels(call_span, get))
+                     shape_of(slow_idx, len(rows)), len(rows), len(slow_idx), _call_labels(call_span, get),
+                     int(verdict.waited.sum()) if verdict.waited is not None else 0)
 
 
 def _call_labels(call_span: dict[int, int], get) -> dict[int, str]:
@@ -501,7 +515,7 @@ def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=Non
             sel = kname == c_
             v[krow[sel]] = val[sel]
             colv[t.names[c_]] = v
-    verdict, cells = _verdict(wall.astype(float), untraced.astype(float), colv)
+    verdict, cells = _verdict(wall.astype(float), untraced.astype(float), colv, cpu_waits(t, mth, ms, me))
     shown = _shown(n, verdict.mask, wall)
     # the kept rows' traced names: their (row, name) entries, in row order
     korder = np.argsort(krow, kind="stable")
@@ -523,7 +537,8 @@ def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=Non
     _mark(rows, shown, verdict, cells, index, intervals)
     slow_idx = np.flatnonzero(verdict.mask).tolist()
     return StepTable("repeat", name, [t.names[c_] for c_ in cols_codes], rows, verdict.median, verdict.rule,
-                     verdict.noisy, shape_of(slow_idx, n), n, len(slow_idx))
+                     verdict.noisy, shape_of(slow_idx, n), n, len(slow_idx),
+                     waited_count=int(verdict.waited.sum()) if verdict.waited is not None else 0)
 
 
 def untraced_fill(index, start: int, end: int, thread: int, traced: list[tuple[int, int]], top: int = 3) -> list[Fill]:

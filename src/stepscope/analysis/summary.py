@@ -115,6 +115,7 @@ class Summary:
         d.pop("notes")
         if self.steps is not None:
             d["steps"]["slow_steps"] = [r.step for r in self.steps.slow_rows]
+            d["steps"]["waited_steps"] = [r.step for r in self.steps.rows if r.waited]  # (slow only by a CPU wait)
         return d
 
 

@@ -33,7 +33,7 @@ from .spans import buffer
 from .spans.record import REC_ATTRS, REC_ID, REC_NAME, REC_PARENT, REC_PROBE, REC_RESTORE, REC_START
 from . import native
 from .tracing import probes
-from .steps import workfacts
+from .steps import cpuwait, workfacts
 from .tracing.patch import Patcher
 from .parts import Parts
 from .forks import call_soon_in_main, forks, os_thread_count
@@ -144,6 +144,7 @@ class Session:
             self.main_sampler.memory = self.memory
             self._span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
             probes.set_span_memory(self._span_memory)
+            cpuwait.current = self._span_memory.run_delay  # (a sampler loop's iterations read it: steps.hooks)
         self.parts.start(early=True)  # (before the names are patched: the device trace, the app preset: ``parts``)
         self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
         if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
@@ -277,6 +278,7 @@ class Session:
             pass
         if self.memory is not None:
             self.memory.close()
+            self._span_memory.close()
         try:
             atexit.unregister(self._atexit)
         except Exception:
@@ -416,6 +418,7 @@ class Session:
         self.finished = True
         self.main_sampler.forked()
         probes.release_span_memory(self._span_memory)
+        cpuwait.current = None  # (the parent's threads' files)
         self._root_token = None
         try:
             self.patcher.forked()

@@ -168,7 +168,8 @@ def print_steps(st, console: Console, max_columns: int = 5) -> None:
         rows = [r for r in rows if id(r) in keep]
     mem = any(getattr(r, "memory", None) is not None for r in rows)
     base = [[st.call_labels.get(r.call, str(r.call)) if is_step else "", str(r.step), fmt_ns(r.wall_ns),
-             f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else f"{r.ratio:.2f}",
+             f"{r.ratio:.2f} slow" if r.slow else f"{r.ratio:.2f} warm-up" if r.warmup else
+             f"{r.ratio:.2f} cpu wait" if r.waited else f"{r.ratio:.2f}",
              fmt_ns(r.untraced_ns)] + ([fmt_bytes(r.memory.peak) + ("" if r.memory.exact_peak else "~")
                                         if r.memory is not None and r.memory.peak is not None else "-"] if mem else [])
             for r in rows]

@@ -22,7 +22,8 @@ Per span (``SpanMemory``, called by ``tracing.probes`` for probes with hooks: pi
 forwards, scheduler steps, mirrored spans; not for those nested in a denoiser's span, ``probes._in_measured``): RSS and CUDA bytes at entry and exit, written into the span's
 ``attrs`` (``memory.rss_in``, ``memory.rss_out``, ``memory.rss_peak`` when the kernel's high-water mark rose
 inside the span, so that the peak is exact; ``memory.cuda_in``, ``memory.cuda_out``, ``memory.cuda_peak``,
-``memory.cuda_peak_exact``). The CUDA peak of a span is exact when the allocator's peak rose inside it (a
+``memory.cuda_peak_exact``; and the thread's wait for a CPU, ``cpu.wait_in``: its counter at entry, ns, and
+``cpu.wait_ns``: the wait inside the span, ``steps.cpuwait``). The CUDA peak of a span is exact when the allocator's peak rose inside it (a
 new high of the run); otherwise it is only bounded by the samples. ``cuda_peaks="reset"`` resets the
 allocator's peak counter at every step-level span's entry (``torch.cuda.reset_peak_memory_stats``) for an
 exact peak per span, nested spans kept right by a stack of running maxima; it changes what the program's own
@@ -215,10 +216,22 @@ class SpanMemory:
     ``cuda_peaks``: "safe" (default: never reset the allocator's peak) or "reset"."""
 
     def __init__(self, lane: MemoryLane, cuda_peaks: str = "safe") -> None:
+        from ..steps.cpuwait import RunDelay
+
         self.rss = lane.rss
         self.cuda = lane.cuda
         self.reset = cuda_peaks == "reset"
         self._stack: list[list[int]] = []  # reset mode: running maxima of the open spans
+        #: the thread's wait for a CPU (``steps.cpuwait``), read with the memory at entry and exit
+        self.run_delay = RunDelay()
+
+    def close(self) -> None:
+        """Close the CPU-wait reader's files (no longer ``steps.cpuwait.current``)."""
+        from ..steps import cpuwait
+
+        if cpuwait.current is self.run_delay:
+            cpuwait.current = None
+        self.run_delay.close()
 
     def enter(self, attrs: dict | None) -> dict:
         """Read memory now into ``attrs`` (a new dict when None); returns it."""
@@ -236,6 +249,9 @@ class SpanMemory:
         """The entry readings, as attrs (read before the span's hooks run and its start is taken, so that the
         reads are not inside a mirrored range or the span's time)."""
         a: dict = {}
+        w = self.run_delay.read()
+        if w >= 0:
+            a["cpu.wait_in"] = w
         rss = self.rss.read()
         if rss >= 0:
             a["memory.rss_in"] = rss
@@ -253,6 +269,11 @@ class SpanMemory:
 
     def exit(self, attrs: dict) -> None:
         """Read memory now into the span's ``attrs`` (before its end is taken)."""
+        w0 = attrs.get("cpu.wait_in")
+        if w0 is not None:
+            w = self.run_delay.read()
+            if w >= w0:  # (the same thread: a generator resumed elsewhere reads another thread's counter)
+                attrs["cpu.wait_ns"] = w - w0
         if "memory.rss_in" in attrs:
             attrs["memory.rss_out"] = self.rss.read()
             hwm0 = attrs.pop("_memory.hwm", -1)

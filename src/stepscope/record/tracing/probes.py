@@ -287,7 +287,7 @@ class Probe:
             if (r is not None and r.__class__ is list and r[REC_PROBE] is self and r[REC_ID] is not None
                     and r[REC_ATTRS] is not None):
                 a = r[REC_ATTRS]
-                if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a:
+                if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a or "cpu.wait_in" in a:
                     _memory_out(a)
         end = perf_counter_ns()
         if self.generator:

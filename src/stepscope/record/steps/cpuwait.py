@@ -1,0 +1,71 @@
+"""A thread's wait for a CPU: how long it was ready to run but another thread or process held every CPU.
+
+Read from ``/proc/thread-self/schedstat`` (Linux, ``CONFIG_SCHED_INFO``; the kernel's
+Documentation/scheduler/sched-stats.rst): three numbers, the time spent on the CPU, the time spent waiting on a run
+queue (``sched_info.run_delay``) and the number of time slices, ns. The second is what this reads: a counter that only
+grows while the thread is runnable and not running. Blocking (a sleep, I/O, a lock, a CUDA sync) does not count:
+that is the program's own waiting; this is the machine's. One ``os.pread`` of a file descriptor opened once per
+thread (each thread's own file: ``thread-self`` resolves to the opening thread), about 2 us.
+
+The probes of step-level spans read it at the span's entry and exit (``memory.history.SpanMemory``: the
+``cpu.wait_in`` and ``cpu.wait_ns`` attributes), and so do a sampler loop's iterations (``steps.hooks``: k-diffusion's
+and ComfyUI's steps), through ``current``, so that a step slowed by another process taking the CPU is told apart from
+a step the program made slow (``analysis.cpuwait``, ``analysis.slow``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_pread = getattr(os, "pread", None)
+_native_id = getattr(threading, "get_native_id", None)
+
+
+#: the recording session's reader (set while it records with the memory lane on), or None
+current: "RunDelay | None" = None
+
+
+class RunDelay:
+    """The calling thread's run-queue wait so far (ns): ``read()``, -1 where it cannot be read (not Linux, no
+    schedstat). File descriptors are kept per OS thread id and closed by ``close()``."""
+
+    __slots__ = ("_fds", "ok")
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}
+        self.ok = _pread is not None and _native_id is not None and sys.platform.startswith("linux")
+
+    def read(self) -> int:
+        if not self.ok:
+            return -1
+        tid = _native_id()
+        fd = self._fds.get(tid)
+        for attempt in (0, 1):
+            if fd is None:
+                try:
+                    fd = self._fds[tid] = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self.ok = False  # (no schedstat on this kernel: never tried again)
+                    return -1
+            try:
+                b = _pread(fd, 80, 0)
+                i = b.index(b" ")
+                return int(b[i + 1:b.index(b" ", i + 1)])
+            except (OSError, ValueError):  # a descriptor of an ended thread whose id came back: open it anew
+                self._fds.pop(tid, None)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                fd = None
+        return -1
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
