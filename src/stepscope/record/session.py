@@ -144,7 +144,7 @@ class Session:
             self.main_sampler.memory = self.memory
             self._span_memory = _memory.SpanMemory(self.memory, self.settings.cuda_peaks)
             probes.set_span_memory(self._span_memory)
-            cpuwait.current = self._span_memory.run_delay  # (a sampler loop's iterations read it: steps.hooks)
+            cpuwait.use(self._span_memory.run_delay)  # (a sampler loop's iterations read it: steps.hooks)
         self.parts.start(early=True)  # (before the names are patched: the device trace, the app preset: ``parts``)
         self.patcher.add(self.settings.functions_to_trace + self.settings.step_functions)
         if self.settings.loop_rules and (self.settings.functions_to_trace or self.settings.step_functions
@@ -418,7 +418,7 @@ class Session:
         self.finished = True
         self.main_sampler.forked()
         probes.release_span_memory(self._span_memory)
-        cpuwait.current = None  # (the parent's threads' files)
+        cpuwait.use(None)  # (the parent's threads' files)
         self._root_token = None
         try:
             self.patcher.forked()

@@ -229,8 +229,7 @@ class SpanMemory:
         """Close the CPU-wait reader's files (no longer ``steps.cpuwait.current``)."""
         from ..steps import cpuwait
 
-        if cpuwait.current is self.run_delay:
-            cpuwait.current = None
+        cpuwait.release(self.run_delay)
         self.run_delay.close()
 
     def enter(self, attrs: dict | None) -> dict:

@@ -23,8 +23,21 @@ _pread = getattr(os, "pread", None)
 _native_id = getattr(threading, "get_native_id", None)
 
 
-#: the recording session's reader (set while it records with the memory lane on), or None
+#: the recording session's reader (``use``: while it records with the memory lane on), or None
 current: "RunDelay | None" = None
+
+
+def use(reader: "RunDelay | None") -> None:
+    """Make ``reader`` the one a sampler loop's iterations read (None: none, a forked child's)."""
+    global current
+    current = reader
+
+
+def release(reader: "RunDelay") -> None:
+    """Stop reading ``reader`` if it is the one in use (a session that finishes drops its own only)."""
+    global current
+    if current is reader:
+        current = None
 
 
 class RunDelay:
