@@ -11,7 +11,9 @@ nothing happens) and each generation's wall and process CPU seconds.
 lane over traces alone. Each generation runs inside a stepscope session of its own, started from the event loop's
 (main) thread before the request and finished after it: "full" (sampling at HZ, the memory lane on) or "traces"
 (``--hz 0``, no memory lane), both tracing ``TRACES``, the two alternating (the order flips every phase). Each
-generation's line then says its configuration (``gen_config``)."""
+generation's line then says its configuration (``gen_config``). Each session first runs ``--ab-warm`` untimed
+generations (1 by default): its sampler's tables and the traced code's first calls are a long-running server's
+cost once, not every request's."""
 from __future__ import annotations
 
 import _queue
@@ -92,6 +94,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--ab", type=float, default=None, help="in-process A/B at this sampling rate (see above)")
     ap.add_argument("--store", default=None, help="the store of --ab's sessions")
+    ap.add_argument("--ab-warm", type=int, default=1, help="untimed generations at the start of each --ab session")
     a = ap.parse_args()
     pipe = build()
     generate(pipe, 2, 0)  # warm-up
@@ -122,6 +125,10 @@ def main() -> None:
                 if a.ab is not None:
                     configs.append(("full", "traces")[(k + p) % 2])
                     session(configs[-1], a.ab, a.store)
+                    for _ in range(a.ab_warm):  # untimed: the session's first stacks and calls (a server's once)
+                        warm: queue.Queue = queue.Queue(maxsize=1)
+                        jobs.put((k, warm))
+                        await loop.run_in_executor(None, warm.get)
                 jobs.put((k, done))
                 gens.append(await loop.run_in_executor(None, done.get))
                 if a.ab is not None:

@@ -7,8 +7,9 @@ alone), interleaved, and prints per configuration: the median generation wall ti
 process's threads, stepscope's included) and their ratio to the plain runs of the same invocation, and the CPU the
 process uses per second while every thread waits.
 
-``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each generation in a
-stepscope session of its own, sampling + memory lane ("full") and traces alone alternating; prints the change of
+``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each timed generation in a
+stepscope session of its own (after ``--ab-warm`` untimed ones in it: the steady state of a long-running server),
+sampling + memory lane ("full") and traces alone alternating; prints the change of
 the full sessions' median generation wall and process CPU time over the traces-alone ones, with bootstrap 95% CIs
 (``stepscope.bench.stats.compare``: every generation of every process pooled), and each process's own change.
 
@@ -49,6 +50,7 @@ def main() -> None:
     ap.add_argument("--configs", default="plain,full,traces", help="which to run: plain, full, traces, nomem (comma list)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--ab", action="store_true", help="the in-process A/B (see above)")
+    ap.add_argument("--ab-warm", type=int, default=1, help="untimed generations opening each --ab session")
     a = ap.parse_args()
     if a.ab:
         return ab(a)
@@ -98,7 +100,7 @@ def ab(a) -> None:
     store = tempfile.mkdtemp(prefix="stepscope-server-ab-")
     app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
            "--idle", "0.2", "--idle-threads", str(a.idle_threads), "--steps", str(a.steps), "--ab", str(a.hz),
-           "--store", store]
+           "--store", store, "--ab-warm", str(a.ab_warm)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
     pooled = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
@@ -114,7 +116,8 @@ def ab(a) -> None:
                             for k in ("wall", "cpu")})
         print(f"process {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     n = len(pooled["full"]["wall"])
-    print(f"in-process A/B at {a.hz:g} Hz: {a.rounds} processes, {n} generations a side of {a.steps} steps, "
+    print(f"in-process A/B at {a.hz:g} Hz: {a.rounds} processes, {n} generations a side of {a.steps} steps "
+          f"(each after {a.ab_warm} untimed in its session), "
           f"{a.idle_threads} idle threads; OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; load average "
           f"{os.getloadavg()[0]:.1f} at the end")
     for k, label in (("wall", "generation wall"), ("cpu", "process CPU")):

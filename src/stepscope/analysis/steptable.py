@@ -206,7 +206,10 @@ def _verdict(wall: np.ndarray, untraced: np.ndarray, columns: dict[str, np.ndarr
     -> per row, whether that cell is slow among its column (``columns``: ns per row, NaN where missing).
     ``waits``: each row's wait for a CPU (ns, NaN unknown; ``analysis.cpuwait``), or None."""
     verdict = call_slow(wall, waits)
-    cells = {"wall": slow_cells(np.asarray(wall, float)), UNTRACED: slow_cells(np.asarray(untraced, float))}
+    own = np.asarray(wall, float)
+    if verdict.wait_ns is not None:  # the wall cell as the row is judged: its time less its wait for a CPU
+        own = np.maximum(own - np.nan_to_num(verdict.wait_ns), 0.0)
+    cells = {"wall": slow_cells(own), UNTRACED: slow_cells(np.asarray(untraced, float))}
     for c, v in columns.items():
         cells[c] = slow_cells(v)
     # an untraced cell is only worth naming when it is a real part of a step (not 1 ms against 0.5)
