@@ -15,9 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.spantable import SpanTable
-
-WAIT_IN = "cpu.wait_in"
-WAIT_NS = "cpu.wait_ns"
+from ..core.steprules import WAIT_IN, WAIT_NS
 
 
 def series(t: SpanTable) -> dict[int, tuple[np.ndarray, np.ndarray]]:

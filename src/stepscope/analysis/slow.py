@@ -88,7 +88,6 @@ def call_slow(durations, waits=None) -> SlowCall:
                            f"({_dur(float(np.nanmedian(w[idx])))}"
                            f"{' median' if len(idx) > 1 else ''}: other processes or threads held the CPUs), set apart")
             return v
-    d = np.asarray(durations, dtype=np.float64)
     if not len(d):
         return SlowCall(np.zeros(0, bool), 0.0, 0.0, 0.0, 0.0, False, RULE_TEXT)
     med, mad, limit = limit_of(d)

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 STEP_ATTR = "diffusion.step"
 #: Set (True) on a step-level span inside another one of the same step (a UNet's blocks): not a step of its own.
 NESTED_ATTR = "diffusion.nested"
+#: a step-level span's (or sampler-loop iteration's) thread CPU-wait counter at its entry, and its own wait, ns
+#: (``record.steps.cpuwait``, ``analysis.cpuwait``)
+WAIT_IN, WAIT_NS = "cpu.wait_in", "cpu.wait_ns"
 #: The op of a loop iteration's span (``loop`` rules).
 STEP_OP = "step"
 #: A loop iteration's span name: the sampler's name and this suffix.

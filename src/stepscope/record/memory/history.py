@@ -248,9 +248,7 @@ class SpanMemory:
         """The entry readings, as attrs (read before the span's hooks run and its start is taken, so that the
         reads are not inside a mirrored range or the span's time)."""
         a: dict = {}
-        w = self.run_delay.read()
-        if w >= 0:
-            a["cpu.wait_in"] = w
+        self.run_delay.enter(a)
         rss = self.rss.read()
         if rss >= 0:
             a["memory.rss_in"] = rss
@@ -268,11 +266,7 @@ class SpanMemory:
 
     def exit(self, attrs: dict) -> None:
         """Read memory now into the span's ``attrs`` (before its end is taken)."""
-        w0 = attrs.get("cpu.wait_in")
-        if w0 is not None:
-            w = self.run_delay.read()
-            if w >= w0:  # (the same thread: a generator resumed elsewhere reads another thread's counter)
-                attrs["cpu.wait_ns"] = w - w0
+        self.run_delay.exit(attrs)
         if "memory.rss_in" in attrs:
             attrs["memory.rss_out"] = self.rss.read()
             hwm0 = attrs.pop("_memory.hwm", -1)

@@ -19,6 +19,8 @@ import os
 import sys
 import threading
 
+from ...core.steprules import WAIT_IN, WAIT_NS
+
 _pread = getattr(os, "pread", None)
 _native_id = getattr(threading, "get_native_id", None)
 
@@ -74,6 +76,21 @@ class RunDelay:
                     pass
                 fd = None
         return -1
+
+    def enter(self, attrs: dict) -> None:
+        """The counter now into ``attrs`` (``WAIT_IN``), at a span's entry."""
+        w = self.read()
+        if w >= 0:
+            attrs[WAIT_IN] = w
+
+    def exit(self, attrs: dict) -> None:
+        """The wait since ``enter`` into ``attrs`` (``WAIT_NS``), at the span's end; nothing when it has no entry
+        reading, or the counter went back (another thread's: a generator resumed elsewhere)."""
+        w0 = attrs.get(WAIT_IN)
+        if w0 is not None:
+            w = self.read()
+            if w >= w0:
+                attrs[WAIT_NS] = w - w0
 
     def close(self) -> None:
         fds, self._fds = self._fds, {}

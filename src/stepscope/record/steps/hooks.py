@@ -36,7 +36,6 @@ from . import cpuwait, workfacts
 from ...core.steprules import DENOISER_MODULES as _DENOISER_MODULES
 from ...core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, STEP_SUFFIX, loop_rule
 
-WAIT_IN, WAIT_NS = "cpu.wait_in", "cpu.wait_ns"  # (``steps.cpuwait``)
 
 class _Scope:
     __slots__ = ("counter", "outer", "marked", "last_t", "seen", "begun", "marking", "loop")
@@ -316,9 +315,7 @@ class LoopScope(StepScope):
         attrs = {STEP_ATTR: k}
         rd = cpuwait.current
         if rd is not None:  # the thread's wait for a CPU so far (``steps.cpuwait``): ~2 us
-            w = rd.read()
-            if w >= 0:
-                attrs[WAIT_IN] = w
+            rd.enter(attrs)
         rec = [buffer.next_span_id(), start, buffer.parent_of(prev), _ITER, attrs, lp.name, None, prev]
         lp.rec = rec
         buffer.current_span.set(rec)
@@ -362,12 +359,9 @@ def _close(lp: _Loop, end: int, error: str | None) -> None:
     lp.rec = None
     if error is not None and rec[REC_ERROR] is None:
         rec[REC_ERROR] = error
-    w0 = rec[REC_ATTRS].get(WAIT_IN)
     rd = cpuwait.current
-    if w0 is not None and rd is not None:
-        w = rd.read()
-        if w >= w0:
-            rec[REC_ATTRS][WAIT_NS] = w - w0
+    if rd is not None:
+        rd.exit(rec[REC_ATTRS])
     buffer.finished.append(finished(rec, STEP_OP, max(end, rec[REC_START]), get_ident()))
     if buffer.current_span.get() is rec:
         buffer.current_span.set(rec[REC_RESTORE])

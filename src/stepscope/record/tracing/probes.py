@@ -33,7 +33,7 @@ from time import perf_counter_ns
 from .. import native
 from ..spans import buffer
 from ..steps.hooks import LoopScope, StepScoped, open_step_of
-from ...core.steprules import NESTED_ATTR, STEP_ATTR
+from ...core.steprules import NESTED_ATTR, STEP_ATTR, WAIT_IN
 from ..spans.labels import NAME_KEY
 from ..spans.record import REC_ATTRS, REC_ERROR, REC_ID, REC_LEN, REC_NAME, REC_PROBE, REC_RESTORE, finished
 
@@ -287,7 +287,7 @@ class Probe:
             if (r is not None and r.__class__ is list and r[REC_PROBE] is self and r[REC_ID] is not None
                     and r[REC_ATTRS] is not None):
                 a = r[REC_ATTRS]
-                if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a or "cpu.wait_in" in a:
+                if "memory.rss_in" in a or "memory.cuda_in" in a or "_memory.cuda_hwm" in a or WAIT_IN in a:
                     _memory_out(a)
         end = perf_counter_ns()
         if self.generator:
