@@ -80,6 +80,7 @@ def setup_venv(python: str, wheels: Path = WHEELS, venv: Path = VENV) -> Path:
     stamp = venv / ".gpu-check-installed"
     if not vpy.exists():
         subprocess.run([python, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    _see_parent_sites(python, vpy)
     reqs = _requirements(wheels)
     names = ["torch", "numpy", "pandas", *reqs, "HolisticTraceAnalysis"]
     r = subprocess.run([str(vpy), "-c", PREINSTALLED, *names], capture_output=True, text=True)
@@ -106,6 +107,25 @@ def setup_venv(python: str, wheels: Path = WHEELS, venv: Path = VENV) -> Path:
                      "(a package neither preinstalled nor in gpu-wheels: `make gpu-wheels` without GPU_WHEELS_SKIP)")
     stamp.write_text(_wheels_id(wheels))
     return vpy
+
+
+SITES = ("import json, sys\nprint(json.dumps([p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]))")
+
+
+def _see_parent_sites(python: str, vpy: Path) -> None:
+    """Make ``python``'s own site-packages visible in the venv of ``vpy`` with a ``.pth`` file.
+
+    ``venv --system-site-packages`` shows the *base* installation's site-packages only: where ``python`` is itself
+    a virtual environment (GPU images keep torch in one, e.g. ``/opt/torch/.venv``), its torch would be invisible.
+    The .pth lines come after the venv's own site-packages on ``sys.path``, so what gpu-check installs wins."""
+    r = subprocess.run([python, "-c", SITES], capture_output=True, text=True)
+    own = subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True)
+    if r.returncode or own.returncode:
+        return
+    target = Path(own.stdout.strip())
+    paths = [p for p in json.loads(r.stdout) if Path(p) != target]
+    (target / "_gpu_check_parent_sites.pth").write_text("".join(p + "\n" for p in paths))
 
 
 def _wheels_id(wheels: Path) -> str:
