@@ -568,3 +568,26 @@ def test_the_reports_span_memory_reads_only_inside_the_span(browser_page, tmp_pa
         short = page.evaluate("stepscopeReport.spanMemory(stepscopeReport.findSpan('__main__.short', 0))")
         assert short.startswith("memory (RSS): - at entry, peak no memory sample inside"), short
         assert not page.errors
+
+
+def test_cuda_reader_reads_again_after_its_first_read(monkeypatch):
+    """The CUDA allocator's figures are read once the program initialises CUDA, after reads that found it not yet
+    initialised (found by the GPU check: that read raised UnboundLocalError and ended the program's run)."""
+    import types
+
+    from stepscope.record.memory.history import CudaReader
+
+    stats = {"allocated_bytes": {"all": {"current": 10, "peak": 30}}, "reserved_bytes": {"all": {"current": 20}}}
+    calls = []
+    cuda = types.SimpleNamespace(_initialized=False, is_initialized=lambda: cuda._initialized, current_device=lambda: 0)
+    fake = types.SimpleNamespace(cuda=cuda, _C=types.SimpleNamespace(_cuda_memoryStats=lambda d: calls.append(d) or stats))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    r = CudaReader()
+    assert r.read() is None and not calls
+    cuda._initialized = True
+    assert [r.read() for _ in range(3)] == [(10, 20, 30)] * 3
+    assert calls == [0, 0, 0]
+    r2 = CudaReader()
+    assert r2.read() == (10, 20, 30)
+    monkeypatch.delitem(sys.modules, "torch")
+    assert CudaReader().read() is None

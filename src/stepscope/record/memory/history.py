@@ -127,11 +127,11 @@ class CudaReader:
             return True
         if self.failed:
             return False
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
         cuda = self._cuda
         if cuda is None:
-            torch = sys.modules.get("torch")
-            if torch is None:
-                return False
             cuda = self._cuda = getattr(torch, "cuda", None)
             if cuda is None:
                 return False
@@ -155,9 +155,9 @@ class CudaReader:
         return True
 
     def read(self):
-        if not self._ready():
-            return None
         try:
+            if not self._ready():
+                return None
             return self._stats()
         except Exception:
             self.failed = True
