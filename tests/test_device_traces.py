@@ -116,3 +116,43 @@ def test_bad_trace_files_are_one_line_errors(tmp_path):
         with pytest.raises(TraceError) as e:
             load(f)
         assert str(f) in str(e.value) and "\n" not in str(e.value), (name, e.value)
+
+
+def test_kernel_labels_keep_what_tells_kernels_apart():
+    """Table cells show a kernel's short label (the GPU check's H100 trace printed 20-line template signatures);
+    the labels of real Kineto kernel names drop return type and parameters and keep the computing functor."""
+    from stepscope.device.names import kernel_label
+    from stepscope.output.terminal.device import share
+
+    cases = {
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add"
+        "<c10::Half> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<c10::Half> const&)::{lambda(int)#1}>(int, "
+        "at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<c10::Half> >(at::TensorIteratorBase&, "
+        "at::native::CUDAFunctor_add<c10::Half> const&)::{lambda(int)#1})": "at::native::elementwise_kernel<…CUDAFunctor_add…>",
+        "void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<c10::Half>(long, c10::Half, c10::Half const*, "
+        "c10::Half*, c10::Half*)": "at::native::RowwiseMomentsCUDAKernel<c10::Half>",
+        "void at::native::vectorized_elementwise_kernel<8, at::native::(anonymous namespace)::silu_kernel(at::"
+        "TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#5}::operator()() const::{lambda(c10::Half)#1}, "
+        "std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()"
+        "#1}::operator()() const, std::array<char*, 2ul>)": "at::native::vectorized_elementwise_kernel<…silu_kernel…>",
+        "Memset (Device)": "Memset (Device)",
+        "Memcpy DtoH (Device -> Pageable)": "Memcpy DtoH (Device -> Pageable)",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0":
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_f16_s161616gemm_f16_16x16_32x1_nn_align2>(cutlass_80_wmma_"
+        "tensorop_f16_s161616gemm_f16_16x16_32x1_nn_align2::Params)":
+            "cutlass::Kernel2<…cutlass_80_wmma_tensorop_f16_s161616gemm_f16_16x16_32x1_nn_align2…>",
+        "": "",
+    }
+    for name, label in cases.items():
+        assert kernel_label(name) == label, name
+    # every kernel of the real traces: a label no longer than the name, never empty, never a parameter list
+    names = set()
+    for f in TRACES.glob("*.json.gz"):
+        with gzip.open(f, "rt") as fh:
+            names |= {e["name"] for e in json.load(fh).get("traceEvents", []) if e.get("cat") == "kernel"}
+    assert len(names) > 50
+    for n in names:
+        lab = kernel_label(n)
+        assert lab and len(lab) <= len(n) and len(lab) < 160 and "(int" not in lab and not lab.startswith("void "), n
+    assert [share(x) for x in (None, 0, 0.5, 0.0123, 0.003, 0.0004)] == ["-", "0%", "50%", "1%", "0.3%", "<0.1%"]

@@ -44,6 +44,14 @@ def test_cli_report_and_web_page_carry_the_same_device_facts(dev_store, tmp_path
     assert web["compile"] == dev["compile"] == COMPILE
     assert web["peak"] == dev["peak"] == PROBE
     assert web["xla"] == cli["xla"] and web["xla"]["total"]["compiles"] == 2
+    # the page adds each kernel's table label (device.names.kernel_label) to the same facts
+    from stepscope.device.names import kernel_label
+
+    assert all(o["label"] == kernel_label(o["name"]) for o in web["top_kernels"])
+    assert web["top_kernels"]
+    assert all(len(k) == 3 and k[2] == kernel_label(k[0]) for s in web["spans"] for k in s["top_kernels"])
+    web["top_kernels"] = [{k: v for k, v in o.items() if k != "label"} for o in web["top_kernels"]]
+    web["spans"] = [{**s, "top_kernels": [k[:2] for k in s["top_kernels"]]} for s in web["spans"]]
     assert web["spans"] == dev["spans"] and web["sync_sites"] == dev["sync_sites"]
     for k in ("streams", "top_ops", "top_kernels", "sync_counts", "device"):
         assert web[k] == summary[k], k

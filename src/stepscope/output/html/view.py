@@ -24,6 +24,7 @@ import numpy as np
 
 from ...analysis.slow import limit_of
 from ...core.spantable import NO_PARENT, SpanTable, as_table
+from ...device.names import kernel_label
 from ...analysis.summary import Summary, summarize
 from ...analysis.phases import phases as run_phases
 from ...analysis.phases import sample_phase
@@ -397,9 +398,10 @@ def _device_view(device, t0: int) -> dict:
         "kineto": device.trace is not None,
         "streams": plain(s.streams) if s is not None else [],
         "top_ops": plain(s.top_ops) if s is not None else [],
-        "top_kernels": plain(s.top_kernels) if s is not None else [],
+        "top_kernels": [{**o, "label": kernel_label(o["name"])} for o in plain(s.top_kernels)] if s is not None else [],
         "sync_counts": dict(s.sync_counts) if s is not None else {},
-        "spans": plain(k.spans),
+        "spans": [{**sp, "top_kernels": [[n, ns, kernel_label(n)] for n, ns in sp.get("top_kernels") or []]}
+                  for sp in plain(k.spans)],
         "sync_sites": plain(k.sync_sites),
         "peak": device.peak,
         "compile": device.compile,

@@ -10,7 +10,16 @@ from rich.table import Table
 from ...device.analysis import DeviceSummary
 from ...device.runview import RunDevice
 from ...core.units import fmt_ns
+from ...device.names import kernel_label
 from .cells import short_name
+
+
+def share(x: float | None) -> str:
+    """A share (0..1) as a percentage cell: whole percent from 1%, one decimal below (``0.3%``), ``<0.1%``."""
+    if x is None:
+        return "-"
+    p = 100 * x
+    return f"{p:.0f}%" if p >= 1 or p == 0 else f"{p:.1f}%" if p >= 0.1 else "<0.1%"
 
 
 def _clip(s: str | None, n: int = 70) -> str:
@@ -63,7 +72,7 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
                 _text_col(t, col)
         for g in d.gaps[:top]:
             t.add_row(fmt_ns(g.duration_ns), str(g.stream), g.category, _clip(g.host_op, 30), _clip(g.annotation, 40),
-                      _clip(g.next_name, 50))
+                      kernel_label(g.next_name or "") or "-")
         console.print(t)
     if d.syncs:
         t = Table(title=f"Host-device syncs ({', '.join(f'{v} {k}' for k, v in d.sync_counts.items())})",
@@ -87,8 +96,9 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
                 _text_col(t, col)
             else:
                 t.add_column(col, justify="right", no_wrap=True)
+        label = kernel_label if items is d.top_kernels else _clip
         for o in items[:top]:
-            t.add_row(_clip(o.name, 80), str(o.count), fmt_ns(o.total_ns), fmt_ns(o.self_ns))
+            t.add_row(label(o.name), str(o.count), fmt_ns(o.total_ns), fmt_ns(o.self_ns))
         console.print(t)
 
 
@@ -117,8 +127,8 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
             for s in v.spans[:top]:
                 t.add_row(short_name(s.name), str(s.count), str(s.recorded), fmt_ns(s.recorded_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
                           f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
-                          "-" if s.of_peak is None else f"{100 * s.of_peak:.0f}%",
-                          ", ".join(f"{n} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
+                          share(s.of_peak),
+                          ", ".join(f"{kernel_label(n)} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
             console.print(t)
     else:
         console.print("[dim]no device trace for this run (record with --device-trace; where torch_xla is installed, "

@@ -46,6 +46,8 @@
   function deviceTables(dv) {
     const base = (f) => String(f).split("/").pop();
     const pct = (a, b) => `${(100 * a / Math.max(b, 1)).toFixed(0)}%`;
+    // a share of the peak: whole percent from 1%, one decimal below, "<0.1%" (as the terminal's device.share)
+    const share = (x) => x == null ? "-" : (p => p >= 1 || p === 0 ? `${p.toFixed(0)}%` : p >= 0.1 ? `${p.toFixed(1)}%` : "<0.1%")(100 * x);
     const ratio = (a, b) => `${fmtNs(a)} (${pct(a, b)})`;
     const nsCount = (n, ns) => `${n} (${fmtNs(ns)})`;
     const txt = (s) => `<td class="txt">${esc(s == null || s === "" ? "-" : s)}</td>`;
@@ -55,7 +57,7 @@
     // idle per stream (HTA's categories), then the top host ops and kernels
     if ((dv.streams || []).length) titled($("device-streams"), "Idle time per stream <small>HTA's categories</small>", ["device", "stream", "activities", "span", "busy", "idle", "host wait", "kernel wait", "other"],
       dv.streams.map((s) => `<tr><td>${s.device}</td><td>${s.stream}</td><td>${s.activities}</td><td>${fmtNs(s.span_ns)}</td><td>${fmtNs(s.busy_ns)}</td><td>${ratio(s.idle_ns, s.span_ns)}</td><td>${ratio(s.host_wait_ns, s.idle_ns)}</td><td>${ratio(s.kernel_wait_ns, s.idle_ns)}</td><td>${ratio(s.other_ns, s.idle_ns)}</td></tr>`));
-    const opRows = (items) => items.slice(0, 15).map((o) => `<tr><td class="txt">${esc(o.name)}</td><td>${o.count}</td><td>${fmtNs(o.total_ns)}</td><td>${fmtNs(o.self_ns)}</td></tr>`);
+    const opRows = (items) => items.slice(0, 15).map((o) => `<tr><td class="txt" title="${esc(o.name)}">${esc(o.label || o.name)}</td><td>${o.count}</td><td>${fmtNs(o.total_ns)}</td><td>${fmtNs(o.self_ns)}</td></tr>`);
     if ((dv.top_ops || []).length || (dv.top_kernels || []).length) {
       const el = show("device-ops", "");
       for (const [title, items] of [["Top host ops by self time", dv.top_ops || []], ["Top kernels by time", dv.top_kernels || []]])
@@ -70,7 +72,7 @@
     if ((dv.spans || []).length) {
       $("device-spans-wrap").hidden = false;
       table($("device-spans"), ["span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s", "of peak", "top kernels / ops"],
-        dv.spans.slice(0, 30).map((s) => `<tr><td title="${esc(s.name)}">${esc(short(s.name))}</td><td>${s.count}</td><td>${s.recorded}</td><td>${fmtNs(s.recorded_ns)}</td><td>${fmtNs(s.op_ns)}</td><td>${fmtNs(s.device_ns)}</td><td>${(s.flops / 1e9).toFixed(2)}</td><td>${(s.achieved_flops_s / 1e9).toFixed(1)}</td><td>${s.of_peak == null ? "-" : (100 * s.of_peak).toFixed(0) + "%"}</td>${txt(((s.top_kernels || []).length ? s.top_kernels : s.top_ops || []).slice(0, 3).map(([n, ns]) => `${n} ${fmtNs(ns)}`).join(", "))}</tr>`));
+        dv.spans.slice(0, 30).map((s) => `<tr><td title="${esc(s.name)}">${esc(short(s.name))}</td><td>${s.count}</td><td>${s.recorded}</td><td>${fmtNs(s.recorded_ns)}</td><td>${fmtNs(s.op_ns)}</td><td>${fmtNs(s.device_ns)}</td><td>${(s.flops / 1e9).toFixed(2)}</td><td>${(s.achieved_flops_s / 1e9).toFixed(1)}</td><td>${share(s.of_peak)}</td>${txt(((s.top_kernels || []).length ? s.top_kernels : s.top_ops || []).slice(0, 3).map(([n, ns, label]) => `${label || n} ${fmtNs(ns)}`).join(", "))}</tr>`));
     }
     // torch.compile: graph breaks and recompilations with their line
     const cr = dv.compile;
