@@ -69,7 +69,7 @@ def test_device_page_shows_compile_report_xla_and_peak(browser_page, dev_store):
         comp = page.locator("#device-compile").inner_text()
         assert "4 graph breaks at 2 places, 2 recompilations" in comp
         assert "unet.py:120" in comp and "Tensor.item() call" in comp and "pipe.py:88 denoise" in comp
-        assert "float16 740000.0 GFLOP/s" in page.locator("#device-peak").inner_text()
+        assert "float16 740.0 TFLOP/s" in page.locator("#device-peak").inner_text()
         assert "funcs.add" in page.locator("#device-spans").inner_text()
         xla = page.locator("#device-xla").inner_text()
         assert "graph compilations: 2 (240 us) of 2 graphs" in xla and "/device:TPU:0" in xla

@@ -115,7 +115,8 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
             if peak:
                 peaks = v.peak.get("peaks") or {v.peak.get("dtype"): peak}
                 console.print(f"measured matmul peak ({v.peak.get('name')}): "
-                              + ", ".join(f"{d} {p / 1e9:.1f} GFLOP/s" for d, p in peaks.items())
+                              + ", ".join(f"{d} {p / 1e12:.1f} TFLOP/s" if p >= 1e12 else f"{d} {p / 1e9:.1f} GFLOP/s"
+                                          for d, p in peaks.items())
                               + " (each span's share: of the peak of its ops' dtype)")
             for col in ("span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s",
                         "of peak", "top kernels / ops"):

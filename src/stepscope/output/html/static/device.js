@@ -67,7 +67,7 @@
     const pk = dv.peak;
     if (pk && pk.peak_flops) {
       const peaks = pk.peaks || { [pk.dtype]: pk.peak_flops };
-      $("device-peak").textContent = `measured matmul peak (${pk.name}): ` + Object.entries(peaks).map(([d, p]) => `${d} ${(p / 1e9).toFixed(1)} GFLOP/s`).join(", ") + " (each span's share: of the peak of its ops' dtype)";
+      $("device-peak").textContent = `measured matmul peak (${pk.name}): ` + Object.entries(peaks).map(([d, p]) => `${d} ${p >= 1e12 ? `${(p / 1e12).toFixed(1)} TFLOP/s` : `${(p / 1e9).toFixed(1)} GFLOP/s`}`).join(", ") + " (each span's share: of the peak of its ops' dtype)";
     }
     if ((dv.spans || []).length) {
       $("device-spans-wrap").hidden = false;
