@@ -448,7 +448,9 @@ def check3(ctx: Ctx) -> None:
         if s["flops"] and s["recorded_ns"]:
             short = name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1]
             per_span.append(f"{short}: {flops_s(s['achieved_flops_s'])}"
-                            + (f" ({share(s['of_peak'])} of {s['peak_dtype']} peak)" if s["of_peak"] is not None else ""))
+                            + (f" ({share(s['of_peak'])} of {s['peak_dtype']} peak" if s["of_peak"] is not None else "")
+                            + (f", {share(s.get('device_of_peak'))} on device)" if s.get("device_of_peak")
+                               else ")" if s["of_peak"] is not None else ""))
     row(ctx, "3a achieved FLOP/s vs measured peak, per span",
         f"peak ({peak.get('name')}): " + ", ".join(f"{d} {flops_s(v)}" for d, v in peaks.items() if v)
         + "; " + "; ".join(per_span),

@@ -8,6 +8,12 @@ Programs (written to a temp folder, each prints the true time of its functions, 
 - ``burst_sleep_MS``: A (pure Python, MS ms) alternating with B (``time.sleep``, MS ms), MS in 1, 2.5, 5, 20;
 - ``burst_then_c``: A (pure Python, 2 ms) before B (``zlib.compress`` of 128 KiB, GIL released, a few ms).
 
+Each profiler's line: its median shares; the **bias**, each function's signed error (measured share - true
+share) averaged over the repeats, the largest; one run's sampling **noise**, the binomial standard error of a share
+with the run's number of samples (``sqrt(p (1 - p) / n)``: about 3 points for 300 samples, so a 3 s run at 101 Hz
+cannot be within 2 points of the truth in every run; ``--seconds 30`` gives 3,000 samples, +-0.9 point); and the
+**max error** of any single run.
+
 Profilers, in the same command: stepscope (``stepscope run``) at 101 and 1000 Hz, pyinstrument (1 ms
 interval) and py-spy (``record --nonblocking``) at 100 and 1000 Hz, where installed (``pip install
 pyinstrument py-spy``: the benchmark's own set-up, not ``make test``'s). Shares are of total (inclusive)
@@ -113,7 +119,8 @@ class Result:
     """One run: command wall time (s), the program's own work wall and CPU time (s), true shares, measured
     totals per function (wall, and CPU where the profiler gives it)."""
 
-    def __init__(self, cmd_wall, stdout, totals, cpu_totals=None):
+    def __init__(self, cmd_wall, stdout, totals, cpu_totals=None, samples=0.0):
+        self.samples = samples  # how many samples fell in A, B, C
         self.cmd_wall = cmd_wall
         self.work_wall, self.work_cpu = _work(stdout)
         self.truth = _truth(stdout)
@@ -150,7 +157,7 @@ def run_stepscope(prog: Path, rounds: int, per_ms: int, hz: int, tmp: Path) -> R
         out.append({f.name.rsplit(".", 1)[-1]: float(total[i]) for i, f in enumerate(index.functions)
                     if f.name.startswith("__main__.") and f.name.rsplit(".", 1)[-1] in ("A", "B", "C")})
     shutil.rmtree(store, ignore_errors=True)
-    return Result(wall, p.stdout, out[0], out[1] if index.has_cpu else None)
+    return Result(wall, p.stdout, out[0], out[1] if index.has_cpu else None, sum(out[0].values()) / 1e9 * hz)
 
 
 def run_pyinstrument(prog: Path, rounds: int, per_ms: int, tmp: Path) -> Result:
@@ -170,7 +177,7 @@ def run_pyinstrument(prog: Path, rounds: int, per_ms: int, tmp: Path) -> Result:
             walk(c)
 
     walk(json.loads(out.read_text())["root_frame"])
-    return Result(wall, p.stdout, totals)
+    return Result(wall, p.stdout, totals, samples=sum(totals.values()) * 1000)
 
 
 def run_pyspy(prog: Path, rounds: int, per_ms: int, hz: int, tmp: Path) -> Result:
@@ -187,7 +194,7 @@ def run_pyspy(prog: Path, rounds: int, per_ms: int, hz: int, tmp: Path) -> Resul
             if any(fr.startswith(f"{fn} (") for fr in stack.split(";")):
                 totals[fn] = totals.get(fn, 0.0) + float(count)
                 break
-    return Result(wall, p.stdout, totals)
+    return Result(wall, p.stdout, totals, samples=sum(totals.values()))
 
 
 def calibrate_per_ms(tmp: Path) -> int:
@@ -262,11 +269,18 @@ def main() -> None:
                 continue
             shares = [_shares(r.totals, names) for r in rs]
             err = max(abs(100 * (s[n] - r.truth[n])) for s, r in zip(shares, rs) for n in names)
+            # the bias: each name's signed error averaged over the repeats (the largest); the noise: one run's
+            # binomial standard error of a share, sqrt(p (1 - p) / samples), at the profiler's rate
+            bias = {n: statistics.fmean(100 * (s[n] - r.truth[n]) for s, r in zip(shares, rs)) for n in names}
+            worst = max(names, key=lambda n: abs(bias[n]))
+            samples = _med([r.samples for r in rs])
+            noise = max(100 * (truth[n] * (1 - truth[n]) / max(samples, 1)) ** 0.5 for n in names)
             shown = "  ".join(f"{n} {100 * statistics.median(s[n] for s in shares):.1f}%" for n in names)
             ww = [r.work_wall / b_wall for r in rs]
             wc = [r.work_cpu / b_cpu for r in rs]
             cmd = [r.cmd_wall / b_cmd for r in rs]
-            line = (f"  {pname:18} {shown}   max error {err:4.1f} pt   work wall x{_med(ww):.3f} ({min(ww):.3f}..{max(ww):.3f})"
+            line = (f"  {pname:18} {shown}   bias {bias[worst]:+4.1f} pt ({worst}, mean of {len(rs)}; one run's noise "
+                    f"+-{noise:.1f} pt, {samples:.0f} samples)   max error {err:4.1f} pt   work wall x{_med(ww):.3f} ({min(ww):.3f}..{max(ww):.3f})"
                     f"  cpu x{_med(wc):.3f} ({min(wc):.3f}..{max(wc):.3f})  cmd x{_med(cmd):.3f}")
             if rs[0].cpu_totals is not None:
                 cs = [_shares(r.cpu_totals, names) for r in rs]

@@ -156,3 +156,94 @@ def test_kernel_labels_keep_what_tells_kernels_apart():
         lab = kernel_label(n)
         assert lab and len(lab) <= len(n) and len(lab) < 160 and "(int" not in lab and not lab.startswith("void "), n
     assert [share(x) for x in (None, 0, 0.5, 0.0123, 0.003, 0.0004)] == ["-", "0%", "50%", "1%", "0.3%", "<0.1%"]
+
+
+def test_self_times_vectorised_equal_the_stack_walk(monkeypatch):
+    """``self_times`` (depth by counting, parents by level) gives the stack walk's figures on every real trace and
+    on random events that nest, overlap without nesting, tie in start or last zero time."""
+    import numpy as np
+
+    from stepscope.device import analysis
+    from stepscope.device.analysis import _children_ns_stack, self_times
+
+    fallbacks = []
+    monkeypatch.setattr(analysis, "_children_ns_stack", lambda ts, dur: fallbacks.append(len(ts)) or _children_ns_stack(ts, dur))
+
+    def walk(trace, idx):  # the reference: one stack walk per thread over every event
+        out = trace.dur[idx].astype(np.int64)
+        for tid in np.unique(trace.tid[idx]).tolist():
+            where = np.flatnonzero(trace.tid[idx] == tid)
+            sel = idx[where]
+            order = np.lexsort((-trace.dur[sel], trace.ts[sel]))
+            out[where[order]] -= _children_ns_stack(trace.ts[sel][order].tolist(), trace.dur[sel][order].tolist())
+        return out
+
+    for f in sorted(TRACES.glob("*.json.gz")):
+        t = load(f)
+        for cat in ("cpu_op", "kernel"):
+            idx = np.flatnonzero(t.mask(cat))
+            assert np.array_equal(self_times(t, idx), walk(t, idx)), (f.name, cat)
+
+    class T:  # the columns self_times reads
+        def __init__(self, ts, dur, tid):
+            self.ts, self.dur, self.tid = (np.asarray(a, np.int64) for a in (ts, dur, tid))
+
+    rng = np.random.default_rng(7)
+    overlapped = 0
+    fallbacks.clear()
+    for case in range(300):
+        ts, dur = [], []
+
+        def tree(t0, t1, depth):  # nested events inside [t0, t1)
+            t = t0
+            while t < t1 and depth < 6 and rng.random() < 0.8:
+                a = t + int(rng.integers(0, 4))
+                b = min(t1, a + int(rng.integers(0, 40)))
+                if a > b:
+                    break
+                ts.append(a)
+                dur.append(b - a)
+                tree(a, b, depth + 1)
+                t = b
+        tree(0, 400, 0)
+        if case % 3 == 0 and ts:  # some overlap without nesting
+            k = int(rng.integers(0, len(ts)))
+            dur[k] += int(rng.integers(1, 30))
+        if case % 5 == 0 and ts:  # duplicates: ties in start and length
+            ts += ts[:3]
+            dur += dur[:3]
+        tid = rng.integers(0, 3, len(ts))
+        tr = T(ts, dur, tid)
+        idx = rng.permutation(len(ts)).astype(np.int64)
+        n = len(fallbacks)
+        assert np.array_equal(self_times(tr, idx), walk(tr, idx)), case
+        overlapped += len(fallbacks) > n
+    assert overlapped > 20  # the stack walk of a group that does not nest was exercised
+
+
+def test_a_gap_names_the_op_that_launched_what_ended_it():
+    """The H100 check's largest gaps (0.5-1 s) began in ``aten::linear`` and ended with a launch from cuDNN's
+    attention (its plan being built): each gap says which op launched the next activity, and keeps the op running
+    when it began; only the ``keep`` largest gaps are made."""
+    from stepscope.device.kineto import from_events
+
+    def ev(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events = [ev("cpu_op", "aten::linear", 0, 50), ev("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+              ev("kernel", "void gemm<float, 128>(float*)", 20, 10, tid=7, correlation=1, stream=7, device=0),
+              ev("cpu_op", "aten::scaled_dot_product_attention", 60, 1000),
+              ev("cpu_op", "aten::_cudnn_attention_forward", 61, 998),
+              ev("cuda_runtime", "cudaLaunchKernel", 1000, 5, correlation=2),
+              ev("kernel", "Memset (Device)", 1010, 5, tid=7, correlation=2, stream=7, device=0)]
+    for k in range(30):  # small gaps after it
+        events += [ev("cuda_runtime", "cudaLaunchKernel", 1100 + 20 * k, 2, correlation=10 + k),
+                   ev("kernel", "void add<float>(float*)", 1101 + 20 * k, 3, tid=7, correlation=10 + k, stream=7, device=0)]
+    t = from_events(events)
+    streams, gaps = idle_breakdown(t, keep=5)
+    assert len(gaps) == 5 and streams[0].activities == 32
+    g = gaps[0]
+    assert g.duration_ns == 980_000 and g.host_op == "aten::linear"
+    assert g.launched_in == "aten::scaled_dot_product_attention" and g.next_name == "Memset (Device)"
+    assert [x.duration_ns for x in gaps] == sorted((x.duration_ns for x in idle_breakdown(t)[1]), reverse=True)[:5]
+    assert summarize_device(t).gaps[0].launched_in == "aten::scaled_dot_product_attention"

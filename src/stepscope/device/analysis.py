@@ -43,7 +43,9 @@ SYNC_OPS = {"aten::item": ".item()", "aten::_local_scalar_dense": ".item() (scal
 class Gap:
     """An idle interval on a stream (ns) before ``next_name``; ``category``: host_wait/kernel_wait/other.
     ``host_op``/``annotation``: the outermost cpu_op and innermost user annotation on the launching
-    thread when the gap began (None when unknown)."""
+    thread when the gap began; ``launched_in``: the outermost cpu_op that launched ``next_name`` (where the host
+    spent the gap when it was not in ``host_op``: a 1 s gap that begins in ``aten::linear`` and ends with a launch
+    from ``aten::scaled_dot_product_attention`` was spent building an attention plan). None when unknown."""
 
     device: int
     stream: int
@@ -53,6 +55,7 @@ class Gap:
     next_name: str
     host_op: str | None = None
     annotation: str | None = None
+    launched_in: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -151,10 +154,11 @@ class _HostIndex:
         return int(hit[np.argmin(tr.dur[hit])])
 
 
-def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, attribute_top: int = 20
-                   ) -> tuple[list[StreamIdle], list[Gap]]:
-    """Per-stream idle breakdown and every gap, largest first; the ``attribute_top`` largest gaps get
-    their host op and annotation."""
+def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, attribute_top: int = 20,
+                   keep: int | None = None) -> tuple[list[StreamIdle], list[Gap]]:
+    """Per-stream idle breakdown and the gaps, largest first (ties: by stream, then time): every gap, or the
+    ``keep`` largest (only those become ``Gap`` objects); the ``attribute_top`` largest get their host op and
+    annotation."""
     dev_idx = np.nonzero(np.isin(trace.cat, DEVICE_CATS) & (trace.stream >= 0))[0]
     rt = np.nonzero(trace.mask("cuda_runtime", "cuda_driver") & (trace.correlation >= 0))[0]
     # launches by correlation id, sorted: a gap's launch is found by binary search (the last launch of an id wins,
@@ -164,6 +168,7 @@ def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, att
     rt_corr, rt_sorted = rt_corr[order], rt[order]
     streams: list[StreamIdle] = []
     gaps: list[Gap] = []
+    parts: list[tuple] = []  # per stream: its gaps' stream position, start, end, category, next name, thread
     dev_of, stream_of = trace.device[dev_idx], trace.stream[dev_idx]
     for dev, stream in sorted(set(zip(dev_of.tolist(), stream_of.tolist()))):
         sel = dev_idx[(dev_of == dev) & (stream_of == stream)]
@@ -184,30 +189,31 @@ def idle_breakdown(trace: KinetoTrace, kernel_wait_ns: int = KERNEL_WAIT_NS, att
         other = ~host & ~kernel
         g = gap[k]
         cats = {"host_wait": int(g[host].sum()), "kernel_wait": int(g[kernel].sum()), "other": int(g[other].sum())}
-        label = np.where(host, 0, np.where(kernel, 1, 2)).tolist()
-        names = trace.names
-        tids = np.where(found, trace.tid[launch] if len(rt_corr) else -1, -1).tolist()
-        for st, en, c, nm, tid in zip(start.tolist(), ts[k + 1].tolist(), label, trace.name[nxt].tolist(), tids):
-            gp = Gap(dev, stream, st, en, _GAP_CATS[c], names[nm])
-            gp.host_op = tid  # the launching thread (-1: unknown) for now; resolved below for the largest gaps
-            gaps.append(gp)
+        parts.append((np.full(len(k), len(streams), np.int64), start, ts[k + 1], np.where(host, 0, np.where(kernel, 1, 2)),
+                      trace.name[nxt], np.where(found, launch, -1)))
         span = int(end.max() - ts.min()) if len(sel) else 0
         streams.append(StreamIdle(dev, stream, len(sel), span, busy, span - busy, cats["host_wait"], cats["kernel_wait"],
                                   cats["other"]))
-    gaps.sort(key=lambda g: -g.duration_ns)
-    ops = _HostIndex(trace, ("cpu_op",))
-    notes = _HostIndex(trace, ("user_annotation",))
-    for n, g in enumerate(gaps[:attribute_top]):
-        tid = g.host_op
-        g.host_op = None
-        if tid == -1:
-            continue
-        o = ops.enclosing(tid, g.start_ns, outermost=True)
-        a = notes.enclosing(tid, g.start_ns, outermost=False)
-        g.host_op = trace.name_of(o) if o is not None else None
-        g.annotation = trace.name_of(a) if a is not None else None
-    for g in gaps[attribute_top:]:
-        g.host_op = None
+    if parts:
+        which, start, stop, label, name, by = (np.concatenate(c) for c in zip(*parts))
+        order = np.argsort(start - stop, kind="stable")[:keep]  # largest first; ties keep stream and time order
+        names = trace.names
+        for w, st, en, c, nm in zip(which[order].tolist(), start[order].tolist(), stop[order].tolist(),
+                                    label[order].tolist(), name[order].tolist()):
+            gaps.append(Gap(streams[w].device, streams[w].stream, st, en, _GAP_CATS[c], names[nm]))
+        launches = by[order[:attribute_top]].tolist()  # the next activity's launch (-1: unknown)
+        ops = _HostIndex(trace, ("cpu_op",))
+        notes = _HostIndex(trace, ("user_annotation",))
+        for g, r in zip(gaps, launches):
+            if r < 0:
+                continue
+            tid = int(trace.tid[r])
+            o = ops.enclosing(tid, g.start_ns, outermost=True)
+            a = notes.enclosing(tid, g.start_ns, outermost=False)
+            li = ops.enclosing(tid, int(trace.ts[r]), outermost=True)
+            g.host_op = trace.name_of(o) if o is not None else None
+            g.annotation = trace.name_of(a) if a is not None else None
+            g.launched_in = trace.name_of(li) if li is not None else None
     return streams, gaps
 
 
@@ -276,29 +282,87 @@ def host_syncs(trace: KinetoTrace) -> list[SyncPoint]:
 
 def self_times(trace: KinetoTrace, idx: np.ndarray) -> np.ndarray:
     """Self time (ns) of each event in ``idx``: its duration minus its direct children's among ``idx``
-    on the same thread (events nest by time). Returns an array aligned with ``idx``."""
+    on the same thread (events nest by time; ties in start: the longer is the parent). Returns an array aligned
+    with ``idx``.
+
+    Vectorised per thread (``_children_ns``): an event's depth is how many earlier events are still open at its
+    start, its parent the last earlier event one level up. Where events overlap without nesting (Kineto's rounding
+    can make a child outlast its parent), that top-level event's group goes through the stack walk
+    (``_children_ns_stack``), which keeps an overlapping event as a child of the one open before it."""
     out = trace.dur[idx].astype(np.int64)
-    tids = trace.tid[idx]
-    for tid in np.unique(tids).tolist():
-        where = np.nonzero(tids == tid)[0]  # positions in idx
-        sel = idx[where]
-        order = np.lexsort((-trace.dur[sel], trace.ts[sel]))
-        where, sel = where[order], sel[order]
-        ts, dur = trace.ts[sel].tolist(), trace.dur[sel].tolist()
-        sub = [0] * len(sel)
-        stack: list[int] = []  # positions in sel, and their ends
-        ends: list[int] = []
-        for k in range(len(ts)):
-            t = ts[k]
-            while ends and ends[-1] <= t:
-                stack.pop()
-                ends.pop()
-            if stack:
-                sub[stack[-1]] += dur[k]
-            stack.append(k)
-            ends.append(t + dur[k])
-        out[where] -= np.asarray(sub, np.int64)
+    pos = np.flatnonzero(out > 0)  # a zero-length event is nobody's parent and adds nothing to one
+    if len(pos) < 2:
+        return out
+    sel = idx[pos]
+    ts, dur, tid = trace.ts[sel], out[pos], trace.tid[sel]
+    order = np.lexsort((-dur, ts, tid))
+    ts, dur, tid, pos = ts[order], dur[order], tid[order], pos[order]
+    cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+    sub = np.zeros(len(ts), np.int64)
+    for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, len(ts)].tolist()):
+        if b - a > 1:
+            sub[a:b] = _children_ns(ts[a:b], dur[a:b])
+    out[pos] -= sub
     return out
+
+
+def _children_ns(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The summed duration of each event's direct children (events sorted by start, longer first; durations > 0).
+
+    The depth of event k is k minus the events ended by its start (all of them earlier); its parent is the last
+    earlier event of depth - 1. Each parent is checked: open at its child's start and outlasting it (then the open
+    events at any start are exactly its ancestors, and this is the stack walk's result). A group of events between
+    two moments when nothing is open (a top-level event and what runs inside it) that fails the check, where events
+    overlap without nesting, goes through the stack walk (``_children_ns_stack``) on its own."""
+    m = len(ts)
+    out = np.zeros(m, np.int64)
+    end = ts + dur
+    depth = np.arange(m) - np.searchsorted(np.sort(end), ts, side="right")
+    top = int(depth.max()) if m else 0
+    if top == 0:
+        return out
+    by_depth = np.argsort(depth, kind="stable")  # positions, grouped by depth, in order within each depth
+    edges = np.searchsorted(depth[by_depth], np.arange(top + 2))
+    parent = np.zeros(m, np.int64)
+    ok = np.ones(m, bool)
+    for d in range(1, top + 1):
+        above, here = by_depth[edges[d - 1]:edges[d]], by_depth[edges[d]:edges[d + 1]]
+        j = np.searchsorted(above, here) - 1
+        ok[here] = j >= 0
+        parent[here] = above[np.maximum(j, 0)] if len(above) else 0
+    kids = np.flatnonzero(depth > 0)
+    p = parent[kids]
+    ok[kids] &= (end[kids] <= end[p]) & (ts[kids] < end[p])
+    group = np.cumsum(depth == 0) - 1  # the top-level event each event runs under
+    bad = np.unique(group[kids[~ok[kids]]])
+    if len(bad):
+        fine = ~np.isin(group[kids], bad)
+        kids, p = kids[fine], p[fine]
+    np.add.at(out, p, dur[kids])
+    if len(bad):
+        starts = np.flatnonzero(depth == 0)
+        stops = np.r_[starts[1:], m]
+        for g in bad.tolist():
+            a, b = int(starts[g]), int(stops[g])
+            out[a:b] = _children_ns_stack(ts[a:b].tolist(), dur[a:b].tolist())
+    return out
+
+
+def _children_ns_stack(ts: list[int], dur: list[int]) -> np.ndarray:
+    """``_children_ns`` by a stack walk, for events that overlap without nesting."""
+    sub = [0] * len(ts)
+    stack: list[int] = []
+    ends: list[int] = []
+    for k in range(len(ts)):
+        t = ts[k]
+        while ends and ends[-1] <= t:
+            stack.pop()
+            ends.pop()
+        if stack:
+            sub[stack[-1]] += dur[k]
+        stack.append(k)
+        ends.append(t + dur[k])
+    return np.asarray(sub, np.int64)
 
 
 def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[OpStat]:
@@ -321,11 +385,11 @@ def op_stats(trace: KinetoTrace, cats: tuple[str, ...], top: int = 15) -> list[O
 
 def summarize_device(trace: KinetoTrace, top: int = 15, kernel_wait_ns: int = KERNEL_WAIT_NS) -> DeviceSummary:
     """The whole device analysis of one trace."""
-    streams, gaps = idle_breakdown(trace, kernel_wait_ns)
+    streams, gaps = idle_breakdown(trace, kernel_wait_ns, keep=50)
     syncs = host_syncs(trace)
     counts: dict[str, int] = defaultdict(int)
     for s in syncs:
         counts[s.kind] += 1
     span = int(trace.end.max() - trace.ts.min()) if len(trace) else 0
-    return DeviceSummary(trace.path, trace.device_name, len(trace), span, streams, gaps[:50], syncs,
+    return DeviceSummary(trace.path, trace.device_name, len(trace), span, streams, gaps, syncs,
                          op_stats(trace, ("cpu_op",), top), op_stats(trace, ("kernel",), top), dict(counts))

@@ -326,14 +326,14 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
         col["name"][sl] = np.fromiter(map(names.__getitem__, map(_NAME, xs)), np.int32, m)
         col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
-        col["pid"][sl] = _ints(map(_PID, xs), m)
-        col["tid"][sl] = _ints(map(_TID, xs), m)
+        col["pid"][sl] = _few_ids(_PID, xs, m)
+        col["tid"][sl] = _few_ids(_TID, xs, m)
         args = list(map(_ARGS, xs))
-        col["corr"][sl] = _ints(map(_CORR, args), m)
-        col["ext"][sl] = _ints(map(_EXT, args), m)
-        col["stream"][sl] = _ints(map(_STREAM, args), m)
-        col["dev"][sl] = _ints(map(_DEV, args), m)
-        col["bytes"][sl] = _ints(map(_BYTES, args), m)
+        col["corr"][sl] = _int_ids(_CORR, args, m)
+        col["ext"][sl] = _int_ids(_EXT, args, m)
+        col["stream"][sl] = _int_ids(_STREAM, args, m)
+        col["dev"][sl] = _int_ids(_DEV, args, m)
+        col["bytes"][sl] = _int_ids(_BYTES, args, m)
         if len(names) > looked:  # names first seen in this chunk: do they count FLOPs?
             flop_ids += [i for i, x in enumerate(itertools.islice(names, looked, None), looked) if str(x) in flop_names]
             looked = len(names)
@@ -387,6 +387,27 @@ def _chunks(top: list):
             raise _Untyped from None
         del part
         yield events
+
+
+def _few_ids(get, xs: list, m: int) -> np.ndarray:
+    """``get`` of each of the ``m`` events ``xs`` as int64 ids, for a field with few distinct values (pid, tid):
+    each value is numbered in C as it comes (a dict), and only the distinct ones are converted (``_id``: Kineto
+    names pseudo-processes and threads with strings). Unhashable ids (lists): ``_ints``."""
+    seen: defaultdict = defaultdict(itertools.count().__next__)
+    try:
+        where = np.fromiter(map(seen.__getitem__, map(get, xs)), np.int32, m)
+    except TypeError:
+        return _ints(map(get, xs), m)
+    return np.fromiter(map(_id, seen), np.int64, len(seen))[where]
+
+
+def _int_ids(get, xs: list, m: int) -> np.ndarray:
+    """``get`` of each of the ``m`` items ``xs`` as int64, in one pass in C where all are integers (no list made);
+    else as ``_ints`` converts them."""
+    try:
+        return np.fromiter(map(get, xs), np.int64, m)
+    except (TypeError, ValueError, OverflowError):
+        return _ints(map(get, xs), m)
 
 
 def _ints(values, m: int) -> np.ndarray:

@@ -418,7 +418,8 @@ def _timeline_view(device, t0: int) -> dict:
     lanes = _trace_lanes(trace, cmap, t0)
     summary = device.kineto.summary
     gaps = [{"lane": f"GPU {g.device} stream {g.stream}", "start": _r((int(cmap.to_run(g.start_ns)) - t0) / 1e3),
-             "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation}
+             "dur": _r(g.duration_ns / 1e3), "category": g.category, "host_op": g.host_op, "span": g.annotation,
+             "next": kernel_label(g.next_name), "launched_in": g.launched_in}
             for g in summary.gaps[:50]]
     syncs = [{"t": _r((int(cmap.to_run(s.ts_ns)) - t0) / 1e3), "cost": _r(s.cost_ns / 1e3), "kind": s.kind,
               "python": s.python, "span": s.annotation} for s in summary.syncs[:5000]]

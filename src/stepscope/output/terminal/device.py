@@ -72,7 +72,8 @@ def print_device(d: DeviceSummary, console: Console, top: int = 10) -> None:
                 _text_col(t, col)
         for g in d.gaps[:top]:
             t.add_row(fmt_ns(g.duration_ns), str(g.stream), g.category, _clip(g.host_op, 30), _clip(g.annotation, 40),
-                      kernel_label(g.next_name or "") or "-")
+                      (kernel_label(g.next_name or "") or "-")
+                      + (f" (launched in {g.launched_in})" if g.launched_in else ""))
         console.print(t)
     if d.syncs:
         t = Table(title=f"Host-device syncs ({', '.join(f'{v} {k}' for k, v in d.sync_counts.items())})",
@@ -128,7 +129,7 @@ def print_run_device(v: RunDevice, console: Console, top: int = 10, xla: bool = 
             for s in v.spans[:top]:
                 t.add_row(short_name(s.name), str(s.count), str(s.recorded), fmt_ns(s.recorded_ns), fmt_ns(s.op_ns), fmt_ns(s.device_ns),
                           f"{s.flops / 1e9:.2f}", f"{s.achieved_flops_s / 1e9:.1f}",
-                          share(s.of_peak),
+                          share(s.of_peak) + (f" ({share(s.device_of_peak)} on device)" if s.device_of_peak else ""),
                           ", ".join(f"{kernel_label(n)} {fmt_ns(ns)}" for n, ns in (s.top_kernels or s.top_ops)[:3]))
             console.print(t)
     else:

@@ -18,8 +18,8 @@
       const cpu = $("device-cpu"); cpu.hidden = false;
       cpu.textContent = "No device timeline on CPU: this run recorded the host's torch ops only (no GPU stream ran), so there are no device idle gaps. The host syncs below are where the program would wait for a GPU.";
     } else {
-      table($("device-gaps"), ["stream", "at", "idle", "category", "host op", "span"],
-        DV.gaps.map((g) => `<tr><td>${esc(g.lane)}</td><td>${fmt(g.start)}</td><td>${fmt(g.dur)}</td><td>${esc(g.category)}</td><td>${esc(g.host_op || "")}</td><td>${esc(short(g.span || ""))}</td></tr>`));
+      table($("device-gaps"), ["stream", "at", "idle", "category", "host op", "span", "next on device (launched in)"],
+        DV.gaps.map((g) => `<tr><td>${esc(g.lane)}</td><td>${fmt(g.start)}</td><td>${fmt(g.dur)}</td><td>${esc(g.category)}</td><td>${esc(g.host_op || "")}</td><td>${esc(short(g.span || ""))}</td><td class="txt">${esc(g.next || "")}${g.launched_in ? ` <small>(${esc(g.launched_in)})</small>` : ""}</td></tr>`));
     }
     const groups = new Map();
     for (const q of DV.syncs) {
@@ -72,7 +72,7 @@
     if ((dv.spans || []).length) {
       $("device-spans-wrap").hidden = false;
       table($("device-spans"), ["span", "calls", "in trace", "host (span)", "in host ops", "on device", "GFLOP", "GFLOP/s", "of peak", "top kernels / ops"],
-        dv.spans.slice(0, 30).map((s) => `<tr><td title="${esc(s.name)}">${esc(short(s.name))}</td><td>${s.count}</td><td>${s.recorded}</td><td>${fmtNs(s.recorded_ns)}</td><td>${fmtNs(s.op_ns)}</td><td>${fmtNs(s.device_ns)}</td><td>${(s.flops / 1e9).toFixed(2)}</td><td>${(s.achieved_flops_s / 1e9).toFixed(1)}</td><td>${share(s.of_peak)}</td>${txt(((s.top_kernels || []).length ? s.top_kernels : s.top_ops || []).slice(0, 3).map(([n, ns, label]) => `${label || n} ${fmtNs(ns)}`).join(", "))}</tr>`));
+        dv.spans.slice(0, 30).map((s) => `<tr><td title="${esc(s.name)}">${esc(short(s.name))}</td><td>${s.count}</td><td>${s.recorded}</td><td>${fmtNs(s.recorded_ns)}</td><td>${fmtNs(s.op_ns)}</td><td>${fmtNs(s.device_ns)}</td><td>${(s.flops / 1e9).toFixed(2)}</td><td>${(s.achieved_flops_s / 1e9).toFixed(1)}</td><td>${share(s.of_peak)}${s.device_of_peak ? ` (${share(s.device_of_peak)} on device)` : ""}</td>${txt(((s.top_kernels || []).length ? s.top_kernels : s.top_ops || []).slice(0, 3).map(([n, ns, label]) => `${label || n} ${fmtNs(ns)}`).join(", "))}</tr>`));
     }
     // torch.compile: graph breaks and recompilations with their line
     const cr = dv.compile;

@@ -280,7 +280,7 @@
       return q ? `${q.kind}  ${fmt(q.cost)}\n${q.python || "(no Python line)"}\n${q.span ? "in " + q.span : ""}` : null;
     }
     const gq = DV.gaps.find((q) => q.lane === l.label && q.start <= t && t <= q.start + q.dur);
-    if (gq) return `idle gap ${fmt(gq.dur)} (${gq.category})\nhost op: ${gq.host_op || "-"}\nspan: ${gq.span || "-"}`;
+    if (gq) return `idle gap ${fmt(gq.dur)} (${gq.category})\nhost op: ${gq.host_op || "-"}\nspan: ${gq.span || "-"}${gq.next ? `\nnext: ${gq.next}${gq.launched_in ? ` (launched in ${gq.launched_in})` : ""}` : ""}`;
     return `${l.label}`;
   }
   let drag = null;
