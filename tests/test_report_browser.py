@@ -160,14 +160,16 @@ def test_flame_graph_shows_wall_time_or_cpu_time(page, tmp_path):
     page.wait_for_function("window.stepscopeReport && window.stepscopeReport.frameCount() > 0")
     assert page.locator("#fg-mode").is_visible()
     running = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
-    assert running["rest"] < 0.1 * running["work"], running
+    # (a busy machine: the kernel notices a CPU timer's expiry late, often as the sleep ends, so the sleep keeps a
+    # few CPU samples it did not use: up to 16% measured, docs/sampling.md)
+    assert running["rest"] < 0.2 * running["work"], running
     page.locator("#fg-idle").check()
     wall = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
     assert wall["rest"] > 0.7 * wall["work"] > 0, wall
     assert "of wall time" in page.locator("#fg-note").inner_text()
     page.locator('input[name="fg-mode"][value="cpu"]').check()
     cpu = {f: page.evaluate(f"stepscopeReport.frameTotal('.{f}')") for f in ("work", "rest")}
-    assert cpu["rest"] < 0.1 * cpu["work"], cpu
+    assert cpu["rest"] < 0.2 * cpu["work"], cpu
     got_us = float(r.stdout.split()[-1]) * 1e6  # the CPU time the busy loops got (us, as frameTotal)
     assert 0.5 * got_us < cpu["work"] < 1.5 * got_us + 0.1 * wall["work"], (cpu, wall, got_us)
     assert "CPU time" in page.locator("#fg-note").inner_text()

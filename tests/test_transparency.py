@@ -116,6 +116,21 @@ def _without_the_handlers_one_call(out: str) -> str:
     return "".join(lines)
 
 
+def _at_most_the_iteration_in_flight(traced: str, plain: str) -> None:
+    """case_profiler_long.py's output under stepscope against a plain run's: the program's profiler may see the
+    calls of the recorder loop's iteration that was running when the profiler started (docs/sampling.md, "Limits of
+    the signal sampler"), and nothing after it: the recorder waited at most once (``park``, which then waits, in C,
+    until the profiler is gone)."""
+    import ast
+
+    got = {ln.partition(" ")[0]: ast.literal_eval(ln.partition(" ")[2]) for ln in traced.splitlines()}
+    want = {ln.partition(" ")[0]: ast.literal_eval(ln.partition(" ")[2]) for ln in plain.splitlines()}
+    assert want["others"] == [], plain
+    others = dict(got["others"])
+    assert set(got["cprofile"]) - set(others) == set(want["cprofile"]), traced
+    assert others.get("park", 0) <= 1 and others.get("<built-in method stepscope.record.native._native.park>", 0) <= 1, traced
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("python", INTERPRETERS)
@@ -140,7 +155,9 @@ def test_program_behaves_as_without_stepscope(python, recorder, case, tmp_path):
         traced_cmd += ["--trace", n]
     traced = _run([*traced_cmd, "--", python, *args], cli_env, work)
     assert traced[0] == plain[0], traced[2]
-    if case.startswith("profiler") and traced[1] != plain[1]:  # a tick came while the program's profiler ran (a busy machine)
+    if case == "profiler-long" and traced[1] != plain[1]:  # (a busy machine)
+        _at_most_the_iteration_in_flight(traced[1], plain[1])
+    elif case.startswith("profiler") and traced[1] != plain[1]:  # a tick came while the program's profiler ran (a busy machine)
         assert _without_the_handlers_one_call(traced[1]) == plain[1]
     else:
         assert traced[1] == plain[1]
