@@ -1,3 +1,4 @@
+import fcntl
 import os
 import signal
 import subprocess
@@ -11,6 +12,39 @@ HERE = Path(__file__).parent
 TARGETS = HERE / "targets"
 PROGRAMS = HERE / "programs"
 sys.path.insert(0, str(TARGETS))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: the test compares timings of runs it records, so it runs with the "
+                            "other pytest-xdist worker held between tests (see ``_alone``)")
+
+
+@pytest.fixture(autouse=True)
+def _alone(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked ``alone`` has the machine to itself: it waits for the other worker's test in
+    flight to end, and the other worker starts no test until it is done. Two runs of the same program differ by
+    more than their steps' noise when a memory-bound test runs on the other core during one of them (a CI run once
+    saw 1.27x with the CPU wait unchanged), which is the machine's doing, not the diff's.
+
+    Two ``flock`` locks in the workers' shared temporary folder, always taken gate first: every test passes through
+    the gate (shared, at once released) and holds the main lock shared while it runs; an ``alone`` test holds the
+    gate exclusive, so no new test starts, then the main lock exclusive, once the test in flight has ended."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    root = tmp_path_factory.getbasetemp().parent
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(root / "alone.gate", "a") as gate, open(root / "alone.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture

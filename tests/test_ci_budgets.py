@@ -195,4 +195,4 @@ def test_the_cpu_wait_of_a_test_is_a_share_of_its_wall_time():
     workfacts.reset()
     start = workfacts.snapshot()["sched_first_call"]
     workfacts.reset()
-    assert len(start) == 3 and all(isinstance(x, int) for x in start)
+    assert len(start) in (3, 6) and all(isinstance(x, int) for x in start)  # (6: with the machine's CPU time)

@@ -224,9 +224,15 @@ def verdict(headline: TimeChange, unit_label: str, env: list[EnvChange], functio
         how = _ratio_text(headline)
     if blame is not None:
         return f"{blame.text}: {unit_label} is {how}{fn}", blame
+    others = next((c for c in env if c.key in ("others_cpu", "steal")), None)
     load = next((c for c in env if c.key == "loadavg"), None)
-    none = (f"no environment change explains it, but the machine's load changed ({load.before} -> {load.after})"
-            if load is not None else "no environment change explains it")
+    if others is not None:
+        none = (f"no environment change explains it, but {'other programs' if others.key == 'others_cpu' else 'the hypervisor'} "
+                f"kept {others.before} -> {others.after} CPUs busy during the work")
+    elif load is not None:
+        none = f"no environment change explains it, but the machine's load changed ({load.before} -> {load.after})"
+    else:
+        none = "no environment change explains it"
     if top is not None:
         return (f"{unit_label} is {how}: the change is in {top.function} "
                 f"({'+' if top.delta_ns >= 0 else '-'}{abs(top.delta_ns) / 1e6:.1f} ms per repeat, {100 * top.share:.0f}% of it); "

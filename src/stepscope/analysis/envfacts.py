@@ -6,7 +6,8 @@ slowdown in Stable Diffusion reports: torch build and device (a CPU-only build, 
 denoiser's weights live (device, dtype, offload), attention processor and SDPA backends, torch.compile, math
 precision flags, thread counts, library versions, pipeline arguments (size, steps, batch, guidance, scheduler,
 step callback), then the rest (``RANKS``). The share of the work's time the main thread waited for a CPU
-(``cpu_wait_share``, from the scheduler's counters) is reported with them when it changed.
+(``cpu_wait_share``, from the scheduler's counters) is reported with them when it changed, and so are the CPUs
+that other programs and the hypervisor kept busy during the work (``machine_others``, from ``/proc/stat``).
 
 Part 1 of ``analysis.diff.diff_runs``. Pure.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from ..core.model import RunData
 
 LOAD_CHANGE = 0.25  # of the cores: a change of the machine's load average that is reported
+OTHERS_CHANGE = 0.5  # CPUs: the least change of the CPU time other programs (or the hypervisor) used that is reported
 
 #: rank -> kind of environment change, in the order they explain slowdowns (lower first)
 RANKS = {
@@ -209,6 +211,12 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
             out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's time)", 9, RANKS[9],
                                  f"{100 * wa:.0f}%", f"{100 * wb:.0f}%"))
     cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
+    if isinstance(a, RunData) and isinstance(b, RunData):
+        for key, label, i in (("others_cpu", "other programs' CPU use during the work (CPUs busy)", 0),
+                              ("steal", "CPU time the hypervisor took (CPUs)", 1)):
+            oa, ob = machine_others(a), machine_others(b)
+            if oa is not None and ob is not None and abs(oa[i] - ob[i]) >= max(OTHERS_CHANGE, LOAD_CHANGE * cores):
+                out.append(EnvChange(key, label, 9, RANKS[9], f"{oa[i]:.1f}", f"{ob[i]:.1f}"))
     for k in fa.keys() | fb.keys():
         va, vb = fa.get(k), fb.get(k)
         if va is not None and vb is not None and va[2] == vb[2]:
@@ -217,7 +225,7 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
             continue  # load always differs a little: only a change of a quarter of the cores (or 1) is one
         label, rank, _ = vb or va
         out.append(EnvChange(k, label, rank, RANKS[rank], _text(va[2] if va else None), _text(vb[2] if vb else None)))
-    order = {"cpu_wait": 0, "loadavg": 1, "torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
+    order = {"cpu_wait": 0, "others_cpu": 1, "steal": 2, "loadavg": 3, "torch.build": 0, "cuda": 1, "device": 2, "denoiser.weights": 0, "denoiser.offload": 1, "denoiser.input_dtype": 2,
              "denoiser.attention": 0, "denoiser.compiled": 0, "compile.on": 1, "threads": 0}
     comp = {"denoiser": 0, "text_encoder": 1, "vae": 2}
     out.sort(key=lambda c: (c.rank, order.get(c.key, 9), comp.get(c.key.split(".")[0], 3), c.key))
@@ -240,3 +248,25 @@ def cpu_wait_share(d: RunData) -> float | None:
     if wall is not None:
         return min(wait / wall, 0.99) if wall >= 1_000_000 and wait >= 0 else None
     return wait / (run + wait) if run > 0 and wait >= 0 and run + wait >= 1_000_000 else None
+
+
+def machine_others(d: RunData) -> tuple[float, float] | None:
+    """``(CPUs busy with other programs, CPUs taken by the hypervisor)`` on average over the work (the readings of
+    ``cpu_wait_share``): the machine's busy time (``/proc/stat``) less the process's own CPU time, and its steal
+    time, each divided by the wall time between the readings. 1.0 = one core busy all along. A program busy on
+    another core makes this one wait for no CPU, yet it can slow it (memory bandwidth, shared caches: a
+    memory-bound neighbour slowed the tiny pipeline's steps by 1.3x here with no waiting). None when not recorded
+    (runs recorded before the machine's counters were, not Linux, an ingested run). The program's own child
+    processes count as other programs."""
+    end = d.run.env.get("sched")
+    start = (d.run.env.get("work") or {}).get("sched_first_call")
+    try:
+        if len(end) < 6 or len(start) < 6:
+            return None
+        wall = int(end[2]) - int(start[2])
+        busy, steal, own = (int(end[i]) - int(start[i]) for i in (3, 4, 5))
+    except (TypeError, ValueError):
+        return None
+    if wall < 10_000_000:  # (the counters tick every 10 ms)
+        return None
+    return max(busy - own, 0) / wall, max(steal, 0) / wall

@@ -55,7 +55,7 @@ def environment() -> dict[str, Any]:
     """Python/platform facts; torch's (build, CUDA, device, thread pools, math and SDPA flags, compile
     counters) when the program imported torch; versions of ``LIBRARIES`` it imported; ``ENV_VARS`` that are
     set; ``loadavg``: the machine's 1-minute load average; ``sched``: the main thread's ``[ns on a CPU, ns
-    waiting for one]`` (Linux); ``work``: the pipeline/denoiser facts noted by ``steps.workfacts`` (arguments, weights' device and
+    waiting for one, when]`` and the machine's and the process's CPU time (Linux; ``workfacts.read_schedstat``); ``work``: the pipeline/denoiser facts noted by ``steps.workfacts`` (arguments, weights' device and
     dtype, attention processors). Reads ``sys.modules`` only: nothing is imported, CUDA is not initialised."""
     env: dict[str, Any] = {
         "python": platform.python_version(),

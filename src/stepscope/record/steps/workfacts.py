@@ -25,8 +25,10 @@ Stdlib only: this module runs inside the profiled program.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import time
 
 from ...core import clock
 
@@ -41,14 +43,44 @@ _sched_start: list | None = None  # ... and at the session's start (``reset``): 
 
 
 def read_schedstat() -> list | None:
-    """``[ns on a CPU, ns runnable but waiting for a CPU, when]`` of the process's main thread (Linux
-    ``/proc/self/schedstat``, cumulative since the thread started; None elsewhere), ``when`` on the run's clock
-    (``core.clock.now_ns``). The waiting time is what other programs on a busy machine cost this one."""
+    """``[ns on a CPU, ns runnable but waiting for a CPU, when, machine busy ns, machine steal ns, process CPU ns]``:
+    the process's main thread's scheduler counters (Linux ``/proc/self/schedstat``, cumulative since the thread
+    started; None elsewhere), ``when`` on the run's clock (``core.clock.now_ns``), then the machine's CPU time
+    (``read_machine``) and the process's own (``time.process_time_ns``: every thread's user + system time), so
+    that ``diff`` can tell what other programs used of the machine between two readings. The waiting time is what
+    other programs on a busy machine cost this one; a program busy on another core costs no waiting but can still
+    slow this one (memory bandwidth, shared caches), which only the machine's busy time shows."""
     try:
         with open("/proc/self/schedstat", "rb") as f:
             run, wait = f.read().split()[:2]
-        return [int(run), int(wait), clock.now_ns()]
+        out = [int(run), int(wait), clock.now_ns()]
     except (OSError, ValueError):
+        return None
+    machine = read_machine()
+    if machine is not None:
+        out += [*machine, time.process_time_ns()]
+    return out
+
+
+_TICK_NS = None
+
+
+def read_machine() -> tuple[int, int] | None:
+    """``(busy ns, steal ns)`` summed over the machine's CPUs since boot, from the first line of ``/proc/stat``
+    (proc(5): user, nice, system, idle, iowait, irq, softirq, steal, ... in ``USER_HZ`` ticks; busy = user + nice +
+    system + irq + softirq, guest time being counted in user; steal: the time a hypervisor ran something else on
+    this virtual machine's CPUs). None where it cannot be read."""
+    global _TICK_NS
+    try:
+        if _TICK_NS is None:
+            _TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat", "rb") as f:
+            line = f.readline().split()
+        if line[0] != b"cpu" or len(line) < 9:
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in line[1:9])
+        return (user + nice + system + irq + softirq) * _TICK_NS, steal * _TICK_NS
+    except (OSError, ValueError, IndexError):
         return None
 
 
