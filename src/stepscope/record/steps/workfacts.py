@@ -78,8 +78,8 @@ def read_machine() -> tuple[int, int] | None:
             line = f.readline().split()
         if line[0] != b"cpu" or len(line) < 9:
             return None
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in line[1:9])
-        return (user + nice + system + irq + softirq) * _TICK_NS, steal * _TICK_NS
+        ticks = [int(x) for x in line[1:9]]  # user, nice, system, idle, iowait, irq, softirq, steal
+        return (sum(ticks[:3]) + ticks[5] + ticks[6]) * _TICK_NS, ticks[7] * _TICK_NS
     except (OSError, ValueError, IndexError):
         return None
 
