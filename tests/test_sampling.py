@@ -222,3 +222,109 @@ def test_a_function_first_sampled_on_no_line_takes_a_later_samples_line():
     index = ProfileIndex(p)
     lines = {f.name: f.line for f in index.functions}
     assert lines == {"diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward": 1212, "m.leaf": 3}
+
+
+def test_the_recorder_rests_until_the_process_uses_cpu():
+    """``cpuwake``: the recorder thread's rest ends at its timeout, once the process has used ``CPU_PERIOD_NS`` of CPU
+    (here another thread spinning), at ``wake()`` from another thread, or when the stop signals' pipe has something
+    to pass on. (The deadlines are far beyond the expected waits and far below the rests' timeouts.)"""
+    import collections  # noqa: F401
+    import os
+    import threading
+    import time
+
+    from conftest import wait_until
+
+    from stepscope.record.sampling.cpuwake import CPU_PERIOD_NS, CpuWake
+
+    got: dict = {}
+    go = [threading.Event() for _ in range(4)]
+    r, w = os.pipe()
+
+    def recorder():
+        rest = CpuWake.start(())
+        got["rest"] = rest
+        if rest is None:
+            go[0].set()
+            return
+        got["timeout"] = rest.rest(0.05, 1.0, 1 << 30)
+        go[0].set()
+        go[1].wait()
+        got["cpu"] = rest.rest(60, 1.0, 1 << 30)
+        go[2].wait()
+        got["woken"] = rest.rest(60, 1.0, 1 << 30)
+        got["fd"] = rest.rest(60, 1.0, 1 << 30, r)
+        rest.close()
+        rest.close()  # (idempotent)
+        rest.wake()  # (after close: nothing, never another timer's)
+
+    th = threading.Thread(target=recorder, daemon=True)
+    th.start()
+    assert go[0].wait(30)
+    if got["rest"] is None:
+        pytest.skip("no per-thread POSIX timers or no C extension here")
+    assert got["timeout"] == 0
+    go[1].set()
+    end = time.thread_time_ns() + 3 * CPU_PERIOD_NS  # (this thread's CPU is the process's)
+    while time.thread_time_ns() < end:
+        pass
+    wait_until(lambda: "cpu" in got, 30, "the rest to end once the process used CPU")
+    assert got["cpu"] == 1
+    go[2].set()
+    wait_until(lambda: got["rest"].rests == 3, 30, "the third rest")
+    time.sleep(0.01)  # (the rest may begin a moment after it is counted: either way wake() ends it)
+    got["rest"].wake()
+    wait_until(lambda: "woken" in got, 30, "wake() to end the rest")
+    assert got["woken"] == 1
+    wait_until(lambda: got["rest"].rests == 4, 30, "the fourth rest")
+    os.write(w, b"\x0f")
+    wait_until(lambda: "fd" in got, 30, "the pipe to end the rest")
+    assert got["fd"] == 1 and os.read(r, 16) == b"\x0f"  # (its bytes left to the caller)
+    th.join(30)
+    assert not th.is_alive()
+    os.close(r)
+    os.close(w)
+
+
+def test_an_idle_process_lets_the_recorder_rest_and_a_late_thread_is_still_sampled(store):
+    """Threads that all wait let the recorder rest (``cpuwake``); a thread that starts running after 3 s of that wakes
+    it: its run is sampled as running time at its own stack, the waiting threads' wall time still adds up to their
+    lives, and the run ends when the program does."""
+    import numpy as np
+
+    prog = ("import threading, time\n"
+            "def spin():\n"
+            "    end = time.thread_time() + 0.5\n"
+            "    while time.thread_time() < end:\n"
+            "        pass\n"
+            "def late():\n"
+            "    time.sleep(3.0)\n"
+            "    spin()\n"
+            "    done.set()\n"
+            "ev, done = threading.Event(), threading.Event()\n"
+            "waiters = [threading.Thread(target=ev.wait, name=f'waiter{i}') for i in range(3)]\n"
+            "for t in waiters: t.start()\n"
+            "th = threading.Thread(target=late, name='late'); th.start()\n"
+            "done.wait(60)  # (a timed wait, which the main thread's timer signal interrupts: it rests)\n"
+            "th.join()\n"
+            "ev.set()\n"
+            "for t in waiters: t.join()\n")
+    r = run_cli(["run", "-q", "--", sys.executable, "-c", prog], store)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    data = load_run(Store(store))
+    info = data.run.env["sampler"]
+    if info.get("walk") != "c":
+        pytest.skip(f"the recorder rests with the C extension only: {info}")
+    assert info.get("idle_rests", 0) >= 1 and info.get("idle_woken", 0) >= 1, info
+    assert "recorder_error" not in info, info
+    index = ProfileIndex(data.profile)
+    names = data.profile.thread_names
+    late = index.thread == next(t for t, n in names.items() if n == "late")
+    fid = [i for i, f in enumerate(index.functions) if f.name == "__main__.spin"]
+    in_spin = np.array([any(f in fid for f in index.stack_funcs[s]) for s in index.stack])
+    busy = float(index.weight[late & in_spin & ~index.idle].sum())
+    assert busy > 0.8 * 0.5e9, busy  # (0.5 s of the thread's CPU time)
+    wall = data.run.end_ns - data.run.start_ns
+    for tid in (t for t, n in names.items() if n.startswith("waiter")):
+        charged = float(index.weight[index.thread == tid].sum())
+        assert 3.0e9 < charged < wall, (charged, wall)  # (they waited 3.5 s or more: start-up aside)

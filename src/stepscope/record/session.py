@@ -23,6 +23,7 @@ from ..core.model import Run
 from .memory import history as _memory
 from .sampling.budget import Budget
 from .sampling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
+from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
 from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler, park
 from .envinfo import environment
 from ..core.steprules import LOOP_TRACES
@@ -95,6 +96,8 @@ class Session:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
+        self.cpu_wake: CpuWake | None = None  # the recorder thread's rest until the process uses CPU (``cpuwake``)
+        self._rested = (0, 0)  # (rests, of which woken by the process's CPU time or a wake) of ended recorder threads
         self._wake.acquire()
         self._lock = threading.RLock()
         self._frames_written = 0
@@ -214,6 +217,7 @@ class Session:
             self._wake.release()
         except RuntimeError:
             pass
+        self._wake_resting()
         self._finishing = threading.get_ident()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -312,6 +316,11 @@ class Session:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
         if ms.rests:
             info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
+        rests, woken = self._rested
+        if self.cpu_wake is not None:
+            rests, woken = rests + self.cpu_wake.rests, woken + self.cpu_wake.woken
+        if rests:  # times the recorder rested while no thread ran, and was woken by the process's CPU use (``cpuwake``)
+            info.update(idle_rests=rests, idle_woken=woken)
         if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
             info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)
         return info
@@ -344,6 +353,12 @@ class Session:
         return True
 
     # -- recorder thread -------------------------------------------------------------------------
+    def _wake_resting(self) -> None:
+        """Wake the recorder thread if it rests until the process uses CPU (``cpuwake``)."""
+        rest = self.cpu_wake
+        if rest is not None:
+            rest.wake()
+
     def _loop(self, gen: int) -> None:
         me = threading.get_ident()
         keep_signals_off_this_thread()
@@ -359,6 +374,10 @@ class Session:
                     return
         finally:
             OWN_THREADS.discard(me)
+            rest, self.cpu_wake = self.cpu_wake, None
+            if rest is not None:
+                rest.close()
+                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken)
 
     # -- fork ------------------------------------------------------------------------------------------
     def before_fork(self, frame=None) -> None:
@@ -377,6 +396,7 @@ class Session:
             self._wake.release()  # (a recorder paused while the program profiles itself waits on it)
         except RuntimeError:
             pass
+        self._wake_resting()
         th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
         gone_by = time.monotonic() + 0.5  # join returns as the thread's state is freed: its OS thread may still be
         while th.native_id and os.path.exists(f"/proc/self/task/{th.native_id}") and time.monotonic() < gone_by:
@@ -444,6 +464,10 @@ class Session:
         # between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is charged the
         # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
+        looked = False  # a look since the last flush
+        # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
+        # the process uses CPU (``cpuwake``: a timer on the process's CPU clock wakes it) or its next flush
+        self.cpu_wake = rest = CpuWake.start(main_sampler.signums) if period is not None else None
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory
@@ -473,6 +497,7 @@ class Session:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
                 budget.look_started()
+                looked = True  # (samples wait to be written)
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
@@ -497,11 +522,19 @@ class Session:
                 if by_signal:
                     self._track_os_threads([main], t)
                 self._flush()
-                last_flush = t
+                last_flush, looked = t, False
             # wake for the next sample or flush, whichever first (a slow --hz never delays a flush: a crash loses one)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
+            if rest is not None and not by_signal and quiet * period >= QUIET_NS and not self.finished:
+                # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
+                # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
+                due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
+                watch = self.stop_watch
+                rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, watch.r if watch is not None and watch.r is not None else -1)
+                next_t = now()  # (a look at once: what ran, and since when)
+                continue
             park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)  # (unseen by a profiler the program starts)
         if budget is not None:
             budget.close(now())

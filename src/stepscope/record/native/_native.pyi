@@ -99,13 +99,17 @@ def pending() -> int:
     """How many finished calls wait for ``take``/``take_block``."""
 
 
-def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, /) -> int:
+def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, fd: int = -1, /) -> int:
     """The recorder thread's wait (``sampling.signals.park``): ``lock.acquire(True, timeout_s)``; 1 when acquired
     (released again: a wake-up). Otherwise, while a tool of the program's own would see this thread's calls (a
     ``sys.monitoring`` tool other than "stepscope" on ids 0-5, 3.12+, or this thread's ``setprofile``/``settrace``)
     it goes on waiting, ``poll_s`` s a wait: 2 once the tool is gone, 3 when ``len(finished)`` plus the C columns'
     finished calls reach ``limit``; 0 when there was none. Its checks are calls made from C, which raise no PEP 669
-    CALL event. Raises what ``lock.acquire`` raises."""
+    CALL event. Raises what ``lock.acquire`` raises. ``lock`` may be a signal number instead (Linux): the wait is
+    ``sigtimedwait(2)`` for that signal, which the calling thread must block, and 1 means it came (taken); with
+    ``fd`` (a pipe's read end) the wait is a ``ppoll(2)`` on it and a ``signalfd(2)`` of the signal, and 1 also means
+    ``fd`` became readable (its bytes are left for the caller); OSError
+    where the wait fails, NotImplementedError elsewhere than Linux, ValueError for a number that is no signal."""
 
 
 def dropped() -> int:

@@ -25,6 +25,14 @@
 
 #include "recorder.h"
 
+#include <errno.h>
+#include <signal.h>
+#ifdef __linux__
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#endif
+
 #include "block.h"
 #include "gen.h"
 #include "monitor.h"
@@ -210,25 +218,102 @@ static int foreign_tool(void) {
     return 0;
 }
 
+static int signal_fd = -1, signal_fd_signum = 0; /* the recorder thread's signalfd for wait_signal (Linux) */
+
+static int wait_signal(int signum, double timeout, int fd) {
+    /* Wait up to timeout s for signum, blocked in this thread, to be pending (the GIL released): 1 when it came
+       (taken), or when fd (>= 0: a pipe's read end, left unread) became readable; 0 after the timeout; -1 with an
+       exception set. Without fd: sigtimedwait(2); with one: poll(2) on fd and a signalfd(2) of signum, made once.
+       Another signal's handler that interrupts the wait (EINTR) does not end it: it goes on for the time left. */
+#ifdef __linux__
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signum);
+    if (fd >= 0 && (signal_fd < 0 || signal_fd_signum != signum)) {
+        if (signal_fd >= 0) close(signal_fd);
+        signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+        signal_fd_signum = signum;
+    }
+    if (signal_fd < 0) fd = -1; /* (no signalfd: the signal alone) */
+    struct timespec end, now, left;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    long long end_ns = (long long)end.tv_sec * 1000000000LL + end.tv_nsec + (long long)(timeout > 0 ? timeout * 1e9 : 0);
+    int r;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long rest = end_ns - ((long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+        if (rest < 0) rest = 0;
+        left.tv_sec = (time_t)(rest / 1000000000LL);
+        left.tv_nsec = (long)(rest % 1000000000LL);
+        if (fd < 0) {
+            Py_BEGIN_ALLOW_THREADS
+            r = sigtimedwait(&set, NULL, &left);
+            Py_END_ALLOW_THREADS
+            if (r == signum) return 1;
+            if (r < 0 && errno == EAGAIN) return 0;
+        } else {
+            struct pollfd p[2] = {{signal_fd, POLLIN, 0}, {fd, POLLIN, 0}};
+            Py_BEGIN_ALLOW_THREADS
+            r = ppoll(p, 2, &left, NULL);
+            Py_END_ALLOW_THREADS
+            if (r == 0) return 0;
+            if (r > 0) {
+                if (p[0].revents & POLLIN) {
+                    struct signalfd_siginfo info;
+                    while (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info) {
+                    }
+                }
+                return 1;
+            }
+        }
+        if (r < 0 && errno != EINTR) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+    }
+#else
+    PyErr_SetString(PyExc_NotImplementedError, "park on a signal: Linux only");
+    return -1;
+#endif
+}
+
 static PyObject *py_park(PyObject *m, PyObject *args) {
     /* park(lock, timeout_s, poll_s, finished, limit) -> 0, 1, 2 or 3. Wait on lock (acquire with timeout_s) as
        the recorder thread does between looks; returns 1 when it was acquired (released again: a wake-up), else
        checks for a foreign tool (foreign_tool) and returns 0 when none is there. While one is, it keeps waiting
        (poll_s a wait) without returning to Python code, whose calls the tool would see, and returns 2 once the
-       tool is gone, or 3 when the finished spans waiting (len(finished) + the C columns) reach limit. */
+       tool is gone, or 3 when the finished spans waiting (len(finished) + the C columns) reach limit.
+       lock may be a signal number instead (Linux): the wait is then for that signal, blocked in this thread, or
+       for fd to become readable (wait_signal), and 1 means one of them came. */
     PyObject *lock, *finished;
     double timeout, poll;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "OddOn", &lock, &timeout, &poll, &finished, &limit)) return NULL;
+    int fd = -1;
+    if (!PyArg_ParseTuple(args, "OddOn|i", &lock, &timeout, &poll, &finished, &limit, &fd)) return NULL;
+    int signum = -1;
+    if (PyLong_Check(lock)) {
+        signum = (int)PyLong_AsLong(lock);
+        if (signum <= 0 || signum >= 65) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "park: not a signal number");
+            return NULL;
+        }
+    }
     int seen = 0;
     for (;;) {
-        PyObject *r = PyObject_CallMethod(lock, "acquire", "id", 1, timeout > 0 ? timeout : 0.0);
-        if (r == NULL) return NULL;
-        int got = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        if (got < 0) return NULL;
+        int got;
+        if (signum > 0) {
+            got = wait_signal(signum, timeout, fd);
+            if (got < 0) return NULL;
+            if (got) return PyLong_FromLong(1);
+        } else {
+            PyObject *r = PyObject_CallMethod(lock, "acquire", "id", 1, timeout > 0 ? timeout : 0.0);
+            if (r == NULL) return NULL;
+            got = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (got < 0) return NULL;
+        }
         if (got) {
-            r = PyObject_CallMethod(lock, "release", NULL);
+            PyObject *r = PyObject_CallMethod(lock, "release", NULL);
             if (r == NULL) return NULL;
             Py_DECREF(r);
             return PyLong_FromLong(1);
@@ -261,8 +346,9 @@ static PyMethodDef methods[] = {
      "(core/spanformat.py's layout; dumps: the header's JSON writer), or None (none, or a big-endian machine)"},
     {"pending", py_pending, METH_NOARGS, "How many finished calls wait."},
     {"park", py_park, METH_VARARGS,
-     "park(lock, timeout_s, poll_s, finished, limit) -> 0 timed out, 1 woken (lock acquired and released), 2 timed "
-     "out after waiting out a foreign profiler or tracer, 3 waited spans reached limit while one is active"},
+     "park(lock, timeout_s, poll_s, finished, limit, fd=-1) -> 0 timed out, 1 woken (lock acquired and released), 2 timed "
+     "out after waiting out a foreign profiler or tracer, 3 waited spans reached limit while one is active; lock may be a signal number, blocked in this thread: 1 when "
+     "it came, or when the optional fd became readable (Linux)"},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},

@@ -319,6 +319,11 @@ class MainThreadSampler:
         self._quiet_ticks = self._quiet_cpu = 0
         self._tick_cpu = -1
 
+    @property
+    def signums(self) -> tuple[int, ...]:
+        """The signal numbers its timers use (wall, CPU), or () before ``start``."""
+        return tuple(self._signums)
+
     def start(self, period_ns: int) -> bool:
         """Arm the timers; False (and ``note`` says why) where this cannot sample the main thread."""
         global _active
