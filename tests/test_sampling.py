@@ -328,3 +328,40 @@ def test_an_idle_process_lets_the_recorder_rest_and_a_late_thread_is_still_sampl
     for tid in (t for t, n in names.items() if n.startswith("waiter")):
         charged = float(index.weight[index.thread == tid].sum())
         assert 3.0e9 < charged < wall, (charged, wall)  # (they waited 3.5 s or more: start-up aside)
+
+
+def test_a_main_thread_blocked_where_its_handler_cannot_run_is_rested_by_the_recorder(store):
+    """A main thread in an untimed lock wait (``Event.wait()`` with no timeout: the kernel restarts the wait after each
+    tick and Python's handler never runs) is rested from the recorder (``rest_if_blocked``): its wait is charged at
+    the stack it waits on, its samples still add up to the run's wall time, and once it runs again it is sampled by
+    its own timers, its run as running time."""
+    import numpy as np
+
+    prog = ("import threading, time\n"
+            "def spin():\n"
+            "    end = time.thread_time() + 0.4\n"
+            "    while time.thread_time() < end:\n"
+            "        pass\n"
+            "done = threading.Event()\n"
+            "threading.Timer(3.0, done.set).start()\n"
+            "done.wait()\n"
+            "spin()\n")
+    r = run_cli(["run", "-q", "--", sys.executable, "-c", prog], store)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    data = load_run(Store(store))
+    info = data.run.env["sampler"]
+    assert info["main"] == "signal" and info.get("blocked_rests", 0) >= 1, info
+    index = ProfileIndex(data.profile)
+    main = [tid for tid, n in data.profile.thread_names.items() if n == "MainThread"][0]
+    m = index.thread == main
+    wall = data.run.end_ns - data.run.start_ns
+    assert abs(index.weight[m].sum() - wall) < 0.05 * wall, (index.weight[m].sum(), wall)
+
+    def under(name):
+        fid = [i for i, f in enumerate(index.functions) if f.name == name]
+        return np.array([any(f in fid for f in index.stack_funcs[s]) for s in index.stack])
+
+    waited = float(index.weight[m & under("threading.Event.wait") & index.idle].sum())
+    assert waited > 2.5e9, waited
+    spun = float(index.weight[m & under("__main__.spin") & ~index.idle].sum())
+    assert spun > 0.8 * 0.4e9, spun

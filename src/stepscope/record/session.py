@@ -316,6 +316,8 @@ class Session:
             info["paused"] = f"{ms.pauses} time(s): the program ran its own tracer or profiler"
         if ms.rests:
             info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
+        if ms.blocked_rests:  # ... of which the recorder rested it, blocked where its handler cannot run
+            info["blocked_rests"] = ms.blocked_rests
         rests, woken = self._rested
         if self.cpu_wake is not None:
             rests, woken = rests + self.cpu_wake.rests, woken + self.cpu_wake.woken
@@ -465,6 +467,7 @@ class Session:
         # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
         looked = False  # a look since the last flush
+        last_blocked = 0  # when the main thread was last checked for a wait its handler cannot interrupt
         # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
         # the process uses CPU (``cpuwake``: a timer on the process's CPU clock wakes it) or its next flush
         self.cpu_wake = rest = CpuWake.start(main_sampler.signums) if period is not None else None
@@ -490,6 +493,9 @@ class Session:
                 if park(self._wake, flush_s, flush_s, FLUSH_SPANS) == 1 and self._gen != gen:
                     return  # parked for a fork while paused
                 continue
+            if main_sampler.active and not main_sampler.resting and t - last_blocked >= idle_poll:
+                last_blocked = t  # (a main thread blocked where its handler cannot run rests from here)
+                main_sampler.rest_if_blocked(t)
             # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
             by_signal = main_sampler.active and not main_sampler.resting
             others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())

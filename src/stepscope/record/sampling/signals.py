@@ -236,7 +236,8 @@ class MainThreadSampler:
                 self.rest(t, cpu)
         else:
             self._quiet_ticks = self._quiet_cpu = 0
-        self._tick_cpu = cpu
+        self._tick_cpu = self.tick_cpu = cpu
+        self.tick_t = t
 
     def rest(self, t_ns: int, cpu_ns: int) -> None:
         """The main thread has waited for ``REST_NS``: disarm the wall timer and hand the main thread to the
@@ -251,6 +252,48 @@ class MainThreadSampler:
         self.rests += 1
         self._quiet_ticks = self._quiet_cpu = 0
         self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
+
+    def _main_cpu(self) -> int:
+        """The main thread's CPU time (ns; its CPU clock, readable from any thread), -1 where unknown."""
+        try:
+            return time.clock_gettime_ns(timer.thread_cpu_clock(self.native_id)) if self.native_id else -1
+        except OSError:
+            return -1
+
+    def rest_if_blocked(self, t_ns: int) -> bool:
+        """Recorder thread: rest the main thread from here when its handler has not run for ``REST_NS`` while its CPU
+        clock barely moved (under 1% of the time: the ticks' own delivery). That is a wait which the kernel restarts
+        after each tick without running Python's handler (an untimed lock wait: ``Thread.join()``, ``Event.wait()``
+        with no timeout), so the thread never rests by itself and every tick still wakes it. Its stack is read here
+        (``sys._current_frames``: it holds no GIL while blocked) and charged the time since its last handled tick; the
+        recorder samples it from then on, as for a rest, until it runs again. A thread blocked before its first tick
+        is charged from the timer's start (or its last wake). True when it rested it."""
+        last = self.tick_t
+        if not self.active or self.resting or self.wall_timer is None or last <= 0 or t_ns - last < REST_NS:
+            return False
+        before = self.tick_cpu
+        cpu = self._main_cpu()
+        if before < 0 or cpu < 0 or cpu - before > (t_ns - last) // 100:
+            return False
+        frame = sys._current_frames().get(self.thread_id)
+        if frame is None or not self.rest_lock.acquire(False):
+            return False
+        try:
+            if self.resting or not self.active or self.tick_t != last:
+                return False
+            self.resting = True  # (before the disarm, a foreign call: a tick that runs meanwhile sees it and returns)
+            fn, args = self.wall_timer.disarm_call
+            fn(*args)
+            self.rests += 1
+            self.blocked_rests += 1
+            self._quiet_ticks = self._quiet_cpu = 0
+            now = time.perf_counter_ns()
+            self.sampler.sample_frame(frame, self.thread_id, now, max(now - last, 0), 0)
+            self.sampler.hand_over(self.thread_id, now, cpu, slack=WAKE_CPU_NS)
+            return True
+        finally:
+            self.rest_lock.release()
+            del frame
 
     def wake(self, frame=None, t_ns: int | None = None) -> bool:
         """End a rest: re-arm the wall timer on a fresh schedule from now. From the main thread's CPU-timer handler
@@ -274,6 +317,7 @@ class MainThreadSampler:
                 self.waited, self.due = delay, time.perf_counter_ns() + delay
                 self.interval, self.left, self.carry, self.missed = self.draw(), BLOCK, 0, False
                 self.wall_timer.arm_at(self.due, self.interval)
+                self.tick_t, self.tick_cpu = time.perf_counter_ns(), self._main_cpu()
             return True
         finally:
             self.rest_lock.release()
@@ -316,6 +360,11 @@ class MainThreadSampler:
         #: held by the recorder while it samples a resting main thread, and by ``wake``
         self.rest_lock = threading.Lock()
         self.rests = 0  # times it rested
+        self.blocked_rests = 0  # ... of which rested by the recorder (``rest_if_blocked``)
+        #: when the main thread's time was last charged (its last wall tick, or the timer's start: ``perf_counter_ns``),
+        #: and its CPU clock then (ns; -1: unknown): what ``rest_if_blocked`` charges from
+        self.tick_t, self.tick_cpu = 0, -1
+        self.native_id = threading.main_thread().native_id or 0
         self._quiet_ticks = self._quiet_cpu = 0
         self._tick_cpu = -1
 
@@ -365,6 +414,7 @@ class MainThreadSampler:
             self.interval, self.left = self.draw(), BLOCK
             wall.arm_at(self.due, self.interval)
             cpu.arm(max(CPU_PERIODS * int(period_ns), CPU_PERIOD_MIN_NS))
+            self.tick_t, self.tick_cpu = time.perf_counter_ns(), self._main_cpu()
         except OSError as e:
             _active = None
             self.note = f"no per-thread timer ({e})"
