@@ -199,6 +199,7 @@ BASELINE = """
     """
 
 
+@pytest.mark.alone  # (it compares the timings of runs it records: a loaded run once missed the planted 1.3x)
 def test_a_planted_slow_down_against_a_baseline_store_fails_and_a_a_does_not(pytester, inner):
     pytester.makepyfile(test_base=BASELINE)
     r = inner("--stepscope-store", "main-store", "-k", "not new")  # main: the baseline

@@ -432,5 +432,7 @@ def test_the_machine_counters_see_a_busy_child_and_not_the_process_itself():
             pass
 
     child = "import time\nt = time.perf_counter() + 0.5\nwhile time.perf_counter() < t: pass"
-    assert others(spin) < 0.5  # the process's own CPU time is not another program's
-    assert others(lambda: subprocess.run([sys.executable, "-c", child], check=True)) > 0.6
+    # the process's own CPU time is not another program's; a child busy as long is (beside a busy process, or the
+    # other worker's test, both read the same extra: hence the difference)
+    own = others(spin)
+    assert others(lambda: subprocess.run([sys.executable, "-c", child], check=True)) - own > 0.6, own

@@ -37,7 +37,7 @@ from .tracing import probes
 from .steps import cpuwait, workfacts
 from .tracing.patch import Patcher
 from .parts import Parts
-from .forks import call_soon_in_main, forks, os_thread_count
+from .forks import SessionForks, forks
 
 
 def new_run_id() -> str:
@@ -55,7 +55,7 @@ FLUSH_SPANS = 131_072
 QUIET_NS = 1_000_000_000
 
 
-class Session:
+class Session(SessionForks):
     """One run being recorded in this process. Use ``start()`` once, ``finish()`` once.
 
     ``origin``: who started it, "run", "api", "window" or "fork"; what it records besides spans and samples follows
@@ -380,73 +380,6 @@ class Session:
             if rest is not None:
                 rest.close()
                 self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken)
-
-    # -- fork ------------------------------------------------------------------------------------------
-    def before_fork(self, frame=None) -> None:
-        """``os.fork()`` is about to run in this process: park the recorder thread (it ends, joined), so that a
-        program with one thread forks with one thread (Python 3.12+ warns when a multi-threaded process
-        forks) and no lock of stepscope's is held by a thread the child will not have. Whatever it had not
-        written stays in the buffers for the next recorder (``after_fork_in_parent``)."""
-        th = self._thread
-        self._fork_frame = None
-        if self.finished or th is None or th is threading.current_thread() or os.getpid() != self._pid:
-            return
-        self._fork_frame = frame  # the frame that called os.fork (it goes on once the fork is done)
-        self._gen += 1  # the running recorder ends at its next look
-        self._stop.set()
-        try:
-            self._wake.release()  # (a recorder paused while the program profiles itself waits on it)
-        except RuntimeError:
-            pass
-        self._wake_resting()
-        th.join(timeout=10)  # one loop turn; a flush of 131,072 spans takes well under a second
-        gone_by = time.monotonic() + 0.5  # join returns as the thread's state is freed: its OS thread may still be
-        while th.native_id and os.path.exists(f"/proc/self/task/{th.native_id}") and time.monotonic() < gone_by:
-            time.sleep(0.0002)  # ending, and 3.12 counts /proc's threads for its fork warning
-        self._alone_at_fork = sys.version_info >= (3, 13) and os_thread_count() == 1
-
-    def after_fork_in_parent(self) -> None:
-        """The fork is done (this is the parent): start the recorder again. Python 3.13+ counts the threads for
-        its fork warning after these hooks: where the program forked with one thread, the recorder starts when
-        the interpreter next runs pending calls in the main thread (right after ``os.fork`` returns: the
-        forking thread is the main thread, the only one)."""
-        if self.finished or os.getpid() != self._pid:
-            return
-        if getattr(self, "_alone_at_fork", False) and call_soon_in_main(self._restart_recorder, self._fork_frame):
-            self._fork_frame = None
-            return
-        self._fork_frame = None
-        self._restart_recorder()
-
-    def _restart_recorder(self) -> None:
-        if self.finished or os.getpid() != self._pid or (self._thread is not None and self._thread.is_alive()
-                                                          and self._gen == getattr(self._thread, "_stepscope_gen", -1)):
-            return
-        self._wake.acquire()
-        if self.finished:  # finished meanwhile (another thread): its release is kept
-            self._wake.release()
-            return
-        self._stop.clear()
-        self._start_recorder()
-
-    def after_fork_in_child(self) -> None:
-        """This is a forked child: the run is the parent's. Leave the child as the child of an unprofiled program:
-        tracing undone (what it calls is not recorded), the sampling signals back to their default action, no
-        timer, no memory reading, nothing written (``finish`` and ``flush_on_signal`` do nothing here), and
-        fresh locks (one held at the fork by a thread that the child does not have would block forever)."""
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._wake = threading.Lock()
-        self.finished = True
-        self.main_sampler.forked()
-        probes.release_span_memory(self._span_memory)
-        cpuwait.use(None)  # (the parent's threads' files)
-        self._root_token = None
-        try:
-            self.patcher.forked()
-        except Exception:
-            pass
-        buffer.clear()
 
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
