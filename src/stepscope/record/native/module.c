@@ -218,28 +218,24 @@ static int foreign_tool(void) {
     return 0;
 }
 
-static int signal_fd = -1, signal_fd_signum = 0; /* the recorder thread's signalfd for wait_signal (Linux) */
-
 static int wait_signal(int signum, double timeout, int fd) {
     /* Wait up to timeout s for signum, blocked in this thread, to be pending (the GIL released): 1 when it came
        (taken), or when fd (>= 0: a pipe's read end, left unread) became readable; 0 after the timeout; -1 with an
-       exception set. Without fd: sigtimedwait(2); with one: poll(2) on fd and a signalfd(2) of signum, made once.
-       Another signal's handler that interrupts the wait (EINTR) does not end it: it goes on for the time left. */
+       exception set. Without fd: sigtimedwait(2); with one: ppoll(2) on fd and on a signalfd(2) of signum made for
+       this wait and closed after it (an fd kept across waits could be closed, and its number reused, by the
+       program). Another signal's handler that interrupts the wait (EINTR) does not end it: it goes on for the
+       time left. */
 #ifdef __linux__
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, signum);
-    if (fd >= 0 && (signal_fd < 0 || signal_fd_signum != signum)) {
-        if (signal_fd >= 0) close(signal_fd);
-        signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-        signal_fd_signum = signum;
-    }
-    if (signal_fd < 0) fd = -1; /* (no signalfd: the signal alone) */
+    int sfd = fd >= 0 ? signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC) : -1;
+    if (sfd < 0) fd = -1; /* (no signalfd: the signal alone) */
     struct timespec end, now, left;
     clock_gettime(CLOCK_MONOTONIC, &end);
     long long end_ns = (long long)end.tv_sec * 1000000000LL + end.tv_nsec + (long long)(timeout > 0 ? timeout * 1e9 : 0);
-    int r;
-    for (;;) {
+    int r, got = -2;
+    while (got == -2) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         long long rest = end_ns - ((long long)now.tv_sec * 1000000000LL + now.tv_nsec);
         if (rest < 0) rest = 0;
@@ -249,28 +245,30 @@ static int wait_signal(int signum, double timeout, int fd) {
             Py_BEGIN_ALLOW_THREADS
             r = sigtimedwait(&set, NULL, &left);
             Py_END_ALLOW_THREADS
-            if (r == signum) return 1;
-            if (r < 0 && errno == EAGAIN) return 0;
+            if (r == signum) got = 1;
+            else if (r < 0 && errno == EAGAIN) got = 0;
         } else {
-            struct pollfd p[2] = {{signal_fd, POLLIN, 0}, {fd, POLLIN, 0}};
+            struct pollfd p[2] = {{sfd, POLLIN, 0}, {fd, POLLIN, 0}};
             Py_BEGIN_ALLOW_THREADS
             r = ppoll(p, 2, &left, NULL);
             Py_END_ALLOW_THREADS
-            if (r == 0) return 0;
-            if (r > 0) {
+            if (r == 0) got = 0;
+            else if (r > 0) {
                 if (p[0].revents & POLLIN) {
                     struct signalfd_siginfo info;
-                    while (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info) {
+                    while (read(sfd, &info, sizeof info) == (ssize_t)sizeof info) {
                     }
                 }
-                return 1;
+                got = 1;
             }
         }
-        if (r < 0 && errno != EINTR) {
+        if (got == -2 && r < 0 && errno != EINTR) {
             PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
+            got = -1;
         }
     }
+    if (sfd >= 0) close(sfd);
+    return got;
 #else
     PyErr_SetString(PyExc_NotImplementedError, "park on a signal: Linux only");
     return -1;
