@@ -224,6 +224,22 @@ def test_a_function_first_sampled_on_no_line_takes_a_later_samples_line():
     assert lines == {"diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward": 1212, "m.leaf": 3}
 
 
+def _record_program(store, prog: str):
+    """``stepscope run -q`` of ``python -c prog`` (nothing of stepscope's in its output): the run and its profile index."""
+    r = run_cli(["run", "-q", "--", sys.executable, "-c", prog], store)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    data = load_run(Store(store))
+    return data, ProfileIndex(data.profile)
+
+
+def _under(index, name: str):
+    """Per sample of ``index``: whether its stack holds the function ``name``."""
+    import numpy as np
+
+    fid = [i for i, f in enumerate(index.functions) if f.name == name]
+    return np.array([any(f in fid for f in index.stack_funcs[s]) for s in index.stack])
+
+
 def test_the_recorder_rests_until_the_process_uses_cpu():
     """``cpuwake``: the recorder thread's rest ends at its timeout, once the process has used ``CPU_PERIOD_NS`` of CPU
     (here another thread spinning), at ``wake()`` from another thread, or when the stop signals' pipe has something
@@ -272,8 +288,7 @@ def test_the_recorder_rests_until_the_process_uses_cpu():
     assert got["cpu"] == 1
     go[2].set()
     wait_until(lambda: got["rest"].rests == 3, 30, "the third rest")
-    time.sleep(0.01)  # (the rest may begin a moment after it is counted: either way wake() ends it)
-    got["rest"].wake()
+    got["rest"].wake()  # (before or after the wait begins: its signal stays pending until taken)
     wait_until(lambda: "woken" in got, 30, "wake() to end the rest")
     assert got["woken"] == 1
     wait_until(lambda: got["rest"].rests == 4, 30, "the fourth rest")
@@ -290,8 +305,6 @@ def test_an_idle_process_lets_the_recorder_rest_and_a_late_thread_is_still_sampl
     """Threads that all wait let the recorder rest (``cpuwake``); a thread that starts running after 3 s of that wakes
     it: its run is sampled as running time at its own stack, the waiting threads' wall time still adds up to their
     lives, and the run ends when the program does."""
-    import numpy as np
-
     prog = ("import threading, time\n"
             "def spin():\n"
             "    end = time.thread_time() + 0.5\n"
@@ -309,20 +322,15 @@ def test_an_idle_process_lets_the_recorder_rest_and_a_late_thread_is_still_sampl
             "th.join()\n"
             "ev.set()\n"
             "for t in waiters: t.join()\n")
-    r = run_cli(["run", "-q", "--", sys.executable, "-c", prog], store)
-    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
-    data = load_run(Store(store))
+    data, index = _record_program(store, prog)
     info = data.run.env["sampler"]
     if info.get("walk") != "c":
         pytest.skip(f"the recorder rests with the C extension only: {info}")
     assert info.get("idle_rests", 0) >= 1 and info.get("idle_woken", 0) >= 1, info
     assert "recorder_error" not in info, info
-    index = ProfileIndex(data.profile)
     names = data.profile.thread_names
     late = index.thread == next(t for t, n in names.items() if n == "late")
-    fid = [i for i, f in enumerate(index.functions) if f.name == "__main__.spin"]
-    in_spin = np.array([any(f in fid for f in index.stack_funcs[s]) for s in index.stack])
-    busy = float(index.weight[late & in_spin & ~index.idle].sum())
+    busy = float(index.weight[late & _under(index, "__main__.spin") & ~index.idle].sum())
     assert busy > 0.8 * 0.5e9, busy  # (0.5 s of the thread's CPU time)
     wall = data.run.end_ns - data.run.start_ns
     for tid in (t for t, n in names.items() if n.startswith("waiter")):
@@ -335,8 +343,6 @@ def test_a_main_thread_blocked_where_its_handler_cannot_run_is_rested_by_the_rec
     tick and Python's handler never runs) is rested from the recorder (``rest_if_blocked``): its wait is charged at
     the stack it waits on, its samples still add up to the run's wall time, and once it runs again it is sampled by
     its own timers, its run as running time."""
-    import numpy as np
-
     prog = ("import threading, time\n"
             "def spin():\n"
             "    end = time.thread_time() + 0.4\n"
@@ -346,22 +352,14 @@ def test_a_main_thread_blocked_where_its_handler_cannot_run_is_rested_by_the_rec
             "threading.Timer(3.0, done.set).start()\n"
             "done.wait()\n"
             "spin()\n")
-    r = run_cli(["run", "-q", "--", sys.executable, "-c", prog], store)
-    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
-    data = load_run(Store(store))
+    data, index = _record_program(store, prog)
     info = data.run.env["sampler"]
     assert info["main"] == "signal" and info.get("blocked_rests", 0) >= 1, info
-    index = ProfileIndex(data.profile)
     main = [tid for tid, n in data.profile.thread_names.items() if n == "MainThread"][0]
     m = index.thread == main
     wall = data.run.end_ns - data.run.start_ns
     assert abs(index.weight[m].sum() - wall) < 0.05 * wall, (index.weight[m].sum(), wall)
-
-    def under(name):
-        fid = [i for i, f in enumerate(index.functions) if f.name == name]
-        return np.array([any(f in fid for f in index.stack_funcs[s]) for s in index.stack])
-
-    waited = float(index.weight[m & under("threading.Event.wait") & index.idle].sum())
+    waited = float(index.weight[m & _under(index, "threading.Event.wait") & index.idle].sum())
     assert waited > 2.5e9, waited
-    spun = float(index.weight[m & under("__main__.spin") & ~index.idle].sum())
+    spun = float(index.weight[m & _under(index, "__main__.spin") & ~index.idle].sum())
     assert spun > 0.8 * 0.4e9, spun
