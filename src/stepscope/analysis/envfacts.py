@@ -211,11 +211,11 @@ def env_changes(a: RunData | dict, b: RunData | dict) -> list[EnvChange]:
             out.append(EnvChange("cpu_wait", "waited for a CPU (share of the work's time)", 9, RANKS[9],
                                  f"{100 * wa:.0f}%", f"{100 * wb:.0f}%"))
     cores = max(int((fb.get("cpu_count") or fa.get("cpu_count") or ("", 0, 1))[2] or 1), 1)
-    if isinstance(a, RunData) and isinstance(b, RunData):
+    oa, ob = (machine_others(a), machine_others(b)) if isinstance(a, RunData) and isinstance(b, RunData) else (None, None)
+    if oa is not None and ob is not None:
         for key, label, i in (("others_cpu", "other programs' CPU use during the work (CPUs busy)", 0),
                               ("steal", "CPU time the hypervisor took (CPUs)", 1)):
-            oa, ob = machine_others(a), machine_others(b)
-            if oa is not None and ob is not None and abs(oa[i] - ob[i]) >= max(OTHERS_CHANGE, LOAD_CHANGE * cores):
+            if abs(oa[i] - ob[i]) >= max(OTHERS_CHANGE, LOAD_CHANGE * cores):
                 out.append(EnvChange(key, label, 9, RANKS[9], f"{oa[i]:.1f}", f"{ob[i]:.1f}"))
     for k in fa.keys() | fb.keys():
         va, vb = fa.get(k), fb.get(k)
