@@ -44,6 +44,18 @@ def _shares(index: ProfileIndex, mode: str, names) -> dict:
 def test_shares_within_5_points_of_the_truth(program, hz, per_ms, tmp_path, store):
     if program.startswith("torch"):
         pytest.importorskip("torch")
+    _within_5_points(program, hz, per_ms, tmp_path, store, "c" if walk_choice()[0] == "c" else "python")
+
+
+@pytest.mark.parametrize("program", ["burst_sleep_2.5", "python_70_20_10"])
+def test_the_python_handler_within_5_points_of_the_truth(program, per_ms, tmp_path, store, monkeypatch):
+    """``STEPSCOPE_SAMPLER=python``: the Python walk, and the main thread's Python signal handler (the fallback of the C
+    one, ``record/native/sigtick.c``), keep the same rules."""
+    monkeypatch.setenv("STEPSCOPE_SAMPLER", "python")
+    _within_5_points(program, 1000, per_ms, tmp_path, store, "python")
+
+
+def _within_5_points(program, hz, per_ms, tmp_path, store, handler):
     source, _ = fidelity.PROGRAMS[program]
     prog = tmp_path / f"{program}.py"
     prog.write_text(source)
@@ -53,6 +65,7 @@ def test_shares_within_5_points_of_the_truth(program, hz, per_ms, tmp_path, stor
     truth = fidelity._truth(r.stdout)
     data = load_run(Store(store))
     assert data.run.env["sampler"]["main"] == "signal", data.run.env["sampler"]
+    assert data.run.env["sampler"]["handler"] == handler, data.run.env["sampler"]
     index = ProfileIndex(data.profile)
     got = _shares(index, "wall", sorted(truth))
     errors = {n: round(100 * (got[n] - truth[n]), 1) for n in truth}

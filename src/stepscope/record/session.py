@@ -309,6 +309,8 @@ class Session(SessionForks):
         ms = self.main_sampler
         info = {"main": "thread" if ms.signum is None else "signal" if ms.note is None else "signal, then thread",
                 "note": ms.note, "walk": self.sampler.walk}
+        if ms.signum is not None:
+            info["handler"] = ms.handler  # the main thread's signal handler: "c" (record/native/sigtick.c) or "python"
         info.update({"walk_note": self.sampler.walk_note} if self.sampler.walk_note else {})
         if self.recorder_error:
             info["recorder_error"] = self.recorder_error

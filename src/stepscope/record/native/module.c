@@ -38,6 +38,7 @@
 #include "monitor.h"
 #include "probes.h"
 #include "stackwalk.h"
+#include "sigtick.h"
 
 /* ---- module functions ------------------------------------------------------------------------------------ */
 
@@ -191,7 +192,7 @@ static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
 
 static PyObject *get_tool_fn = NULL; /* sys.monitoring.get_tool (3.12+), fetched at the first park */
 
-static int foreign_tool(void) {
+int foreign_tool(void) {
     /* 1 when a tool other than stepscope's would see this thread's calls: a sys.monitoring tool (ids 0-5, 3.12+:
        cProfile, coverage, a debugger) or this thread's own setprofile/settrace (threading.setprofile_all_threads);
        0 if none; -1 with an exception set. Every call here is made from C: no CALL event reaches any tool. */
@@ -371,6 +372,7 @@ PyMODINIT_FUNC PyInit__native(void) {
 #ifdef STEPSCOPE_STACKWALK
     if (PyType_Ready(&WalkerType) < 0 || PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0) return NULL;
 #endif
+    if (sigtick_init(m) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked_gen", parked_gen) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "orphans", orphans) < 0) return NULL;

@@ -238,6 +238,7 @@ static PyObject *walker_walk(Walker *w, PyObject *frame) {
     int32_t si = walk_one(w, f);
     if (si == NOT_SHOWN) si = intern_stack(w, 0);
     if (si < 0) return NULL;
+    w->last_walk = si;
     return PyLong_FromLong(si);
 }
 
@@ -276,6 +277,7 @@ fail:
 /* forget everything: the code objects released (their addresses may be reused from now on), indices from 0 */
 static void walker_clear(Walker *w) {
     threads_clear(w);
+    w->last_walk = -1;
     Code *codes = w->codes;
     Py_ssize_t n = w->n_codes;
     w->codes = NULL;
@@ -367,6 +369,8 @@ static PyMemberDef walker_members[] = {
     {"max_depth", Py_T_PYSSIZET, offsetof(Walker, max_depth), Py_READONLY, "frames kept a stack, nearest the leaf"},
     {"truncated", Py_T_LONGLONG, offsetof(Walker, truncated), Py_READONLY, "walks cut at max_depth"},
     {"unseen", Py_T_PYSSIZET, offsetof(Walker, unseen), Py_READONLY, "frames and stacks made since the last take"},
+    {"last_walk", Py_T_INT, offsetof(Walker, last_walk), Py_READONLY,
+     "the stack index of the main thread's last walk (walk(), or the C signal handler's sample), -1: none"},
     {NULL}};
 
 PyTypeObject WalkerType = {

@@ -62,7 +62,7 @@ static TRec *add(Walker *w, unsigned long tid) {
 static void drop(Walker *w, TRec *r) { *r = w->threads[--w->n_threads]; }
 
 /* one sample row; 0, or -1 with MemoryError set */
-static int row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t wall, int64_t cpu) {
+int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t wall, int64_t cpu) {
     if (reserve((void **)&w->rows, w->n_rows, &w->cap_rows, 5 * sizeof(int64_t), 1) < 0) return -1;
     int64_t *p = w->rows + 5 * w->n_rows++;
     p[0] = t;
@@ -114,7 +114,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         int64_t cpu = thread_cpu(native);
         n++;
         if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
-            if (row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
+            if (walker_row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
             r->t = t;
             Py_DECREF(id);
             continue;
@@ -137,12 +137,12 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             if (gap > cap && d >= 0 && d < gap / 2) {
                 /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one */
                 int64_t run = min64(gap, max64(d, period));
-                if (row(w, t - run, tid, r->stack, gap - run, 0) < 0) goto done;
+                if (walker_row(w, t - run, tid, r->stack, gap - run, 0) < 0) goto done;
                 wall = run;
                 used = d;
             }
         }
-        if (row(w, t, tid, si, wall, used) < 0) goto done;
+        if (walker_row(w, t, tid, si, wall, used) < 0) goto done;
         r->t = t;
         r->cpu = cpu;
         r->stack = si;
@@ -178,7 +178,7 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
     for (Py_ssize_t i = 0; i < w->n_threads; i++) {
         TRec *r = &w->threads[i];
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
-        if (row(w, t, r->tid, r->stack, t - r->t, 0) < 0) { n = -2; goto done; }
+        if (walker_row(w, t, r->tid, r->stack, t - r->t, 0) < 0) { n = -2; goto done; }
         r->t = t;
         n++;
     }

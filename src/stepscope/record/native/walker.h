@@ -22,6 +22,9 @@
 #include <structmember.h>
 #define Py_T_PYSSIZET T_PYSSIZET
 #define Py_T_LONGLONG T_LONGLONG
+#define Py_T_INT T_INT
+#define Py_T_BOOL T_BOOL
+#define Py_T_OBJECT_EX T_OBJECT_EX
 #define Py_READONLY READONLY
 #endif
 
@@ -172,6 +175,7 @@ typedef struct {
     uint64_t looks;
     int64_t *rows; /* the samples recorded since the last rows(): 5 int64 a row (t, thread, stack, wall, cpu) */
     Py_ssize_t n_rows, cap_rows;
+    int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
 } Walker;
 
 
@@ -185,6 +189,9 @@ static inline int shown(_PyInterpreterFrame *f) {
 
 int32_t walk_one(Walker *w, _PyInterpreterFrame *f);
 int32_t intern_stack(Walker *w, int32_t n);
+
+/* one sample row (threads.c); 0, or -1 with MemoryError set */
+int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t wall, int64_t cpu);
 
 Py_ssize_t read_ids(PyObject *skip, unsigned long *buf, Py_ssize_t cap, unsigned long **out);
 

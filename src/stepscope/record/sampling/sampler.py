@@ -145,7 +145,6 @@ class Sampler:
         self.slack: dict[int, int] = {}
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
-        self._last_walk = -1  # the walker's stack index of the last sample ``_record`` recorded (the C walk)
         self._n_active = -1  # len(threading._active) at the last ``sample()``
 
     @property
@@ -300,10 +299,10 @@ class Sampler:
         ``cpu_ns``), so the time from there is charged at that stack while it waits; ``slack``: CPU ns it may use
         meanwhile and still count as waiting."""
         with self.lock:
-            if self._walker is not None:  # (threads.c; the signal handler's stacks are the walker's: ``_record``)
+            if self._walker is not None:  # (threads.c; the signal handler's stacks are the walker's: ``last_walk``)
                 main = threading.main_thread()
                 self._walker.hand_over(thread_id, main.native_id if thread_id == main.ident else 0, t_ns, cpu_ns,
-                                       self._last_walk if self.last_stack >= 0 else -1, slack)
+                                       self._walker.last_walk, slack)
                 return
             if self.last_stack >= 0:
                 self._last[thread_id] = (t_ns, cpu_ns, self.last_stack)
@@ -368,7 +367,7 @@ class Sampler:
     def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
         walker = self._walker
         if walker is not None:  # the C walk: f and its callers read in place (``Walker.walk``)
-            si = self._last_walk = walker.walk(f)
+            si = walker.walk(f)
             if walker.unseen:
                 self._take_walked()
             return self._record_stack(self._walk_stacks[si], tid, t, wall, cpu)
@@ -468,10 +467,11 @@ class Sampler:
         try:
             rows = []
             if self._walker is not None:  # the C accounting's samples (threads.c), their stacks made these tables'
+                raw = self._walker.rows()  # (first: the C signal handler may add rows, and stacks, at any line here)
                 if self._walker.unseen:
                     self._take_walked()
                 ws = self._walk_stacks
-                rows = [(t, tid, ws[si], wall, cpu) for t, tid, si, wall, cpu in self._walker.rows()]
+                rows = [(t, tid, ws[si], wall, cpu) for t, tid, si, wall, cpu in raw]
             frames, self._new_frames = self._new_frames, []
             stacks, self._new_stacks = self._new_stacks, []
             cols, self._cols = self._cols, self._new_cols()

@@ -190,6 +190,38 @@ def _handler(signum, frame) -> None:
 _TOOL_IDS = range(6)
 _span_now = _current_span.get
 
+#: the C handler (``_native.tick``, record/native/sigtick.c): installed for both signals wherever the extension has it;
+#: it serves the active ``_native.Tick`` (a sampler reading stacks with the C walk) and calls ``_handler`` otherwise
+_c_tick = getattr(_native.ext, "tick", None) if _native.ext is not None else None
+#: the handler installed for the two signals (compared by identity: ``check``, ``forked``)
+HANDLER = _c_tick if _c_tick is not None else _handler
+
+#: the fields of the main thread's sampling state (``MainThreadSampler.st``): a ``_native.Tick`` when the C handler
+#: samples, else a ``_PyState``; ``MainThreadSampler`` reads and writes them as its own attributes
+STATE_FIELDS = ("active", "resting", "missed", "due", "waited", "interval", "left", "carry", "period_ns", "rest_cpu",
+                "tick_t", "tick_cpu", "tick_cpu_q", "quiet_ticks", "quiet_cpu", "cpu_last", "current", "memory")
+
+
+class _PyState:
+    """The sampling state in Python (the handler ``_handler``), as ``_native.Tick`` keeps it in C: see
+    ``MainThreadSampler`` for each field."""
+
+    __slots__ = STATE_FIELDS
+
+    def __init__(self) -> None:
+        self.active = self.resting = self.missed = False
+        self.due = self.waited = self.carry = self.left = self.cpu_last = 0
+        self.interval = self.period_ns = 1
+        self.rest_cpu = REST_CPU_NS
+        self.tick_t, self.tick_cpu, self.tick_cpu_q = 0, -1, -1
+        self.quiet_ticks = self.quiet_cpu = 0
+        self.current = self.memory = None
+
+
+def _state_field(name: str) -> property:
+    return property(lambda self: getattr(self.st, name), lambda self, v: setattr(self.st, name, v),
+                    doc=f"``st.{name}``")
+
 
 class MainThreadSampler:
     """Samples the main thread by timer signals into ``sampler``. ``start(period_ns)`` from the main thread
@@ -229,14 +261,14 @@ class MainThreadSampler:
         # waiting: over the ticks since the quiet stretch began, the thread used under REST_CPU_NS a tick on average
         # (each tick's own handler counts: one slow tick, a cold cache or a busy host, does not end the stretch; a
         # thread that runs between ticks does)
-        if self._tick_cpu >= 0 and self._quiet_cpu + cpu - self._tick_cpu < (self._quiet_ticks + 1) * self._rest_cpu:
-            self._quiet_ticks += 1
-            self._quiet_cpu += cpu - self._tick_cpu
-            if self._quiet_ticks >= max(10, REST_NS // max(self.period_ns, 1)) and self.carry == 0:
+        if self.tick_cpu_q >= 0 and self.quiet_cpu + cpu - self.tick_cpu_q < (self.quiet_ticks + 1) * self.rest_cpu:
+            self.quiet_ticks += 1
+            self.quiet_cpu += cpu - self.tick_cpu_q
+            if self.quiet_ticks >= max(10, REST_NS // max(self.period_ns, 1)) and self.carry == 0:
                 self.rest(t, cpu)
         else:
-            self._quiet_ticks = self._quiet_cpu = 0
-        self._tick_cpu = self.tick_cpu = cpu
+            self.quiet_ticks = self.quiet_cpu = 0
+        self.tick_cpu_q = self.tick_cpu = cpu
         self.tick_t = t
 
     def rest(self, t_ns: int, cpu_ns: int) -> None:
@@ -250,7 +282,7 @@ class MainThreadSampler:
         fn(*args)
         self.resting = True
         self.rests += 1
-        self._quiet_ticks = self._quiet_cpu = 0
+        self.quiet_ticks = self.quiet_cpu = 0
         self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
 
     def _main_cpu(self) -> int:
@@ -286,7 +318,7 @@ class MainThreadSampler:
             fn(*args)
             self.rests += 1
             self.blocked_rests += 1
-            self._quiet_ticks = self._quiet_cpu = 0
+            self.quiet_ticks = self.quiet_cpu = 0
             now = time.perf_counter_ns()
             self.sampler.sample_frame(frame, self.thread_id, now, max(now - last, 0), 0)
             self.sampler.hand_over(self.thread_id, now, cpu, slack=WAKE_CPU_NS)
@@ -311,7 +343,7 @@ class MainThreadSampler:
             else:
                 self.sampler.take_back(self.thread_id)
             self.resting = False
-            self._tick_cpu = -1
+            self.tick_cpu_q = -1
             if self.active and self.wall_timer is not None:
                 delay = self.draw()
                 self.waited, self.due = delay, time.perf_counter_ns() + delay
@@ -328,13 +360,17 @@ class MainThreadSampler:
 
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
+        #: the sampling state: C (``_native.Tick``, served by the C handler) when the sampler walks stacks in C
+        self.st = _native.ext.Tick() if _c_tick is not None and sampler._walker is not None else _PyState()
+        #: which handler samples: "c" (``_native.tick``) or "python" (``_handler``)
+        self.handler = "python" if isinstance(self.st, _PyState) else "c"
         self.active = False
         self.note: str | None = None
         self.signum: int | None = None
         self.pid = os.getpid()
         self.thread_id = threading.main_thread().ident
         self.period_ns = 1
-        self._rest_cpu = REST_CPU_NS
+        self.rest_cpu = REST_CPU_NS
         self.due = 0  # when the wall timer's pending expiration is due (perf_counter_ns)
         self.waited = 0  # the length of the wait that ends then (ns)
         self.interval = 1  # the kernel timer's interval in the current block (ns)
@@ -365,8 +401,12 @@ class MainThreadSampler:
         #: and its CPU clock then (ns; -1: unknown): what ``rest_if_blocked`` charges from
         self.tick_t, self.tick_cpu = 0, -1
         self.native_id = threading.main_thread().native_id or 0
-        self._quiet_ticks = self._quiet_cpu = 0
-        self._tick_cpu = -1
+        self.quiet_ticks = self.quiet_cpu = 0
+        self.tick_cpu_q = -1
+
+    for _f in STATE_FIELDS:
+        locals()[_f] = _state_field(_f)
+    del _f
 
     @property
     def signums(self) -> tuple[int, ...]:
@@ -404,11 +444,18 @@ class MainThreadSampler:
             cpu = ThreadTimer(signums[1], main.native_id, timer.thread_cpu_clock(main.native_id))
             self._timers.append(cpu)
             self.period_ns = int(period_ns)
-            self._rest_cpu = rest_cpu_ns(self.period_ns)
+            self.rest_cpu = rest_cpu_ns(self.period_ns)
             self.cpu_last = sampler_cpu(main.native_id)
             self.wall_timer = wall
             self.carry = 0
             _active = self
+            if self.handler == "c":  # (record/native/sigtick.c: the C handler serves this state from now on)
+                st = self.st
+                st.bind(self, self.sampler._walker, self.thread_id, signums[0], signums[1], _current_span,
+                        self._rng.getrandbits(64))
+                st.set_timer(0, wall.timer_id)
+                st.set_timer(1, cpu.timer_id)
+                _native.ext.set_tick(st)
             delay = self.draw()
             self.waited, self.due = delay, time.perf_counter_ns() + delay
             self.interval, self.left = self.draw(), BLOCK
@@ -416,7 +463,7 @@ class MainThreadSampler:
             cpu.arm(max(CPU_PERIODS * int(period_ns), CPU_PERIOD_MIN_NS))
             self.tick_t, self.tick_cpu = time.perf_counter_ns(), self._main_cpu()
         except OSError as e:
-            _active = None
+            self._deactivate()
             self.note = f"no per-thread timer ({e})"
             self._close_timers()
             return False
@@ -427,7 +474,7 @@ class MainThreadSampler:
         """From the recorder thread: stop when the program took a signal over (its own handler); finish a
         pause the handler began (``pause``), and resume once the program's own profiler is gone (3.12+, where
         that can be seen from another thread)."""
-        if self.active and any(signal.getsignal(s) is not _handler for s in _installed):
+        if self.active and any(signal.getsignal(s) is not HANDLER for s in _installed):
             self.stop("the program installed its own handler for a sampling signal")
         elif self.paused and self._timers:
             self.pause()
@@ -466,25 +513,35 @@ class MainThreadSampler:
         self.active = False
         self.paused = False
         self.resting = False
+        self._close_timers()
+        self._deactivate()
+        self.sampler.restart(self.thread_id)
+
+    def _deactivate(self) -> None:
+        """No handler serves this sampler any more (the C one's references to it released)."""
+        global _active
         if _active is self:
             _active = None
-        self._close_timers()
-        self.sampler.restart(self.thread_id)
+            if self.handler == "c":
+                _native.ext.set_tick(None)
+        if self.handler == "c":
+            self.st.unbind()
 
     def forked(self) -> None:
         """In a forked child (which inherits no timer): sample nothing, and give the handlers' signals their
         default action back, as in the child of an unprofiled program."""
-        global _active
         self.active = False
         self.paused = False
         self.resting = False
         self._timers = []
-        if _active is self:
-            _active = None
-        default_where(_installed, _handler)
+        self._deactivate()
+        default_where(_installed, HANDLER)
         _installed.clear()
 
     def _close_timers(self) -> None:
+        if self.handler == "c":  # (before the timers are deleted: their ids may be reused)
+            self.st.set_timer(0, None)
+            self.st.set_timer(1, None)
         timers, self._timers = self._timers, []
         for t in timers:
             try:
@@ -516,11 +573,13 @@ def install() -> list[int] | None:
     """Install the handler for the first two free signals of ``CANDIDATES`` (main thread only): ``[wall signal,
     CPU signal]``, or None. Installed once per process and left in place (it does nothing while no sampler is
     active, so a signal still pending after ``stop`` is harmless)."""
-    if len(_installed) == 2 and all(signal.getsignal(s) is _handler for s in _installed):
+    if len(_installed) == 2 and all(signal.getsignal(s) is HANDLER for s in _installed):
         return list(_installed)
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGRTMAX"):
         return None
-    got = [s for s in _installed if signal.getsignal(s) is _handler]
+    got = [s for s in _installed if signal.getsignal(s) is HANDLER]
+    if _c_tick is not None:
+        _native.ext.set_tick(None, _handler)  # (the C handler's fallback: a sampler with the Python state)
     for k in CANDIDATES:
         if len(got) == 2:
             break
@@ -530,7 +589,7 @@ def install() -> list[int] | None:
         try:
             if signal.getsignal(signum) not in (signal.SIG_DFL, None):
                 continue
-            signal.signal(signum, _handler)
+            signal.signal(signum, HANDLER)
             signal.siginterrupt(signum, False)  # SA_RESTART: restartable system calls are not cut short
         except (OSError, ValueError, RuntimeError):
             continue

@@ -53,6 +53,7 @@ def _lib():
         lib.timer_settime.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_Itimerspec),
                                       ctypes.POINTER(_Itimerspec)]
         lib.timer_delete.argtypes = [ctypes.c_void_p]
+        lib.timer_gettime.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Itimerspec)]
         _libc = lib
     return _libc
 
@@ -97,6 +98,12 @@ class ThreadTimer:
         self._once = _Itimerspec()
         self._once_ref = ctypes.byref(self._once)
 
+    @property
+    def timer_id(self) -> int | None:
+        """The kernel timer's id as C's ``timer_t`` holds it (an int), None once closed: what the C signal handler
+        re-arms (``_native.Tick.set_timer``)."""
+        return (self._id.value or 0) if self._id is not None else None  # (ctypes reads a null pointer, id 0, as None)
+
     def arm(self, period_ns: int) -> None:
         """Expire every ``period_ns`` (ns, > 0) from one period from now."""
         sec, nsec = divmod(int(period_ns), 1_000_000_000)
@@ -114,6 +121,13 @@ class ThreadTimer:
         i.tv_sec, i.tv_nsec = divmod(int(interval_ns), 1_000_000_000)
         self._settime(self._id, TIMER_ABSTIME, self._once_ref, None)
         self.period_ns = int(interval_ns) or 1
+
+    def gettime(self) -> tuple[int, int]:
+        """``(ns to the next expiration, interval ns)`` (timer_gettime(2)); (0, 0) when disarmed. Raises OSError."""
+        spec = _Itimerspec()
+        _check(_lib().timer_gettime(self._id, ctypes.byref(spec)), "timer_gettime")
+        v, i = spec.it_value, spec.it_interval
+        return v.tv_sec * 1_000_000_000 + v.tv_nsec, i.tv_sec * 1_000_000_000 + i.tv_nsec
 
     def disarm(self) -> None:
         """Stop expiring (a signal already pending is still delivered)."""
