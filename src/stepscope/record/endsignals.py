@@ -53,8 +53,11 @@ class StopWatch:
     program has no wakeup fd of its own (an asyncio loop's replaces it: the loop then wakes on its own)."""
 
     def __init__(self, sigs) -> None:
+        from . import native
+
         self.sigs = frozenset(int(s) for s in sigs)
         self.r: int | None = None
+        self._read = getattr(native.ext, "read_held", None) or os.read
 
     def arm(self) -> bool:
         """Set the wakeup fd (main thread only); False when the program, or stepscope's runner, has one."""
@@ -79,8 +82,8 @@ class StopWatch:
         """Recorder thread: pass a stop signal that reached the process on to the main thread again."""
         if self.r is None or main_ident is None:
             return
-        try:
-            got = os.read(self.r, 256)
+        try:  # (with the GIL kept where the extension is: os.read hands it to a busy thread, and waits to get it back)
+            got = self._read(self.r, 256)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

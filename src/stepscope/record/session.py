@@ -411,6 +411,7 @@ class Session(SessionForks):
         mem = self.memory
         mem_period = max(int(period), MEMORY_PERIOD_MIN_NS) if period is not None else 9_900_990
         budget = self.budget = self.budget or (Budget(hz, self.settings.overhead_budget, now()) if hz > 0 else None)
+        active_threads = threading._active
         while not self.finished and self._gen == gen:
             t = now()
             if budget is not None:
@@ -428,12 +429,13 @@ class Session(SessionForks):
                 if park(self._wake, flush_s, flush_s, FLUSH_SPANS) == 1 and self._gen != gen:
                     return  # parked for a fork while paused
                 continue
-            if main_sampler.active and not main_sampler.resting and t - last_blocked >= idle_poll:
+            st = main_sampler.st  # (its state's fields read directly: a C struct's members with the C handler)
+            if st.active and not st.resting and t - last_blocked >= idle_poll:
                 last_blocked = t  # (a main thread blocked where its handler cannot run rests from here)
                 main_sampler.rest_if_blocked(t)
             # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
-            by_signal = main_sampler.active and not main_sampler.resting
-            others = not by_signal or len(threading._active) > 1 + len(OWN_THREADS & threading._active.keys())
+            by_signal = st.active and not st.resting
+            others = not by_signal or len(active_threads) > 1 + len(OWN_THREADS & active_threads.keys())
             if period is not None and t >= next_t:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
@@ -448,7 +450,7 @@ class Session(SessionForks):
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
                     quiet = 0 if self.sampler.ran else quiet + 1
-                    if main_sampler.resting and main in self.sampler.ran:  # the main thread runs again
+                    if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
                     quiet += 1

@@ -63,11 +63,15 @@ except ImportError:  # not POSIX
 class RssReader:
     """The process's RSS in bytes from ``/proc/self/statm``; ``read()`` is -1 where it cannot be read."""
 
-    __slots__ = ("fd", "status_fd", "pid")
+    __slots__ = ("fd", "status_fd", "pid", "_read")
 
     def __init__(self) -> None:
+        from .. import native
+
         self.fd = self.status_fd = -1
         self.pid = os.getpid()
+        # (the extension's read keeps the GIL: os.pread hands it to a busy thread, which the recorder waits for)
+        self._read = getattr(native.ext, "read_held", None) or _pread
         if _pread is None or not sys.platform.startswith("linux"):
             return
         try:
@@ -80,7 +84,7 @@ class RssReader:
         if self.fd < 0:
             return -1
         try:
-            b = _pread(self.fd, 96, 0)
+            b = self._read(self.fd, 96, 0)
             i = b.index(b" ")
             return int(b[i + 1:b.index(b" ", i + 1)]) * PAGE
         except (OSError, ValueError):

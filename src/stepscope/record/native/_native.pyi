@@ -112,6 +112,65 @@ def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, 
     where the wait fails, NotImplementedError elsewhere than Linux, ValueError for a number that is no signal."""
 
 
+def read_held(fd: int, n: int, offset: int = -1, /) -> bytes:
+    """``read(2)`` (``offset`` < 0) or ``pread(2)`` of at most ``n`` bytes (0 to 65,536) with the GIL kept: for the
+    recorder thread's reads of a few bytes that never block (``/proc/self/statm``, a non-blocking pipe), which
+    ``os.read``/``os.pread`` would make a GIL hand-over to a busy thread. b"" when nothing is there (EAGAIN). Raises
+    OSError, ValueError (``n``)."""
+
+
+def tick(signum: int, frame: FrameType | None, /) -> None:
+    """The handler installed for the main thread's two timer signals (``sampling.signals``; sigtick.c): serves the
+    active ``Tick`` (a wall tick: the schedule's charges, a sample of ``frame``'s stack into the walker's rows, the
+    rest rule, the memory lane; a CPU tick: the CPU time since the previous one), or calls the fallback while none
+    is active. Raises what a Python callout (``rest``, ``wake``, ``MemoryLane.sample``) raises."""
+
+
+def set_tick(tick: Tick | None, fallback: Callable[..., Any] | None = None, /) -> None:
+    """The ``Tick`` that ``tick`` serves (None: none; its pid is taken now: a forked child's ticks do nothing), and
+    the Python handler called while none is. Raises TypeError."""
+
+
+class Tick:
+    """The main thread's timer-signal sampling state (``sampling.signals.MainThreadSampler``'s fields, which it reads
+    and writes through properties), driven by ``tick``. Times are ``CLOCK_MONOTONIC`` ns (``time.perf_counter_ns``
+    on Linux), CPU times the main thread's CPU clock in ns."""
+
+    active: bool
+    resting: bool
+    missed: bool
+    due: int
+    waited: int
+    interval: int
+    left: int
+    carry: int
+    period_ns: int
+    rest_cpu: int
+    tick_t: int
+    tick_cpu: int
+    tick_cpu_q: int
+    quiet_ticks: int
+    quiet_cpu: int
+    cpu_last: int
+    #: samples recorded by ``tick``
+    samples: Final[int]
+    current: Any
+    memory: Any
+
+    def bind(self, owner: Any, walker: Walker, thread_id: int, wall_signal: int, cpu_signal: int, span_var: Any,
+             seed: int, /) -> None:
+        """What ``tick`` reads and calls: the ``MainThreadSampler`` (its ``rest``, ``wake``, ``paused``), the walker
+        whose rows take the samples, the main thread's ident, the two signals, the open-span ContextVar, the
+        schedule's random seed (64 bits)."""
+
+    def unbind(self) -> None:
+        """Release what ``bind`` took; inactive from now on."""
+
+    def set_timer(self, which: int, timer_id: int | None, /) -> None:
+        """The kernel timer (``ThreadTimer.timer_id``) of the wall (0) or CPU (1) timer; None: none (before it is
+        deleted). Raises ValueError (``which``)."""
+
+
 def dropped() -> int:
     """How many finished calls were dropped because ``max_pending`` were waiting."""
 
@@ -199,6 +258,8 @@ class Walker:
     truncated: Final[int]
     #: frames and stacks made since the last ``take`` (0: ``take`` has nothing to hand over)
     unseen: Final[int]
+    #: the stack index of the main thread's last walk (``walk``, or a sample of the C signal handler ``tick``), -1
+    last_walk: Final[int]
 
     def __init__(self, max_depth: int, hidden_files: frozenset[str], /) -> None: ...
 

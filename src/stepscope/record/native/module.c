@@ -188,6 +188,36 @@ static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
     return out;
 }
 
+/* ---- reads that keep the GIL ------------------------------------------------------------------------------ */
+
+/* read_held(fd, n, offset=-1) -> bytes: read(2) (offset < 0) or pread(2) of at most n bytes, with the GIL kept. For
+   the recorder thread's reads of a few bytes that never block (a /proc file, a non-blocking pipe): os.read and
+   os.pread release the GIL, and on a busy process each release hands it to a thread that runs Python, which the
+   recorder must then wait for (up to the switch interval) to get it back. b"" when nothing is there (EAGAIN);
+   OSError otherwise. */
+static PyObject *py_read_held(PyObject *self, PyObject *args) {
+    int fd;
+    Py_ssize_t n;
+    long long offset = -1;
+    if (!PyArg_ParseTuple(args, "in|L:read_held", &fd, &n, &offset)) return NULL;
+    if (n < 0 || n > 65536) {
+        PyErr_SetString(PyExc_ValueError, "read_held: n is 0 to 65536");
+        return NULL;
+    }
+    char buf[4096], *p = buf;
+    if (n > (Py_ssize_t)sizeof buf && (p = PyMem_Malloc(n)) == NULL) return PyErr_NoMemory();
+    ssize_t got;
+    do {
+        got = offset >= 0 ? pread(fd, p, (size_t)n, (off_t)offset) : read(fd, p, (size_t)n);
+    } while (got < 0 && errno == EINTR);
+    PyObject *out;
+    if (got < 0) out = errno == EAGAIN || errno == EWOULDBLOCK ? PyBytes_FromStringAndSize("", 0)
+                                                               : PyErr_SetFromErrno(PyExc_OSError);
+    else out = PyBytes_FromStringAndSize(p, got);
+    if (p != buf) PyMem_Free(p);
+    return out;
+}
+
 /* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
 
 static PyObject *get_tool_fn = NULL; /* sys.monitoring.get_tool (3.12+), fetched at the first park */
@@ -348,6 +378,8 @@ static PyMethodDef methods[] = {
      "park(lock, timeout_s, poll_s, finished, limit, fd=-1) -> 0 timed out, 1 woken (lock acquired and released), 2 timed "
      "out after waiting out a foreign profiler or tracer, 3 waited spans reached limit while one is active; lock may be a signal number, blocked in this thread: 1 when "
      "it came, or when the optional fd became readable (Linux)"},
+    {"read_held", py_read_held, METH_VARARGS,
+     "read_held(fd, n, offset=-1) -> bytes: read or pread with the GIL kept (a few bytes that never block)"},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},

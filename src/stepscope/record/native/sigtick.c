@@ -308,16 +308,6 @@ static PyObject *tick_set_timer(Tick *s, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *tick_draw(Tick *s, PyObject *unused) { return PyLong_FromLongLong(draw(s)); }
-
-/* Tick.arm_at(t_ns, interval_ns): the wall timer's next expiration (absolute CLOCK_MONOTONIC ns), then periodic */
-static PyObject *tick_arm_at(Tick *s, PyObject *args) {
-    long long t, interval;
-    if (!PyArg_ParseTuple(args, "LL:arm_at", &t, &interval)) return NULL;
-    arm_at(s, 0, t, interval);
-    Py_RETURN_NONE;
-}
-
 static int tick_traverse(Tick *s, visitproc visit, void *arg) {
     Py_VISIT(s->owner);
     Py_VISIT(s->walker);
@@ -360,9 +350,6 @@ static PyMethodDef tick_methods[] = {
     {"unbind", (PyCFunction)tick_unbind, METH_NOARGS, "Release the references bind took (inactive from now on)."},
     {"set_timer", (PyCFunction)tick_set_timer, METH_VARARGS,
      "set_timer(which, timer_id or None): the wall (0) or CPU (1) timer's timer_t, as ThreadTimer holds it"},
-    {"draw", (PyCFunction)tick_draw, METH_NOARGS, "The next wait (ns): uniform in [0.5, 1.5) periods."},
-    {"arm_at", (PyCFunction)tick_arm_at, METH_VARARGS,
-     "arm_at(t_ns, interval_ns): the wall timer expires at t_ns (CLOCK_MONOTONIC), then every interval_ns"},
     {NULL, NULL, 0, NULL},
 };
 
