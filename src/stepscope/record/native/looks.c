@@ -40,6 +40,17 @@
 
 extern Py_ssize_t n_fin; /* the C recorder's finished calls waiting (recorder.h) */
 
+static inline int64_t mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline int64_t own_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static PyObject *s_release, *s_last_t, *s_last, *s_count, *s_append;
 
@@ -131,7 +142,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             reason = 1;
             break;
         }
-        int64_t now = clock_ns(CLOCK_MONOTONIC);
+        int64_t now = mono();
         if (now >= until) { reason = 0; break; }
         int64_t due = next_t < until ? next_t : until;
         /* what the look will read that needs no GIL, read before it is taken: the known threads' CPU clocks, and the
@@ -153,7 +164,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             }
         }
         if (!woken) {
-            c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+            c0 = own_cpu();
             for (Py_ssize_t i = 0; i < np; i++) cpus[i] = thread_cpu(natives[i]);
             if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
         }
@@ -162,7 +173,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         int f = foreign_tool();
         if (f < 0) goto fail;
         if (f) { reason = 7; break; }
-        int64_t t = clock_ns(CLOCK_MONOTONIC);
+        int64_t t = mono();
         if (t >= until) { reason = 0; break; }
         if (t < next_t) continue;
         PyObject *held = PyObject_CallMethod(slock, "acquire", "i", 0); /* (Sampler.lock: a take_back in progress) */
@@ -199,7 +210,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 mem_last = t;
             }
         }
-        look_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        look_cpu += own_cpu() - c0;
         next_t += period;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);

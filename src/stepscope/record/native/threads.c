@@ -21,6 +21,11 @@
 
 #include <time.h>
 
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* the CPU time (ns) used so far by the thread with OS id native of this process; -1 when unknown */
 int64_t thread_cpu(unsigned long native) {
@@ -91,7 +96,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *seen = PyList_New(0), *ran = PyList_New(0), *out = NULL;
     if (seen == NULL || ran == NULL) goto done;
     uint64_t look = ++w->looks;
-    int64_t t = clock_ns(CLOCK_MONOTONIC);
+    int64_t t = now_ns();
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts)) {
@@ -172,7 +177,7 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
         if (!still(r, thread_cpu(r->native))) { n = -1; goto done; }
     }
-    int64_t t = clock_ns(CLOCK_MONOTONIC);
+    int64_t t = now_ns();
     for (Py_ssize_t i = 0; i < w->n_threads; i++) {
         TRec *r = &w->threads[i];
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;

@@ -17,14 +17,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
-
-/* clock c now, in ns (CLOCK_MONOTONIC: time.perf_counter_ns on Linux; CLOCK_THREAD_CPUTIME_ID: this thread's CPU) */
-static inline int64_t clock_ns(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 #ifndef Py_T_PYSSIZET /* (3.11: the names of structmember.h) */
 #include <structmember.h>
