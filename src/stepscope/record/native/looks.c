@@ -86,25 +86,23 @@ static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, in
     return rc;
 }
 
-/* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, active, stop_fd, stop_sigs,
-       finished, limit, mem, rss_fd, page, mem_every)
-   -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): see the top.
-   lock: the session's wake lock (held while recording: acquired here means released, reason 1); sample_lock:
-   Sampler.lock, taken for each look as Sampler.sample takes it (a look that finds it held, by a take_back running in
-   the main thread, is skipped); skip: thread ids not looked at (Sampler.sample's); main_ident: the thread whose
-   running ends the run (0: none); active: threading._active, whose size is watched; stop_fd: the pipe (-1: none),
-   stop_sigs: the stop signals' numbers (bytes); finished: the Python recorder's finished spans (a deque); mem: the
-   MemoryLane, or None, read when mem.last_t is mem_every ns old or more (rss_fd: its statm, page: bytes a page).
-   seen, ran: the last look's (Sampler.last_threads, ran), None when no look was made; n: threads looked at, all
-   looks; stop_bytes: what was read from the pipe when a stop signal was among it (reason 5), else b"". */
+/* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, active, stop_fd, stop_sigs, finished, limit, mem,
+       rss_fd, page, mem_every) -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): see the top. skip: thread ids not
+   looked at (Sampler.sample's); main_ident: the thread whose running ends the run (0: none); active:
+   threading._active, whose size is watched; stop_fd: the pipe (-1: none), stop_sigs: the stop signals' numbers (bytes);
+   stop_bytes: what was read from the pipe when a stop signal was among it (reason 5), else b""; finished: the Python recorder's finished
+   spans (a deque); mem: the MemoryLane, or None; it is read when mem.last_t is mem_every ns old or more. seen, ran:
+   the last look's (Sampler.last_threads, ran), None when no look was made; sample_lock: Sampler.lock, taken for
+   each look as Sampler.sample takes it (a look that finds it held, by a take_back running in the main thread, is
+   skipped); n: threads looked at, all looks. */
 PyObject *walker_run(PyObject *walker, PyObject *args) {
     Walker *w = (Walker *)walker;
     PyObject *lock, *slock, *skip, *active, *finished, *mem, *stop_sigs;
     long long period, cap, next_t, until, main_ident, limit, page, mem_every;
     int stop_fd, rss_fd;
-    if (!PyArg_ParseTuple(args, "OOOLLLLLO!iSOLOiLL:run", &lock, &slock, &skip, &period, &cap, &next_t, &until,
-                          &main_ident, &PyDict_Type, &active, &stop_fd, &stop_sigs, &finished, &limit, &mem, &rss_fd,
-                          &page, &mem_every))
+    if (!PyArg_ParseTuple(args, "OOOLLLLLO!iSOLOiLL:run", &lock, &slock, &skip, &period, &cap, &next_t, &until, &main_ident,
+                          &PyDict_Type, &active, &stop_fd, &stop_sigs, &finished, &limit, &mem, &rss_fd, &page,
+                          &mem_every))
         return NULL;
     if (period <= 0) {
         PyErr_SetString(PyExc_ValueError, "run: period_ns > 0");
@@ -223,9 +221,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         if (stop_fd >= 0) {
             ssize_t got = read(stop_fd, stop_buf, sizeof stop_buf);
             int stop = 0;
-            const char *sigs = PyBytes_AS_STRING(stop_sigs);
             for (ssize_t i = 0; i < got && !stop; i++)
-                stop = memchr(sigs, (unsigned char)stop_buf[i], (size_t)PyBytes_GET_SIZE(stop_sigs)) != NULL;
+                stop = memchr(PyBytes_AS_STRING(stop_sigs), (unsigned char)stop_buf[i], PyBytes_GET_SIZE(stop_sigs)) != NULL;
             if (stop) { stop_n = got; reason = 5; break; }
         }
         Py_ssize_t waiting = PyObject_Size(finished);
