@@ -358,12 +358,10 @@ class Session(SessionForks):
 
     # -- recorder thread -------------------------------------------------------------------------
     def _wake_resting(self) -> None:
-        """Wake the recorder thread if it rests until the process uses CPU (``cpuwake``), or waits between the looks
-        of ``Sampler.run_looks`` (``Walker.notify``)."""
+        """Wake the recorder thread if it rests until the process uses CPU (``cpuwake``)."""
         rest = self.cpu_wake
         if rest is not None:
             rest.wake()
-        self.sampler.notify()
 
     def _loop(self, gen: int) -> None:
         me = threading.get_ident()

@@ -302,8 +302,8 @@ class Walker:
             main_ident: int, active: dict[int, Any], stop_fd: int, stop_sigs: bytes, finished: Any, limit: int,
             mem: Any, rss_fd: int, page: int, mem_every: int, /) -> tuple[int, int, int, int, list[int] | None,
                                                                           list[int] | None, int, bytes]:
-        """The recorder's looks until something else is due, in one call (looks.c; ``Sampler.run_looks``): waits for each
-        look without the GIL (``notify`` ends the wait; ``lock``, released, ends the run: reason 1), looks as ``sample`` does (each thread's CPU clock read before the GIL is taken) from
+        """The recorder's looks until something else is due, in one call (looks.c; ``Sampler.run_looks``): waits on
+        ``lock`` for each look (``lock.acquire`` with a timeout; 1 when acquired), looks as ``sample`` does from
         ``next_t`` on every ``period_ns`` (ns, ``CLOCK_MONOTONIC``) with ``sample_lock`` held (a look that finds it
         held is skipped), and reads the memory lane's RSS (``mem``, a
         ``MemoryLane``; the pread of ``rss_fd``, ``page`` bytes a page) when ``mem.last_t`` is ``mem_every`` ns old.
@@ -312,9 +312,6 @@ class Walker:
         signal's byte read from ``stop_fd`` (among ``stop_sigs``; returned), 6 ``finished`` plus the C recorder's
         finished calls reached ``limit``, 7 a profiler or tracer of the program's is active. Raises ValueError
         (``period_ns``), what ``lock.acquire`` or the memory lane's calls raise."""
-
-    def notify(self) -> None:
-        """Wake a ``run`` that waits for its next look (its eventfd; any thread)."""
 
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line

@@ -5,12 +5,10 @@
    between two waits is paid by the program: its Python loop (session.Session._record_loop: the budget, the checks,
    the look, the memory lane, the next time), 80-150 us of CPU a look on a cache cooled by the wait, made a busy
    worker wait about 170 us a look (benchmarks/thread_stall.py). Here a run of looks is one C call: it waits until
-   each look is due without the GIL (ppoll on an eventfd that Walker.notify writes: the session's finish and a fork
-   call it with their release of the session's lock, which is also checked at each look), reads what needs no GIL
-   while still without it (the known threads' CPU clocks, /proc/self/statm when the memory lane will be due: system
-   calls, slow on a cache cooled by the wait), then takes the GIL for the look (walker_sample: the walk and each
-   thread's accounting, threads.c, with those CPU clocks) and the lane's row (appended as MemoryLane.sample does,
-   with no CUDA figures), and returns to Python as soon as anything else is due:
+   each look is due (the lock, as park waits on it), takes the GIL for the look (walker_sample: the walk and each
+   thread's accounting, threads.c) and the memory lane's RSS reading (a pread of /proc/self/statm kept open,
+   appended to the lane as MemoryLane.sample does with no CUDA figures), and returns to Python as soon as anything
+   else is due:
 
      0  until_ns reached (the Python loop's timed duties: a flush, the budget's window, its 100 ms checks, a CUDA
         reading of the memory lane)
@@ -33,8 +31,6 @@
 
 #include "sigtick.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,11 +50,11 @@ static inline int64_t own_cpu(void) {
 
 static PyObject *s_release, *s_last_t, *s_last, *s_count, *s_append;
 
-/* the memory lane's RSS reading at t (MemoryLane.sample without CUDA figures), from /proc/self/statm's first got
-   bytes in buf (96 bytes; got < 0: read fd now); 0, or -1 with an exception set */
-static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, int64_t t, char *buf, ssize_t got) {
+/* the memory lane's RSS reading at t (MemoryLane.sample without CUDA figures); 0, or -1 with an exception set */
+static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, int64_t t) {
+    char buf[96];
     long long rss = -1;
-    if (got < 0) got = pread(fd, buf, 95, 0);
+    ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
     if (got > 0) { /* "size resident shared ...": the second field, in pages */
         buf[got] = 0;
         char *p = strchr(buf, ' ');
@@ -117,57 +113,24 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int reason;
     char stop_buf[256];
     ssize_t stop_n = 0;
-    if (w->wake_fd1 == 0) {
-        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (fd < 0) { PyErr_SetFromErrno(PyExc_OSError); goto fail; }
-        w->wake_fd1 = fd + 1;
-    }
-    int efd = w->wake_fd1 - 1;
-    unsigned long natives[64];
-    int64_t cpus[64];
-    char rss_buf[96];
-    long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
     for (;;) {
-        PyObject *r = PyObject_CallMethod(lock, "acquire", "i", 0); /* (released: the session's finish, a fork) */
-        if (r == NULL) goto fail;
-        int got = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        if (got < 0) goto fail;
-        if (got) {
-            r = PyObject_CallMethodNoArgs(lock, s_release);
-            if (r == NULL) goto fail;
-            Py_DECREF(r);
-            reason = 1;
-            break;
-        }
         int64_t now = mono();
         if (now >= until) { reason = 0; break; }
         int64_t due = next_t < until ? next_t : until;
-        /* what the look will read that needs no GIL, read before it is taken: the known threads' CPU clocks, and the
-           RSS when the memory lane will be due (the copy of the thread table: it changes only with the GIL held) */
-        Py_ssize_t np = 0;
-        for (Py_ssize_t i = 0; i < w->n_threads && np < 64; i++)
-            if (w->threads[i].native != 0) natives[np++] = w->threads[i].native;
-        int want_rss = pending != NULL && (mem_last < 0 || due - mem_last >= mem_every);
-        ssize_t rss_got = -1;
-        int woken = 0, waited = due > now;
-        int64_t c0 = 0;
-        Py_BEGIN_ALLOW_THREADS
-        if (waited) {
-            struct timespec left = {(time_t)((due - now) / 1000000000LL), (long)((due - now) % 1000000000LL)};
-            struct pollfd p = {efd, POLLIN, 0};
-            if (ppoll(&p, 1, &left, NULL) > 0 && (p.revents & POLLIN)) {
-                uint64_t v;
-                woken = read(efd, &v, sizeof v) == (ssize_t)sizeof v;
+        if (due > now) {
+            PyObject *r = PyObject_CallMethod(lock, "acquire", "id", 1, (double)(due - now) / 1e9);
+            if (r == NULL) goto fail;
+            int got = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (got < 0) goto fail;
+            if (got) {
+                r = PyObject_CallMethodNoArgs(lock, s_release);
+                if (r == NULL) goto fail;
+                Py_DECREF(r);
+                reason = 1;
+                break;
             }
         }
-        if (!woken) {
-            c0 = own_cpu();
-            for (Py_ssize_t i = 0; i < np; i++) cpus[i] = thread_cpu(natives[i]);
-            if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
-        }
-        Py_END_ALLOW_THREADS
-        if (woken) { reason = 1; break; }
         int f = foreign_tool();
         if (f < 0) goto fail;
         if (f) { reason = 7; break; }
@@ -183,11 +146,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             next_t += period;
             continue;
         }
-        w->pre_native = natives;
-        w->pre_cpu = cpus;
-        w->n_pre = np;
+        int64_t c0 = own_cpu();
         PyObject *res = walker_sample(w, sargs);
-        w->n_pre = 0;
         held = PyObject_CallMethodNoArgs(slock, s_release);
         if (held == NULL) { Py_XDECREF(res); goto fail; }
         Py_DECREF(held);
@@ -202,11 +162,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             long long last = lt == NULL ? -1 : PyLong_AsLongLong(lt);
             Py_XDECREF(lt);
             if (last == -1 && PyErr_Occurred()) goto fail;
-            mem_last = last;
-            if (t - last >= mem_every) {
-                if (read_rss(mem, pending, rss_fd, page, t, rss_buf, rss_got) < 0) goto fail;
-                mem_last = t;
-            }
+            if (t - last >= mem_every && read_rss(mem, pending, rss_fd, page, t) < 0) goto fail;
         }
         look_cpu += own_cpu() - c0;
         next_t += period;
@@ -242,16 +198,6 @@ fail:
     Py_XDECREF(seen);
     Py_XDECREF(ran);
     return NULL;
-}
-
-PyObject *walker_notify(PyObject *walker, PyObject *unused) {
-    Walker *w = (Walker *)walker;
-    if (w->wake_fd1 > 0) {
-        uint64_t one = 1;
-        if (write(w->wake_fd1 - 1, &one, sizeof one) < 0) { /* (EAGAIN: the counter is full, a wake-up is pending) */
-        }
-    }
-    Py_RETURN_NONE;
 }
 
 int looks_init(void) {

@@ -16,8 +16,6 @@
 #ifdef STEPSCOPE_STACKWALK
 /* Walker.run (args: see looks.c); the walker is a Walker (walker.h) */
 PyObject *walker_run(PyObject *walker, PyObject *args);
-/* Walker.notify(): wake a run() that waits (the session's finish, a fork: with its lock's release) */
-PyObject *walker_notify(PyObject *walker, PyObject *unused);
 /* looks.c's names, made at the module's init: 0, or -1 with an exception set */
 int looks_init(void);
 #endif

@@ -42,8 +42,6 @@
 #include "threads.h"
 #include "looks.h"
 
-#include <unistd.h>
-
 #ifdef STEPSCOPE_STACKWALK
 
 /* f's offset key in offs: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
@@ -340,7 +338,6 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
 }
 
 static void walker_dealloc(Walker *w) {
-    if (w->wake_fd1 > 0) close(w->wake_fd1 - 1);
     walker_clear(w);
     PyMem_Free(w->buf);
     Py_XDECREF(w->hidden);
@@ -362,7 +359,6 @@ static PyMethodDef walker_methods[] = {
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,
      "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
-    {"notify", (PyCFunction)walker_notify, METH_NOARGS, "Wake a run() that waits (looks.c)."},
     {"run", (PyCFunction)walker_run, METH_VARARGS,
      "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, active, stop_fd, stop_sigs, finished, limit, "
      "mem, rss_fd, page, mem_every) -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): looks until "

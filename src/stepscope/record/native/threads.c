@@ -28,7 +28,7 @@ static inline int64_t now_ns(void) {
 }
 
 /* the CPU time (ns) used so far by the thread with OS id native of this process; -1 when unknown */
-int64_t thread_cpu(unsigned long native) {
+static int64_t thread_cpu(unsigned long native) {
 #ifdef __linux__
     if (native == 0) return -1;
     struct timespec ts;
@@ -111,10 +111,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         if (r != NULL) r->look = look;
         if (in_ids(sk, nsk, tid)) { Py_DECREF(id); continue; }
         unsigned long native = ts->native_thread_id;
-        int64_t cpu = -2;
-        for (Py_ssize_t i = 0; i < w->n_pre && cpu == -2; i++) /* read before the GIL was taken (Walker.run) */
-            if (w->pre_native[i] == native) cpu = w->pre_cpu[i];
-        if (cpu == -2) cpu = thread_cpu(native);
+        int64_t cpu = thread_cpu(native);
         n++;
         if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
             if (walker_row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }

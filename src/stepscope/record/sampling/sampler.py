@@ -250,8 +250,7 @@ class Sampler:
     def run_looks(self, lock, skip: set, next_t: int, until_ns: int, main_ident: int, stop_fd: int, stop_sigs: bytes,
                   finished, limit: int, mem, mem_every: int) -> tuple[int, int, int, int, bytes]:
         """The recorder's looks in one C call (``Walker.run``, record/native/looks.c; the C walk only): wait for each
-        look without the GIL (``notify`` ends the wait; ``lock`` released ends the run), read the threads' CPU clocks
-        still without it, take the GIL for the look alone (``sample``'s, every thread but
+        look (on ``lock``, as ``signals.park``), take the GIL for the look alone (``sample``'s, every thread but
         ``skip``) and the memory lane's RSS (``mem``, a ``MemoryLane``, when its ``last_t`` is ``mem_every`` ns old),
         from ``next_t`` on every ``period_ns``, until ``until_ns`` or anything else is due (the reasons:
         looks.c). Returns ``(reason, looks, next_t, look_cpu_ns, stop_bytes)``; the last look's threads are
@@ -268,11 +267,6 @@ class Sampler:
             self._n_active = len(threading._active)
             self.sample_count += got[2]
         return got[0], looks, got[3], got[6], got[7]
-
-    def notify(self) -> None:
-        """Wake a ``run_looks`` that waits for its next look (any thread; nothing without the C walk)."""
-        if self._walker is not None:
-            self._walker.notify()
 
     def sample_blocked(self, skip: frozenset | set | tuple = frozenset()) -> bool:
         """When no thread that ``sample()`` read before has run since (their CPU clocks, one system call each) and
