@@ -24,7 +24,6 @@
 
    The budget's look time (the thread's CPU clock around each look) is returned, to be added to the window's. */
 
-#include "looks.h"
 #include "threads.h"
 
 #ifdef STEPSCOPE_STACKWALK
@@ -91,8 +90,7 @@ static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, in
    the last look's (Sampler.last_threads, ran), None when no look was made; sample_lock: Sampler.lock, taken for
    each look as Sampler.sample takes it (a look that finds it held, by a take_back running in the main thread, is
    skipped); n: threads looked at, all looks. */
-PyObject *walker_run(PyObject *walker, PyObject *args) {
-    Walker *w = (Walker *)walker;
+PyObject *walker_run(Walker *w, PyObject *args) {
     PyObject *lock, *slock, *skip, *active, *finished, *mem, *stop_sigs;
     long long period, cap, next_t, until, main_ident, limit, page, mem_every;
     int stop_fd, rss_fd;

@@ -9,7 +9,6 @@
 #include <Python.h>
 
 #include "stackwalk.h"
-#include "looks.h"
 
 #if defined(__GNUC__)
 #pragma GCC visibility push(hidden)
@@ -17,6 +16,8 @@
 
 #ifdef STEPSCOPE_STACKWALK
 extern PyTypeObject TickType;
+/* looks.c's names, made at the module's init (0, or -1 with an exception set) */
+int looks_init(void);
 #endif
 /* adds Tick, tick and set_tick to the module m (where the walker is built); 0, or -1 with an exception set */
 int sigtick_init(PyObject *m);

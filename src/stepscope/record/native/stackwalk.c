@@ -40,7 +40,6 @@
    Frame and stack indices are dense and never reused; take() hands those made since the previous take to Python. */
 
 #include "threads.h"
-#include "looks.h"
 
 #ifdef STEPSCOPE_STACKWALK
 

@@ -258,15 +258,14 @@ class Sampler:
         from ..memory.history import PAGE
 
         rss_fd = mem.rss.fd if mem is not None else -1
-        got = self._walker.run(
+        reason, looks, n, next_t, seen, ran, cpu, stop = self._walker.run(
             lock, self.lock, skip, self.period_ns, MAX_PERIODS * self.period_ns, next_t, until_ns, main_ident, threading._active,
             stop_fd, stop_sigs, finished, limit, mem if rss_fd >= 0 else None, rss_fd, PAGE, mem_every)
-        looks = got[1]  # (reason, looks, threads looked at, next_t, seen, ran, look CPU, stop bytes)
         if looks:
-            self.last_threads, self.ran = got[4], got[5]
+            self.last_threads, self.ran = seen, ran
             self._n_active = len(threading._active)
-            self.sample_count += got[2]
-        return got[0], looks, got[3], got[6], got[7]
+            self.sample_count += n
+        return reason, looks, next_t, cpu, stop
 
     def sample_blocked(self, skip: frozenset | set | tuple = frozenset()) -> bool:
         """When no thread that ``sample()`` read before has run since (their CPU clocks, one system call each) and
