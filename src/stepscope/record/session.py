@@ -21,7 +21,7 @@ import time
 from ..core import clock
 from ..core.model import Run
 from .memory import history as _memory
-from .sampling.budget import WINDOW_NS, Budget
+from .sampling.budget import Budget
 from .sampling.sampler import OWN_THREADS, Sampler, keep_signals_off_this_thread, start_thread
 from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
 from .sampling.signals import MEMORY_PERIOD_MIN_NS, MainThreadSampler, park
@@ -477,36 +477,6 @@ class Session(SessionForks):
                 watch = self.stop_watch
                 rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, watch.r if watch is not None and watch.r is not None else -1)
                 next_t = now()  # (a look at once: what ran, and since when)
-                continue
-            if period is not None and others and quiet == 0 and self.sampler.walk == "c" and not main_sampler.paused:
-                # the looks until anything else is due in one C call, the GIL taken for each look alone (looks.c)
-                due = [last_flush + flush_every, budget.window_t + WINDOW_NS]  # (what the loop itself does, timed)
-                if by_signal:
-                    due.append(last_blocked + idle_poll)
-                if mem is not None and mem.cuda.ready():  # (CUDA's figures are read by MemoryLane.sample)
-                    due.append(mem._cuda_next)
-                if mem is not None and mem.rss.fd < 0:
-                    due.append(mem.last_t + mem_period)
-                until = min(due)
-                watch = self.stop_watch
-                fd = watch.r if watch is not None and watch.r is not None else -1
-                reason, looks, next_t, cpu, stop = self.sampler.run_looks(
-                    self._wake, {me, *OWN_THREADS, *((main,) if by_signal else ())}, int(next_t), int(until),
-                    main if st.resting else 0, fd, bytes(sorted(watch.sigs)) if fd >= 0 else b"", buffer.finished,
-                    FLUSH_SPANS, mem, 2 * mem_period if by_signal else mem_period * 9 // 10)
-                if stop:
-                    watch.pass_on(stop, main)
-                if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours
-                    park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)
-                if looks:
-                    budget.look_ns += cpu
-                    looked = True
-                    last_full = now()
-                    self._track_os_threads(self.sampler.last_threads, last_full)
-                    if not self.sampler.ran:
-                        quiet += 1
-                    elif st.resting and main in self.sampler.ran:
-                        main_sampler.wake()
                 continue
             park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)  # (unseen by a profiler the program starts)
         if budget is not None:

@@ -16,8 +16,6 @@
 
 #ifdef STEPSCOPE_STACKWALK
 extern PyTypeObject TickType;
-/* looks.c's names, made at the module's init (0, or -1 with an exception set) */
-int looks_init(void);
 #endif
 /* adds Tick, tick and set_tick to the module m (where the walker is built); 0, or -1 with an exception set */
 int sigtick_init(PyObject *m);

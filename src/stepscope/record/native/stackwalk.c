@@ -358,10 +358,6 @@ static PyMethodDef walker_methods[] = {
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,
      "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
-    {"run", (PyCFunction)walker_run, METH_VARARGS,
-     "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, active, stop_fd, stop_sigs, finished, limit, "
-     "mem, rss_fd, page, mem_every) -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): looks until "
-     "something else is due (looks.c)"},
     {"rows", (PyCFunction)walker_rows, METH_NOARGS,
      "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,

@@ -17,8 +17,6 @@ PyObject *walker_blocked(Walker *w, PyObject *skip);
 PyObject *walker_hand_over(Walker *w, PyObject *args);
 PyObject *walker_forget(Walker *w, PyObject *args);
 PyObject *walker_rows(Walker *w, PyObject *unused);
-/* Walker.run (looks.c): the recorder's looks until something else is due */
-PyObject *walker_run(Walker *w, PyObject *args);
 /* the thread table and the rows released (Walker.reset, dealloc) */
 void threads_clear(Walker *w);
 
