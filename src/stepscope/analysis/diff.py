@@ -36,7 +36,7 @@ from ..core.steprules import STEP_ATTR
 from .difftree import DiffNode, flame_diff
 from .ranks import RankChange, rank_changes
 from .envfacts import BLAMEABLE, EnvChange, env_changes
-from .explain import ExplainError, Repeat, default_unit, repeats_of
+from .explain import ExplainError, Repeat, Repeats, default_unit, repeats_of
 from .timestats import NEGLIGIBLE, Phase, TimeChange, adjust, contention, phases, span_changes, step_changes, time_change
 
 
@@ -119,6 +119,20 @@ def _windows(d: RunData, unit: str) -> list:
         return repeats_of(d, unit)
     except ExplainError:
         return []
+
+
+def _columns(reps) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(duration, start, end, thread)`` of repeats as arrays (ns, float64 durations; int64 otherwise), from a
+    ``Repeats``' own columns (a million repeats: no object each); ``thread`` None where a repeat covers every
+    thread (``"run"``)."""
+    if isinstance(reps, Repeats):
+        return reps.duration_ns.astype(np.float64), reps.start_ns, reps.end_ns, reps.thread_id
+    dur = np.array([float(r.duration_ns) for r in reps], np.float64)
+    start = np.array([r.start_ns for r in reps], np.int64)
+    end = np.array([r.end_ns for r in reps], np.int64)
+    if any(r.thread_id is None for r in reps):
+        return dur, start, end, None
+    return dur, start, end, np.array([r.thread_id for r in reps], np.int64)
 
 
 def _ops(path_a: str, path_b: str, n_a: int, n_b: int, top: int = 10) -> tuple[list[OpChange], list[str]]:
@@ -252,8 +266,8 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         present = set(np.unique(tb.name).tolist())
         unit = next((nm for k, nm in enumerate(tb.names) if k in present and (nm == unit or nm.endswith(unit))), unit)
     unit_label = {"step": "a denoising step", "run": "the whole run"}.get(unit) or _short(unit)
-    headline = time_change("step" if unit == "step" else unit, [float(r.duration_ns) for r in ra],
-                       [float(r.duration_ns) for r in rb])
+    (da, *wa), (db, *wb) = _columns(ra), _columns(rb)
+    headline = time_change("step" if unit == "step" else unit, da, db)
     env = env_changes(a, b)
     k = contention(a, b)
     spans_c = span_changes(a, b)
@@ -262,10 +276,10 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         adjust(tc, k)
     ia, ib = ProfileIndex(a.profile), ProfileIndex(b.profile)
 
-    def sel(index: ProfileIndex, reps) -> np.ndarray:
-        if reps and all(r.thread_id is not None for r in reps):
-            idx = index.select_many(np.array([r.start_ns for r in reps]), np.array([r.end_ns for r in reps]),
-                                    np.array([r.thread_id for r in reps]))[0]
+    def sel(index: ProfileIndex, reps, windows) -> np.ndarray:
+        start, end, thread = windows
+        if len(reps) and thread is not None:
+            idx = index.select_many(start, end, thread)[0]
         else:
             parts = [index.select(r.start_ns, r.end_ns, r.thread_id) for r in reps]
             idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -273,14 +287,14 @@ def diff_runs(a: RunData, b: RunData, span: str | None = None, device_a: str | N
         # is no cost of the run; the main thread's waits, a sleep grown longer, are)
         return idx[~(index.idle[idx] & ~index.main[idx])] if unit == "run" and len(idx) else idx
 
-    sa, sb = sel(ia, ra), sel(ib, rb)
+    sa, sb = sel(ia, ra, wa), sel(ib, rb, wb)
     na, nb = max(len(ra), 1), max(len(rb), 1)
     notes: list[str] = []
     functions: list[FunctionChange] = []
     flame = None
     if len(sa) and len(sb):
         fa, fb = _function_self(ia, sa), _function_self(ib, sb)
-        gap = (np.mean([r.duration_ns for r in rb]) - np.mean([r.duration_ns for r in ra])) if ra and rb else 0.0
+        gap = (float(np.mean(db)) - float(np.mean(da))) if len(ra) and len(rb) else 0.0
         sign = 1.0 if gap >= 0 else -1.0
         denom = abs(gap) or 1.0
         rows = []

@@ -31,10 +31,34 @@ def span_stats(spans, wall_ns: int | None) -> list[SpanStat]:
     """One SpanStat per span name (transactions excluded), by total time, largest first (ties: the name seen
     first). ``spans``: Span objects or a ``SpanTable`` (columns: no object per span)."""
     t = as_table(spans)
+    g = span_groups(t)
+    if g is None:
+        return []
+    sc, sd, lo, hi, first, nerr = g
+    out = []
+    for a, b in sorted(zip(lo.tolist(), hi.tolist()), key=lambda ab: first[sc[ab[0]]]):
+        a_ = sd[a:b]
+        total = int(a_.sum())
+        code = int(sc[a])
+        out.append(SpanStat(t.names[code], b - a, total, float(a_.mean()), sorted_percentile(a_, 50),
+                            sorted_percentile(a_, 95), int(a_[-1]), total / wall_ns if wall_ns else 0.0,
+                            int(nerr[code])))
+    out.sort(key=lambda s: -s.total_ns)
+    return out
+
+
+def span_groups(t) -> tuple | None:
+    """Of a ``SpanTable``, once per table (``SpanTable.memo``): the spans' durations (ns) grouped by name
+    (transactions left out), each group ascending: ``(codes, durations, group starts, group ends, first row of each
+    name, errors per name)``, arrays; None when there are none."""
+    return t.memo("span_groups", lambda: _groups(t))
+
+
+def _groups(t) -> tuple | None:
     keep = ~t.op_mask("transaction")
     codes = t.name[keep]
     if not len(codes):
-        return []
+        return None
     dur = t.dur[keep]
     err = t.error[keep] >= 0
     d0 = int(dur.min())
@@ -51,16 +75,22 @@ def span_stats(spans, wall_ns: int | None) -> list[SpanStat]:
     first = np.full(len(t.names), len(codes), np.int64)
     np.minimum.at(first, codes, np.arange(len(codes)))
     nerr = np.bincount(codes[err], minlength=len(t.names))
-    out = []
-    for a, b in sorted(zip(lo.tolist(), hi.tolist()), key=lambda ab: first[sc[ab[0]]]):
-        a_ = sd[a:b]
-        total = int(a_.sum())
-        code = int(sc[a])
-        out.append(SpanStat(t.names[code], b - a, total, float(a_.mean()), float(np.percentile(a_, 50)),
-                            float(np.percentile(a_, 95)), int(a_[-1]), total / wall_ns if wall_ns else 0.0,
-                            int(nerr[code])))
-    out.sort(key=lambda s: -s.total_ns)
-    return out
+    return sc, sd, lo, hi, first, nerr
+
+
+def sorted_percentile(a: np.ndarray, q: float) -> float:
+    """``np.percentile(a, q)`` (its default "linear" method, Hyndman & Fan's type 7) of an ascending array, read
+    off by index instead of partitioning: the two neighbours of the virtual index ``q/100 * (n-1)``, interpolated
+    as numpy's ``_lerp`` does (the same float64 result)."""
+    n = len(a)
+    v = q / 100 * (n - 1)
+    i = int(np.floor(v))
+    if i >= n - 1:
+        return float(a[n - 1])
+    g = v - i
+    x, y = float(a[i]), float(a[i + 1])
+    d = y - x
+    return y - d * (1 - g) if g >= 0.5 else x + d * g
 
 
 def children_index(spans: list[Span]) -> dict[int | None, list[Span]]:

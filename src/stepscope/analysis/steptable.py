@@ -27,6 +27,7 @@ from ..core.steprules import NESTED_ATTR, STEP_ATTR, STEP_OP, is_call_name
 from .cpuwait import waits as cpu_waits
 from .slow import call_slow, shape_of, slow_cells
 from .spans import SpanStat, span_stats
+from .threadrows import ThreadRows, thread_rows
 from .steploop import last_step_end, left_driver, steps_driver
 
 
@@ -126,43 +127,7 @@ def is_pipeline_call(name: str) -> bool:
     return is_call_name(name)
 
 
-class _ThreadRows:
-    """A table's rows grouped by thread, each thread's by ``(start, -end)`` (then table order), for window
-    queries. ``rows``: the rows in that order; ``pos[row]``: a row's position in it."""
-
-    __slots__ = ("rows", "starts", "pos", "blocks")
-
-    def __init__(self, t: SpanTable) -> None:
-        n = len(t)
-        self.rows = np.lexsort((np.arange(n), -t.end, t.start, t.thread))
-        self.starts = t.start[self.rows]
-        self.pos = np.empty(n, np.int64)
-        self.pos[self.rows] = np.arange(n)
-        th = t.thread[self.rows]
-        uniq, first = np.unique(th, return_index=True)
-        last = np.append(first[1:], n)
-        self.blocks = {int(u): (int(a), int(b)) for u, a, b in zip(uniq, first, last)}
-
-    def within(self, thread: int, start: int, end: int) -> tuple[int, int]:
-        """Positions ``[lo, hi)`` of the thread's spans that start in ``[start, end)``."""
-        a, b = self.blocks.get(int(thread), (0, 0))
-        seg = self.starts[a:b]
-        return a + int(np.searchsorted(seg, start, "left")), a + int(np.searchsorted(seg, end, "left"))
-
-    def within_many(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``within`` for many windows at once (arrays of the same length)."""
-        lo = np.zeros(len(thread), np.int64)
-        hi = np.zeros(len(thread), np.int64)
-        for tid, (a, b) in self.blocks.items():
-            sel = np.flatnonzero(thread == tid)
-            if len(sel):
-                seg = self.starts[a:b]
-                lo[sel] = a + np.searchsorted(seg, start[sel], "left")
-                hi[sel] = a + np.searchsorted(seg, end[sel], "left")
-        return lo, hi
-
-
-def _content(t: SpanTable, tr: _ThreadRows, prow: np.ndarray, lo: int, hi: int, end: int,
+def _content(t: SpanTable, tr: ThreadRows, prow: np.ndarray, lo: int, hi: int, end: int,
              skip: int = -1) -> tuple[dict[str, int], list[tuple[int, int]]]:
     """``(ns per name, outermost traced intervals clipped to the window, merged)`` of the spans at positions
     ``[lo, hi)`` of ``tr`` (a window's spans; transactions and the row ``skip`` left out). ``prow``: each
@@ -343,7 +308,7 @@ def step_table(spans, max_columns: int = 8, index=None, max_rows: int | None = M
         groups.extend((ncall, kk - base, v, limit) for kk, v in cur.items())
         ncall += 1
     groups.sort(key=lambda g: (g[0], min(s.start_ns for s in g[2])))
-    tr = _ThreadRows(t)
+    tr = thread_rows(t)
     prow = t.parent_rows()
     rows = []
     for call, step, ms, _ in groups:
@@ -450,7 +415,7 @@ def repeat_table(spans, name: str | None = None, max_columns: int = 8, index=Non
         return None
     members = np.flatnonzero(t.name == code)
     n = len(members)
-    tr = _ThreadRows(t)
+    tr = thread_rows(t)
     prow = t.parent_rows()
     ms, me, mth = t.start[members], t.end[members], t.thread[members]
     wall = me - ms

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..bench.stats import compare
+from ..bench.stats import DIRECT_MAX, SELECT_MIN, ascending, compare, median
 from ..core.model import RunData
 from .calltree import ProfileIndex
-from ..core.spantable import as_table
+from ..core.spantable import as_table, group_rows
 from ..core.steprules import kind_of_name
 from .envfacts import cpu_wait_share
+from .spans import span_groups
 from .steptable import step_table
 
 NEGLIGIBLE = 0.05
@@ -86,8 +87,8 @@ class Phase:
 def time_change(name: str, a, b) -> TimeChange:
     """The change of ``b``'s median over ``a``'s (durations in ns: lists or float arrays, any length)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    ma = float(np.median(a)) if len(a) else 0.0
-    mb = float(np.median(b)) if len(b) else 0.0
+    ma = median(a) if len(a) else 0.0
+    mb = median(b) if len(b) else 0.0
     tc = TimeChange(name, len(a), len(b), ma, mb, float(a.sum()), float(b.sum()))
     if not len(a) or not len(b):
         tc.only_in = "a" if len(a) else "b"
@@ -109,8 +110,37 @@ def robust_cv(x: list[float]) -> float:
     a = np.asarray(x, dtype=np.float64)
     if not len(a):
         return 0.0
-    med = float(np.median(a))
-    return 1.4826 * float(np.median(np.abs(a - med))) / med if med > 0 else 0.0
+    med = median(a)
+    if med <= 0:
+        return 0.0
+    if len(a) > SELECT_MIN and ascending(a):  # |a - med| of an ascending array: two ascending runs, no select
+        m = int(np.searchsorted(a, med))
+        mad = _median_of_two((med - a[:m])[::-1], a[m:] - med)
+    else:
+        mad = float(np.median(np.abs(a - med)))
+    return 1.4826 * mad / med
+
+
+def _median_of_two(x: np.ndarray, y: np.ndarray) -> float:
+    """The median of the union of two ascending float arrays (as ``np.median`` of their concatenation), by a
+    binary search for the k-th smallest (O(log n))."""
+    n = len(x) + len(y)
+
+    def kth(k: int) -> float:  # the k-th smallest (0-based) of the union
+        lo, hi = max(0, k + 1 - len(y)), min(k + 1, len(x))
+        while lo < hi:  # i: how many of the k+1 smallest come from x
+            i = (lo + hi) // 2
+            if x[i] < y[k - i]:  # (k - i >= 0 and < len(y) here) x[i] is among them: more from x
+                lo = i + 1
+            else:
+                hi = i
+        i = lo
+        cands = ([float(x[i - 1])] if i > 0 else []) + ([float(y[k - i])] if k - i >= 0 else [])
+        return max(cands)
+
+    if n % 2:
+        return kth(n // 2)
+    return float((np.float64(kth(n // 2 - 1)) + np.float64(kth(n // 2))) / 2)
 
 
 def contention(a: RunData, b: RunData) -> float | None:
@@ -139,12 +169,25 @@ def span_changes(a: RunData, b: RunData) -> list[TimeChange]:
     def durations(d: RunData) -> dict[str, np.ndarray]:
         t = as_table(d.spans)
         rows = np.flatnonzero(~(t.op_mask("transaction") | t.op_mask("sync")))
-        codes, dur = t.name[rows], t.dur[rows].astype(np.float64)
-        order = np.argsort(codes, kind="stable")  # grouped by name on the columns: no object per span
-        codes, dur = codes[order], dur[order]
-        bounds = np.flatnonzero(np.diff(codes)) + 1
-        return {t.names[int(codes[lo])]: dur[lo:hi]
-                for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(codes)]) if hi > lo}
+        codes = t.name[rows]
+        order, los, his = group_rows(codes)  # grouped by name on the columns: no object per span
+        dur = t.dur
+        # a name of many spans: its durations in ascending order, as ``span_stats`` sorted them (the statistics
+        # are the same in any order past ``DIRECT_MAX``, and a sorted array's medians take one pass)
+        groups = span_groups(t)
+        big = {}
+        if groups is not None:
+            sc, sd, glo, ghi = groups[:4]
+            big = {int(sc[a]): (a, b) for a, b in zip(glo.tolist(), ghi.tolist()) if b - a > DIRECT_MAX}
+        out = {}
+        for lo, hi in zip(los.tolist(), his.tolist()):
+            code = int(codes[order[lo]])
+            ab = big.get(code)
+            if ab is not None and ab[1] - ab[0] == hi - lo:  # (no sync span of this name left out)
+                out[t.names[code]] = sd[ab[0]:ab[1]].astype(np.float64)
+            else:
+                out[t.names[code]] = dur[rows[order[lo:hi]]].astype(np.float64)
+        return out
 
     da, db = durations(a), durations(b)
     none = np.zeros(0)

@@ -30,7 +30,7 @@ class SpanTable:
     """
 
     __slots__ = ("id", "parent", "name", "names", "op", "ops", "start", "end", "thread", "error", "errors", "attrs",
-                 "_by_id", "_dur")
+                 "_by_id", "_dur", "_memo")
 
     def __init__(self, id, parent, name, names, op, ops, start, end, thread, error, errors, attrs) -> None:
         self.id, self.parent, self.name, self.names = id, parent, name, names
@@ -38,6 +38,7 @@ class SpanTable:
         self.error, self.errors, self.attrs = error, errors, attrs
         self._by_id = None
         self._dur = None
+        self._memo: dict = {}
 
     # -- building --------------------------------------------------------------------------------------
     @classmethod
@@ -168,21 +169,50 @@ class SpanTable:
         return np.array(sorted(r for r, a in self.attrs.items() if key in a), dtype=np.int64)
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
-        """Row of each span id in ``ids`` (-1 where no span has it)."""
+        """Row of each span id in ``ids`` (-1 where no span has it). Ids that are dense (stepscope's own:
+        ``lo..lo+n-1``, each once) are looked up in a table of rows by id (O(1) each); others by binary search."""
         if self._by_id is None:
-            order = np.argsort(self.id, kind="stable")
-            self._by_id = (order, self.id[order])
-        order, sorted_ids = self._by_id
+            self._by_id = self._id_index()
         ids = np.asarray(ids, dtype=np.int64)
+        if self._by_id[0] is None:  # dense: (None, lo, row of each id - lo)
+            _, lo, table = self._by_id
+            off = ids - lo
+            inside = (off >= 0) & (off < len(table))
+            return np.where(inside, table[np.where(inside, off, 0)], -1) if len(table) else np.full(len(ids), -1, np.int64)
+        order, sorted_ids = self._by_id
         if not len(sorted_ids):
             return np.full(len(ids), -1, np.int64)
         pos = np.searchsorted(sorted_ids, ids)
         pos = np.minimum(pos, len(sorted_ids) - 1)
         return np.where(sorted_ids[pos] == ids, order[pos], -1)
 
+    def _id_index(self) -> tuple:
+        n = len(self.id)
+        if n:
+            lo = int(self.id.min())
+            if int(self.id.max()) - lo == n - 1:
+                table = np.full(n, -1, np.int64)
+                table[self.id - lo] = np.arange(n)
+                if not (table < 0).any():  # each id once
+                    return None, lo, table
+        order = np.argsort(self.id, kind="stable")
+        return order, self.id[order]
+
     def parent_rows(self) -> np.ndarray:
-        """Row of each span's parent (-1: none, or not recorded)."""
-        return self.rows_of(self.parent)
+        """Row of each span's parent (-1: none, or not recorded); computed once per table, read-only."""
+        return self.memo("parent_rows", lambda: self.rows_of(self.parent))
+
+    def memo(self, key: str, make):
+        """``make()``, computed once per table and key: figures derived from the columns that several analyses
+        need (a 10M-span run computes each once). A numpy result is made read-only, so that no caller changes
+        what the next one reads. The columns must not change after the first call."""
+        v = self._memo.get(key)
+        if v is None:
+            v = make()
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+            self._memo[key] = v
+        return v
 
     def get(self, span_id: int | None) -> Span | None:
         """The span with id ``span_id`` (None when there is none)."""
@@ -195,3 +225,30 @@ class SpanTable:
 def as_table(spans) -> SpanTable:
     """``spans`` (a SpanTable or Span objects) as a SpanTable."""
     return spans if isinstance(spans, SpanTable) else SpanTable.from_spans(spans)
+
+
+#: ``group_rows`` finds each key's rows by one comparison pass per key up to this many distinct keys (then a sort)
+FEW_KEYS = 16
+
+
+def group_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows grouped by key: ``(order, lo, hi)``, where ``order[lo[k]:hi[k]]`` are the rows of the k-th smallest key,
+    ascending (a stable argsort by key). A few distinct keys (span names, threads) take a pass each over ``keys``
+    instead of a sort (10M rows of 10 names: ~10x faster)."""
+    keys = np.asarray(keys)
+    n = len(keys)
+    if not n:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    lo_k, hi_k = int(keys.min()), int(keys.max())
+    if hi_k - lo_k < 4 * FEW_KEYS:
+        counts = np.bincount((keys - lo_k).astype(np.int64), minlength=hi_k - lo_k + 1)
+        present = np.flatnonzero(counts)
+        if len(present) <= FEW_KEYS:
+            parts = [np.flatnonzero(keys == lo_k + k) for k in present.tolist()]
+            hi = np.cumsum(counts[present])
+            return np.concatenate(parts), hi - counts[present], hi
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    bounds = np.flatnonzero(sk[1:] != sk[:-1]) + 1
+    return order, np.concatenate(([0], bounds)), np.concatenate((bounds, [n]))

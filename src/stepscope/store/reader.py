@@ -54,32 +54,42 @@ def read_spans(store: Store, run_id: str) -> SpanTable:
 
 def _read_spans(conn, run_id: str) -> SpanTable:
     t = _read_rows(conn, run_id)
+    total = len(t) + (conn.execute("SELECT ifnull(sum(n), 0) FROM span_blocks WHERE run_id = ?", (run_id,)).fetchone()[0])
+    if total == len(t):
+        return t
     names = {v: i for i, v in enumerate(t.names)}
     ops = {v: i for i, v in enumerate(t.ops)}
     errors = {v: i for i, v in enumerate(t.errors)}
-    ints = [np.stack([t.id, t.parent, t.start, t.end, t.thread])]
-    codes = [np.stack([t.name.astype(np.int32), t.op.astype(np.int32), t.error])]
-    attrs = dict(t.attrs)
+    # every column made once at its final size and filled block by block (no stacking, no concatenation: the peak
+    # is the columns and one block); the row-order is then applied one column at a time
+    iv = np.empty((_NI, total), np.int64)
+    cv = np.empty((_NC, total), np.int32)
     n = len(t)
+    for k_, col in enumerate((t.id, t.parent, t.start, t.end, t.thread)):
+        iv[k_, :n] = col
+    cv[0, :n], cv[1, :n], cv[2, :n] = t.name, t.op, t.error
+    attrs = dict(t.attrs)
     for body in bodies(conn, run_id):
         try:
             k, head, off = header(body)
         except BlockError as e:
             raise _damaged(conn, run_id, e) from None
-        ints.append(np.frombuffer(body, "<i8", _NI * k, off).reshape(_NI, k))  # (core.spanformat's columns)
+        if n + k > total:  # (the blocks' ``n`` disagree with their headers: a damaged store)
+            raise _damaged(conn, run_id, BlockError(f"a block holds more spans than its row says ({n + k} > {total})"))
+        iv[:, n:n + k] = np.frombuffer(body, "<i8", _NI * k, off).reshape(_NI, k)  # (core.spanformat's columns)
         c = np.frombuffer(body, "<i4", _NC * k, off + 8 * _NI * k).reshape(_NC, k)
         nmap = np.array([names.setdefault(x, len(names)) for x in head["names"]], np.int32)
         omap = np.array([ops.setdefault(x, len(ops)) for x in head["ops"]], np.int32)
         emap = np.array([errors.setdefault(x, len(errors)) for x in head["errors"]] + [-1], np.int32)
-        codes.append(np.stack([nmap[c[0]] if len(nmap) else c[0], omap[c[1]] if len(omap) else c[1], emap[c[2]]]))
+        cv[0, n:n + k] = nmap[c[0]] if len(nmap) else c[0]
+        cv[1, n:n + k] = omap[c[1]] if len(omap) else c[1]
+        cv[2, n:n + k] = emap[c[2]]
         for row, a in head["attrs"]:
             attrs[n + row] = a
         n += k
-    if len(ints) == 1:
-        return t
-    iv = np.concatenate(ints, axis=1)
-    cv = np.concatenate(codes, axis=1)
-    del ints, codes
+        del body, c
+    if n < total:
+        iv, cv = iv[:, :n], cv[:, :n]
     keep = None
     provisional = [r for r, a in t.attrs.items() if "stepscope.open" in a]
     if provisional:  # a run lost before its provisional rows were dropped: the block entry is the span's
@@ -88,14 +98,36 @@ def _read_spans(conn, run_id: str) -> SpanTable:
         if dup.any():
             keep = np.ones(iv.shape[1], bool)
             keep[prow[dup]] = False
-    order = np.lexsort((iv[0], iv[2]))
+    order = _start_order(iv[0], iv[2])
     if keep is not None:
         order = order[keep[order]]
-    back = np.full(iv.shape[1], -1, np.int64)
-    back[order] = np.arange(len(order))
-    attrs = {int(back[r]): a for r, a in attrs.items() if back[r] >= 0}
-    return SpanTable(iv[0, order], iv[1, order], cv[0, order], list(names), cv[1, order].astype(np.int16), list(ops),
-                     iv[2, order], iv[3, order], iv[4, order], cv[2, order], list(errors), attrs)
+    if attrs:  # (few rows: their new positions through the inverse of the order)
+        back = np.full(iv.shape[1], -1, np.int64)
+        back[order] = np.arange(len(order))
+        attrs = {int(back[r]): a for r, a in attrs.items() if back[r] >= 0}
+        del back
+    sid, par, st, en, th = (iv[j].take(order) for j in range(_NI))
+    del iv
+    nm, op, er = cv[0].take(order), cv[1].take(order).astype(np.int16), cv[2].take(order)
+    return SpanTable(sid, par, nm, list(names), op, list(ops), st, en, th, er, list(errors), attrs)
+
+
+def _start_order(ids: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The rows in ``(start, id)`` order. Fast path, in O(n): stepscope numbers spans as they start, so ids are dense
+    (one run: ``min..min+n-1``, each once) and their order is usually the start order already; the rows placed by
+    id then only need checking. Otherwise (ids from elsewhere, or threads whose starts interleave out of id order)
+    a ``lexsort``."""
+    n = len(ids)
+    if n:
+        lo = int(ids.min())
+        if int(ids.max()) - lo == n - 1:
+            by_id = np.full(n, -1, np.int64)
+            by_id[ids - lo] = np.arange(n)
+            if not (by_id < 0).any():  # each id once
+                s = start[by_id]
+                if not (s[1:] < s[:-1]).any():
+                    return by_id
+    return np.lexsort((ids, start))
 
 
 def _damaged(conn, run_id: str, e: Exception) -> StoreError:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...analysis.slow import limit_of
-from ...core.spantable import NO_PARENT, SpanTable, as_table
+from ...core.spantable import NO_PARENT, SpanTable, as_table, group_rows
 from ...device.names import kernel_label
 from ...analysis.summary import Summary, summarize
 from ...analysis.phases import phases as run_phases
@@ -128,11 +128,7 @@ def aggregate(t: SpanTable, max_spans: int | None = None) -> tuple[np.ndarray, d
     if n <= limit:
         return np.arange(n), None
     keep = np.zeros(n, bool)
-    order = np.lexsort((np.arange(n), t.name))  # by name, then time
-    codes = t.name[order]
-    bounds = np.flatnonzero(np.diff(codes)) + 1
-    lo = np.concatenate(([0], bounds))
-    hi = np.concatenate((bounds, [n]))
+    order, lo, hi = group_rows(t.name)  # by name, then time
     dur = t.dur
     slow = np.zeros(n, bool)
     for a, b in zip(lo.tolist(), hi.tolist()):
@@ -211,14 +207,23 @@ def _density(t: SpanTable, rest: np.ndarray, dep: np.ndarray, t0: int, run, tid_
     key_th = t.thread[rest]
     uth, th_inv = np.unique(key_th, return_inverse=True)
     group = t.name[rest].astype(np.int64) * len(uth) + th_inv
-    for g in np.unique(group).tolist():
-        sel = group == g
-        bins, inv = np.unique(b[sel], return_inverse=True)
-        count = np.bincount(inv)
-        busy = np.bincount(inv, weights=t.dur[rest][sel]) / 1e3
-        depths = dep[rest][sel]
+    durs, deps = t.dur[rest], dep[rest]
+    order, lo, hi = group_rows(group)
+    for a_, b_ in zip(lo.tolist(), hi.tolist()):
+        sel = order[a_:b_]  # (ascending: ``rest`` and so the bins in time order)
+        g = int(group[sel[0]])
+        bs = b[sel]
+        if len(bs) > 1 and (bs[1:] < bs[:-1]).any():  # (never for a table in start order)
+            bins, inv = np.unique(bs, return_inverse=True)
+            count = np.bincount(inv)
+            busy = np.bincount(inv, weights=durs[sel]) / 1e3
+        else:  # runs of equal bins: no sort
+            at = np.concatenate(([0], np.flatnonzero(bs[1:] != bs[:-1]) + 1))
+            bins, count = bs[at], np.diff(np.append(at, len(bs)))
+            busy = np.add.reduceat(durs[sel].astype(np.float64), at) / 1e3
+        depths = deps[sel]
         out["rows"].append({"name": g // len(uth), "thread": tid_index(int(uth[g % len(uth)])),
-                            "depth": int(np.bincount(depths).argmax()), "n": int(sel.sum()),
+                            "depth": int(np.bincount(depths).argmax()), "n": len(sel),
                             "bin": bins.tolist(), "count": count.tolist(), "busy": np.round(busy, 1).tolist()})
     return out
 
