@@ -111,3 +111,15 @@ def test_median_of_two_sorted_runs(x, y):
         return
     xs, ys = np.sort(np.array(x, float)), np.sort(np.array(y, float))
     assert _median_of_two(xs, ys) == float(np.median(np.concatenate([xs, ys])))
+
+
+def test_load_both_raises_for_an_unknown_run_in_either_thread(tmp_path):
+    import pytest
+
+    from stepscope.analysis.runpick import load_both
+    from stepscope.store.db import Store, StoreError
+
+    store = Store(tmp_path / "store")
+    with pytest.raises(StoreError):
+        load_both(store, "nope-a", "nope-b")
+    store.close()
