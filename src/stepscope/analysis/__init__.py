@@ -3,8 +3,8 @@ data and never print, plot or open anything; ``output/`` draws what they return.
 
 - ``calltree``: the samples as an index (``ProfileIndex``): call trees of any window, wall or CPU time, idle;
 - ``phases``, ``summary``: start-up / work / shutdown, and the run summary (``stepscope run``, ``--json``);
-- ``spans``, ``steptable``, ``steploop``, ``slow``: span statistics, the step and repeat tables, where a step
-  ends, the one rule for "slow";
+- ``spans``, ``steptable``, ``threadrows``, ``steploop``, ``slow``: span statistics, the step and repeat tables
+  (and their spans by thread and start), where a step ends, the one rule for "slow";
 - ``explain``, ``suggest``, ``fixhints``: why repeats are slow, what to trace next, which ``stepscope try`` fixes
   apply;
 - ``diff``, ``difftree``, ``envfacts``, ``timestats``, ``runpick``: two runs compared (``stepscope diff``, the
