@@ -123,3 +123,22 @@ def test_load_both_raises_for_an_unknown_run_in_either_thread(tmp_path):
     with pytest.raises(StoreError):
         load_both(store, "nope-a", "nope-b")
     store.close()
+
+
+def test_prefetch_reads_gunzips_and_hands_errors_to_the_caller(tmp_path):
+    import gzip
+
+    import pytest
+
+    from stepscope.device.rawread import Prefetch, TraceError
+    from stepscope.device.kineto import TraceError as KinetoTraceError
+
+    assert TraceError is KinetoTraceError  # (one class, whichever module names it)
+    doc = b'{"traceEvents": []}' * 1000
+    (tmp_path / "t.json.gz").write_bytes(gzip.compress(doc))
+    assert Prefetch(tmp_path / "t.json.gz").result() == doc
+    (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b" + b"not gzip")
+    with pytest.raises(TraceError, match="bad.json.gz: cannot read"):
+        Prefetch(tmp_path / "bad.json.gz").result()
+    with pytest.raises(TraceError, match="no such file"):
+        Prefetch(tmp_path / "missing.json").result()

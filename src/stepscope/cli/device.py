@@ -82,24 +82,26 @@ def device(target: Optional[str], top: int, store: Optional[Path], as_json: bool
     span, per-span host vs device time, top ops and kernels. Without a device trace: the sync sites.
     PyTorch/XLA: graph compilations, graph executions and transfers (with their Python line) per step and
     per span, device idle gaps, torch_xla metrics per step."""
-    from ..device.analysis import summarize_device
-    from ..device.kineto import TraceError, load
-    from ..device.ranks import ranks_device
-    from ..device.view import XLA_TOP
-
     limits.in_range("--top", top, 1, 1000, integer=True)
     ranks = rank_traces(target)
+    path = None if ranks else trace_file(target)
+    if path is not None and not path.is_dir():  # read and gunzipped once, in a thread while the imports below run
+        from ..device.rawread import Prefetch
+
+        pending = Prefetch(path)
+    from ..device.analysis import summarize_device
+    from ..device.kineto import TraceError, load
+
     if ranks:  # a folder of per-rank Kineto traces (HTA's input): the ranks side by side
         _print_ranks([(str(p), load(p)) for p in ranks], as_json)
         return
-    path = trace_file(target)
     if path is not None:
         import numpy as np
 
-        from ..device.kineto import DEVICE_CATS, read
+        from ..device.kineto import DEVICE_CATS
         from ..device.xla_load import SIGNATURE, looks_xla
 
-        raw = None if path.is_dir() else read(path)  # read and gunzipped once
+        raw = None if path.is_dir() else pending.result()
         trace = None
         if raw is not None:
             try:
@@ -129,8 +131,9 @@ def device(target: Optional[str], top: int, store: Optional[Path], as_json: bool
 
             print_device(summary, out, top)
         return
+    from ..device.ranks import ranks_device
     from ..device.runview import AlignError
-    from ..device.view import device_view
+    from ..device.view import XLA_TOP, device_view
     from ..output.terminal.device import print_run_device, print_xla
 
     from ..store.reader import load_run

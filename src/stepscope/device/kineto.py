@@ -24,10 +24,8 @@ whose FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of the
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import typing
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -38,6 +36,7 @@ import numpy as np
 import orjson
 
 from ..core.jsondepth import KEPT_DEPTH, TOO_DEEP, within
+from .rawread import TraceError, gunzip, read  # noqa: F401 (kineto's names: read, gunzip and TraceError live there)
 
 CATEGORIES = ("other", "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
               "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
@@ -52,10 +51,6 @@ def _distributed(doc: dict) -> dict:
     if not isinstance(info, dict):
         return {}
     return {str(k): v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None}
-
-
-class TraceError(ValueError):
-    """A file that is not a readable Kineto/Chrome trace (the message names the file and what is wrong)."""
 
 
 @dataclass
@@ -128,20 +123,6 @@ def _id(v) -> int:
     return -(abs(hash(v)) % (1 << 40)) - 2
 
 
-def read(path: str | Path) -> bytes:
-    """A trace file's JSON bytes (gunzipped when gzipped). Raises TraceError (one line naming the file)."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gunzip(raw)
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
-    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceError(f"{p}: cannot read ({e})") from None
-    return raw
-
-
 def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
     """Parse a Kineto trace file (``.json`` or gzipped) into columns (see the module doc); ``raw``: its bytes as
     ``read`` gave them, when already read. Raises TraceError (one line naming the file) for unreadable input."""
@@ -169,19 +150,6 @@ def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
         return from_events(doc["traceEvents"], str(p), doc)
     except RecursionError:  # (a value too deep for Python that the bounds of ``from_events`` missed)
         raise TraceError(f"{p}: {TOO_DEEP}") from None
-
-
-def gunzip(data: bytes) -> bytes:
-    """The gzip file ``data`` decompressed into one buffer of its final size (its trailer's ISIZE, RFC 1952), not
-    grown and copied: the peak is the output once. Several members, or a size past 4 GiB: ``gzip.decompress``."""
-    size = int.from_bytes(data[-4:], "little")
-    try:
-        out = zlib.decompress(data, 31, max(size, 1))
-    except zlib.error:
-        return gzip.decompress(data)  # raises the usual errors
-    if len(out) % (1 << 32) != size:
-        return gzip.decompress(data)
-    return out
 
 
 #: Events decoded into structs at a time by ``load`` when the events' JSON is over ``SINGLE_PASS_BYTES``.
