@@ -1,7 +1,9 @@
 """The C part of stepscope: ``stepscope.record.native._native``, the tracer's hot path (the .c/.h pairs of
-src/stepscope/record/native/), and stepscope's start-up hook, ``stepscope-follow.pth``.
+src/stepscope/record/native/), ``stepscope.device.native._kscan``, the Kineto trace scanner, and stepscope's start-up
+hook, ``stepscope-follow.pth``.
 
-The extension's recipe (sources, headers, flags) is ``native_sources()``, the one place that lists them:
+The extensions' recipes (sources, headers, flags) are ``native_sources()`` and ``kscan_sources()`` (both:
+``native_extensions()``), the one place that lists them:
 setuptools builds from it here, and ``scripts/build_native.py`` (``make native``: an in-place build for the
 interpreters that run stepscope from ``PYTHONPATH=src`` and have no setuptools) reads it from this file
 (``runpy.run_path``: ``setup()`` runs only when this file is the script, as under pip's build backend and
@@ -24,6 +26,8 @@ HOOK = "stepscope-follow.pth"
 HOOK_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", HOOK)
 #: the extension's folder, relative to this file
 NATIVE_DIR = "src/stepscope/record/native"
+#: the device analysis's extension's folder (the Kineto trace scanner)
+KSCAN_DIR = "src/stepscope/device/native"
 
 
 def native_sources() -> dict:
@@ -39,6 +43,22 @@ def native_sources() -> dict:
         "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
         "libraries": [] if sys.platform == "darwin" else ["pthread"],
     }
+
+
+def kscan_sources() -> dict:
+    """The Kineto trace scanner's recipe (``stepscope.device.native._kscan``), as ``native_sources()``'s."""
+    return {
+        "name": "stepscope.device.native._kscan",
+        "sources": [f"{KSCAN_DIR}/kscan.c"],
+        "depends": [f"{KSCAN_DIR}/kscan.h"],
+        "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
+        "libraries": [],
+    }
+
+
+def native_extensions() -> list[dict]:
+    """Every C extension's recipe: the recorder's (``native_sources``) and the trace scanner's (``kscan_sources``)."""
+    return [native_sources(), kscan_sources()]
 
 
 def main() -> None:
@@ -61,7 +81,8 @@ def main() -> None:
         def get_outputs(self, include_bytecode=1):
             return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, HOOK)]
 
-    setup(ext_modules=[Extension(**native_sources(), optional=True)], cmdclass={"build_py": build_py_with_hook})
+    setup(ext_modules=[Extension(**r, optional=True) for r in native_extensions()],
+          cmdclass={"build_py": build_py_with_hook})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ Prints load + analysis time of both and the idle time breakdown per stream side 
     python benchmarks/device_vs_hta.py --copies 38 --hta-python ...   # ~2.6M events (benchmarks/large_trace.py)
     python benchmarks/device_vs_hta.py --copies 3 --hta-python ...    # ~206k events
 
+Also, in the same interleaved rounds: the parse floor (the file gunzipped and parsed whole by simdjson, when pysimdjson
+is installed, else orjson) and ``stepscope device`` with its msgspec reader (``STEPSCOPE_KSCAN=0``, no C scanner).
+
 Each side runs in its own process, so its peak memory (ru_maxrss) is its own; the whole-command figures include
 interpreter start and imports.
 """
@@ -68,6 +71,27 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "rc": r.returncode, "err":
 """
 
 
+#: the parse floor: the file gunzipped (``device.rawread.gunzip``: one buffer of its final size) and parsed whole by
+#: the fastest JSON parser here (simdjson's tape when pysimdjson is installed, else orjson into Python objects)
+FLOOR_SCRIPT = r"""
+import json, sys, time
+from pathlib import Path
+from stepscope.device.rawread import gunzip
+data = Path(sys.argv[1]).read_bytes()
+t0 = time.perf_counter()
+raw = gunzip(data) if data[:2] == b"\x1f\x8b" else data
+t1 = time.perf_counter()
+try:
+    import simdjson
+    doc, parser = simdjson.Parser().parse(raw), "simdjson"
+except ImportError:
+    import orjson
+    doc, parser = orjson.loads(raw), "orjson"
+t2 = time.perf_counter()
+print(json.dumps({"gunzip_s": t1 - t0, "parse_s": t2 - t1, "parser": parser}))
+"""
+
+
 def _json_run(cmd: list[str]) -> dict | None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -93,7 +117,7 @@ def main() -> None:
         path = args.trace or str(Path(__file__).resolve().parents[2] / "shared/traces/v100_training_rank0.json.gz")
     mine = _json_run([sys.executable, "-c", MINE_SCRIPT, path])
     hta = None
-    wholes, hta_wholes = [], []
+    wholes, hta_wholes, floors, plain = [], [], [], []
     with tempfile.TemporaryDirectory() as d:
         shutil.copy(path, Path(d) / Path(path).name)
         hta = _json_run([args.hta_python, "-c", HTA_SCRIPT, d])
@@ -101,6 +125,13 @@ def main() -> None:
             w = _json_run([sys.executable, "-c", WHOLE_SCRIPT, sys.executable, "-m", "stepscope", "device", path, "--json"])
             if w:
                 wholes.append(w)
+            f = _json_run([sys.executable, "-c", FLOOR_SCRIPT, path])
+            if f:
+                floors.append(f)
+            w = _json_run([sys.executable, "-c", WHOLE_SCRIPT, "env", "STEPSCOPE_KSCAN=0", sys.executable, "-m",
+                           "stepscope", "device", path, "--json"])  # the msgspec reader (no C scanner), for comparison
+            if w:
+                plain.append(w)
             if hta is not None:
                 w = _json_run([sys.executable, "-c", WHOLE_SCRIPT, args.hta_python, "-c", HTA_SCRIPT, d])
                 if w:
@@ -111,6 +142,12 @@ def main() -> None:
         hta["whole_s"], hta["whole_cpu_s"] = med(hta_wholes, "wall_s"), med(hta_wholes, "cpu_s")
         hta["whole_peak_mb"] = med(hta_wholes, "peak_mb")
     print(f"{Path(path).name}: {mine['events'] if mine else '?'} complete events")
+    if floors and whole:
+        fl = med(floors, "gunzip_s") + med(floors, "parse_s")
+        print(f"parse floor: gunzip {med(floors, 'gunzip_s'):.2f} s + {floors[0]['parser']} parse "
+              f"{med(floors, 'parse_s'):.2f} s = {fl:.2f} s; whole `stepscope device` / floor = {whole['wall_s'] / fl:.2f}x"
+              + (f"; with the msgspec reader (STEPSCOPE_KSCAN=0) {med(plain, 'wall_s'):.2f} s, "
+                 f"{med(plain, 'wall_s') / fl:.2f}x, peak {med(plain, 'peak_mb'):.0f} MB" if plain else ""))
     if mine:
         print(f"stepscope: load {mine['load_s']:.2f} s, idle breakdown {mine['idle_s']:.2f} s, peak {mine['peak_mb']:.0f} MB"
               + (f"; whole `stepscope device` command {whole['wall_s']:.2f} s (CPU {whole['cpu_s']:.2f} s), peak "

@@ -1,9 +1,10 @@
-"""Build ``stepscope.record.native._native`` in place for the interpreter running this script, from the recipe in
-setup.py (``native_sources()``: sources, headers, flags, libraries; read, never repeated here), with this
+"""Build ``stepscope.record.native._native`` and ``stepscope.device.native._kscan`` in place for the interpreter
+running this script, from the recipes in setup.py (``native_extensions()``: sources, headers, flags, libraries; read,
+never repeated here), with this
 interpreter's own compiler settings (``sysconfig``: CC, LDSHARED, include folder, extension suffix) and no
 setuptools: for the interpreters that run stepscope from ``PYTHONPATH=src`` (the tests' 3.12 and 3.13, whose
 virtualenvs have no setuptools). Each interpreter's ``.so`` carries its ABI tag, so several live side by side in
-src/stepscope/record/native/ (git-ignored).
+src/stepscope/record/native/ and src/stepscope/device/native/ (git-ignored).
 
     python3.12 scripts/build_native.py [--quiet]
 
@@ -27,6 +28,11 @@ def recipe() -> dict:
     return runpy.run_path(str(ROOT / "setup.py"), run_name="stepscope_setup")["native_sources"]()
 
 
+def recipes() -> list[dict]:
+    """Every extension's recipe: setup.py's ``native_extensions()``."""
+    return runpy.run_path(str(ROOT / "setup.py"), run_name="stepscope_setup")["native_extensions"]()
+
+
 def target(spec: dict | None = None) -> Path:
     """The extension's path for this interpreter (src/stepscope/record/native/_native<EXT_SUFFIX>)."""
     spec = spec or recipe()
@@ -34,9 +40,14 @@ def target(spec: dict | None = None) -> Path:
 
 
 def build(quiet: bool = False) -> int:
-    """Compile and link the recipe's sources into ``target()`` if it is missing or older than a source or header.
+    """``build_one`` for every extension (setup.py's ``native_extensions()``). Returns 0, or 1 when the compiler
+    failed for one."""
+    return max(build_one(spec, quiet) for spec in recipes())
+
+
+def build_one(spec: dict, quiet: bool = False) -> int:
+    """Compile and link a recipe's sources into its ``target()`` if it is missing or older than a source or header.
     Returns 0, or 1 when the compiler failed."""
-    spec = recipe()
     out = target(spec)
     sources = [ROOT / s for s in spec["sources"]]
     inputs = [*sources, *(ROOT / d for d in spec["depends"]), ROOT / "setup.py"]

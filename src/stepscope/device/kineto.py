@@ -25,6 +25,7 @@ whose FLOPs are counted (``flops.FLOP_OPS``); ``args[i]`` rebuilds a dict of the
 from __future__ import annotations
 
 import itertools
+import re
 import typing
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -114,8 +115,10 @@ def _properties(props) -> list[dict]:
 
 
 def _id(v) -> int:
+    """An id as int64: an integer as it is (one past int64's range: as a string is), a float truncated, a string
+    hashed to a negative number below -1, None / a list / an object -1."""
     if isinstance(v, int):
-        return v
+        return v if -(1 << 63) <= v < (1 << 63) else -(abs(hash(v)) % (1 << 40)) - 2
     if isinstance(v, float):
         return int(v)
     if v is None or isinstance(v, (list, dict)):  # (a list or object is no id)
@@ -135,7 +138,7 @@ def load(path: str | Path, raw: bytes | None = None) -> KinetoTrace:
         pass  # a document of another shape: the general reader below says what is wrong, or reads it
     except RecursionError:  # nested deeper than msgspec's decoder goes (Python's recursion limit, less the stack
         pass                # in use): orjson's own limit (1,024 levels) refuses it naming the place, or reads it
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # (msgspec: invalid UTF-8 in a string it decodes)
         raise TraceError(f"{p}: not JSON ({e})") from None
     try:
         doc = orjson.loads(raw)
@@ -207,6 +210,7 @@ class _Untyped(Exception):
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LEADING_WS = re.compile(rb"[ \t\n\r]*")
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[typing.Union[(_Event, *_OTHER)]])
 
@@ -244,8 +248,11 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
     """The fast reader of ``load``. Raises msgspec errors or _Untyped where the general reader must decide."""
     from .flops import FLOP_OPS
 
+    scanned = _load_scanned(raw, path)
+    if scanned is not None:
+        return scanned
     doc: dict = {}
-    if raw.lstrip()[:1] == b"[":
+    if raw[_LEADING_WS.match(raw).end():][:1] == b"[":  # (no copy of the whole document to look at it)
         events_raw = raw
     else:
         parts = _TOP.decode(raw)
@@ -288,9 +295,12 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
             col = {k: np.concatenate([v[:n], np.empty(cap - n, v.dtype)]) for k, v in col.items()}
         sl = slice(n, n + m)
         try:
-            col["ts"][sl] = np.rint(np.fromiter(map(_TS, xs), np.float64, m) * 1000)
+            us = np.fromiter(map(_TS, xs), np.float64, m)
         except TypeError:
-            raise _Untyped from None  # a complete event without ts: the general reader names it
+            raise _Untyped from None
+        if np.isnan(us).any():  # a complete event without ts (None reads as NaN): the general reader names it
+            raise _Untyped
+        col["ts"][sl] = np.rint(us * 1000)
         col["cat"][sl] = np.fromiter(map(CAT.get, map(_CATF, xs), itertools.repeat(0)), np.int8, m)
         col["name"][sl] = np.fromiter(map(names.__getitem__, map(_NAME, xs)), np.int32, m)
         col["dur"][sl] = np.rint(np.fromiter(map(_DUR, xs), np.float64, m) * 1000)
@@ -324,11 +334,17 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         cap = 0
     del chunks
     col = {k: v[:n].copy() if n < cap else v for k, v in col.items()}
+    return _trace(col, list(names), extra, doc, path)
+
+
+def _trace(col: dict, names: list, extra: dict, doc: dict, path: str) -> KinetoTrace:
+    """The KinetoTrace of the readers' columns (``col``: cat name ts dur pid tid corr ext stream dev bytes), the
+    names as decoded (strings, or numbers and null, which become their text), the kept input shapes and the
+    document's other keys."""
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties") and not isinstance(v, (list, dict))}
     props = doc.get("deviceProperties")
-    names = list(names)
     if any(type(x) is not str for x in names):  # a number or null as a name: the same text is one name
         text = {}
         remap = np.fromiter((text.setdefault(str(x), len(text)) for x in names), np.int32, len(names))
@@ -341,6 +357,60 @@ def _load_typed(raw: bytes, path: str) -> KinetoTrace:
         device_properties=_properties(props), metadata=meta, distributed=_distributed(doc))
     trace.args = LazyArgs(trace, extra)
     return trace
+
+
+#: the args kept raw, in the order ``_load_typed`` builds their dict (``device/native/kscan.c``'s key numbers)
+_RAW_KEYS = ("Input Dims", "Concrete Inputs", "Input type")
+
+
+def _load_scanned(raw: bytes, path: str) -> KinetoTrace | None:
+    """``_load_typed``'s result from the C scanner (``device.native``: ``kscan.c`` reads the document in one pass,
+    the events array into columns and the distinct raw tokens of name, cat, pid and tid, the other top-level members
+    as raw JSON; each distinct token and member is decoded here, by msgspec, and the tokens numbered by their value as
+    the msgspec reader numbers them), or None when the scanner is not built, turned off (``STEPSCOPE_KSCAN=0``) or
+    leaves the document to the msgspec reader."""
+    from .flops import FLOP_OPS
+    from .native import scan
+
+    if scan is None:
+        return None
+    got = scan(raw)
+    if got is None:
+        return None
+    n, cat_b, name_b, pid_b, tid_b, i64_b, (name_t, cat_t, pid_t, tid_t), raws_b, top = got
+    dec = msgspec.json.decode
+    doc = {dec(k): dec(v) for k, v in top}  # (small: metadata, deviceProperties)
+
+    def by_value(tokens: list) -> tuple[np.ndarray, list]:  # token index -> index of its value (first seen), values
+        keyed: dict = {}
+        remap = np.fromiter((keyed.setdefault(dec(t), len(keyed)) for t in tokens), np.int32, len(tokens))
+        return remap, list(keyed)
+
+    nremap, names = by_value(name_t)
+    col = {"name": nremap[np.frombuffer(name_b, np.int32)]}
+    cats = np.array([CAT.get(dec(t), 0) for t in cat_t] + [0], np.int8)  # (-1: no cat, "" by default: 0)
+    col["cat"] = cats[np.frombuffer(cat_b, np.int32)]
+    for key, toks, buf in (("pid", pid_t, pid_b), ("tid", tid_t, tid_b)):
+        remap, values = by_value(toks)
+        ids = np.array([_id(v) for v in values] + [-1], np.int64)  # (-1: absent, -1 by default)
+        at = np.frombuffer(buf, np.int32)
+        col[key] = ids[np.where(at >= 0, remap[np.maximum(at, 0)] if len(remap) else 0, -1)]
+    i64 = np.frombuffer(i64_b, np.int64).reshape(7, n)
+    for k, key in enumerate(("ts", "dur", "corr", "ext", "stream", "dev", "bytes")):
+        col[key] = i64[k]
+    extra: dict[int, dict] = {}
+    raws = np.frombuffer(raws_b, np.int64).reshape(-1, 4)
+    flop_names = set(FLOP_OPS)
+    flop_ids = [i for i, x in enumerate(names) if str(x) in flop_names]
+    if len(raws) and flop_ids:
+        view = memoryview(raw)
+        raws = raws[np.isin(col["name"][raws[:, 0]], flop_ids)]
+        for j, k, a, b in sorted(map(tuple, raws.tolist())):  # (by event, then key: the msgspec reader's order)
+            e = extra.setdefault(j, {})
+            v = dec(view[a:b])
+            if within(v, KEPT_DEPTH - 1):  # (as in ``from_events``: args is one level)
+                e[_RAW_KEYS[k]] = v
+    return _trace(col, names, extra, doc, path)
 
 
 def _chunks(top: list):
@@ -403,7 +473,7 @@ def _int_col(values: list) -> np.ndarray:
             return col
     except (TypeError, ValueError, OverflowError):
         pass
-    return np.fromiter((v if type(v) is int else _id(v) for v in values), dtype=np.int64, count=len(values))
+    return np.fromiter(map(_id, values), dtype=np.int64, count=len(values))
 
 
 def _name_text(v, path: str) -> str:
