@@ -36,10 +36,11 @@ TEST_WORKERS ?= 2
 test: $(STAMP) interp-venvs native
 	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# The C recorder (stepscope.record.native._native, issue 31): `pip install -e .` builds it in place for the venv's
-# Python; `native` also builds it for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src
-# (tests/test_transparency.py does it too), from setup.py's one recipe (native_sources). A machine without a C
-# compiler: the pure-Python recorder, nothing fails.
+# The C extensions (the recorder, stepscope.record.native._native, issue 31; the Kineto trace scanner,
+# stepscope.device.native._kscan, issue 42): `pip install -e .` builds them in place for the venv's Python; `native`
+# also builds them for pyenv's 3.12/3.13 that the tests run with PYTHONPATH=src (tests/test_transparency.py does it
+# too), from setup.py's recipes (native_extensions). A machine without a C compiler: the pure-Python recorder and the
+# msgspec trace reader, nothing fails.
 native:
 	-@for py in $(PY) $$HOME/.pyenv/versions/3.12.1/bin/python3.12 $$HOME/.pyenv/versions/3.13.0/bin/python3.13; do \
 		[ -x "$$(command -v $$py)" ] && $$py scripts/build_native.py; done
