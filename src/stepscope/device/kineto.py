@@ -350,8 +350,9 @@ def _trace(col: dict, names: list, extra: dict, doc: dict, path: str) -> KinetoT
         remap = np.fromiter((text.setdefault(str(x), len(text)) for x in names), np.int32, len(names))
         col["name"] = remap[col["name"]]
         names = list(text)
+    dur = np.maximum(col["dur"], 0, out=col["dur"])  # (in place: the readers' own column)
     trace = KinetoTrace(
-        path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=np.maximum(col["dur"], 0),
+        path=path, names=names, cat=col["cat"], name=col["name"], ts=col["ts"], dur=dur,
         pid=col["pid"], tid=col["tid"], correlation=col["corr"], external_id=col["ext"], stream=col["stream"],
         device=col["dev"], nbytes=col["bytes"], args=[], base_ns=base_ns,
         device_properties=_properties(props), metadata=meta, distributed=_distributed(doc))
@@ -377,7 +378,7 @@ def _load_scanned(raw: bytes, path: str) -> KinetoTrace | None:
     got = scan(raw)
     if got is None:
         return None
-    n, cat_b, name_b, pid_b, tid_b, i64_b, (name_t, cat_t, pid_t, tid_t), raws_b, top = got
+    n, (cat_b, name_b, pid_b, tid_b, *i64_b, raws_b), (name_t, cat_t, pid_t, tid_t), top = got
     dec = msgspec.json.decode
     doc = {dec(k): dec(v) for k, v in top}  # (small: metadata, deviceProperties)
 
@@ -390,14 +391,15 @@ def _load_scanned(raw: bytes, path: str) -> KinetoTrace | None:
     col = {"name": nremap[np.frombuffer(name_b, np.int32)]}
     cats = np.array([CAT.get(dec(t), 0) for t in cat_t] + [0], np.int8)  # (-1: no cat, "" by default: 0)
     col["cat"] = cats[np.frombuffer(cat_b, np.int32)]
-    for key, toks, buf in (("pid", pid_t, pid_b), ("tid", tid_t, tid_b)):
+    del got, cat_b, name_b
+    for key, toks in (("pid", pid_t), ("tid", tid_t)):
         remap, values = by_value(toks)
-        ids = np.array([_id(v) for v in values] + [-1], np.int64)  # (-1: absent, -1 by default)
-        at = np.frombuffer(buf, np.int32)
-        col[key] = ids[np.where(at >= 0, remap[np.maximum(at, 0)] if len(remap) else 0, -1)]
-    i64 = np.frombuffer(i64_b, np.int64).reshape(7, n)
-    for k, key in enumerate(("ts", "dur", "corr", "ext", "stream", "dev", "bytes")):
-        col[key] = i64[k]
+        ids = [_id(v) for v in values]
+        lut = np.array([ids[r] for r in remap.tolist()] + [-1], np.int64)  # token -> id; [-1]: absent, -1 by default
+        col[key] = lut[np.frombuffer(pid_b if key == "pid" else tid_b, np.int32)]  # (one gather, no temporaries)
+    del pid_b, tid_b
+    for key, buf in zip(("ts", "dur", "corr", "ext", "stream", "dev", "bytes"), i64_b):
+        col[key] = np.frombuffer(buf, np.int64)  # (the scanner's own buffer: no copy)
     extra: dict[int, dict] = {}
     raws = np.frombuffer(raws_b, np.int64).reshape(-1, 4)
     flop_names = set(FLOP_OPS)

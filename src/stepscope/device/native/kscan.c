@@ -1,15 +1,16 @@
 /* stepscope.device.native._kscan: the traceEvents array of a Kineto / Chrome trace (Chrome's "Trace Event Format":
  * a JSON array of event objects) scanned straight into columns, for device/kineto.py's load.
  *
- * scan(buf) reads the complete events ("ph": "X") and returns
- *   (n, cat, name, pid, tid, i64, tokens, raws)
- * where n is their number; cat, name, pid, tid: bytearrays of n int32, each an index into that field's list in
+ * scan(buf) reads the document (the object with traceEvents, or the bare array of events) and returns
+ *   (n, (cat, name, pid, tid, ts, dur, corr, ext, stream, device, bytes, raws), tokens, top)
+ * where n is the number of complete events ("ph": "X"); cat, name, pid, tid: bytearrays of n int32, each an index
+ * into that field's list in
  * `tokens` (a 4-tuple, name cat pid tid: the distinct raw JSON tokens of the field, in the order first seen among the
- * complete events; -1: the field is absent; an absent name is the token "", msgspec's default); i64: a bytearray of 7 x n int64
- * columns one after the other: ts and dur in ns (rint(us * 1000), round half to even, as numpy's rint), then the args'
- * correlation, External id, stream, device and bytes (-1 when absent or null; a float is truncated to an integer);
- * raws: a bytearray of int64 quadruples (event, key, start, end): the byte spans of args' "Input Dims" (key 0),
- * "Concrete Inputs" (1) and "Input type" (2).
+ * complete events; -1: the field is absent; an absent name is the token "", msgspec's default); then bytearrays of n
+ * int64: ts and dur in ns (rint(us * 1000), round half to even, as numpy's rint), the args' correlation, External
+ * id, stream, device and bytes (-1 when absent or null; a float is truncated to an integer); raws: a bytearray of
+ * int64 quadruples (event, key, start, end): the byte spans of args' "Input Dims" (key 0), "Concrete Inputs" (1)
+ * and "Input type" (2) in the buffer; top: the document's other members as (raw key, raw value) bytes pairs.
  *
  * It returns None whenever the input is anything it does not reproduce exactly as the msgspec reader would (then
  * that reader runs): malformed JSON, a key with an escape, a repeated key, a phase outside the Trace Event Format's
@@ -168,23 +169,46 @@ static int skip(Cur *c) {
 
 /* ---- growable buffers and the token table --------------------------------------------------------------------- */
 
+/* A column: a bytearray written in place and handed to Python as it is (shrunk to its length: no copy of the data;
+ * reserved at the scan's start for as many events as the document could hold, so that it rarely grows: pages never
+ * written are never resident). */
 typedef struct {
+    PyObject *ba;
     char *data;
     size_t len, cap;
 } Buf;
+
+static int reserve(Buf *b, size_t cap) {
+    if (b->ba == NULL) {
+        b->ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    } else if (PyByteArray_Resize(b->ba, (Py_ssize_t)cap) < 0) {
+        return -1;
+    }
+    if (b->ba == NULL) return -1;
+    b->data = PyByteArray_AS_STRING(b->ba);
+    b->cap = cap;
+    return 0;
+}
 
 static int put(Buf *b, const void *x, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 4096;
         while (cap < b->len + n) cap *= 2;
-        char *d = PyMem_Realloc(b->data, cap);
-        if (d == NULL) return -1;
-        b->data = d;
-        b->cap = cap;
+        if (reserve(b, cap) < 0) return -1;
     }
     memcpy(b->data + b->len, x, n);
     b->len += n;
     return 0;
+}
+
+/* The column's bytearray, shrunk to its length (a new reference; the Buf gives it up). */
+static PyObject *take(Buf *b) {
+    if (b->ba == NULL && reserve(b, 0) < 0) return NULL;
+    if (PyByteArray_Resize(b->ba, (Py_ssize_t)b->len) < 0) return NULL;
+    PyObject *ba = b->ba;
+    b->ba = NULL;
+    b->data = NULL;
+    return ba;
 }
 
 typedef struct {
@@ -581,14 +605,18 @@ static int top_object(Cur *c, Out *o, PyObject *top) {
     return found ? 0 : BAIL;
 }
 
-static void out_free(Out *o) {
+static Buf *bufs_of(Out *o, int k) {
     Buf *bufs[] = {&o->cat, &o->name, &o->pid, &o->tid, &o->ts, &o->dur, &o->ids[0], &o->ids[1], &o->ids[2],
                    &o->ids[3], &o->ids[4], &o->raws};
-    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) PyMem_Free(bufs[k]->data);
-    for (int k = 0; k < 4; k++) tokens_free(&o->tokens[k]);
+    return bufs[k];
 }
 
-static PyObject *bytearray(Buf *b) { return PyByteArray_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
+#define NBUFS 12
+
+static void out_free(Out *o) {
+    for (int k = 0; k < NBUFS; k++) Py_CLEAR(bufs_of(o, k)->ba);
+    for (int k = 0; k < 4; k++) tokens_free(&o->tokens[k]);
+}
 
 static PyObject *scan(PyObject *mod, PyObject *arg) {
     Py_buffer view;
@@ -600,6 +628,10 @@ static PyObject *scan(PyObject *mod, PyObject *arg) {
     for (int k = 0; k < 4 && rc == 0; k++) rc = tokens_init(&o.tokens[k]);
     PyObject *top = PyList_New(0);
     if (top == NULL) rc = -1;
+    /* a complete Kineto event is rarely under 48 bytes of JSON: room for len / 48 of them, reserved, not touched */
+    size_t guess = (size_t)view.len / 48 + 64;
+    for (int k = 0; k < NBUFS - 1 && rc == 0; k++)
+        rc = reserve(bufs_of(&o, k), guess * (k < 4 ? 4 : 8)) < 0 ? -1 : 0;
     if (rc == 0) {
         Cur c = {view.buf, (const unsigned char *)view.buf + view.len, view.buf};
         ws(&c);
@@ -611,16 +643,15 @@ static PyObject *scan(PyObject *mod, PyObject *arg) {
         }
     }
     if (rc == 0) {
-        Buf i64 = {0};
-        int bad = put(&i64, o.ts.data ? o.ts.data : "", o.ts.len) || put(&i64, o.dur.data ? o.dur.data : "", o.dur.len);
-        for (int k = 0; k < 5 && !bad; k++) bad = put(&i64, o.ids[k].data ? o.ids[k].data : "", o.ids[k].len);
-        if (!bad)
-            result = Py_BuildValue("(nNNNNN(OOOO)NO)", o.n, bytearray(&o.cat), bytearray(&o.name), bytearray(&o.pid),
-                                   bytearray(&o.tid), bytearray(&i64), o.tokens[0].list, o.tokens[1].list,
-                                   o.tokens[2].list, o.tokens[3].list, bytearray(&o.raws), top);
-        else
-            PyErr_NoMemory();
-        PyMem_Free(i64.data);
+        PyObject *cols = PyTuple_New(NBUFS);
+        for (int k = 0; cols != NULL && k < NBUFS; k++) {
+            PyObject *ba = take(bufs_of(&o, k));
+            if (ba == NULL) Py_CLEAR(cols);
+            else PyTuple_SET_ITEM(cols, k, ba);
+        }
+        if (cols != NULL)
+            result = Py_BuildValue("(nN(OOOO)O)", o.n, cols, o.tokens[0].list, o.tokens[1].list, o.tokens[2].list,
+                                   o.tokens[3].list, top);
     } else if (rc == BAIL) {
         result = Py_NewRef(Py_None);
     } else if (!PyErr_Occurred()) {
@@ -634,8 +665,8 @@ static PyObject *scan(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O,
-     "scan(events: bytes-like) -> (n, cat, name, pid, tid, i64, tokens, raws) | None: the complete events of a "
-     "traceEvents JSON array as columns (see kscan.c), or None where the msgspec reader must read it."},
+     "scan(document: bytes-like) -> (n, columns, tokens, top) | None: a Kineto trace's complete events as columns "
+     "(see kscan.c), or None where the msgspec reader must read it."},
     {NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
