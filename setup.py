@@ -49,8 +49,8 @@ def kscan_sources() -> dict:
     """The Kineto trace scanner's recipe (``stepscope.device.native._kscan``), as ``native_sources()``'s."""
     return {
         "name": "stepscope.device.native._kscan",
-        "sources": [f"{KSCAN_DIR}/kscan.c"],
-        "depends": [f"{KSCAN_DIR}/kscan.h"],
+        "sources": [f"{KSCAN_DIR}/{n}.c" for n in ("kscan", "jsonlex")],
+        "depends": [f"{KSCAN_DIR}/{n}.h" for n in ("kscan", "jsonlex")],
         "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
         "libraries": [],
     }
