@@ -117,7 +117,7 @@ TARGETS = ("targets (issue 15, at 1M): end of run <= 3 s, <= 300 MB; report, exp
            "report <= 10 s, its file <= 10 MB, drawn in <= 3 s; explain and diff <= 5 s)")
 
 # runs a command, prints "<start> <end> <peak RSS KiB of its largest process> <stdout bytes> <peak RSS KiB of the
-# traced program>": the program (a grandchild, run as `python PROGRAM ...`: PROGRAM is argv[2]) is
+# traced program>": the program (a grandchild: `python -m stepscope.record.launch PROGRAM ...`, PROGRAM argv[2]) is
 # watched through /proc every 20 ms (its VmHWM, the kernel's high-water mark: only growth in its last 20 ms is missed)
 WRAPPER = r'''
 import os, resource, subprocess, sys, threading, time
@@ -126,7 +126,8 @@ def watch():
     while not done.wait(0.02):
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[1:2] == [prog.encode()]:
+                args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                if prog.encode() in args and b"run" not in args:  # (the launched program, not `stepscope run`)
                     for line in open(f"/proc/{pid}/status"):
                         if line.startswith("VmHWM:"):
                             peak[0] = max(peak[0], int(line.split()[1]))

@@ -130,11 +130,13 @@ def per_name(spans, lane: Lane, top: int = 15) -> list[NameMemory]:
     peak_by = np.full(n, -1, np.int64)
     np.maximum.at(peak_by, code, peaks)
     unsampled = np.bincount(code, weights=(peaks < 0), minlength=n).astype(np.int64)
-    # per name, the span with the largest growth (the first in time order among equals)
-    order = np.lexsort((np.arange(len(rows)), -growth, code))
-    first = np.ones(len(order), bool)
-    first[1:] = code[order][1:] != code[order][:-1]
-    best = order[first]
+    # per name, the span with the largest growth (the first in time order among equals): no sort, two scatters
+    gmax = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(gmax, code, growth)
+    at_max = np.flatnonzero(growth == gmax[code])
+    best_by = np.full(n, len(rows), np.int64)
+    np.minimum.at(best_by, code[at_max], at_max)
+    best = best_by[best_by < len(rows)]  # (by name code, as a sort by name would give them)
     first_at = np.full(n, len(rows), np.int64)  # names in the order they first appear (ties keep it)
     np.minimum.at(first_at, code, np.arange(len(rows)))
     best = best[np.argsort(first_at[code[best]], kind="stable")]

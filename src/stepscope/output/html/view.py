@@ -205,7 +205,11 @@ def _density(t: SpanTable, rest: np.ndarray, dep: np.ndarray, t0: int, run, tid_
         return out
     b = np.clip(((t.start[rest] - t0) / width).astype(np.int64), 0, DENSITY_BINS - 1)
     key_th = t.thread[rest]
-    uth, th_inv = np.unique(key_th, return_inverse=True)
+    tord, tlo, thi = group_rows(key_th)  # (a few threads: a pass each, no sort of the rows)
+    uth = key_th[tord[tlo]]
+    th_inv = np.empty(len(rest), np.int64)
+    for k, (a_, b_) in enumerate(zip(tlo.tolist(), thi.tolist())):
+        th_inv[tord[a_:b_]] = k
     group = t.name[rest].astype(np.int64) * len(uth) + th_inv
     durs, deps = t.dur[rest], dep[rest]
     order, lo, hi = group_rows(group)
