@@ -187,14 +187,9 @@ class SpanTable:
         return np.where(sorted_ids[pos] == ids, order[pos], -1)
 
     def _id_index(self) -> tuple:
-        n = len(self.id)
-        if n:
-            lo = int(self.id.min())
-            if int(self.id.max()) - lo == n - 1:
-                table = np.full(n, -1, np.int64)
-                table[self.id - lo] = np.arange(n)
-                if not (table < 0).any():  # each id once
-                    return None, lo, table
+        dense = rows_by_dense_id(self.id)
+        if dense is not None:
+            return None, int(self.id.min()), dense
         order = np.argsort(self.id, kind="stable")
         return order, self.id[order]
 
@@ -225,6 +220,20 @@ class SpanTable:
 def as_table(spans) -> SpanTable:
     """``spans`` (a SpanTable or Span objects) as a SpanTable."""
     return spans if isinstance(spans, SpanTable) else SpanTable.from_spans(spans)
+
+
+def rows_by_dense_id(ids: np.ndarray) -> np.ndarray | None:
+    """The row of each id, indexed by ``id - min(ids)`` (int64), when the ids are dense (``lo..lo+n-1``, each once:
+    stepscope numbers a run's spans so); None otherwise. O(n), no sort."""
+    n = len(ids)
+    if not n:
+        return None
+    lo = int(ids.min())
+    if int(ids.max()) - lo != n - 1:
+        return None
+    table = np.full(n, -1, np.int64)
+    table[ids - lo] = np.arange(n)
+    return None if (table < 0).any() else table
 
 
 #: ``group_rows`` finds each key's rows by one comparison pass per key up to this many distinct keys (then a sort)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core.model import Frame, Profile, RunData, root_at_cells
 from ..core.spanformat import CODE_COLUMNS, INT_COLUMNS
-from ..core.spantable import SpanTable
+from ..core.spantable import SpanTable, rows_by_dense_id
 from . import profileblock, sampleblock
 from .db import Store, StoreError
 from .schema import damaged
@@ -117,16 +117,11 @@ def _start_order(ids: np.ndarray, start: np.ndarray) -> np.ndarray:
     (one run: ``min..min+n-1``, each once) and their order is usually the start order already; the rows placed by
     id then only need checking. Otherwise (ids from elsewhere, or threads whose starts interleave out of id order)
     a ``lexsort``."""
-    n = len(ids)
-    if n:
-        lo = int(ids.min())
-        if int(ids.max()) - lo == n - 1:
-            by_id = np.full(n, -1, np.int64)
-            by_id[ids - lo] = np.arange(n)
-            if not (by_id < 0).any():  # each id once
-                s = start[by_id]
-                if not (s[1:] < s[:-1]).any():
-                    return by_id
+    by_id = rows_by_dense_id(ids)
+    if by_id is not None:
+        s = start[by_id]
+        if not (s[1:] < s[:-1]).any():
+            return by_id
     return np.lexsort((ids, start))
 
 
