@@ -229,3 +229,58 @@ def test_tracing_behaviour_on_each_interpreter(python):
         p = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_tracing_behaviour.py"],
                            cwd=here.parent, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, (recorder, p.stdout[-3000:], p.stderr[-2000:])
+
+
+def test_calls_finished_while_they_are_taken_wait_for_the_next_take(tmp_path, monkeypatch):
+    """``take`` calls Python code per call (the exception type's name; on 3.11 the garbage collector in any
+    allocation), which can hand the GIL to a thread that finishes more traced calls (and moves the C recorder's
+    columns). Those wait for the next take: none lost, none handed over twice, and the list never written past its
+    end (the heap corruption this caused)."""
+    from stepscope.record.spans import buffer
+    from stepscope.record import native
+
+    if native.ext is None:
+        pytest.skip("the C recorder is not loaded in this interpreter")
+    import stepscope
+
+    (tmp_path / "reentmod.py").write_text(
+        "def leaf(x):\n    return x + 1\n\n"
+        "def boom(err):\n    raise err('k')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stepscope.init(functions_to_trace=["reentmod.*"], profiles_hz=0, store=str(tmp_path / "store"),
+                   flush_interval_s=3600)
+    try:
+        import reentmod
+
+        fired = []
+
+        class Meta(type):
+            pass
+
+        def module_of(cls):  # read by take (error_name), in the middle of its loop: 200 more calls end there
+            if not fired:
+                fired.append(True)
+                for i in range(200):
+                    reentmod.leaf(i)
+            return "reentmod_errors"
+
+        Meta.__module__ = property(module_of)
+        Boom = Meta("Boom", (Exception,), {})
+        buffer.take()
+        for i in range(3):
+            reentmod.leaf(i)
+        try:
+            reentmod.boom(Boom)
+        except Exception:
+            pass
+        for i in range(3):
+            reentmod.leaf(i)
+        first = buffer.take()
+        second = buffer.take()
+    finally:
+        stepscope.shutdown()
+    assert fired
+    ids = [s[0] for s in first + second]
+    assert len(ids) == len(set(ids)) == 3 + 1 + 3 + 200
+    assert len(first) == 7 and [s[7] for s in first].count("reentmod_errors.Boom") == 1
+    assert all(s[2] == "reentmod.leaf" for s in second)

@@ -141,3 +141,53 @@ def test_the_walker_keeps_each_code_until_reset():
     gc.collect()
     assert code() is None
     assert w.take() == ([], [])
+
+
+@needs_walker
+def test_rows_and_stacks_made_while_they_are_handed_over_wait_for_the_next_call():
+    """rows() and take() allocate a tuple per item; on 3.11 an allocation may run the garbage collector and its
+    Python code, which can hand the GIL to the main thread, whose C signal handler then adds samples and stacks (and
+    may move the walker's arrays) in the middle of the hand-over. Those wait for the next call: none is lost, and the
+    list handed over is never written past its end (the heap corruption this caused: a recorded program's abort)."""
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    made = [0]  # rows recorded (a row a thread with a Python frame, each look)
+    for _ in range(50):
+        made[0] += w.sample([], 10_000_000, 100_000_000)[2]
+    before = made[0]
+    fired = {"rows": 0, "take": 0}
+    inside = {"now": None}
+
+    def more(phase, info):  # the handler's work, done by the collector's Python code in the middle of the call
+        if phase == "start" and inside["now"] is not None and fired[inside["now"]] < 3:
+            fired[inside["now"]] += 1
+            for _ in range(100):
+                made[0] += w.sample([], 10_000_000, 100_000_000)[2]
+            ns = {}
+            exec(compile(f"def fresh_{inside['now']}_{fired[inside['now']]}(w):\n    return w.walk(__import__('sys')"
+                         "._getframe())\n", "<fresh>", "exec"), ns)
+            ns.popitem()[1](w)  # a new code: a new frame and stack for take()
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(more)
+    gc.set_threshold(1)
+    try:
+        inside["now"] = "rows"
+        first = w.rows()
+        inside["now"] = "take"
+        frames, stacks = w.take()
+        inside["now"] = None
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(more)
+    if sys.version_info < (3, 12):  # (3.12+ runs the collector at the next bytecode boundary, not in an allocation)
+        assert fired["rows"] and fired["take"]
+    rest = w.rows()
+    assert len(first) + len(rest) == made[0]
+    assert len(first) >= before and all(isinstance(r, tuple) and len(r) == 5 for r in first + rest)
+    frames2, stacks2 = w.take()
+    keys = [(id(f[0]), f[1]) for f in frames + frames2]  # (a frame: a code at a line; the walker keeps the codes)
+    assert len(set(keys)) == len(keys)  # each frame handed over once
+    assert sum(f[0].co_name.startswith("fresh_") for f in frames + frames2) == fired["rows"] + fired["take"]
+    assert w.unseen == 0 and w.take() == ([], [])
+    n_stacks = len(stacks) + len(stacks2)
+    assert all(s < n_stacks for r in first + rest for s in [r[2]])

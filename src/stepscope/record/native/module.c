@@ -114,11 +114,14 @@ static PyObject *py_top_name(PyObject *m, PyObject *unused) {
 }
 
 static PyObject *py_take(PyObject *m, PyObject *unused) {
-    /* the finished calls as span tuples (SPAN_FIELDS), oldest first; the columns emptied */
-    PyObject *out = PyList_New(n_fin);
+    /* the finished calls as span tuples (SPAN_FIELDS), oldest first; those taken removed from the columns. Only the
+       calls there at the call are taken: error_name and each allocation may run Python code (the garbage collector's
+       too), which can hand the GIL to a thread that finishes more calls (and moves recs); those stay for the next
+       take, as take_block's do. */
+    Py_ssize_t n = n_fin, i = 0;
+    PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n_fin; i++) {
-        PyObject *no = PyList_GET_ITEM(names, recs[i].idx);
+    for (; i < n && i < n_fin; i++) { /* (n_fin below n only after a clear meanwhile) */
         PyObject *err;
         if (recs[i].err != NULL) {
             err = PyObject_CallOneArg(error_name, recs[i].err);
@@ -126,25 +129,37 @@ static PyObject *py_take(PyObject *m, PyObject *unused) {
         } else {
             err = Py_NewRef(Py_None);
         }
+        if (i >= n_fin) { Py_DECREF(err); break; }
         PyObject *attrs = recs[i].step >= 0 ? Py_BuildValue("{ONOO}", step_key, PyLong_FromLongLong(recs[i].step),
                                                          nested_key, Py_True) : Py_NewRef(Py_None);
         PyObject *t = PyTuple_New(9); /* (built item by item: Py_BuildValue's format parsing was half the cost) */
-        if (t == NULL || attrs == NULL) { Py_XDECREF(t); Py_XDECREF(attrs); Py_DECREF(err); Py_DECREF(out); return NULL; }
-        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(recs[i].sid));
-        PyTuple_SET_ITEM(t, 1, opt_id(recs[i].parent));
+        if (t == NULL || attrs == NULL || i >= n_fin) {
+            Py_XDECREF(t); Py_XDECREF(attrs); Py_DECREF(err);
+            if (i >= n_fin) break;
+            Py_DECREF(out);
+            return NULL;
+        }
+        Rec r = recs[i]; /* (after the allocations: recs may have moved) */
+        PyObject *no = PyList_GET_ITEM(names, r.idx);
+        PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(r.sid));
+        PyTuple_SET_ITEM(t, 1, opt_id(r.parent));
         PyTuple_SET_ITEM(t, 2, Py_NewRef(PyTuple_GET_ITEM(no, 0)));
         PyTuple_SET_ITEM(t, 3, Py_NewRef(PyTuple_GET_ITEM(no, 1)));
-        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(recs[i].start));
-        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(recs[i].end));
-        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(recs[i].tid));
+        PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(r.start));
+        PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(r.end));
+        PyTuple_SET_ITEM(t, 6, PyLong_FromUnsignedLong(r.tid));
         PyTuple_SET_ITEM(t, 7, err);
         PyTuple_SET_ITEM(t, 8, attrs);
-        for (int k = 0; k < 7; k++)
-            if (PyTuple_GET_ITEM(t, k) == NULL) { Py_DECREF(t); Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, i, t);
+        int bad = 0;
+        for (int k = 0; k < 7; k++) bad |= PyTuple_GET_ITEM(t, k) == NULL;
+        if (bad || PyList_Append(out, t) < 0) { Py_DECREF(t); Py_DECREF(out); return NULL; }
+        Py_DECREF(t);
     }
-    for (Py_ssize_t i = 0; i < n_fin; i++) Py_XDECREF(recs[i].err);
-    n_fin = 0;
+    Py_ssize_t k = PyList_GET_SIZE(out);
+    for (Py_ssize_t j = 0; j < k && j < n_fin; j++) Py_CLEAR(recs[j].err); /* (a free may run Python code too) */
+    Py_ssize_t rest = n_fin - k;
+    if (rest > 0) memmove(recs, recs + k, sizeof(Rec) * rest);
+    n_fin = rest > 0 ? rest : 0;
     return out;
 }
 

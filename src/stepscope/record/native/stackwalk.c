@@ -242,31 +242,39 @@ static PyObject *walker_walk(Walker *w, PyObject *frame) {
     return PyLong_FromLong(si);
 }
 
+/* take() -> (frames, stacks) made since the previous take. Only those there at the call: each tuple's allocation may
+   run the garbage collector (3.11), and with it Python code that can hand the GIL to the main thread, whose signal
+   handler (sigtick.c) then makes frames and stacks (and may move the arrays); those stay for the next take. */
 static PyObject *walker_take(Walker *w, PyObject *unused) {
-    PyObject *frames = PyList_New(w->n_frames - w->taken_frames);
-    PyObject *stacks = PyList_New(w->n_stacks - w->taken_stacks);
+    Py_ssize_t f0 = w->taken_frames, nf = w->n_frames, s0 = w->taken_stacks, ns = w->n_stacks;
+    PyObject *frames = PyList_New(0), *stacks = PyList_New(0);
     if (frames == NULL || stacks == NULL) goto fail;
-    for (Py_ssize_t i = w->taken_frames; i < w->n_frames; i++) {
-        Code *c = &w->codes[w->frames[i].code];
-        PyObject *t = Py_BuildValue("(OiO)", c->code, (int)w->frames[i].line,
-                                    c->module != NULL ? c->module : w->empty);
-        if (t == NULL) goto fail;
-        PyList_SET_ITEM(frames, i - w->taken_frames, t);
+    for (Py_ssize_t i = f0; i < nf && i < w->n_frames; i++) { /* (w->n_frames below nf only after a reset) */
+        WFrame fr = w->frames[i];
+        Code c = w->codes[fr.code];
+        PyObject *t = Py_BuildValue("(OiO)", c.code, (int)fr.line, c.module != NULL ? c.module : w->empty);
+        if (t == NULL || PyList_Append(frames, t) < 0) { Py_XDECREF(t); goto fail; }
+        Py_DECREF(t);
     }
-    for (Py_ssize_t i = w->taken_stacks; i < w->n_stacks; i++) {
-        Stack *s = &w->stacks[i];
-        PyObject *t = PyTuple_New(s->len);
+    for (Py_ssize_t i = s0; i < ns && i < w->n_stacks; i++) {
+        int32_t len = w->stacks[i].len;
+        PyObject *t = PyTuple_New(len);
         if (t == NULL) goto fail;
-        PyList_SET_ITEM(stacks, i - w->taken_stacks, t);
-        for (int32_t k = 0; k < s->len; k++) {
-            PyObject *v = PyLong_FromLong(w->ids[s->start + k]);
-            if (v == NULL) goto fail;
+        Py_ssize_t start = w->stacks[i].start; /* (read after the allocation: the array may have moved) */
+        for (int32_t k = 0; k < len; k++) {
+            PyObject *v = PyLong_FromLong(w->ids[start + k]);
+            if (v == NULL) { Py_DECREF(t); goto fail; }
             PyTuple_SET_ITEM(t, k, v);
         }
+        int rc = PyList_Append(stacks, t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
     }
-    w->taken_frames = w->n_frames;
-    w->taken_stacks = w->n_stacks;
-    w->unseen = 0;
+    if (w->n_frames >= nf && w->n_stacks >= ns) { /* (else a reset came meanwhile: indices start again at 0) */
+        w->taken_frames = nf;
+        w->taken_stacks = ns;
+        w->unseen = (w->n_frames - nf) + (w->n_stacks - ns);
+    }
     return Py_BuildValue("(NN)", frames, stacks);
 fail:
     Py_XDECREF(frames);

@@ -228,18 +228,29 @@ PyObject *walker_forget(Walker *w, PyObject *args) {
     return out;
 }
 
-/* rows() -> [(t_ns, thread id, walker stack index, wall_ns, cpu_ns)]: the samples recorded since the last call */
+/* rows() -> [(t_ns, thread id, walker stack index, wall_ns, cpu_ns)]: the samples recorded since the last call.
+   Only the rows there at the call are taken: each tuple's allocation may run the garbage collector (3.11), and with
+   it Python code that can hand the GIL to the main thread, whose signal handler (sigtick.c) then adds rows (and may
+   move the array); those stay for the next call. */
 PyObject *walker_rows(Walker *w, PyObject *unused) {
-    PyObject *out = PyList_New(w->n_rows);
+    Py_ssize_t n = w->n_rows, i = 0;
+    PyObject *out = PyList_New(n);
     if (out == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < w->n_rows; i++) {
+    for (; i < n && i < w->n_rows; i++) { /* (w->n_rows below n only after a reset meanwhile) */
         const int64_t *p = w->rows + 5 * i;
         PyObject *t = Py_BuildValue("(LkLLL)", (long long)p[0], (unsigned long)p[1], (long long)p[2],
                                     (long long)p[3], (long long)p[4]);
-        if (t == NULL) { Py_DECREF(out); return NULL; }
+        if (t == NULL) {
+            Py_SET_SIZE(out, i); /* (the items not yet set are NULL: not decref'd) */
+            Py_DECREF(out);
+            return NULL;
+        }
         PyList_SET_ITEM(out, i, t);
     }
-    w->n_rows = 0;
+    Py_SET_SIZE(out, i);
+    Py_ssize_t rest = w->n_rows - i;
+    if (rest > 0) memmove(w->rows, w->rows + 5 * i, (size_t)rest * 5 * sizeof(int64_t));
+    w->n_rows = rest > 0 ? rest : 0;
     return out;
 }
 
