@@ -89,6 +89,10 @@ class StopWatch:
         except OSError:
             self.r = None
             return
+        self.pass_on(got, main_ident)
+
+    def pass_on(self, got: bytes, main_ident: int) -> None:
+        """Send each stop signal among ``got`` (signal numbers read from the pipe) to the main thread again."""
         for b in set(got) & self.sigs:
             try:
                 signal.pthread_kill(main_ident, b)

@@ -158,6 +158,13 @@ class CudaReader:
         self._stats = stats
         return True
 
+    def ready(self) -> bool:
+        """Whether ``read`` would read CUDA's figures now (the program has initialised CUDA)."""
+        try:
+            return self._ready()
+        except Exception:
+            return False
+
     def read(self):
         try:
             if not self._ready():

@@ -298,6 +298,27 @@ class Walker:
     def rows(self) -> list[tuple[int, int, int, int, int]]:
         """The sample rows recorded since the last call, ``(t_ns, thread id, walker stack index, wall_ns, cpu_ns)``."""
 
+    def run(self, lock: Any, sample_lock: Any, skip: Iterable[int], period_ns: int, cap_ns: int, next_t: int, until_ns: int,
+            main_ident: int, main_state: Any, active: dict[int, Any], stop_fd: int, stop_sigs: bytes, finished: Any, limit: int,
+            mem: Any, rss_fd: int, page: int, mem_every: int, /) -> tuple[int, int, int, int, list[int] | None,
+                                                                          list[int] | None, int, bytes]:
+        """The recorder's looks until something else is due, in one call (looks.c; ``Sampler.run_looks``): waits for each
+        look without the GIL (``notify`` ends the wait; ``lock``, released, ends the run: reason 1), looks as ``sample`` does (each thread's CPU clock read before the GIL is taken) from
+        ``next_t`` on every ``period_ns`` (ns, ``CLOCK_MONOTONIC``) with ``sample_lock`` held (a look that finds it
+        held is skipped), and reads the memory lane's RSS (``mem``, a
+        ``MemoryLane``; the pread of ``rss_fd``, ``page`` bytes a page) when ``mem.last_t`` is ``mem_every`` ns old.
+        The main thread (``main_ident``) is looked at unless ``main_state`` (its timer sampler's state: ``active``,
+        ``resting``; None: no timer sampler) says its own timers sample it; that state is read again at each look,
+        with the GIL held. Returns ``(reason, looks, threads looked at, next_t, seen, ran, look CPU ns, stop
+        bytes)``: reason 0 ``until_ns``, 1 woken, 2 a look where nothing ran, 3 the resting main thread ran, 4
+        ``active`` changed size, 5 a stop signal's byte read from ``stop_fd`` (among ``stop_sigs``; returned), 6
+        ``finished`` plus the C recorder's finished calls reached ``limit``, 7 a profiler or tracer of the program's
+        is active, 8 ``main_state`` changed. Raises ValueError
+        (``period_ns``), what ``lock.acquire`` or the memory lane's calls raise."""
+
+    def notify(self) -> None:
+        """Wake a ``run`` that waits for its next look (its eventfd; any thread)."""
+
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line
         -1: none, as ``f_lineno`` None; module: the ``__name__`` of the globals of the first frame seen running the

@@ -417,7 +417,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddObjectRef(m, "Probe", (PyObject *)&ProbeType) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "DenoiserProbe", (PyObject *)&DenoiserProbeType) < 0) return NULL;
 #ifdef STEPSCOPE_STACKWALK
-    if (PyType_Ready(&WalkerType) < 0 || PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0) return NULL;
+    if (looks_init() < 0 || PyType_Ready(&WalkerType) < 0 ||
+        PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0)
+        return NULL;
 #endif
     if (sigtick_init(m) < 0) return NULL;
     if (PyModule_AddObjectRef(m, "parked", parked) < 0) return NULL;

@@ -56,17 +56,6 @@ static PyObject *s_rest, *s_wake, *s_sample, *s_last_t, *s_paused;
 
 static void forked_child(void) { my_pid = getpid(); }
 
-static inline int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static inline int64_t thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static inline uint64_t next_rand(Tick *s) { /* xorshift64* */
     uint64_t x = s->rng;
@@ -124,7 +113,7 @@ static int call_owner(Tick *s, PyObject *name, PyObject *a, PyObject *b) {
 
 /* MainThreadSampler.tick: a wall-timer expiration; -1 with an exception set (from a rest's Python call) */
 static int wall_tick(Tick *s, PyObject *frame) {
-    int64_t t = mono_ns();
+    int64_t t = clock_ns(CLOCK_MONOTONIC);
     long long due = s->due;
     if (due > t) return 0; /* a spurious tick: a re-arm raced an expiration */
     long long wall = s->carry, interval = s->interval, n = s->left;
@@ -142,7 +131,7 @@ static int wall_tick(Tick *s, PyObject *frame) {
     }
     s->left = n;
     s->carry = record(s, frame, t, wall, 0) ? 0 : wall;
-    int64_t cpu = thread_cpu_ns();
+    int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     int rest = 0;
     if (s->tick_cpu_q >= 0 && s->quiet_cpu + cpu - s->tick_cpu_q < (s->quiet_ticks + 1) * s->rest_cpu) {
         s->quiet_ticks++;
@@ -180,7 +169,7 @@ static int body(Tick *s, int signum, PyObject *frame) {
         Py_XSETREF(s->current, cur); /* (a new reference: the default's, or the value's) */
         if (wall_tick(s, frame) < 0) return -1;
         if (s->memory != NULL && s->memory != Py_None) { /* the memory lane: at most every MEMORY_PERIOD_MIN_NS */
-            int64_t tm = mono_ns();
+            int64_t tm = clock_ns(CLOCK_MONOTONIC);
             PyObject *last = PyObject_GetAttr(s->memory, s_last_t);
             if (last == NULL) return -1;
             long long lt = PyLong_AsLongLong(last);
@@ -196,7 +185,7 @@ static int body(Tick *s, int signum, PyObject *frame) {
             }
         }
     } else {
-        int64_t t = mono_ns(), cpu = thread_cpu_ns();
+        int64_t t = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         long long used = cpu - s->cpu_last;
         s->cpu_last = cpu;
         if (used > 0) record(s, frame, t, 0, used);

@@ -9,6 +9,7 @@
 #include <Python.h>
 
 #include "stackwalk.h"
+#include "looks.h"
 
 #if defined(__GNUC__)
 #pragma GCC visibility push(hidden)

@@ -40,6 +40,9 @@
    Frame and stack indices are dense and never reused; take() hands those made since the previous take to Python. */
 
 #include "threads.h"
+#include "looks.h"
+
+#include <unistd.h>
 
 #ifdef STEPSCOPE_STACKWALK
 
@@ -345,6 +348,7 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
 }
 
 static void walker_dealloc(Walker *w) {
+    if (w->wake_fd1 > 0) close(w->wake_fd1 - 1);
     walker_clear(w);
     PyMem_Free(w->buf);
     Py_XDECREF(w->hidden);
@@ -366,6 +370,12 @@ static PyMethodDef walker_methods[] = {
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,
      "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
+    {"notify", (PyCFunction)walker_notify, METH_NOARGS, "Wake a run() that waits (looks.c)."},
+    {"run", (PyCFunction)walker_run, METH_VARARGS,
+     "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd, "
+     "stop_sigs, finished, limit, "
+     "mem, rss_fd, page, mem_every) -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): looks until "
+     "something else is due (looks.c)"},
     {"rows", (PyCFunction)walker_rows, METH_NOARGS,
      "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,

@@ -21,14 +21,9 @@
 
 #include <time.h>
 
-static inline int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* the CPU time (ns) used so far by the thread with OS id native of this process; -1 when unknown */
-static int64_t thread_cpu(unsigned long native) {
+int64_t thread_cpu(unsigned long native) {
 #ifdef __linux__
     if (native == 0) return -1;
     struct timespec ts;
@@ -96,7 +91,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *seen = PyList_New(0), *ran = PyList_New(0), *out = NULL;
     if (seen == NULL || ran == NULL) goto done;
     uint64_t look = ++w->looks;
-    int64_t t = now_ns();
+    int64_t t = clock_ns(CLOCK_MONOTONIC);
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts)) {
@@ -111,7 +106,10 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         if (r != NULL) r->look = look;
         if (in_ids(sk, nsk, tid)) { Py_DECREF(id); continue; }
         unsigned long native = ts->native_thread_id;
-        int64_t cpu = thread_cpu(native);
+        int64_t cpu = -2;
+        for (Py_ssize_t i = 0; i < w->n_pre && cpu == -2; i++) /* read before the GIL was taken (Walker.run) */
+            if (w->pre_native[i] == native) cpu = w->pre_cpu[i];
+        if (cpu == -2) cpu = thread_cpu(native);
         n++;
         if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
             if (walker_row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
@@ -174,7 +172,7 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
         if (!still(r, thread_cpu(r->native))) { n = -1; goto done; }
     }
-    int64_t t = now_ns();
+    int64_t t = clock_ns(CLOCK_MONOTONIC);
     for (Py_ssize_t i = 0; i < w->n_threads; i++) {
         TRec *r = &w->threads[i];
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;

@@ -17,6 +17,7 @@ PyObject *walker_blocked(Walker *w, PyObject *skip);
 PyObject *walker_hand_over(Walker *w, PyObject *args);
 PyObject *walker_forget(Walker *w, PyObject *args);
 PyObject *walker_rows(Walker *w, PyObject *unused);
+
 /* the thread table and the rows released (Walker.reset, dealloc) */
 void threads_clear(Walker *w);
 

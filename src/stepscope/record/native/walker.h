@@ -17,6 +17,14 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+
+/* clock c now, in ns (CLOCK_MONOTONIC: time.perf_counter_ns on Linux; CLOCK_THREAD_CPUTIME_ID: this thread's CPU) */
+static inline int64_t clock_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 #ifndef Py_T_PYSSIZET /* (3.11: the names of structmember.h) */
 #include <structmember.h>
@@ -176,6 +184,12 @@ typedef struct {
     int64_t *rows; /* the samples recorded since the last rows(): 5 int64 a row (t, thread, stack, wall, cpu) */
     Py_ssize_t n_rows, cap_rows;
     int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
+    /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
+       the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */
+    int wake_fd1;
+    const unsigned long *pre_native;
+    const int64_t *pre_cpu;
+    Py_ssize_t n_pre;
 } Walker;
 
 
@@ -189,6 +203,10 @@ static inline int shown(_PyInterpreterFrame *f) {
 
 int32_t walk_one(Walker *w, _PyInterpreterFrame *f);
 int32_t intern_stack(Walker *w, int32_t n);
+
+/* the CPU time (ns) used so far by the thread with OS id native of this process, -1 when unknown (threads.c; no
+   GIL needed) */
+int64_t thread_cpu(unsigned long native);
 
 /* one sample row (threads.c); 0, or -1 with MemoryError set */
 int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t wall, int64_t cpu);

@@ -2,7 +2,7 @@
 
 A server between requests (threads waiting in C, the main thread asleep) changes nothing that a sample or a memory
 reading could show, yet a recorder that looks at 10 Hz pays a wake-up (~100 us of kernel time on a VM) and a look
-each time. Once the recorder has seen nothing run for a while (``session``'s ``QUIET_NS``) it rests here instead:
+each time. Once the recorder has seen nothing run for a while (``recorderloop``'s ``QUIET_NS``) it rests here instead:
 
 - a POSIX timer on the process's CPU clock (``CLOCK_PROCESS_CPUTIME_ID``, timer_create(2), ``SIGEV_THREAD_ID``)
   sends a real-time signal to the recorder thread once the process has used ``CPU_PERIOD_NS`` of CPU time (every

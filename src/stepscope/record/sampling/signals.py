@@ -280,10 +280,10 @@ class MainThreadSampler:
             return
         fn, args = self.wall_timer.disarm_call
         fn(*args)
-        self.resting = True
+        self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
+        self.resting = True  # (after the hand-over: a look that sees it resting never takes it for a new thread)
         self.rests += 1
         self.quiet_ticks = self.quiet_cpu = 0
-        self.sampler.hand_over(self.thread_id, t_ns, cpu_ns, slack=WAKE_CPU_NS)
 
     def _main_cpu(self) -> int:
         """The main thread's CPU time (ns; its CPU clock, readable from any thread), -1 where unknown."""
@@ -337,12 +337,12 @@ class MainThreadSampler:
         try:
             if not self.resting:
                 return True
+            self.resting = False  # (before the take-back: a look in between skips it, never takes it for a new one)
             if frame is not None:
                 self.sampler.take_back(self.thread_id, frame, t_ns if t_ns is not None else time.perf_counter_ns(),
                                        time.thread_time_ns())
             else:
                 self.sampler.take_back(self.thread_id)
-            self.resting = False
             self.tick_cpu_q = -1
             if self.active and self.wall_timer is not None:
                 delay = self.draw()

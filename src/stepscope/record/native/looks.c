@@ -1,0 +1,302 @@
+/* stepscope.record.native._native: the recorder thread's steady state in C (Walker.run; issue 41).
+
+   Between two looks at the other threads the recorder thread waits without the GIL; each look takes it. A busy
+   thread that runs Python waits for the GIL while the recorder holds it, so what the recorder does with the GIL
+   between two waits is paid by the program: its Python loop (session.Session._record_loop: the budget, the checks,
+   the look, the memory lane, the next time), 80-150 us of CPU a look on a cache cooled by the wait, made a busy
+   worker wait about 170 us a look (benchmarks/thread_stall.py). Here a run of looks is one C call: it waits until
+   each look is due without the GIL (ppoll on an eventfd that Walker.notify writes: the session's finish and a fork
+   call it with their release of the session's lock, which is also checked at each look), reads what needs no GIL
+   while still without it (the known threads' CPU clocks, /proc/self/statm when the memory lane will be due: system
+   calls, slow on a cache cooled by the wait), then takes the GIL for the look (walker_sample: the walk and each
+   thread's accounting, threads.c, with those CPU clocks) and the lane's row (appended as MemoryLane.sample does,
+   with no CUDA figures), and returns to Python as soon as anything else is due:
+
+     0  until_ns reached (the Python loop's timed duties: a flush, the budget's window, its 100 ms checks, a CUDA
+        reading of the memory lane)
+     1  woken (the lock acquired and released again: the session's finish, a fork)
+     2  a look at which no thread had run (the loop's quiet rule)
+     3  the main thread ran (a resting main thread: its wake)
+     4  threads came or went (len(threading._active) changed)
+     5  a stop signal came: the bytes read from the stop signals' pipe (endsignals.StopWatch, which the signals'
+        C handler writes every handled signal's number to) are returned, to be passed on; bytes of other signals (the
+        main thread's sampling ticks) are read and dropped, as StopWatch.check drops them
+     6  finished spans wait to be written (limit)
+     7  a profiler or tracer of the program's is active (park's rule: the loop waits it out)
+     8  the main thread's state changed (its own timers' sampling began or ended: a rest or a wake): who samples it
+        is decided again. Read at each look with the GIL held, as the handler that changes it holds it, so no look
+        reads the main thread while its own timers sample it too, and none skips it while they do not.
+
+   The budget's look time (the thread's CPU clock around each look) is returned, to be added to the window's. */
+
+#include "looks.h"
+#include "threads.h"
+
+#ifdef STEPSCOPE_STACKWALK
+
+#include "sigtick.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+extern Py_ssize_t n_fin; /* the C recorder's finished calls waiting (recorder.h) */
+
+
+static PyObject *s_release, *s_last_t, *s_last, *s_count, *s_append, *s_active, *s_resting;
+
+/* who samples the main thread, from its timer sampler's state (None: no timer sampler): 0 its own timers (active,
+   not resting), 1 the recorder (not active), 2 the recorder while it rests; -1 with an exception set */
+static int main_state_here(PyObject *st) {
+    if (st == Py_None) return 1;
+    PyObject *a = PyObject_GetAttr(st, s_active);
+    int active = a == NULL ? -1 : PyObject_IsTrue(a);
+    Py_XDECREF(a);
+    if (active < 0) return -1;
+    if (!active) return 1;
+    PyObject *r = PyObject_GetAttr(st, s_resting);
+    int resting = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return resting < 0 ? -1 : resting ? 2 : 0;
+}
+
+/* the memory lane's RSS reading at t (MemoryLane.sample without CUDA figures), from /proc/self/statm's first got
+   bytes in buf (96 bytes; got < 0: read fd now); 0, or -1 with an exception set */
+static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, int64_t t, char *buf, ssize_t got) {
+    long long rss = -1;
+    if (got < 0) got = pread(fd, buf, 95, 0);
+    if (got > 0) { /* "size resident shared ...": the second field, in pages */
+        buf[got] = 0;
+        char *p = strchr(buf, ' ');
+        if (p != NULL) rss = strtoll(p + 1, NULL, 10) * page;
+    }
+    PyObject *row = Py_BuildValue("(LLii)", (long long)t, rss, -1, -1);
+    if (row == NULL) return -1;
+    PyObject *r = PyObject_CallMethodOneArg(pending, s_append, row);
+    int rc = r == NULL ? -1 : 0;
+    Py_XDECREF(r);
+    PyObject *tt = rc == 0 ? PyLong_FromLongLong(t) : NULL;
+    if (rc == 0 && (tt == NULL || PyObject_SetAttr(mem, s_last, row) < 0 || PyObject_SetAttr(mem, s_last_t, tt) < 0))
+        rc = -1;
+    Py_XDECREF(tt);
+    Py_DECREF(row);
+    if (rc == 0) {
+        PyObject *c = PyObject_GetAttr(mem, s_count);
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *c1 = c == NULL || one == NULL ? NULL : PyNumber_Add(c, one);
+        Py_XDECREF(one);
+        rc = c1 == NULL || PyObject_SetAttr(mem, s_count, c1) < 0 ? -1 : 0;
+        Py_XDECREF(c);
+        Py_XDECREF(c1);
+    }
+    return rc;
+}
+
+/* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd,
+       stop_sigs, finished, limit, mem, rss_fd, page, mem_every)
+   -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes): see the top.
+   lock: the session's wake lock (held while recording: acquired here means released, reason 1); sample_lock:
+   Sampler.lock, taken for each look as Sampler.sample takes it (a look that finds it held, by a take_back running in
+   the main thread, is skipped); skip: thread ids not looked at (Sampler.sample's); main_ident: the main thread;
+   main_state: its timer sampler's state (signals.MainThreadSampler.st: `active`, `resting`), or None: while its own
+   timers sample it (active and not resting) it is not looked at here; while it rests, its running ends the run
+   (reason 3); a change of either ends it (reason 8); active: threading._active, whose size is watched; stop_fd: the
+   pipe (-1: none), stop_sigs: the stop signals' numbers (bytes); finished: the Python recorder's finished spans (a
+   deque); mem: the MemoryLane, or None, read when mem.last_t is mem_every ns old or more (rss_fd: its statm, page:
+   bytes a page). seen, ran: the last look's (Sampler.last_threads, ran), None when no look was made; n: threads
+   looked at, all looks; stop_bytes: what was read from the pipe when a stop signal was among it (reason 5), else
+   b"". */
+PyObject *walker_run(PyObject *walker, PyObject *args) {
+    Walker *w = (Walker *)walker;
+    PyObject *lock, *slock, *skip, *mstate, *active, *finished, *mem, *stop_sigs;
+    long long period, cap, next_t, until, limit, page, mem_every;
+    unsigned long main_ident;
+    int stop_fd, rss_fd;
+    if (!PyArg_ParseTuple(args, "OOOLLLLkOO!iSOLOiLL:run", &lock, &slock, &skip, &period, &cap, &next_t, &until,
+                          &main_ident, &mstate, &PyDict_Type, &active, &stop_fd, &stop_sigs, &finished, &limit, &mem,
+                          &rss_fd, &page, &mem_every))
+        return NULL;
+    if (period <= 0) {
+        PyErr_SetString(PyExc_ValueError, "run: period_ns > 0");
+        return NULL;
+    }
+    PyObject *pending = NULL, *seen = NULL, *ran = NULL, *sargs = NULL, *skips = NULL;
+    int main_here = main_state_here(mstate); /* (1: looked at here; 2: here, resting) */
+    if (main_here < 0) return NULL;
+    if (mem != Py_None && rss_fd >= 0 && (pending = PyObject_GetAttrString(mem, "pending")) == NULL) return NULL;
+    skips = PySet_New(skip);
+    if (skips == NULL) goto fail;
+    if (!main_here) { /* sampled by its own timers */
+        PyObject *m = PyLong_FromUnsignedLong(main_ident);
+        int rc = m == NULL ? -1 : PySet_Add(skips, m);
+        Py_XDECREF(m);
+        if (rc < 0) goto fail;
+    }
+    sargs = Py_BuildValue("(OLL)", skips, period, cap);
+    if (sargs == NULL) goto fail;
+    Py_ssize_t n_active = PyDict_GET_SIZE(active);
+    long long looks = 0, look_cpu = 0, n = 0;
+    int reason;
+    char stop_buf[256];
+    ssize_t stop_n = 0;
+    if (w->wake_fd1 == 0) {
+        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) { PyErr_SetFromErrno(PyExc_OSError); goto fail; }
+        w->wake_fd1 = fd + 1;
+    }
+    int efd = w->wake_fd1 - 1;
+    unsigned long natives[64];
+    int64_t cpus[64];
+    char rss_buf[96];
+    long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
+    for (;;) {
+        PyObject *r = PyObject_CallMethod(lock, "acquire", "i", 0); /* (released: the session's finish, a fork) */
+        if (r == NULL) goto fail;
+        int got = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (got < 0) goto fail;
+        if (got) {
+            r = PyObject_CallMethodNoArgs(lock, s_release);
+            if (r == NULL) goto fail;
+            Py_DECREF(r);
+            reason = 1;
+            break;
+        }
+        int64_t now = clock_ns(CLOCK_MONOTONIC);
+        if (now >= until) { reason = 0; break; }
+        int64_t due = next_t < until ? next_t : until;
+        /* what the look will read that needs no GIL, read before it is taken: the known threads' CPU clocks, and the
+           RSS when the memory lane will be due (the copy of the thread table: it changes only with the GIL held) */
+        Py_ssize_t np = 0;
+        for (Py_ssize_t i = 0; i < w->n_threads && np < 64; i++)
+            if (w->threads[i].native != 0) natives[np++] = w->threads[i].native;
+        int want_rss = pending != NULL && (mem_last < 0 || due - mem_last >= mem_every);
+        ssize_t rss_got = -1;
+        int woken = 0, waited = due > now;
+        int64_t c0 = 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (waited) {
+            struct timespec left = {(time_t)((due - now) / 1000000000LL), (long)((due - now) % 1000000000LL)};
+            struct pollfd p = {efd, POLLIN, 0};
+            if (ppoll(&p, 1, &left, NULL) > 0 && (p.revents & POLLIN)) {
+                uint64_t v;
+                woken = read(efd, &v, sizeof v) == (ssize_t)sizeof v;
+            }
+        }
+        if (!woken) {
+            c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+            for (Py_ssize_t i = 0; i < np; i++) cpus[i] = thread_cpu(natives[i]);
+            if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
+        }
+        Py_END_ALLOW_THREADS
+        if (woken) { reason = 1; break; }
+        int f = foreign_tool();
+        if (f < 0) goto fail;
+        if (f) { reason = 7; break; }
+        int64_t t = clock_ns(CLOCK_MONOTONIC);
+        if (t >= until) { reason = 0; break; }
+        if (t < next_t) continue;
+        PyObject *held = PyObject_CallMethod(slock, "acquire", "i", 0); /* (Sampler.lock: a take_back in progress) */
+        if (held == NULL) goto fail;
+        int got_lock = PyObject_IsTrue(held);
+        Py_DECREF(held);
+        if (got_lock <= 0) { /* busy: the next look charges the time since this thread's previous one */
+            if (got_lock < 0) goto fail;
+            next_t += period;
+            continue;
+        }
+        int here = main_state_here(mstate); /* (read with the GIL held, as the look: nothing changes it between) */
+        if (here != main_here) {
+            held = PyObject_CallMethodNoArgs(slock, s_release);
+            if (held == NULL || here < 0) { Py_XDECREF(held); goto fail; }
+            Py_DECREF(held);
+            reason = 8;
+            break;
+        }
+        w->pre_native = natives;
+        w->pre_cpu = cpus;
+        w->n_pre = np;
+        PyObject *res = walker_sample(w, sargs);
+        w->n_pre = 0;
+        held = PyObject_CallMethodNoArgs(slock, s_release);
+        if (held == NULL) { Py_XDECREF(res); goto fail; }
+        Py_DECREF(held);
+        if (res == NULL) goto fail;
+        Py_XSETREF(seen, Py_NewRef(PyTuple_GET_ITEM(res, 0)));
+        Py_XSETREF(ran, Py_NewRef(PyTuple_GET_ITEM(res, 1)));
+        n += PyLong_AsLongLong(PyTuple_GET_ITEM(res, 2));
+        Py_DECREF(res);
+        looks++;
+        if (pending != NULL) {
+            PyObject *lt = PyObject_GetAttr(mem, s_last_t);
+            long long last = lt == NULL ? -1 : PyLong_AsLongLong(lt);
+            Py_XDECREF(lt);
+            if (last == -1 && PyErr_Occurred()) goto fail;
+            mem_last = last;
+            if (t - last >= mem_every) {
+                if (read_rss(mem, pending, rss_fd, page, t, rss_buf, rss_got) < 0) goto fail;
+                mem_last = t;
+            }
+        }
+        look_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        next_t += period;
+        if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
+        Py_ssize_t nran = PyList_GET_SIZE(ran);
+        if (nran == 0) { reason = 2; break; }
+        int main_ran = 0;
+        for (Py_ssize_t i = 0; i < nran && main_here == 2; i++)
+            main_ran |= PyLong_AsUnsignedLong(PyList_GET_ITEM(ran, i)) == main_ident;
+        if (main_ran) { reason = 3; break; }
+        if (PyDict_GET_SIZE(active) != n_active) { reason = 4; break; }
+        if (stop_fd >= 0) {
+            ssize_t got = read(stop_fd, stop_buf, sizeof stop_buf);
+            int stop = 0;
+            const char *sigs = PyBytes_AS_STRING(stop_sigs);
+            for (ssize_t i = 0; i < got && !stop; i++)
+                stop = memchr(sigs, (unsigned char)stop_buf[i], (size_t)PyBytes_GET_SIZE(stop_sigs)) != NULL;
+            if (stop) { stop_n = got; reason = 5; break; }
+        }
+        Py_ssize_t waiting = PyObject_Size(finished);
+        if (waiting < 0) goto fail;
+        if (waiting + n_fin >= limit) { reason = 6; break; }
+    }
+    Py_DECREF(sargs);
+    Py_DECREF(skips);
+    Py_XDECREF(pending);
+    PyObject *out = Py_BuildValue("(iLLLOOLy#)", reason, looks, n, next_t, seen ? seen : Py_None,
+                                  ran ? ran : Py_None, look_cpu, stop_buf, (Py_ssize_t)stop_n);
+    Py_XDECREF(seen);
+    Py_XDECREF(ran);
+    return out;
+fail:
+    Py_XDECREF(sargs);
+    Py_XDECREF(skips);
+    Py_XDECREF(pending);
+    Py_XDECREF(seen);
+    Py_XDECREF(ran);
+    return NULL;
+}
+
+PyObject *walker_notify(PyObject *walker, PyObject *unused) {
+    Walker *w = (Walker *)walker;
+    if (w->wake_fd1 > 0) {
+        uint64_t one = 1;
+        if (write(w->wake_fd1 - 1, &one, sizeof one) < 0) { /* (EAGAIN: the counter is full, a wake-up is pending) */
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+int looks_init(void) {
+    s_release = PyUnicode_InternFromString("release");
+    s_last_t = PyUnicode_InternFromString("last_t");
+    s_last = PyUnicode_InternFromString("last");
+    s_count = PyUnicode_InternFromString("count");
+    s_append = PyUnicode_InternFromString("append");
+    s_active = PyUnicode_InternFromString("active");
+    s_resting = PyUnicode_InternFromString("resting");
+    return s_release && s_last_t && s_last && s_count && s_append && s_active && s_resting ? 0 : -1;
+}
+
+#endif /* STEPSCOPE_STACKWALK */

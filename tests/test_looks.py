@@ -1,0 +1,119 @@
+"""The recorder's looks in one C call (``Walker.run``, record/native/looks.c): who samples the main thread is read
+at each look, with the GIL held, from its timer sampler's state (``active``, ``resting``), so a rest or a wake that
+comes while a run waits ends the run before any look reads the main thread twice (its own timers and the recorder
+both) or not at all; a resting main thread that runs ends it; ``notify`` ends its wait."""
+
+import collections
+import sys
+import threading
+import time
+
+import pytest
+from conftest import wait_until
+from test_stackwalk import needs_walker
+
+from stepscope.record import native
+from stepscope.record.sampling.sampler import HIDDEN_FILES
+
+MS = 1_000_000
+
+
+class _State:
+    """A main thread sampler's state whose ``resting`` reads ``answers`` in turn (the last one from then on)."""
+
+    def __init__(self, active: bool, *answers: bool):
+        self.active = active
+        self._answers = list(answers)
+        self.reads = 0
+
+    @property
+    def resting(self) -> bool:
+        self.reads += 1
+        return self._answers.pop(0) if len(self._answers) > 1 else self._answers[0]
+
+
+@pytest.fixture
+def spinner():
+    """A thread that runs Python until the test ends: the stand-in for the program's main thread."""
+    stop, ready = threading.Event(), threading.Event()
+
+    def spin():
+        ready.set()
+        while not stop.is_set():
+            sum(range(100))
+
+    th = threading.Thread(target=spin)
+    th.start()
+    ready.wait()
+    yield th
+    stop.set()
+    th.join()
+
+
+def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, lock=None, first_ms: float = 0):
+    held = lock or threading.Lock()
+    if lock is None:
+        held.acquire()  # (the session's lock: held while it records)
+    now = time.perf_counter_ns()
+    others = set(sys._current_frames()) - {main_ident}  # (the test's thread, and pytest-xdist's)
+    return w.run(held, threading.Lock(), others, int(period_ms * MS), int(10 * period_ms * MS),
+                 now + int(first_ms * MS),
+                 now + int(until_ms * MS), main_ident, state, threading._active, -1, b"", collections.deque(), 10**9,
+                 None, -1, 4096, 10**9)
+
+
+@needs_walker
+def test_a_wake_that_comes_before_a_look_ends_the_run_unlooked(spinner):
+    """The main thread rested when the run began (the recorder samples it) and woke before the first look: the run
+    ends there (reason 8) with no look, so the recorder never samples a thread its own timers sample again."""
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    state = _State(True, True, False)
+    reason, looks, *_ = _run(w, spinner.ident, state, until_ms=2000)
+    assert (reason, looks) == (8, 0) and state.reads == 2
+    assert w.rows() == []
+
+
+@needs_walker
+def test_a_main_thread_its_own_timers_sample_is_never_looked_at(spinner):
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    reason, looks, n, _next, seen, ran, *_ = _run(w, spinner.ident, _State(True, False), until_ms=2000)
+    assert reason == 2 and looks >= 1 and n == 0  # (the only other thread is skipped: a look where none ran)
+    assert spinner.ident in seen and ran == []
+    assert [r for r in w.rows() if r[1] == spinner.ident] == []
+
+
+@needs_walker
+@pytest.mark.parametrize("state", [None, "inactive"])
+def test_without_its_own_timers_the_main_thread_is_looked_at(spinner, state):
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    reason, looks, n, _next, seen, ran, *_ = _run(w, spinner.ident, None if state is None else _State(False, False),
+                                                   until_ms=30)
+    assert reason == 0 and looks >= 1 and spinner.ident in ran  # (running, but not resting: the run goes on)
+    assert {r[1] for r in w.rows()} == {spinner.ident}
+
+
+@needs_walker
+def test_a_resting_main_thread_that_runs_ends_the_run(spinner):
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    reason, looks, n, _next, seen, ran, *_ = _run(w, spinner.ident, _State(True, True), until_ms=2000)
+    assert (reason, looks) == (3, 1) and spinner.ident in ran
+    assert {r[1] for r in w.rows()} == {spinner.ident}
+
+
+@needs_walker
+def test_notify_ends_the_wait_and_a_released_lock_the_run(spinner):
+    w = native.ext.Walker(64, HIDDEN_FILES)
+    lock = threading.Lock()
+    lock.acquire()
+    out = []
+    th = threading.Thread(target=lambda: out.append(_run(w, spinner.ident, _State(True, False), until_ms=60_000,
+                                                         period_ms=30_000, lock=lock, first_ms=30_000)))
+    th.start()
+    w.notify()  # (before the wait or in it: the eventfd keeps it)
+    wait_until(lambda: out, 20, "the run to end at notify")
+    th.join()
+    assert out[0][:2] == (1, 0)
+    lock.release()  # the session's finish: the next run ends at once
+    reason, looks, *_ = _run(w, spinner.ident, _State(True, False), until_ms=60_000, period_ms=30_000, lock=lock,
+                             first_ms=30_000)
+    assert (reason, looks) == (1, 0)
