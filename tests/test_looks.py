@@ -50,7 +50,8 @@ def spinner():
     th.join()
 
 
-def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, lock=None, first_ms: float = 0):
+def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, lock=None, first_ms: float = 0,
+         quiet: int = 0, quiet_max: int = 1):
     held = lock or threading.Lock()
     if lock is None:
         held.acquire()  # (the session's lock: held while it records)
@@ -59,7 +60,7 @@ def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, loc
     return w.run(held, threading.Lock(), others, int(period_ms * MS), int(10 * period_ms * MS),
                  now + int(first_ms * MS),
                  now + int(until_ms * MS), main_ident, state, threading._active, -1, b"", collections.deque(), 10**9,
-                 None, -1, 4096, 10**9)
+                 None, -1, 4096, 10**9, quiet, quiet_max)
 
 
 @needs_walker
@@ -117,3 +118,24 @@ def test_notify_ends_the_wait_and_a_released_lock_the_run(spinner):
     reason, looks, *_ = _run(w, spinner.ident, _State(True, False), until_ms=60_000, period_ms=30_000, lock=lock,
                              first_ms=30_000)
     assert (reason, looks) == (1, 0)
+
+
+@needs_walker
+def test_quiet_looks_go_on_in_the_call_until_quiet_max():
+    """A look where no thread ran does not end the run until ``quiet_max`` of them in a row (the loop's quiet rule:
+    then it looks less often, or rests); the count goes on from the ``quiet`` given and comes back."""
+    ev, ready = threading.Event(), threading.Event()
+    th = threading.Thread(target=lambda: (ready.set(), ev.wait()))
+    th.start()
+    ready.wait()
+    try:
+        wait_until(lambda: "wait" in repr(sys._current_frames().get(th.ident)), 10, "the thread to wait")
+        w = native.ext.Walker(64, HIDDEN_FILES)
+        got = _run(w, th.ident, None, until_ms=60_000, quiet_max=5)
+        assert (got[0], got[1], got[8]) == (2, 6, 5)  # (its first look walks it: a new thread counts as run)
+        got = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_max=5)
+        assert (got[0], got[1], got[8]) == (2, 2, 5)
+        assert len([r for r in w.rows() if r[1] == th.ident]) == 8
+    finally:
+        ev.set()
+        th.join()

@@ -24,8 +24,8 @@ from .spans import buffer
 FLUSH_SPANS = 131_072
 
 #: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
-#: looks at 10 Hz; a shorter wait (a worker's sleep inside a step) keeps the full rate
-QUIET_NS = 1_000_000_000
+#: looks at 10 Hz, or rests (``cpuwake``); a shorter wait (a worker's sleep inside a step) keeps the full rate
+QUIET_NS = 200_000_000
 
 
 class RecorderLoop:
@@ -64,6 +64,7 @@ class RecorderLoop:
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
+        quiet_max = -(-QUIET_NS // int(period)) if period is not None else 0  # (looks: QUIET_NS of them)
         flush_every = int(self.settings.flush_interval_s * 1e9)
         pending = buffer.pending
         me = threading.get_ident()
@@ -157,7 +158,7 @@ class RecorderLoop:
                 rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, watch.r if watch is not None and watch.r is not None else -1)
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
-            if period is not None and others and quiet == 0 and self.sampler.walk == "c" and not main_sampler.paused:
+            if period is not None and others and quiet < quiet_max and self.sampler.walk == "c" and not main_sampler.paused:
                 # the looks until anything else is due in one C call, the GIL taken for each look alone (looks.c)
                 due = [last_flush + flush_every, budget.window_t + WINDOW_NS]  # (what the loop itself does, timed)
                 if by_signal:
@@ -169,10 +170,10 @@ class RecorderLoop:
                 until = min(due)
                 watch = self.stop_watch
                 fd = watch.r if watch is not None and watch.r is not None else -1
-                reason, looks, next_t, cpu, stop = self.sampler.run_looks(  # (it reads at each look whether st's
+                reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
                     self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, fd,  # timers sample main)
                     bytes(sorted(watch.sigs)) if fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem,
-                    2 * mem_period if by_signal else mem_period * 9 // 10)
+                    2 * mem_period if by_signal else mem_period * 9 // 10, quiet, quiet_max)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours
@@ -182,9 +183,7 @@ class RecorderLoop:
                     looked = True
                     last_full = now()
                     self._track_os_threads(self.sampler.last_threads, last_full)
-                    if not self.sampler.ran:
-                        quiet += 1
-                    elif st.resting and main in self.sampler.ran:
+                    if st.resting and main in self.sampler.ran:
                         main_sampler.wake()
                 continue
             park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)  # (unseen by a profiler the program starts)
