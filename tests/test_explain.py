@@ -55,6 +55,19 @@ def test_too_few_samples_says_which_rate(store):
     assert not e["enough_samples"] and e["causes"] == [] and "--hz" in e["advice"]
 
 
+def test_repeats_too_short_for_any_rate_say_trace_inside(tmp_path):
+    """Repeats of a few microseconds hold no samples at any rate: the advice says to trace what they call, not to
+    record at a higher rate."""
+    prog = tmp_path / "short.py"
+    prog.write_text("def step(i):\n    return sum(range(2000 if i % 4 == 3 else 100))\n\n"
+                    "for i in range(400):\n    step(i)\n")
+    store = tmp_path / "store"
+    assert run_cli(["run", "-q", "--trace", "__main__.step", "--", sys.executable, str(prog)], store).returncode == 0
+    e = json.loads(run_cli(["explain", "--json"], store).stdout)["explanation"]
+    assert not e["enough_samples"] and e["causes"] == [], e
+    assert "shorter than one sample period" in e["advice"] and "--trace" in e["advice"] and "--hz" not in e["advice"]
+
+
 def test_explain_errors_are_one_line(store):
     assert run_cli(["run", "-q", "--", sys.executable, str(PROGRAMS / "behaviour.py")], store).returncode == 0
     r = run_cli(["explain"], store)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ..core.limits import HZ_MAX
+from ..core.units import fmt_ns
 from ..core.model import RunData, Span
 from .calltree import ProfileIndex
 from .cpuwait import waits as cpu_waits
@@ -390,6 +391,12 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     if per_slow < MIN_SAMPLES:
         hz_now = data.profile.hz or 101
         need = math.ceil(MIN_SAMPLES * 2 / max(slow_mean / 1e9, 1e-6))
+        if need > 10 * HZ_MAX:  # (no rate helps: a slow repeat is shorter than a tenth of a period at the highest)
+            return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
+                               advice=(f"too few samples to name a cause: the slow repeats last {fmt_ns(slow_mean)} "
+                                       f"each, shorter than one sample period even at {HZ_MAX} Hz; trace the functions "
+                                       "they call (--trace) to time them per repeat, or explain a longer span that "
+                                       "holds many of them"))
         return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
                            advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
                                    f"at {hz_now:g} Hz; " + (
