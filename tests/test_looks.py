@@ -132,10 +132,11 @@ def test_quiet_looks_go_on_in_the_call_until_quiet_max():
         wait_until(lambda: "wait" in repr(sys._current_frames().get(th.ident)), 10, "the thread to wait")
         w = native.ext.Walker(64, HIDDEN_FILES)
         got = _run(w, th.ident, None, until_ms=60_000, quiet_max=5)
-        assert (got[0], got[1], got[8]) == (2, 6, 5)  # (its first look walks it: a new thread counts as run)
-        got = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_max=5)
-        assert (got[0], got[1], got[8]) == (2, 2, 5)
-        assert len([r for r in w.rows() if r[1] == th.ident]) == 8
+        # (its first look walks it, a new thread counts as run; on a busy machine it may still be entering its wait)
+        assert got[0] == 2 and got[1] >= 6 and got[8] == 5, got
+        got2 = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_max=5)
+        assert (got2[0], got2[1], got2[8]) == (2, 2, 5), got2  # (the count goes on from 3: two more)
+        assert len([r for r in w.rows() if r[1] == th.ident]) == got[1] + 2
     finally:
         ev.set()
         th.join()

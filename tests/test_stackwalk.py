@@ -191,3 +191,57 @@ def test_rows_and_stacks_made_while_they_are_handed_over_wait_for_the_next_call(
     assert w.unseen == 0 and w.take() == ([], [])
     n_stacks = len(stacks) + len(stacks2)
     assert all(s < n_stacks for r in first + rest for s in [r[2]])
+
+
+@pytest.mark.parametrize("walk", [pytest.param("c", marks=needs_walker), "python"])
+def test_a_thread_that_moves_within_its_slack_is_walked_but_not_listed_as_run(walk):
+    """A thread with slack (the resting main thread, ``hand_over``) that runs a few us between two waits: the look
+    reads its new stack (each wait charged at its own) and counts it as moved, not as run (no wake) until it has used
+    its slack; one that has not moved is recorded again unwalked."""
+    from conftest import wait_until
+
+    ev1, ev2, ready = threading.Event(), threading.Event(), threading.Event()
+
+    def first_wait():
+        ready.set()
+        ev1.wait()
+
+    def second_wait():
+        ev2.wait()
+
+    th = threading.Thread(target=lambda: (first_wait(), second_wait()))
+    th.start()
+    ready.wait()
+    try:
+        wait_until(lambda: any("first_wait" in str(f.f_code) for f in _chain(th.ident)), 10, "the first wait")
+        s = Sampler(walk=walk)
+        s.sample()
+        assert th.ident in s.ran
+        if walk == "c":
+            t, cpu, stack = s._walker.forget(th.ident, False)
+            s._walker.hand_over(th.ident, th.native_id, t, cpu, stack, 10**12)
+        else:
+            s.slack[th.ident] = 10**12
+        wait_until(lambda: (s.sample(), th.ident not in s.ran and s.moved == 0)[1], 10,
+                   "a look at which it had not moved (recorded again)")  # (it may still be entering its wait)
+        ev1.set()
+        wait_until(lambda: any("second_wait" in str(f.f_code) for f in _chain(th.ident)), 10, "the second wait")
+        s.sample()
+        assert th.ident not in s.ran and s.moved == 1
+        frames, stacks, samples = s.drain()
+        mine = [x for x in samples if x[1] == th.ident]
+        names = [[frames[i][0] for i in stacks[x[2]]] for x in mine]
+        assert any(n.endswith("first_wait") for n in names[0]) and any(n.endswith("second_wait") for n in names[-1])
+    finally:
+        ev1.set()
+        ev2.set()
+        th.join()
+
+
+def _chain(tid: int) -> list:
+    """The frames of thread ``tid``'s stack, innermost first."""
+    f, out = sys._current_frames().get(tid), []
+    while f is not None:
+        out.append(f)
+        f = f.f_back
+    return out

@@ -14,7 +14,7 @@ from ..core import clock
 from .sampling.budget import WINDOW_NS, Budget
 from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
 from .sampling.sampler import OWN_THREADS, keep_signals_off_this_thread
-from .sampling.signals import MEMORY_PERIOD_MIN_NS, park
+from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS, park
 from .spans import buffer
 
 
@@ -25,7 +25,7 @@ FLUSH_SPANS = 131_072
 
 #: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
 #: looks at 10 Hz, or rests (``cpuwake``); a shorter wait (a worker's sleep inside a step) keeps the full rate
-QUIET_NS = 200_000_000
+QUIET_NS = 1_000_000_000
 
 
 class RecorderLoop:
@@ -129,13 +129,17 @@ class RecorderLoop:
                                         skip=(main,) if st.active and not st.resting else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    quiet = 0 if self.sampler.ran else quiet + 1
+                    quiet = 0 if self.sampler.ran or self.sampler.moved else quiet + 1
                     if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
                     quiet += 1
                 budget.look_ended()
-                next_t += step if others and quiet * period < QUIET_NS else max(step, idle_poll)
+                # the full rate while others run, and while the main thread may rest before a slower look: its
+                # first look after the rest must come within a period (the time until it is charged at the stack the
+                # rest began on, which a sleepy loop leaves within a few ms)
+                near_rest = by_signal and (st.quiet_ticks + 1) * period + idle_poll >= REST_NS
+                next_t += step if (others and quiet * period < QUIET_NS) or near_rest else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):

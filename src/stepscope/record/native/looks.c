@@ -244,7 +244,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         next_t += period;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
-        if (nran == 0) {
+        if (nran == 0 && w->moved == 0) { /* (a resting main thread that moved within its slack: not quiet) */
             if (++quiet >= quiet_max) { reason = 2; break; }
         } else {
             quiet = 0;

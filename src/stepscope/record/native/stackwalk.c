@@ -386,6 +386,8 @@ static PyMemberDef walker_members[] = {
     {"max_depth", Py_T_PYSSIZET, offsetof(Walker, max_depth), Py_READONLY, "frames kept a stack, nearest the leaf"},
     {"truncated", Py_T_LONGLONG, offsetof(Walker, truncated), Py_READONLY, "walks cut at max_depth"},
     {"unseen", Py_T_PYSSIZET, offsetof(Walker, unseen), Py_READONLY, "frames and stacks made since the last take"},
+    {"moved", Py_T_PYSSIZET, offsetof(Walker, moved), Py_READONLY,
+     "threads the last sample() walked within their slack (their CPU clock moved; not in its ran list)"},
     {"last_walk", Py_T_INT, offsetof(Walker, last_walk), Py_READONLY,
      "the stack index of the main thread's last walk (walk(), or the C signal handler's sample), -1: none"},
     {NULL}};

@@ -1,9 +1,11 @@
 /* stepscope.record.native._native: each thread's accounting between the sampler's looks (Walker methods; issue 41).
 
    sampling/sampler.py's Sampler.sample did this in Python, ~2 us a thread on top of the walk: read the thread's CPU
-   clock; when it has not moved since the previous look (or moved by no more than the thread's slack), the thread
-   has not run, so it is recorded again on its previous stack, unwalked; else its stack is walked (stackwalk.c) and
-   the sample is charged the wall time since its previous one (at most cap_ns) and the CPU time it used meanwhile.
+   clock; when it has not moved since the previous look, the thread has not run, so it is recorded again on its
+   previous stack, unwalked; else its stack is walked (stackwalk.c) and the sample is charged the wall time since
+   its previous one (at most cap_ns) and the CPU time it used meanwhile. A thread with slack (the resting main
+   thread) that moved by no more than it is walked all the same (a wait, a few us of Python, another wait: each at
+   its own stack) but not listed as run (its slack less: the recorder wakes it once it has used it all).
    Here the same rules run in C, with the thread table (TRec: the previous sample's time, CPU clock and stack) and
    the samples (rows of 5 int64: time, thread id, walker stack index, wall ns, CPU ns) kept in the walker until
    rows() hands them over. The rules, their reasons and their edge cases are the Python sampler's, line for line
@@ -68,10 +70,13 @@ int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t w
     return 0;
 }
 
-/* whether a thread whose CPU clock reads cpu has not run since r's previous sample */
-static inline int still(const TRec *r, int64_t cpu) {
+/* whether a thread whose CPU clock reads cpu has not run since r's previous sample (its stack cannot have changed) */
+static inline int still(const TRec *r, int64_t cpu) { return cpu >= 0 && cpu == r->cpu; }
+
+/* whether r, whose CPU clock moved to cpu, used no more than its slack (a resting main thread: walked, not woken) */
+static inline int within_slack(const TRec *r, int64_t cpu) {
     int64_t d = cpu - r->cpu;
-    return cpu >= 0 && (cpu == r->cpu || (d >= 0 && d <= r->slack));
+    return r->slack > 0 && cpu >= 0 && r->cpu >= 0 && d > 0 && d <= r->slack;
 }
 
 static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
@@ -91,6 +96,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *seen = PyList_New(0), *ran = PyList_New(0), *out = NULL;
     if (seen == NULL || ran == NULL) goto done;
     uint64_t look = ++w->looks;
+    w->moved = 0;
     int64_t t = clock_ns(CLOCK_MONOTONIC);
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
@@ -117,7 +123,13 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             Py_DECREF(id);
             continue;
         }
-        int rc = PyList_Append(ran, id);
+        int rc = 0;
+        if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
+            r->slack -= cpu - r->cpu;
+            w->moved++;
+        } else {
+            rc = PyList_Append(ran, id);
+        }
         Py_DECREF(id);
         if (rc < 0) goto done;
         int32_t si = walk_one(w, top);

@@ -153,7 +153,7 @@ typedef struct {
     unsigned long native; /* its OS thread id (0: unknown, no CPU clock) */
     int64_t t, cpu;       /* the previous sample's time and the thread's CPU clock then (ns; cpu -1: unknown) */
     int32_t stack;        /* the previous sample's stack (walker stack index) */
-    int64_t slack;        /* CPU ns it may use and still count as not run (-1: none) */
+    int64_t slack;        /* CPU ns it may still use before it counts as run (-1: none); walked when it moves */
     uint64_t look;        /* the look that last saw it */
 } TRec;
 
@@ -184,6 +184,7 @@ typedef struct {
     int64_t *rows; /* the samples recorded since the last rows(): 5 int64 a row (t, thread, stack, wall, cpu) */
     Py_ssize_t n_rows, cap_rows;
     int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
+    Py_ssize_t moved;  /* threads of the last sample() walked within their slack (moved, not in its ran list) */
     /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
        the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */
     int wake_fd1;

@@ -140,8 +140,11 @@ class Sampler:
         self.last_threads: list[int] = []
         #: the thread ids whose stacks the last ``sample()`` walked (they had run since their previous sample)
         self.ran: list[int] = []
-        #: thread id -> CPU ns it may use and still count as not run (``hand_over``: a resting main thread, whose
-        #: own signal returns and wake-ups cost a little CPU); its previous CPU reading is kept until it is exceeded
+        #: how many threads the last ``sample()`` walked within their slack (moved, but not in ``ran``)
+        self.moved = 0
+        #: thread id -> CPU ns it may still use before it counts as run (``hand_over``: a resting main thread, whose
+        #: own signal returns and wake-ups cost a little CPU): walked whenever its CPU clock moves (its stack may have
+        #: changed: a wait, a few us of Python, another wait), listed in ``ran`` once it has used more than that
         self.slack: dict[int, int] = {}
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
@@ -189,6 +192,7 @@ class Sampler:
                     self._take_walked()
                 self.last_threads = seen
                 self.ran = ran
+                self.moved = walker.moved
                 self._n_active = len(threading._active)
                 self.sample_count += n
                 return n
@@ -197,6 +201,7 @@ class Sampler:
             cap = MAX_PERIODS * self.period_ns
             n = 0
             ran = []
+            moved = 0
             c = self._cols
             f = None
             for tid, f in frames.items():
@@ -209,7 +214,7 @@ class Sampler:
                 cpu = thread_cpu_ns(native)
                 prev = last.get(tid)
                 n += 1
-                if prev is not None and cpu >= 0 and (cpu == prev[1] or 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+                if prev is not None and cpu >= 0 and cpu == prev[1]:
                     last[tid] = (t, prev[1], prev[2])  # blocked since: the same stack
                     c[0].append(t)
                     c[1].append(tid)
@@ -217,7 +222,11 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
-                ran.append(tid)
+                if prev is not None and cpu >= 0 and prev[1] >= 0 and 0 < cpu - prev[1] <= slack.get(tid, -1):
+                    slack[tid] -= cpu - prev[1]  # (the resting main thread: walked, not woken, until its slack is used)
+                    moved += 1
+                else:
+                    ran.append(tid)
                 if prev is None:  # its CPU time so far stands for its last period (a thread started waiting: ~0)
                     wall, used = self.period_ns, min(cpu, self.period_ns) if cpu >= 0 else -1
                 else:
@@ -240,6 +249,7 @@ class Sampler:
                 self._native.pop(gone, None)
             self.last_threads = list(frames)
             self.ran = ran
+            self.moved = moved
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
@@ -268,7 +278,7 @@ class Sampler:
             PAGE, mem_every, quiet, quiet_max)
         looks = got[1]  # (reason, looks, threads looked at, next_t, seen, ran, look CPU, stop bytes)
         if looks:
-            self.last_threads, self.ran = got[4], got[5]
+            self.last_threads, self.ran, self.moved = got[4], got[5], self._walker.moved
             self._n_active = len(threading._active)
             self.sample_count += got[2]
         return got[0], looks, got[3], got[6], got[7], got[8]
@@ -299,12 +309,11 @@ class Sampler:
         native = self._native
         last = self._last
         now = []
-        slack = self.slack
         for tid, prev in list(last.items()):
             if tid in skip:
                 continue
             cpu = thread_cpu_ns(native.get(tid, 0))
-            if cpu < 0 or (cpu != prev[1] and not 0 <= cpu - prev[1] <= slack.get(tid, -1)):
+            if cpu < 0 or cpu != prev[1]:  # (moved at all, within a slack too: its stack is read again)
                 return False
             now.append((tid, prev))
         if not self.lock.acquire(timeout=1.0):
@@ -328,7 +337,7 @@ class Sampler:
         """From now on ``sample()`` reads ``thread_id`` too (the main thread, resting: ``signals.MainThreadSampler.rest``):
         its previous sample is the last one its own handler recorded (``last_stack``, at ``t_ns``, its CPU clock then
         ``cpu_ns``), so the time from there is charged at that stack while it waits; ``slack``: CPU ns it may use
-        meanwhile and still count as waiting."""
+        meanwhile before it is listed in ``ran`` (its stack is read again whenever its CPU clock moves)."""
         with self.lock:
             if self._walker is not None:  # (threads.c; the signal handler's stacks are the walker's: ``last_walk``)
                 main = threading.main_thread()
