@@ -15,7 +15,7 @@
      0  until_ns reached (the Python loop's timed duties: a flush, the budget's window, its 100 ms checks, a CUDA
         reading of the memory lane)
      1  woken (the lock acquired and released again: the session's finish, a fork)
-     2  quiet_max looks in a row at which no thread had run (the loop's quiet rule: it then looks less often, or rests)
+     2  quiet_max looks in a row at which no thread had run or moved (the loop's quiet rule: then it looks less often)
      3  the main thread ran (a resting main thread: its wake)
      4  threads came or went (len(threading._active) changed)
      5  a stop signal came: the bytes read from the stop signals' pipe (endsignals.StopWatch, which the signals'
