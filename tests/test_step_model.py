@@ -136,6 +136,8 @@ def test_phases_keep_start_up_and_imports_apart():
     samples += [(700 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "_find_and_load")])]
     # `from PIL import Image` inside the work, PIL loaded already: the import statement's own time
     samples += [(800 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "_handle_fromlist")])]
+    # a relative `from . import name` inside the work: C reads ``__spec__.parent``, no import function above it
+    samples += [(850 * MS + 5 * MS, [("__main__", "<module>"), ("__main__", "work"), ("importlib._bootstrap", "ModuleSpec.parent")])]
     samples.sort()
     data = _profile_run(spans, samples)
     ix = ProfileIndex(data.profile)

@@ -174,6 +174,11 @@ def _entry_phases(index, r0: int, r1: int) -> Phases | None:
 IMPORT_FUNCS = ("importlib._bootstrap._find_and_load", "importlib._bootstrap._load", "importlib.import_module",
                 "importlib._bootstrap._gcd_import", "_frozen_importlib._find_and_load",
                 "importlib._bootstrap._handle_fromlist", "_frozen_importlib._handle_fromlist")
+#: Any function of the import system's own modules is import work too, whatever called it: a relative
+#: ``from . import name`` run inside a function reads ``__spec__.parent`` (``ModuleSpec.parent``) straight from C,
+#: with none of ``IMPORT_FUNCS`` above it.
+IMPORT_MODULES = ("importlib._bootstrap.", "importlib._bootstrap_external.", "_frozen_importlib.",
+                  "_frozen_importlib_external.")
 
 
 def _on_stack(index, fids: set) -> np.ndarray:
@@ -185,11 +190,12 @@ def _on_stack(index, fids: set) -> np.ndarray:
 
 
 def importing(index) -> np.ndarray:
-    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``). Computed once
-    per index (every phase view asks for it)."""
+    """Per sample of ``index`` (a ProfileIndex): True when its stack is importing (``IMPORT_FUNCS``, or any function
+    of ``IMPORT_MODULES``). Computed once per index (every phase view asks for it)."""
     got = getattr(index, "_importing", None)
     if got is None or len(got) != len(index):
-        got = _on_stack(index, {i for i, f in enumerate(index.functions) if f.name in IMPORT_FUNCS})
+        got = _on_stack(index, {i for i, f in enumerate(index.functions)
+                                if f.name in IMPORT_FUNCS or f.name.startswith(IMPORT_MODULES)})
         index._importing = got
     return got
 

@@ -260,6 +260,8 @@ class Walker:
     unseen: Final[int]
     #: the stack index of the main thread's last walk (``walk``, or a sample of the C signal handler ``tick``), -1
     last_walk: Final[int]
+    #: threads the last ``sample`` walked within their slack (their CPU clock moved; not in its ran list)
+    moved: Final[int]
 
     def __init__(self, max_depth: int, hidden_files: frozenset[str], /) -> None: ...
 
