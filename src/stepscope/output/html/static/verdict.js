@@ -1,6 +1,12 @@
 // stepscope report, the first screen: the run line, the verdict (what is slow and why, in words), the phase note,
 // the step table and the slow repeats with their causes and differential flame graph.
 // Part of report.js: stepscope.output.html.html joins the SCRIPT_PARTS in order inside one function (one shared scope).
+  // explain's advice (a line for the terminal: lowercase, no full stop) as a sentence after the verdict's own
+  function sentence(s) {
+    s = String(s).trim();
+    return s ? s[0].toUpperCase() + s.slice(1) + (/[.!?]$/.test(s) ? "" : ".") : s;
+  }
+
   // ---- run header
   $("runinfo").textContent =
     (D.phases && D.phases.capture ? "capture of " : "") +
@@ -35,7 +41,7 @@
     if (E.causes && E.causes.length) {
       const c = E.causes[0];
       html += ` <b>${esc(short(c.function, 3))}</b> alone is ${(100 * c.share_of_gap).toFixed(0)}% of the gap.`;
-    } else if (E.advice) html += " " + esc(E.advice);
+    } else if (E.advice) html += " " + esc(sentence(E.advice));
     if (E.memory_note) html += ` <b>Memory:</b> ${esc(E.memory_note)}.`;
     const untr = ST ? ST.rows.filter((r) => r.slow && r.fill && r.fill.length) : [];
     if (untr.length) {
@@ -131,7 +137,7 @@
     const slowN = E.slow_total != null ? E.slow_total : E.repeats.filter((r) => r.group === "slow").length;
     $("explain-summary").textContent =
       `${slowN} of ${E.repeats_total || E.repeats.length} slow (${E.shape}); slow mean ${fmtNs(E.slow_mean_ns)} vs fast mean ${fmtNs(E.fast_mean_ns)}: gap ${fmtNs(E.gap_ns)} per repeat.` +
-      (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + E.advice : "") +
+      (E.entry ? ` The extra time enters at ${E.entry.function}.` : "") + (E.advice ? " " + sentence(E.advice) : "") +
       (E.memory_note ? " Memory: " + E.memory_note + "." : "");
     const reps = E.repeats.filter((r) => r.group !== "other");
     table($("explain-repeats"), ["repeat", "duration", "× median", "group"],
