@@ -51,7 +51,7 @@ def spinner():
 
 
 def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, lock=None, first_ms: float = 0,
-         quiet: int = 0, quiet_max: int = 1):
+         quiet: int = 0, quiet_looks: int = 1):
     held = lock or threading.Lock()
     if lock is None:
         held.acquire()  # (the session's lock: held while it records)
@@ -60,7 +60,7 @@ def _run(w, main_ident: int, state, until_ms: float, period_ms: float = 1.0, loc
     return w.run(held, threading.Lock(), others, int(period_ms * MS), int(10 * period_ms * MS),
                  now + int(first_ms * MS),
                  now + int(until_ms * MS), main_ident, state, threading._active, -1, b"", collections.deque(), 10**9,
-                 None, -1, 4096, 10**9, quiet, quiet_max)
+                 None, -1, 4096, 10**9, int(quiet * period_ms * MS), int(quiet_looks * period_ms * MS))
 
 
 @needs_walker
@@ -121,9 +121,10 @@ def test_notify_ends_the_wait_and_a_released_lock_the_run(spinner):
 
 
 @needs_walker
-def test_quiet_looks_go_on_in_the_call_until_quiet_max():
-    """A look where no thread ran does not end the run until ``quiet_max`` of them in a row (the loop's quiet rule:
-    then it looks less often, or rests); the count goes on from the ``quiet`` given and comes back."""
+def test_quiet_looks_go_on_in_the_call_until_they_cover_quiet_ns():
+    """A look where no thread ran does not end the run until such looks in a row cover ``quiet_ns``, each counting the
+    period it stands for (a rate the budget lowered covers the same time in fewer looks; the loop's quiet rule: then
+    it looks less often, or rests); the count goes on from the ``quiet`` given and comes back, in ns."""
     ev, ready = threading.Event(), threading.Event()
     th = threading.Thread(target=lambda: (ready.set(), ev.wait()))
     th.start()
@@ -131,12 +132,14 @@ def test_quiet_looks_go_on_in_the_call_until_quiet_max():
     try:
         wait_until(lambda: "wait" in repr(sys._current_frames().get(th.ident)), 10, "the thread to wait")
         w = native.ext.Walker(64, HIDDEN_FILES)
-        got = _run(w, th.ident, None, until_ms=60_000, quiet_max=5)
+        got = _run(w, th.ident, None, until_ms=60_000, quiet_looks=5)
         # (its first look walks it, a new thread counts as run; on a busy machine it may still be entering its wait)
-        assert got[0] == 2 and got[1] >= 6 and got[8] == 5, got
-        got2 = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_max=5)
-        assert (got2[0], got2[1], got2[8]) == (2, 2, 5), got2  # (the count goes on from 3: two more)
-        assert len([r for r in w.rows() if r[1] == th.ident]) == got[1] + 2
+        assert got[0] == 2 and got[1] >= 6 and got[8] == 5 * MS, got
+        got2 = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_looks=5)
+        assert (got2[0], got2[1], got2[8]) == (2, 2, 5 * MS), got2  # (the count goes on from 3 ms: two more)
+        got3 = _run(w, th.ident, None, until_ms=60_000, period_ms=2.5, quiet_looks=2)  # 5 ms at 2.5 ms a look
+        assert (got3[0], got3[1], got3[8]) == (2, 2, 5 * MS), got3
+        assert len([r for r in w.rows() if r[1] == th.ident]) == got[1] + 4
     finally:
         ev.set()
         th.join()

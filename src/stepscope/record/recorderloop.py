@@ -64,7 +64,6 @@ class RecorderLoop:
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
         period = 1e9 / hz if hz > 0 else None
-        quiet_max = -(-QUIET_NS // int(period)) if period is not None else 0  # (looks: QUIET_NS of them)
         flush_every = int(self.settings.flush_interval_s * 1e9)
         pending = buffer.pending
         me = threading.get_ident()
@@ -76,7 +75,8 @@ class RecorderLoop:
         flush_s = self.settings.flush_interval_s
         idle_poll = 100_000_000  # only the main thread (sampled by signal): look for new threads at 10 Hz
         last_full = 0  # when other threads' stacks were last read
-        # consecutive looks at which no other thread had run: past QUIET_NS of them the recorder looks at 10 Hz only (a server
+        # the time (ns) covered by consecutive looks at which no other thread had run, each look counting the period it
+        # stands for (the budget may have lowered the rate): past QUIET_NS the recorder looks at 10 Hz only (a server
         # between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is charged the
         # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
@@ -129,17 +129,17 @@ class RecorderLoop:
                                         skip=(main,) if st.active and not st.resting else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    quiet = 0 if self.sampler.ran or self.sampler.moved else quiet + 1
+                    quiet = 0 if self.sampler.ran or self.sampler.moved else quiet + int(step)
                     if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
-                    quiet += 1
+                    quiet += int(step)
                 budget.look_ended()
                 # the full rate while others run, and while the main thread may rest before a slower look: its
                 # first look after the rest must come within a period (the time until it is charged at the stack the
                 # rest began on, which a sleepy loop leaves within a few ms)
                 near_rest = by_signal and (st.quiet_ticks + 1) * period + idle_poll >= REST_NS
-                next_t += step if (others and quiet * period < QUIET_NS) or near_rest else max(step, idle_poll)
+                next_t += step if (others and quiet < QUIET_NS) or near_rest else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
             if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
@@ -154,7 +154,7 @@ class RecorderLoop:
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            if rest is not None and not by_signal and quiet * period >= QUIET_NS and not self.finished:
+            if rest is not None and not by_signal and quiet >= QUIET_NS and not self.finished:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
                 due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
@@ -162,7 +162,7 @@ class RecorderLoop:
                 rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, watch.r if watch is not None and watch.r is not None else -1)
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
-            if period is not None and others and quiet < quiet_max and self.sampler.walk == "c" and not main_sampler.paused:
+            if period is not None and others and quiet < QUIET_NS and self.sampler.walk == "c" and not main_sampler.paused:
                 # the looks until anything else is due in one C call, the GIL taken for each look alone (looks.c)
                 due = [last_flush + flush_every, budget.window_t + WINDOW_NS]  # (what the loop itself does, timed)
                 if by_signal:
@@ -177,7 +177,7 @@ class RecorderLoop:
                 reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
                     self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, fd,  # timers sample main)
                     bytes(sorted(watch.sigs)) if fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem,
-                    2 * mem_period if by_signal else mem_period * 9 // 10, quiet, quiet_max)
+                    2 * mem_period if by_signal else mem_period * 9 // 10, quiet, QUIET_NS)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours

@@ -302,7 +302,7 @@ class Walker:
 
     def run(self, lock: Any, sample_lock: Any, skip: Iterable[int], period_ns: int, cap_ns: int, next_t: int, until_ns: int,
             main_ident: int, main_state: Any, active: dict[int, Any], stop_fd: int, stop_sigs: bytes, finished: Any, limit: int,
-            mem: Any, rss_fd: int, page: int, mem_every: int, quiet: int, quiet_max: int, /
+            mem: Any, rss_fd: int, page: int, mem_every: int, quiet: int, quiet_ns: int, /
             ) -> tuple[int, int, int, int, list[int] | None, list[int] | None, int, bytes, int]:
         """The recorder's looks until something else is due, in one call (looks.c; ``Sampler.run_looks``): waits for each
         look without the GIL (``notify`` ends the wait; ``lock``, released, ends the run: reason 1), looks as ``sample`` does (each thread's CPU clock read before the GIL is taken) from
@@ -312,8 +312,8 @@ class Walker:
         The main thread (``main_ident``) is looked at unless ``main_state`` (its timer sampler's state: ``active``,
         ``resting``; None: no timer sampler) says its own timers sample it; that state is read again at each look,
         with the GIL held. Returns ``(reason, looks, threads looked at, next_t, seen, ran, look CPU ns, stop
-        bytes, quiet)``: reason 0 ``until_ns``, 1 woken, 2 ``quiet_max`` looks in a row where nothing ran (``quiet``:
-        such looks in a row, counted from the ``quiet`` given), 3 the resting main thread ran, 4
+        bytes, quiet)``: reason 0 ``until_ns``, 1 woken, 2 looks in a row where nothing ran or moved covering ``quiet_ns``
+        (``quiet``: the ns such looks covered, ``period_ns`` each, counted from the ``quiet`` given), 3 the resting main thread ran, 4
         ``active`` changed size, 5 a stop signal's byte read from ``stop_fd`` (among ``stop_sigs``; returned), 6
         ``finished`` plus the C recorder's finished calls reached ``limit``, 7 a profiler or tracer of the program's
         is active, 8 ``main_state`` changed. Raises ValueError

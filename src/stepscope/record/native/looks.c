@@ -15,7 +15,7 @@
      0  until_ns reached (the Python loop's timed duties: a flush, the budget's window, its 100 ms checks, a CUDA
         reading of the memory lane)
      1  woken (the lock acquired and released again: the session's finish, a fork)
-     2  quiet_max looks in a row at which no thread had run or moved (the loop's quiet rule: then it looks less often)
+     2  looks in a row at which no thread had run or moved, covering quiet_ns (the loop's quiet rule: it slows then)
      3  the main thread ran (a resting main thread: its wake)
      4  threads came or went (len(threading._active) changed)
      5  a stop signal came: the bytes read from the stop signals' pipe (endsignals.StopWatch, which the signals'
@@ -94,9 +94,10 @@ static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, in
 }
 
 /* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd,
-       stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_max)
-   -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes, quiet): see the top. quiet: the looks in a row
-   at which no thread had run, so far (returned as it ends: 0 after a look where one ran).
+       stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns)
+   -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes, quiet): see the top. quiet: the time (ns)
+   covered by the looks in a row at which no thread had run or moved, so far, each counting period_ns (returned as
+   it ends: 0 after a look where one ran); the run ends once it reaches quiet_ns.
    lock: the session's wake lock (held while recording: acquired here means released, reason 1); sample_lock:
    Sampler.lock, taken for each look as Sampler.sample takes it (a look that finds it held, by a take_back running in
    the main thread, is skipped); skip: thread ids not looked at (Sampler.sample's); main_ident: the main thread;
@@ -111,12 +112,12 @@ static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, in
 PyObject *walker_run(PyObject *walker, PyObject *args) {
     Walker *w = (Walker *)walker;
     PyObject *lock, *slock, *skip, *mstate, *active, *finished, *mem, *stop_sigs;
-    long long period, cap, next_t, until, limit, page, mem_every, quiet, quiet_max;
+    long long period, cap, next_t, until, limit, page, mem_every, quiet, quiet_ns;
     unsigned long main_ident;
     int stop_fd, rss_fd;
     if (!PyArg_ParseTuple(args, "OOOLLLLkOO!iSOLOiLLLL:run", &lock, &slock, &skip, &period, &cap, &next_t, &until,
                           &main_ident, &mstate, &PyDict_Type, &active, &stop_fd, &stop_sigs, &finished, &limit, &mem,
-                          &rss_fd, &page, &mem_every, &quiet, &quiet_max))
+                          &rss_fd, &page, &mem_every, &quiet, &quiet_ns))
         return NULL;
     if (period <= 0) {
         PyErr_SetString(PyExc_ValueError, "run: period_ns > 0");
@@ -245,7 +246,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
         if (nran == 0 && w->moved == 0) { /* (a resting main thread that moved within its slack: not quiet) */
-            if (++quiet >= quiet_max) { reason = 2; break; }
+            if ((quiet += period) >= quiet_ns) { reason = 2; break; }
         } else {
             quiet = 0;
         }

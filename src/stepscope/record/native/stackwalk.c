@@ -373,7 +373,7 @@ static PyMethodDef walker_methods[] = {
     {"notify", (PyCFunction)walker_notify, METH_NOARGS, "Wake a run() that waits (looks.c)."},
     {"run", (PyCFunction)walker_run, METH_VARARGS,
      "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd, "
-     "stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_max) -> (reason, looks, n, next_t, "
+     "stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns) -> (reason, looks, n, next_t, "
      "seen, ran, look_cpu_ns, stop_bytes, quiet): looks until something else is due (looks.c)"},
     {"rows", (PyCFunction)walker_rows, METH_NOARGS,
      "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},

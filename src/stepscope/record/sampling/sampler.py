@@ -259,14 +259,14 @@ class Sampler:
 
     def run_looks(self, lock, skip: set, next_t: int, until_ns: int, main_ident: int, main_state, stop_fd: int,
                   stop_sigs: bytes, finished, limit: int, mem, mem_every: int, quiet: int = 0,
-                  quiet_max: int = 1) -> tuple[int, int, int, int, bytes, int]:
+                  quiet_ns: int = 1) -> tuple[int, int, int, int, bytes, int]:
         """The recorder's looks in one C call (``Walker.run``, record/native/looks.c; the C walk only): wait for each
         look without the GIL (``notify`` ends the wait; ``lock`` released ends the run), read the threads' CPU clocks
         still without it, take the GIL for the look alone (``sample``'s, every thread but ``skip``, and but the main
         thread ``main_ident`` while ``main_state``, its timer sampler's state, says its own timers sample it: read at
         each look) and the memory lane's RSS (``mem``, a ``MemoryLane``, when its ``last_t`` is ``mem_every`` ns
         old), from ``next_t`` on every ``period_ns``, until ``until_ns`` or anything else is due (the reasons:
-        looks.c; ``quiet_max`` looks in a row where no thread ran, counting from ``quiet``, is one). Returns
+        looks.c; looks in a row where no thread ran covering ``quiet_ns``, counting from ``quiet`` ns, is one). Returns
         ``(reason, looks, next_t, look_cpu_ns, stop_bytes, quiet)``; the last look's threads are ``last_threads`` and
         ``ran``, as after ``sample``."""
         from ..memory.history import PAGE
@@ -275,7 +275,7 @@ class Sampler:
         got = self._walker.run(
             lock, self.lock, skip, self.period_ns, MAX_PERIODS * self.period_ns, next_t, until_ns, main_ident,
             main_state, threading._active, stop_fd, stop_sigs, finished, limit, mem if rss_fd >= 0 else None, rss_fd,
-            PAGE, mem_every, quiet, quiet_max)
+            PAGE, mem_every, quiet, quiet_ns)
         looks = got[1]  # (reason, looks, threads looked at, next_t, seen, ran, look CPU, stop bytes)
         if looks:
             self.last_threads, self.ran, self.moved = got[4], got[5], self._walker.moved
