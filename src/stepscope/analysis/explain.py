@@ -384,27 +384,26 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
                                    "(pass --slow to compare chosen repeats)" if verdict.noisy and slow is None else
                                    "no slow repeats: every repeat is within the rule") if not len(slow_i)
                            else "every repeat is slow: nothing fast to compare with (pass --fast)")
+    advice = None
     if per_slow < MIN_SAMPLES and not len(data.profile) and data.run.env.get("source") not in (None, "sentry"):
-        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
-                           advice=f"no samples in this run (spans only: sent as {data.run.env['source']}): record the "
-                                  "same code with `stepscope run` to name a cause from its stacks")
-    if per_slow < MIN_SAMPLES:
+        advice = (f"no samples in this run (spans only: sent as {data.run.env['source']}): record the same code with "
+                  "`stepscope run` to name a cause from its stacks")
+    elif per_slow < MIN_SAMPLES:
         hz_now = data.profile.hz or 101
         need = math.ceil(MIN_SAMPLES * 2 / max(slow_mean / 1e9, 1e-6))
+        hz = min(max(need, 2 * int(hz_now)), HZ_MAX)
         if need > 10 * HZ_MAX:  # (no rate helps: a slow repeat is shorter than a tenth of a period at the highest)
-            return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
-                               advice=(f"too few samples to name a cause: the slow repeats last {fmt_ns(slow_mean)} "
-                                       f"each, shorter than one sample period even at {HZ_MAX} Hz; trace the functions "
-                                       "they call (--trace) to time them per repeat, or explain a longer span that "
-                                       "holds many of them"))
-        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None,
-                           advice=(f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each "
-                                   f"at {hz_now:g} Hz; " + (
-                                       "the Sentry SDK samples at a fixed rate: record the same code with `stepscope run "
-                                       f"--hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}`"
-                                       if data.run.env.get("source") == "sentry" else
-                                       f"record again with --hz {min(max(need, 2 * int(hz_now)), HZ_MAX)}")
-                                   + (" (or more repeats)" if need > HZ_MAX else "")))
+            advice = (f"too few samples to name a cause: the slow repeats last {fmt_ns(slow_mean)} each, shorter than "
+                      f"one sample period even at {HZ_MAX} Hz; trace the functions they call (--trace) to time them "
+                      "per repeat, or explain a longer span that holds many of them")
+        else:
+            advice = (f"too few samples to name a cause: the slow repeats hold {per_slow:.1f} samples each at "
+                      f"{hz_now:g} Hz; " + (
+                          f"the Sentry SDK samples at a fixed rate: record the same code with `stepscope run --hz {hz}`"
+                          if data.run.env.get("source") == "sentry" else f"record again with --hz {hz}")
+                      + (" (or more repeats)" if need > HZ_MAX else ""))
+    if advice is not None:
+        return Explanation(**base, causes=[], covered=0.0, entry=None, enough_samples=False, tree=None, advice=advice)
     s_idx = _gather(pos, lo, hi, slow_i)
     f_idx = _gather(pos, lo, hi, fast_i)
     s_self, s_total = index.function_times(s_idx)

@@ -115,6 +115,10 @@ class RecorderLoop:
             # (a resting main thread, waiting: its wall timer is off and it is sampled here, ``signals.rest``)
             by_signal = st.active and not st.resting
             others = not by_signal or len(active_threads) > 1 + len(OWN_THREADS & active_threads.keys())
+            # the memory lane's age at which this loop reads it (by signal the handler does; here after two periods)
+            mem_every = 2 * mem_period if by_signal else mem_period * 9 // 10
+            watch = self.stop_watch
+            stop_fd = watch.r if watch is not None and watch.r is not None else -1
             if period is not None and t >= next_t:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
@@ -142,7 +146,7 @@ class RecorderLoop:
                 next_t += step if (others and quiet < QUIET_NS) or near_rest else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
-            if mem is not None and t - mem.last_t >= (2 * mem_period if by_signal else mem_period * 9 // 10):
+            if mem is not None and t - mem.last_t >= mem_every:
                 mem.sample(t)
             if t - last_flush >= flush_every or pending() >= FLUSH_SPANS:
                 main_sampler.check()
@@ -158,8 +162,7 @@ class RecorderLoop:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
                 due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
-                watch = self.stop_watch
-                rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, watch.r if watch is not None and watch.r is not None else -1)
+                rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, stop_fd)
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
             if period is not None and others and quiet < QUIET_NS and self.sampler.walk == "c" and not main_sampler.paused:
@@ -172,12 +175,10 @@ class RecorderLoop:
                 if mem is not None and mem.rss.fd < 0:
                     due.append(mem.last_t + mem_period)
                 until = min(due)
-                watch = self.stop_watch
-                fd = watch.r if watch is not None and watch.r is not None else -1
                 reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
-                    self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, fd,  # timers sample main)
-                    bytes(sorted(watch.sigs)) if fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem,
-                    2 * mem_period if by_signal else mem_period * 9 // 10, quiet, QUIET_NS)
+                    self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, stop_fd,  # timers sample main)
+                    bytes(sorted(watch.sigs)) if stop_fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem, mem_every,
+                    quiet, QUIET_NS)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours
