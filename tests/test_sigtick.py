@@ -121,6 +121,37 @@ def test_a_tick_while_the_program_profiles_pauses_sampling(main, monkeypatch):
         sys.setprofile(None)
 
 
+def test_a_pause_for_the_main_threads_own_setprofile_lasts_until_it_is_removed(main):
+    """A ``sys.setprofile`` of the main thread's own is Python-visible to that thread alone: the recorder thread reads
+    it in C (``_native.thread_hooked``), so it neither resumes sampling while it is set (a pause and a resume at every
+    tick before) nor keeps the pause once it is gone (3.12+, where a pause can end)."""
+    if getattr(native.ext, "thread_hooked", None) is None:
+        pytest.skip("the C extension is not built")
+    h = signals.HANDLER
+    seen = []
+    sys.setprofile(lambda *a: None)
+    try:
+        other = threading.Thread(target=lambda: seen.append(native.ext.thread_hooked(threading.main_thread().ident)))
+        other.start()
+        other.join()
+        assert seen == [True] and not native.ext.thread_hooked(other.ident)
+        main.due = time.perf_counter_ns() - 1
+        h(main.signum, _here())
+        assert main.paused and not main.active
+        for _ in range(3):  # (the recorder thread checks too, as often as it likes)
+            main.check()
+        assert main.paused and main.pauses == 1 and main._timers == []
+    finally:
+        sys.setprofile(None)
+    assert not native.ext.thread_hooked(threading.main_thread().ident)
+    if not main.resumable:  # (3.11: another thread's tracer cannot be seen from Python: the pause lasts the run)
+        return
+    deadline = time.monotonic() + 10
+    while not main.active and time.monotonic() < deadline:
+        main.check()
+    assert main.active and not main.paused and main.pauses == 1
+
+
 def test_the_span_open_at_a_wall_tick_is_kept(main):
     from stepscope.record.spans.buffer import current_span
 

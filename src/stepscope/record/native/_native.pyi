@@ -119,6 +119,12 @@ def read_held(fd: int, n: int, offset: int = -1, /) -> bytes:
     OSError, ValueError (``n``)."""
 
 
+def thread_hooked(ident: int, /) -> bool:
+    """Whether the thread of ``ident`` (``threading.get_ident``) has a ``setprofile``/``settrace`` function of its
+    own, which Python shows to that thread alone; False when no thread has that ident. Raises OverflowError,
+    TypeError (``ident``)."""
+
+
 def tick(signum: int, frame: FrameType | None, /) -> None:
     """The handler installed for the main thread's two timer signals (``sampling.signals``; sigtick.c): serves the
     active ``Tick`` (a wall tick: the schedule's charges, a sample of ``frame``'s stack into the walker's rows, the

@@ -235,6 +235,17 @@ static PyObject *py_read_held(PyObject *self, PyObject *args) {
 
 /* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
 
+/* thread_hooked(ident) -> bool: whether the thread of that ident (threading.get_ident) has a setprofile/settrace
+   function of its own (per thread: unseen from any other thread in Python); False for no such thread */
+static PyObject *py_thread_hooked(PyObject *m, PyObject *arg) {
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(me->interp); ts != NULL; ts = PyThreadState_Next(ts))
+        if (ts->thread_id == id) return PyBool_FromLong(ts->c_profilefunc != NULL || ts->c_tracefunc != NULL);
+    Py_RETURN_FALSE;
+}
+
 static PyObject *get_tool_fn = NULL; /* sys.monitoring.get_tool (3.12+), fetched at the first park */
 
 int foreign_tool(void) {
@@ -393,6 +404,8 @@ static PyMethodDef methods[] = {
      "park(lock, timeout_s, poll_s, finished, limit, fd=-1) -> 0 timed out, 1 woken (lock acquired and released), 2 timed "
      "out after waiting out a foreign profiler or tracer, 3 waited spans reached limit while one is active; lock may be a signal number, blocked in this thread: 1 when "
      "it came, or when the optional fd became readable (Linux)"},
+    {"thread_hooked", py_thread_hooked, METH_O,
+     "thread_hooked(ident) -> bool: the thread has its own setprofile/settrace function (False: no such thread)"},
     {"read_held", py_read_held, METH_VARARGS,
      "read_held(fd, n, offset=-1) -> bytes: read or pread with the GIL kept (a few bytes that never block)"},
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},

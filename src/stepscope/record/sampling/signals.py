@@ -196,6 +196,10 @@ _c_tick = getattr(_native.ext, "tick", None) if _native.ext is not None else Non
 #: the handler installed for the two signals (compared by identity: ``check``, ``forked``)
 HANDLER = _c_tick if _c_tick is not None else _handler
 
+#: whether a thread (by ident) has its own setprofile/settrace function (``_native.thread_hooked``); without the
+#: extension it cannot be seen from another thread: taken as none (the handler pauses again at its next tick)
+_thread_hooked = getattr(_native.ext, "thread_hooked", None) or (lambda ident: False)
+
 #: the fields of the main thread's sampling state (``MainThreadSampler.st``): a ``_native.Tick`` when the C handler
 #: samples, else a ``_PyState``; ``MainThreadSampler`` reads and writes them as its own attributes
 STATE_FIELDS = ("active", "resting", "missed", "due", "waited", "interval", "left", "carry", "period_ns", "rest_cpu",
@@ -478,7 +482,7 @@ class MainThreadSampler:
             self.stop("the program installed its own handler for a sampling signal")
         elif self.paused and self._timers:
             self.pause()
-        elif self.paused and self.resumable and not other_tools():
+        elif self.paused and self.resumable and not other_tools() and not _thread_hooked(self.thread_id):
             self.resume()
 
     def pause(self) -> None:
