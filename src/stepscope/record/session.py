@@ -202,7 +202,15 @@ class Session(RecorderLoop, SessionForks):
             if self.finished:
                 return
             self.finished = True
-        self.main_sampler.stop()
+        ms = self.main_sampler
+        if ms.resting and threading.current_thread() is threading.main_thread():
+            # its wait since the recorder's last look (maybe long: a recorder resting too) charged at the waiting
+            # stack, the run since at this one, as its own CPU tick's wake would (``MainThreadSampler.wake``)
+            try:
+                ms.wake(sys._getframe(1), time.perf_counter_ns())
+            except Exception:  # (a bug of stepscope's: never into the program; the wait's tail is lost, as before)
+                pass
+        ms.stop()
         probes.release_span_memory(self._span_memory)
         self._stop.set()
         try:
@@ -213,6 +221,14 @@ class Session(RecorderLoop, SessionForks):
         self._finishing = threading.get_ident()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+            if not self._thread.is_alive() and self.settings.profiles_hz > 0 and self.recorder_error is None:
+                # a last look: each other thread charged the time since the recorder's last look (a recorder that
+                # rested while nothing ran looked last up to a flush interval ago), at its stack; the main thread too
+                # when the recorder sampled it all along (its timers' samples end at ``stop``)
+                try:
+                    self.sampler.sample(skip=() if ms.signum is None else (threading.main_thread().ident,))
+                except Exception as e:  # (as the recorder thread's own failures: kept with the run, never printed)
+                    self.recorder_error = f"{type(e).__name__}: {e}"
         self._complete()
 
     def _complete(self) -> None:
