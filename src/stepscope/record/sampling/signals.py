@@ -1,40 +1,38 @@
 """The main thread's sampler: a wall-clock timer signal read inside the thread (Linux, CPython).
 
-Why: a sampler *thread* reads the main thread's stack only when it gets the GIL, that is when the main thread
-releases it (a sleep, I/O, a GIL-releasing C call) or after the 5 ms switch interval, so the Python time before
-a release is charged to whatever releases the GIL next (a 2.5 ms Python burst before a sleep read as 0 %).
+Why: a sampler *thread* reads the main thread's stack only when it gets the GIL, that is when the main thread releases
+it (a sleep, I/O, a GIL-releasing C call) or after the 5 ms switch interval, so the Python time before a release is
+charged to whatever releases the GIL next (a 2.5 ms Python burst before a sleep read as 0 %).
 
-How: a POSIX timer (``sampling.timer``) sends a real-time signal to the main thread every period of wall
-time. CPython's C handler only flags it; the Python handler below runs at the thread's next safe point, which
-is within microseconds in Python code, at once in ``time.sleep``/lock waits/``select`` (they wake on the
-signal, run handlers, and go on waiting: PEP 475), and right after a C call that held the thread. In each
-case the stack it reads is the one the thread had at the expiration (a C call shows as the Python line that
-called it). The expirations follow a schedule independent of the program: blocks of ``BLOCK`` expirations,
-each block at an interval drawn uniform in 0.5 to 1.5 periods (a private ``random.Random``; the program's
-random state is untouched), so samples never run in lockstep with periodic work (a 3.3 ms loop read every
-9.9 ms always lands on the same phase); the kernel timer is periodic within a block and re-armed, at the
-absolute time of the pending expiration, once a block (the C call costs ~30 us of a cold cache between
-samples: once a sample it was half the handler's cost). Each sample is charged the waits of
-every scheduled expiration up to it: more than one when the thread was held in one place (a C call, or
-descheduled), and they are that place's. Because the schedule never depends on the program, each expiration
-is an unbiased look at where the thread was, and the charges add up to the wall time. (Charging the *time
-since the previous sample*, or re-arming from the handler's own time, is biased: the sample that ends a C call would
-also take the Python time before the call.)
+How: a POSIX timer (``sampling.timer``) sends a real-time signal to the main thread every period of wall time. CPython's
+C handler only flags it; the Python handler below runs at the thread's next safe point, which is within microseconds in
+Python code, at once in ``time.sleep``/lock waits/``select`` (they wake on the signal, run handlers, and go on waiting:
+PEP 475), and right after a C call that held the thread. In each case the stack it reads is the one the thread had at
+the expiration (a C call shows as the Python line that called it). The expirations follow a schedule independent of the
+program: blocks of ``BLOCK`` expirations, each block at an interval drawn uniform in 0.5 to 1.5 periods (a private
+``random.Random``; the program's random state is untouched), so samples never run in lockstep with periodic work (a 3.3
+ms loop read every 9.9 ms always lands on the same phase); the kernel timer is periodic within a block and re-armed, at
+the absolute time of the pending expiration, once a block (the C call costs ~30 us of a cold cache between samples: once
+a sample it was half the handler's cost). Each sample is charged the waits of every scheduled expiration up to it: more
+than one when the thread was held in one place (a C call, or descheduled), and they are that place's. Because the
+schedule never depends on the program, each expiration is an unbiased look at where the thread was, and the charges add
+up to the wall time. (Charging the *time since the previous sample*, or re-arming from the handler's own time, is
+biased: the sample that ends a C call would also take the Python time before the call.)
 
-CPU time: a second timer on the main thread's CPU clock expires only while the thread runs (the kernel
-checks it at its scheduler tick; its period is two wall periods and never under 10 ms: at most 100 samples a CPU
-second); each of its samples is charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
+CPU time: a second timer on the main thread's CPU clock expires only while the thread runs (the kernel checks it at its
+scheduler tick; its period is two wall periods and never under 10 ms: at most 100 samples a CPU second); each of its
+samples is charged the thread's CPU time since the previous one. Wall-timer samples carry wall time and no CPU time,
 CPU-timer samples CPU time and no wall time, so the flame graph shows either, unbiased.
 
-The handlers are installed with ``SA_RESTART`` (``signal.siginterrupt(sig, False)``) and only the main
-thread is signalled: other threads never see EINTR.
+The handlers are installed with ``SA_RESTART`` (``signal.siginterrupt(sig, False)``) and only the main thread is
+signalled: other threads never see EINTR.
 
 Limits (docs/sampling.md): Linux only; the signal handler can only be installed from the main thread (a session started
-elsewhere, as a ``capture`` window of a program started without ``--server``, samples with the thread
-sampler); a program that installs its own handler for the signal, or starts its own tracer or profiler
-(``sys.settrace``/``setprofile``, cProfile, a debugger, coverage: they would see the handler's calls), makes
-stepscope pause: at the next tick the timers are disarmed; on 3.12+ nothing is sampled until the program's
-profiler is gone (then sampling resumes), on 3.11 the main thread goes back to the thread sampler.
+elsewhere, as a ``capture`` window of a program started without ``--server``, samples with the thread sampler); a
+program that installs its own handler for the signal, or starts its own tracer or profiler
+(``sys.settrace``/``setprofile``, cProfile, a debugger, coverage: they would see the handler's calls), makes stepscope
+pause: at the next tick the timers are disarmed; on 3.12+ nothing is sampled until the program's profiler is gone (then
+sampling resumes), on 3.11 the main thread goes back to the thread sampler.
 """
 
 from __future__ import annotations
@@ -195,9 +193,7 @@ _span_now = _current_span.get
 _c_tick = getattr(_native.ext, "tick", None) if _native.ext is not None else None
 #: the handler installed for the two signals (compared by identity: ``check``, ``forked``)
 HANDLER = _c_tick if _c_tick is not None else _handler
-
-#: whether a thread (by ident) has its own setprofile/settrace function (``_native.thread_hooked``); without the
-#: extension it cannot be seen from another thread: taken as none (the handler pauses again at its next tick)
+#: a thread's own setprofile/settrace (by ident), read from C (``_native.thread_hooked``); unseen without the extension
 _thread_hooked = getattr(_native.ext, "thread_hooked", None) or (lambda ident: False)
 
 #: the fields of the main thread's sampling state (``MainThreadSampler.st``): a ``_native.Tick`` when the C handler
