@@ -191,6 +191,21 @@ class RecorderLoop:
                     if st.resting and main in self.sampler.ran:
                         main_sampler.wake()
                 continue
+            if period is None and mem is not None and mem.rss.fd >= 0 and self.sampler.walk == "c":
+                # sampling off, the memory lane alone: its rows read in C without the GIL until anything else is due
+                # (here, a wake-up ~100 times a second that took the GIL from a busy main thread: a wait of ~0.1 ms
+                # for it about once a denoising step)
+                until = last_flush + flush_every
+                if mem.cuda.ready():  # (CUDA's figures are read by MemoryLane.sample)
+                    until = min(until, mem._cuda_next)
+                reason, _, stop = self.sampler.run_lane(self._wake, int(until), mem, mem_period, stop_fd,
+                                                        bytes(sorted(watch.sigs)) if stop_fd >= 0 else b"",
+                                                        buffer.finished, FLUSH_SPANS)
+                if stop:
+                    watch.pass_on(stop, main)
+                if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours
+                    park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)
+                continue
             park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)  # (unseen by a profiler the program starts)
         if budget is not None:
             budget.close(now())

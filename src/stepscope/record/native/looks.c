@@ -61,16 +61,19 @@ static int main_state_here(PyObject *st) {
     return resting < 0 ? -1 : resting ? 2 : 0;
 }
 
-/* the memory lane's RSS reading at t (MemoryLane.sample without CUDA figures), from /proc/self/statm's first got
-   bytes in buf (96 bytes; got < 0: read fd now); 0, or -1 with an exception set */
-static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, int64_t t, char *buf, ssize_t got) {
-    long long rss = -1;
+/* the RSS (bytes) in /proc/self/statm's first got bytes in buf (96 bytes; got < 0: read fd now), or -1: "size resident
+   shared ...", the second field, in pages. Needs no GIL. */
+static long long parse_rss(int fd, long long page, char *buf, ssize_t got) {
     if (got < 0) got = pread(fd, buf, 95, 0);
-    if (got > 0) { /* "size resident shared ...": the second field, in pages */
-        buf[got] = 0;
-        char *p = strchr(buf, ' ');
-        if (p != NULL) rss = strtoll(p + 1, NULL, 10) * page;
-    }
+    if (got <= 0) return -1;
+    buf[got] = 0;
+    char *p = strchr(buf, ' ');
+    return p == NULL ? -1 : strtoll(p + 1, NULL, 10) * page;
+}
+
+/* the memory lane's row (t, rss, -1, -1) appended as MemoryLane.sample does without CUDA figures: pending, last,
+   last_t, count; 0, or -1 with an exception set */
+static int append_rss(PyObject *mem, PyObject *pending, int64_t t, long long rss) {
     PyObject *row = Py_BuildValue("(LLii)", (long long)t, rss, -1, -1);
     if (row == NULL) return -1;
     PyObject *r = PyObject_CallMethodOneArg(pending, s_append, row);
@@ -91,6 +94,28 @@ static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, in
         Py_XDECREF(c1);
     }
     return rc;
+}
+
+static int read_rss(PyObject *mem, PyObject *pending, int fd, long long page, int64_t t, char *buf, ssize_t got) {
+    return append_rss(mem, pending, t, parse_rss(fd, page, buf, got));
+}
+
+/* whether the stop signals' pipe's got bytes in buf hold one of the stop signals (a bytes object's) */
+static int has_stop(const char *buf, ssize_t got, PyObject *stop_sigs) {
+    const char *sigs = PyBytes_AS_STRING(stop_sigs);
+    for (ssize_t i = 0; i < got; i++)
+        if (memchr(sigs, (unsigned char)buf[i], (size_t)PyBytes_GET_SIZE(stop_sigs)) != NULL) return 1;
+    return 0;
+}
+
+/* the wake eventfd of the walker (made at the first call), or -1 with an exception set */
+static int wake_fd(Walker *w) {
+    if (w->wake_fd1 == 0) {
+        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+        w->wake_fd1 = fd + 1;
+    }
+    return w->wake_fd1 - 1;
 }
 
 /* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd,
@@ -142,12 +167,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int reason;
     char stop_buf[256];
     ssize_t stop_n = 0;
-    if (w->wake_fd1 == 0) {
-        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (fd < 0) { PyErr_SetFromErrno(PyExc_OSError); goto fail; }
-        w->wake_fd1 = fd + 1;
-    }
-    int efd = w->wake_fd1 - 1;
+    int efd = wake_fd(w);
+    if (efd < 0) goto fail;
     unsigned long natives[64];
     int64_t cpus[64];
     char rss_buf[96];
@@ -257,11 +278,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         if (PyDict_GET_SIZE(active) != n_active) { reason = 4; break; }
         if (stop_fd >= 0) {
             ssize_t got = read(stop_fd, stop_buf, sizeof stop_buf);
-            int stop = 0;
-            const char *sigs = PyBytes_AS_STRING(stop_sigs);
-            for (ssize_t i = 0; i < got && !stop; i++)
-                stop = memchr(sigs, (unsigned char)stop_buf[i], (size_t)PyBytes_GET_SIZE(stop_sigs)) != NULL;
-            if (stop) { stop_n = got; reason = 5; break; }
+            if (has_stop(stop_buf, got, stop_sigs)) { stop_n = got; reason = 5; break; }
         }
         Py_ssize_t waiting = PyObject_Size(finished);
         if (waiting < 0) goto fail;
@@ -282,6 +299,102 @@ fail:
     Py_XDECREF(seen);
     Py_XDECREF(ran);
     return NULL;
+}
+
+/* lane(lock, until_ns, mem, rss_fd, page, period_ns, stop_fd, stop_sigs, finished, limit) -> (reason, rows,
+   stop_bytes): the memory lane alone (sampling off: no look is due, and the recorder loop woke ~100 times a second
+   to read /proc/self/statm, each time taking the GIL from a busy main thread, which then waited for it: ~1 wait a
+   10-20 ms denoising step). Here the RSS is read every period_ns (from mem.last_t) without the GIL, the rows kept in
+   this call, until until_ns or anything else is due, and appended to the lane (as MemoryLane.sample does, with no
+   CUDA figures) once the GIL is taken back. Reasons (looks.c's top): 0 until_ns reached, 1 woken (notify, or lock
+   released at the call), 5 a stop signal (its bytes returned), 6 finished spans wait to be written (limit: the C
+   recorder's count and the deque's length, read without the GIL as a hint), 7 a profiler or tracer of the program's
+   is active (at the call), 9 the rows' buffer is full. rows: the rows appended. */
+#define LANE_ROWS 1024
+PyObject *walker_lane(PyObject *walker, PyObject *args) {
+    Walker *w = (Walker *)walker;
+    PyObject *lock, *mem, *stop_sigs, *finished;
+    long long until, page, period, limit;
+    int rss_fd, stop_fd;
+    if (!PyArg_ParseTuple(args, "OLOiLLiSOL:lane", &lock, &until, &mem, &rss_fd, &page, &period, &stop_fd, &stop_sigs,
+                          &finished, &limit))
+        return NULL;
+    if (period <= 0 || rss_fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "lane: period_ns > 0 and an open rss_fd");
+        return NULL;
+    }
+    int efd = wake_fd(w);
+    if (efd < 0) return NULL;
+    PyObject *r = PyObject_CallMethod(lock, "acquire", "i", 0); /* (released: the session's finish, a fork) */
+    int got = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (got < 0) return NULL;
+    if (got) {
+        r = PyObject_CallMethodNoArgs(lock, s_release);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+        return Py_BuildValue("(iiy)", 1, 0, "");
+    }
+    int f = foreign_tool();
+    if (f < 0) return NULL;
+    if (f) return Py_BuildValue("(iiy)", 7, 0, "");
+    PyObject *lt = PyObject_GetAttr(mem, s_last_t);
+    long long last = lt == NULL ? -1 : PyLong_AsLongLong(lt);
+    Py_XDECREF(lt);
+    if (last == -1 && PyErr_Occurred()) return NULL;
+    PyObject *pending = PyObject_GetAttrString(mem, "pending");
+    if (pending == NULL) return NULL;
+    /* (the finished spans' deque: its length is its ob_size, read below without the GIL, as a hint only) */
+    Py_ssize_t waiting = PyObject_Size(finished);
+    if (waiting < 0) { Py_DECREF(pending); return NULL; }
+    volatile Py_ssize_t *fin_len = Py_TYPE(finished)->tp_itemsize == 0 && PyObject_TypeCheck(finished, Py_TYPE(pending))
+                                       ? &((PyVarObject *)finished)->ob_size : NULL;
+    int64_t *ts = PyMem_Malloc(LANE_ROWS * sizeof(int64_t));
+    long long *rss = PyMem_Malloc(LANE_ROWS * sizeof(long long));
+    if (ts == NULL || rss == NULL) {
+        PyMem_Free(ts);
+        PyMem_Free(rss);
+        Py_DECREF(pending);
+        return PyErr_NoMemory();
+    }
+    int n = 0, reason = 0;
+    char buf[96], stop_buf[256];
+    ssize_t stop_n = 0;
+    volatile Py_ssize_t *c_fin = &n_fin;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        int64_t now = clock_ns(CLOCK_MONOTONIC);
+        if (now >= until) { reason = 0; break; }
+        int64_t due = last + period < until ? last + period : until;
+        if (due > now) {
+            struct timespec left = {(time_t)((due - now) / 1000000000LL), (long)((due - now) % 1000000000LL)};
+            struct pollfd p[2] = {{efd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+            int k = ppoll(p, stop_fd >= 0 ? 2 : 1, &left, NULL);
+            if (k > 0 && (p[0].revents & POLLIN)) {
+                uint64_t v;
+                if (read(efd, &v, sizeof v) == (ssize_t)sizeof v) { reason = 1; break; }
+            }
+            if (k > 0 && stop_fd >= 0 && (p[1].revents & POLLIN)) { /* (other signals' bytes: dropped, as run does) */
+                ssize_t g = read(stop_fd, stop_buf, sizeof stop_buf);
+                if (has_stop(stop_buf, g, stop_sigs)) { stop_n = g; reason = 5; break; }
+            }
+            continue;
+        }
+        rss[n] = parse_rss(rss_fd, page, buf, -1);
+        ts[n++] = last = now;
+        if (n == LANE_ROWS) { reason = 9; break; }
+        if ((fin_len != NULL ? *fin_len : waiting) + *c_fin >= limit) { reason = 6; break; }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL;
+    int i = 0;
+    for (; i < n; i++)
+        if (append_rss(mem, pending, ts[i], rss[i]) < 0) break;
+    if (i == n) out = Py_BuildValue("(iiy#)", reason, n, stop_buf, (Py_ssize_t)stop_n);
+    PyMem_Free(ts);
+    PyMem_Free(rss);
+    Py_DECREF(pending);
+    return out;
 }
 
 PyObject *walker_notify(PyObject *walker, PyObject *unused) {

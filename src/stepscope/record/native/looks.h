@@ -16,6 +16,8 @@
 #ifdef STEPSCOPE_STACKWALK
 /* Walker.run (args: see looks.c); the walker is a Walker (walker.h) */
 PyObject *walker_run(PyObject *walker, PyObject *args);
+/* Walker.lane (args: see looks.c): the memory lane's RSS rows read without the GIL, sampling off */
+PyObject *walker_lane(PyObject *walker, PyObject *args);
 /* Walker.notify(): wake a run() that waits (the session's finish, a fork: with its lock's release) */
 PyObject *walker_notify(PyObject *walker, PyObject *unused);
 /* looks.c's names, made at the module's init: 0, or -1 with an exception set */

@@ -375,6 +375,9 @@ static PyMethodDef walker_methods[] = {
      "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd, "
      "stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns) -> (reason, looks, n, next_t, "
      "seen, ran, look_cpu_ns, stop_bytes, quiet): looks until something else is due (looks.c)"},
+    {"lane", (PyCFunction)walker_lane, METH_VARARGS,
+     "lane(lock, until_ns, mem, rss_fd, page, period_ns, stop_fd, stop_sigs, finished, limit) -> (reason, rows, "
+     "stop_bytes): the memory lane's RSS rows read without the GIL until something else is due (looks.c)"},
     {"rows", (PyCFunction)walker_rows, METH_NOARGS,
      "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,

@@ -283,6 +283,16 @@ class Sampler:
             self.sample_count += got[2]
         return got[0], looks, got[3], got[6], got[7], got[8]
 
+    def run_lane(self, lock, until_ns: int, mem, period_ns: int, stop_fd: int, stop_sigs: bytes, finished,
+                 limit: int) -> tuple[int, int, bytes]:
+        """The memory lane alone while sampling is off, in one C call (``Walker.lane``, record/native/looks.c; the C
+        walk only): the RSS rows of ``mem`` (a ``MemoryLane`` with its statm open) read every ``period_ns`` ns from
+        its ``last_t`` without the GIL, kept until ``until_ns`` or anything else is due, then appended to the lane in
+        one hold of the GIL. Returns ``(reason, rows, stop_bytes)`` (the reasons: looks.c)."""
+        from ..memory.history import PAGE
+
+        return self._walker.lane(lock, until_ns, mem, mem.rss.fd, PAGE, period_ns, stop_fd, stop_sigs, finished, limit)
+
     def notify(self) -> None:
         """Wake a ``run_looks`` that waits for its next look (any thread; nothing without the C walk)."""
         if self._walker is not None:
