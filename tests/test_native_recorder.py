@@ -151,6 +151,10 @@ def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorder
             parent = by_id.get(s[1])
             rows.append((short[s[2]], short.get(parent[2], parent[3]) if parent else None, a.get("diffusion.step"),
                          bool(a.get("diffusion.nested")), s[7], s[6]))
+        # the outermost calls read the memory and the thread's CPU wait at their entry and exit (C: one call each)
+        outer = [s[8] or {} for s in spans if s[2] in short and not (s[8] or {}).get("diffusion.nested")]
+        assert outer and all(a.get("memory.rss_in", 0) > 0 and a.get("memory.rss_out", 0) > 0
+                             and a.get("cpu.wait_ns", -1) >= 0 for a in outer), outer
         threads = list(dict.fromkeys(r[5] for r in rows))  # thread ids differ from run to run: their order
         shapes[recorder] = [(*r[:5], threads.index(r[5])) for r in rows]
     assert shapes["native"] == shapes["python"]

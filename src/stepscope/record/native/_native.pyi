@@ -112,6 +112,19 @@ def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, 
     where the wait fails, NotImplementedError elsewhere than Linux, ValueError for a number that is no signal."""
 
 
+def readings(statm_fd: int, page: int, schedstat_fd: int, /) -> tuple[int, int, int]:
+    """A step-level span's readings in one call (``memory.history.SpanMemory``): ``(rss, hwm, wait)``, the RSS in bytes
+    (``/proc/self/statm``'s resident pages x ``page``), the kernel's RSS high-water mark in bytes (``getrusage``'s
+    ``ru_maxrss``) and the calling thread's run-queue wait so far in ns (``/proc/thread-self/schedstat``); -1 for each
+    that cannot be read (an fd < 0: not read; the high-water mark is read with the RSS). The GIL is kept."""
+
+
+def frame_args(frame: FrameType, n: int, /) -> tuple[Any, ...]:
+    """The first ``n`` local variables of ``frame`` (its arguments, in ``co_varnames``' order; None where unset; a
+    cell variable's content), read in place in its interpreter frame, with no ``f_locals`` dict made (3.11-3.13 with
+    the GIL, as the stack walk). Raises ValueError when ``n`` exceeds the code's local variables."""
+
+
 def read_held(fd: int, n: int, offset: int = -1, /) -> bytes:
     """``read(2)`` (``offset`` < 0) or ``pread(2)`` of at most ``n`` bytes (0 to 65,536) with the GIL kept: for the
     recorder thread's reads of a few bytes that never block (``/proc/self/statm``, a non-blocking pipe), which
@@ -324,6 +337,15 @@ class Walker:
         ``finished`` plus the C recorder's finished calls reached ``limit``, 7 a profiler or tracer of the program's
         is active, 8 ``main_state`` changed. Raises ValueError
         (``period_ns``), what ``lock.acquire`` or the memory lane's calls raise."""
+
+    def lane(self, lock: Any, until_ns: int, mem: Any, rss_fd: int, page: int, period_ns: int, stop_fd: int,
+             stop_sigs: bytes, finished: Any, limit: int, /) -> tuple[int, int, bytes]:
+        """The memory lane alone while sampling is off (looks.c; ``Sampler.run_lane``): the RSS read every
+        ``period_ns`` from ``mem.last_t`` (``CLOCK_MONOTONIC`` ns) without the GIL, the rows kept until ``until_ns`` or
+        anything else is due (``notify``; ``lock`` found released at the call: 1; a stop signal on ``stop_fd``: 5;
+        ``limit`` finished spans waiting: 6; a profiler of the program's at the call: 7; 1,024 rows: 9), then appended
+        to ``mem`` as ``MemoryLane.sample`` does. Returns ``(reason, rows, stop_bytes)``. Raises ValueError
+        (``period_ns`` <= 0, ``rss_fd`` < 0)."""
 
     def notify(self) -> None:
         """Wake a ``run`` that waits for its next look (its eventfd; any thread)."""

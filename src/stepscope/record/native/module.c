@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #ifdef __linux__
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -233,6 +234,38 @@ static PyObject *py_read_held(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* the second number of the first got bytes read from fd at offset 0 into buf (n bytes), or -1: statm's resident
+   pages, schedstat's run-queue wait (ns) */
+static long long second_field(int fd, char *buf, size_t n) {
+    if (fd < 0) return -1;
+    ssize_t got;
+    do {
+        got = pread(fd, buf, n - 1, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got <= 0) return -1;
+    buf[got] = 0;
+    char *sp = strchr(buf, ' ');
+    return sp == NULL ? -1 : strtoll(sp + 1, NULL, 10);
+}
+
+/* readings(statm_fd, page, schedstat_fd) -> (rss, hwm, wait): a step-level span's memory and CPU-wait readings in
+   one call (memory.history.SpanMemory): the RSS (bytes, /proc/self/statm's resident pages x page), the kernel's
+   high-water mark of the RSS (bytes, getrusage's ru_maxrss, KiB on Linux) and the calling thread's run-queue wait so
+   far (ns, /proc/thread-self/schedstat's second field); -1 for each that cannot be read (an fd < 0: not read). The
+   GIL is kept (three short system calls). */
+static PyObject *py_readings(PyObject *self, PyObject *args) {
+    int statm, sched;
+    long long page;
+    if (!PyArg_ParseTuple(args, "iLi:readings", &statm, &page, &sched)) return NULL;
+    char buf[128];
+    long long wait = second_field(sched, buf, sizeof buf);
+    long long rss = second_field(statm, buf, sizeof buf);
+    long long hwm = -1;
+    struct rusage ru;
+    if (statm >= 0 && getrusage(RUSAGE_SELF, &ru) == 0) hwm = (long long)ru.ru_maxrss * 1024;
+    return Py_BuildValue("(LLL)", rss >= 0 ? rss * page : -1, hwm, wait);
+}
+
 /* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
 
 /* thread_hooked(ident) -> bool: whether the thread of that ident (threading.get_ident) has a setprofile/settrace
@@ -392,6 +425,12 @@ static PyMethodDef methods[] = {
      "register(name, op, probe=None, kind=0) -> code index (kind 0 plain, 1 generator: 3.12+ sys.monitoring only, "
      "2 denoiser: the Python probe takes its outermost calls)"},
     {"mark", py_mark, METH_VARARGS, "mark(code, value): co_extra value (0 untraced, 1 Python probe, 2+index native)"},
+#ifdef STEPSCOPE_STACKWALK
+    {"frame_args", frame_args, METH_VARARGS,
+     "frame_args(frame, n) -> tuple: the frame's first n local variables (its arguments; None: unset), read in place"},
+#endif
+    {"readings", py_readings, METH_VARARGS,
+     "readings(statm_fd, page, schedstat_fd) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), -1: unread"},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
     {"top_name", py_top_name, METH_NOARGS, "The name of this thread's innermost open native span, or None."},

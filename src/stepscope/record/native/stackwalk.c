@@ -245,6 +245,32 @@ static PyObject *walker_walk(Walker *w, PyObject *frame) {
     return PyLong_FromLong(si);
 }
 
+/* frame_args(frame, n) -> tuple: the first n of a Python frame's local variables (its arguments, in co_varnames'
+   order), each None where unset, read in place in its interpreter frame's localsplus: no f_locals dict (3.11, 3.12:
+   built anew at each read, ~13 us on a cache cooled by a denoising step, for a UNet forward's twenty arguments). An
+   argument that is also a cell variable (captured by an inner function) is the cell's content, as f_locals gives it.
+   n beyond the code's local variables: ValueError. */
+PyObject *frame_args(PyObject *m, PyObject *args) {
+    PyObject *frame;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n:frame_args", &PyFrame_Type, &frame, &n)) return NULL;
+    _PyInterpreterFrame *f = ((PyFrameObject *)frame)->f_frame;
+    PyCodeObject *co = (PyCodeObject *)FRAME_CODE(f);
+    if (n < 0 || n > co->co_nlocalsplus) {
+        PyErr_SetString(PyExc_ValueError, "frame_args: n is 0 to the code's number of local variables");
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    const char *kinds = PyBytes_AS_STRING(co->co_localspluskinds);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = f->localsplus[i];
+        if (v != NULL && (kinds[i] & 0x40) && PyCell_Check(v)) v = PyCell_GET(v); /* (CO_FAST_CELL: pycore_code.h) */
+        PyTuple_SET_ITEM(out, i, Py_NewRef(v != NULL ? v : Py_None));
+    }
+    return out;
+}
+
 /* take() -> (frames, stacks) made since the previous take. Only those there at the call: each tuple's allocation may
    run the garbage collector (3.11), and with it Python code that can hand the GIL to the main thread, whose signal
    handler (sigtick.c) then makes frames and stacks (and may move the arrays); those stay for the next take. */

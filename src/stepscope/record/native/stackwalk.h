@@ -23,6 +23,8 @@
 #define STEPSCOPE_STACKWALK 1
 /* the type stepscope.record.native._native.Walker (module.c adds it to the module) */
 extern PyTypeObject WalkerType;
+/* frame_args(frame, n) -> a tuple of the frame's first n local variables (its arguments), read in place (stackwalk.c) */
+PyObject *frame_args(PyObject *m, PyObject *args);
 #endif
 
 #if defined(__GNUC__)

@@ -52,6 +52,22 @@ class RunDelay:
         self._fds: dict[int, int] = {}
         self.ok = _pread is not None and _native_id is not None and sys.platform.startswith("linux")
 
+    def fd(self) -> int:
+        """The calling thread's schedstat file descriptor (opened at its first use), or -1 where it cannot be read:
+        for one C call that reads it with other figures (``memory.history.SpanMemory``); ``read`` is the fallback
+        where that read fails (a descriptor of an ended thread whose id came back)."""
+        if not self.ok:
+            return -1
+        tid = _native_id()
+        fd = self._fds.get(tid)
+        if fd is None:
+            try:
+                fd = self._fds[tid] = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self.ok = False  # (no schedstat on this kernel: never tried again)
+                return -1
+        return fd
+
     def read(self) -> int:
         if not self.ok:
             return -1

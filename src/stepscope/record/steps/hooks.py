@@ -30,6 +30,7 @@ from contextvars import ContextVar
 from threading import get_ident
 from time import perf_counter_ns
 
+from .. import native
 from ..spans import buffer
 from ..spans.record import REC_ATTRS, REC_ERROR, REC_PROBE, REC_RESTORE, REC_START, finished
 from . import cpuwait, workfacts
@@ -174,28 +175,50 @@ def open_step_of(rec):
     return None
 
 
+#: code object -> whether it is a diffusers denoiser's ``forward`` (``_outer_denoiser``), decided at its first sight
+_is_denoiser: dict = {}
+#: code object of a denoiser forward -> (arguments read, index of the timestep among them or -1) (``_denoiser_args``)
+_arg_plan: dict = {}
+#: the C read of a frame's arguments in place (``_native.frame_args``), or None: ``f_locals``
+_frame_args = getattr(native.ext, "frame_args", None)
+
+
 def _outer_denoiser(frame):
     """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``."""
     outer = None
     f = frame
+    known = _is_denoiser
     while f is not None:
         code = f.f_code
-        if code.co_name == "forward" and (f.f_globals.get("__name__") or "").startswith(_DENOISER_MODULES):
+        hit = known.get(code)
+        if hit is None:
+            if len(known) > 8192:  # (code objects made at run time: never an unbounded table)
+                known.clear()
+            hit = known[code] = code.co_name == "forward" and (f.f_globals.get("__name__") or "").startswith(
+                _DENOISER_MODULES)
+        if hit:
             outer = f
         f = f.f_back
     return outer
 
 
-def _timestep_of(frame, loc=None):
-    """A denoiser forward frame's ``timestep`` argument (by name, else its third parameter). ``loc``: the frame's
-    ``f_locals`` when read already."""
+def _denoiser_args(frame) -> tuple:
+    """``(module, sample, timestep)`` of a denoiser forward's frame: its first two arguments and its ``timestep``
+    argument (by name, else its third parameter), None where it has none. Read in place where the C extension can
+    (``_native.frame_args``), else from ``f_locals`` (3.11, 3.12: a dict of every local built at each read)."""
     code = frame.f_code
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    if loc is None:
-        loc = frame.f_locals
-    if "timestep" in names:
-        return loc.get("timestep")
-    return loc.get(names[2]) if len(names) > 2 else None
+    plan = _arg_plan.get(code)
+    if plan is None:
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        ts = names.index("timestep") if "timestep" in names else (2 if len(names) > 2 else -1)
+        plan = _arg_plan[code] = (max(ts + 1, min(2, len(names))), ts)
+    n, ts = plan
+    if _frame_args is not None:
+        args = _frame_args(frame, n)
+    else:
+        loc, names = frame.f_locals, code.co_varnames
+        args = tuple(loc.get(names[i]) for i in range(n))
+    return (args[0] if n > 0 else None, args[1] if n > 1 else None, args[ts] if ts >= 0 else None)
 
 
 class StepScoped:
@@ -211,7 +234,7 @@ class StepScoped:
         outer = _outer_denoiser(caller)
         s = _current()
         if outer is not None:  # a wrapped denoiser called from inside a denoiser forward
-            attrs = self._tag(s, _timestep_of(outer), True)
+            attrs = self._tag(s, _denoiser_args(outer)[2], True)
         else:
             t = args[2] if len(args) > 2 else kwargs.get("timestep")  # forward(self, sample, timestep, ...)
             attrs = self._tag(s, t, False)
@@ -224,14 +247,14 @@ class StepScoped:
         step = _open_denoiser_step()
         if step is not None:
             return {STEP_ATTR: step, NESTED_ATTR: True}
-        loc = frame.f_locals  # (one read: on 3.11 each builds the dict again, a few us)
-        workfacts.note_denoiser(frame, loc)  # its weights' device/dtype, once per module (`stepscope diff`)
+        mod, sample, t = _denoiser_args(frame)
+        workfacts.note_denoiser(mod, sample)  # its weights' device/dtype, once per module (`stepscope diff`)
         s = _current()
         outer = _outer_denoiser(frame)
         if outer is None or outer is frame:
-            attrs = self._tag(s, _timestep_of(frame, loc), False)
+            attrs = self._tag(s, t, False)
         else:
-            attrs = self._tag(s, _timestep_of(outer), True)
+            attrs = self._tag(s, _denoiser_args(outer)[2], True)
         return _began(s, attrs) if _start_listeners else attrs
 
     @staticmethod

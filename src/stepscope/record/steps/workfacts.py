@@ -183,21 +183,14 @@ def note_pipeline(frame) -> None:
         pass
 
 
-def note_denoiser(frame, loc=None) -> None:
-    """A traced denoiser forward starts: its module's facts, on the first call of each object. ``loc``: the
-    frame's ``f_locals`` when read already."""
+def note_denoiser(mod, sample) -> None:
+    """A traced denoiser forward starts: its module's facts, on the first call of each object. ``mod``, ``sample``:
+    the forward's first two arguments (``self`` and its input)."""
     try:
-        code = frame.f_code
-        if not code.co_argcount:
-            return
-        if loc is None:
-            loc = frame.f_locals
-        mod = loc.get(code.co_varnames[0])
         key = id(mod)
-        if key in _denoisers or len(_denoisers) >= _MAX_DENOISERS:
+        if mod is None or key in _denoisers or len(_denoisers) >= _MAX_DENOISERS:
             return
         facts = module_facts(mod, attention=True)
-        sample = loc.get(code.co_varnames[1]) if code.co_argcount > 1 else None
         if getattr(sample, "dtype", None) is not None:
             facts["input_dtype"] = str(sample.dtype).replace("torch.", "")
             facts["input_shape"] = [int(x) for x in sample.shape]
