@@ -428,6 +428,8 @@ static PyMethodDef methods[] = {
 #ifdef STEPSCOPE_STACKWALK
     {"frame_args", frame_args, METH_VARARGS,
      "frame_args(frame, n) -> tuple: the frame's first n local variables (its arguments; None: unset), read in place"},
+    {"outer_denoiser", outer_denoiser, METH_VARARGS,
+     "outer_denoiser(frame, known, prefixes) -> None, frame, or True: the outermost denoiser forward (a caller: True)"},
 #endif
     {"readings", py_readings, METH_VARARGS,
      "readings(statm_fd, page, schedstat_fd) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), -1: unread"},

@@ -271,6 +271,52 @@ PyObject *frame_args(PyObject *m, PyObject *args) {
     return out;
 }
 
+/* whether a code run with these globals is a denoiser's forward: named "forward", its module's __name__ starting with
+   one of prefixes (a tuple of str); -1 with an exception set */
+static int denoiser_code(PyObject *code, PyObject *globals, PyObject *prefixes) {
+    if (PyUnicode_CompareWithASCIIString(((PyCodeObject *)code)->co_name, "forward") != 0) return 0;
+    if (globals == NULL || !PyDict_Check(globals)) return 0;
+    static PyObject *key = NULL; /* "__name__", made once */
+    if (key == NULL && (key = PyUnicode_InternFromString("__name__")) == NULL) return -1;
+    PyObject *name = PyDict_GetItemWithError(globals, key); /* borrowed */
+    if (name == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_Check(name)) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefixes); i++) {
+        Py_ssize_t r = PyUnicode_Tailmatch(name, PyTuple_GET_ITEM(prefixes, i), 0, PY_SSIZE_T_MAX, -1);
+        if (r != 0) return r < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+/* outer_denoiser(frame, known, prefixes) -> the outermost denoiser forward among frame and its callers, as
+   steps.hooks._outer_denoiser finds by f_back (which makes a frame object for each caller on 3.11): None when there
+   is none, frame when it is frame itself, True when it is one of the callers (the caller then walks to it). known:
+   code -> bool, each code decided once (denoiser_code, with the globals of the first frame seen running it; cleared
+   past 8,192 codes); prefixes: the denoiser modules (core.steprules.DENOISER_MODULES). */
+PyObject *outer_denoiser(PyObject *m, PyObject *args) {
+    PyObject *frame, *known, *prefixes;
+    if (!PyArg_ParseTuple(args, "O!O!O!:outer_denoiser", &PyFrame_Type, &frame, &PyDict_Type, &known, &PyTuple_Type,
+                          &prefixes))
+        return NULL;
+    _PyInterpreterFrame *top = ((PyFrameObject *)frame)->f_frame, *outer = NULL;
+    for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
+        if (!shown(f)) continue;
+        PyObject *code = FRAME_CODE(f), *hit = PyDict_GetItemWithError(known, code); /* (borrowed) */
+        int is;
+        if (hit == NULL) {
+            if (PyErr_Occurred() || (is = denoiser_code(code, f->f_globals, prefixes)) < 0) return NULL;
+            if (PyDict_GET_SIZE(known) > 8192) PyDict_Clear(known);
+            /* (an insert may run the collector, and with it Python code: above this frame, never in its callers) */
+            if (PyDict_SetItem(known, code, is ? Py_True : Py_False) < 0) return NULL;
+        } else {
+            is = hit == Py_True;
+        }
+        if (is) outer = f;
+    }
+    if (outer == NULL) Py_RETURN_NONE;
+    return Py_NewRef(outer == top ? frame : Py_True);
+}
+
 /* take() -> (frames, stacks) made since the previous take. Only those there at the call: each tuple's allocation may
    run the garbage collector (3.11), and with it Python code that can hand the GIL to the main thread, whose signal
    handler (sigtick.c) then makes frames and stacks (and may move the arrays); those stay for the next take. */

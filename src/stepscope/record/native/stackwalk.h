@@ -25,6 +25,8 @@
 extern PyTypeObject WalkerType;
 /* frame_args(frame, n) -> a tuple of the frame's first n local variables (its arguments), read in place (stackwalk.c) */
 PyObject *frame_args(PyObject *m, PyObject *args);
+/* outer_denoiser(frame, known, prefixes) -> None, frame or True: the outermost denoiser forward (stackwalk.c) */
+PyObject *outer_denoiser(PyObject *m, PyObject *args);
 #endif
 
 #if defined(__GNUC__)

@@ -181,10 +181,18 @@ _is_denoiser: dict = {}
 _arg_plan: dict = {}
 #: the C read of a frame's arguments in place (``_native.frame_args``), or None: ``f_locals``
 _frame_args = getattr(native.ext, "frame_args", None)
+#: the C walk of the interpreter's frames for ``_outer_denoiser`` (``_native.outer_denoiser``), or None
+_outer_c = getattr(native.ext, "outer_denoiser", None)
 
 
 def _outer_denoiser(frame):
-    """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``."""
+    """The outermost frame below ``frame`` (``frame`` included) that is a diffusers denoiser's ``forward``. Walked in
+    C where the extension can (no frame object made for each caller, ~30 us a denoiser call on a cooled cache on
+    3.11): it answers None, ``frame``, or that a caller is the one, which this walk then finds."""
+    if _outer_c is not None:
+        hit = _outer_c(frame, _is_denoiser, _DENOISER_MODULES)
+        if hit is not True:
+            return hit
     outer = None
     f = frame
     known = _is_denoiser
