@@ -22,9 +22,13 @@ process's change (ratio of its medians); then the traced calls per step (spans s
 ``Transformer2DModel`` are denoiser forwards by ``steps/hooks.py``'s rule (a class from
 ``diffusers.models.unets``/``transformers``), recorded by the Python probe with step tags (the outermost one
 with memory readings) whichever recorder is in use. Both the wall time and the main thread's CPU time are
-printed; on a loaded machine read the CPU time.
+printed; on a loaded machine read the CPU time. Last, the paired figure: each traced call's median step against the
+untraced call's beside it, the median of those ratios over every pair of every process with a bootstrap CI over the
+pairs (``bench.stats.paired_change``): on a machine whose speed moves by 20% for seconds at a time (this project's
+shared VMs) the pooled figures above swing with it, the paired one much less.
 
     python benchmarks/traced_unet.py [--size 64] [--steps 10] [--calls 6] [--rounds 4] [--threads 1] [--hz 0]
+                                     [--recorders native,python]
     python benchmarks/traced_unet.py --child native|python ...   (one process's figures, JSON on stdout)
 """
 
@@ -114,7 +118,8 @@ def child(args) -> dict:
         return [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])]
 
     call(False)  # warm-up
-    out = {m: {"steps_ns": [], "cpu_ns": [], "pairs": []} for m in ("plain", "traced")}
+    out = {m: {"steps_ns": [], "cpu_ns": []} for m in ("plain", "traced")}
+    out["pairs"] = []  # per pair of calls: [[plain wall, plain CPU], [traced wall, traced CPU]], medians of its steps (ns)
     for i in range(args.calls):
         got = {}
         for traced in ((False, True) if i % 2 == 0 else (True, False)):
@@ -122,6 +127,7 @@ def child(args) -> dict:
         for traced, side in ((False, "plain"), (True, "traced")):
             out[side]["steps_ns"] += [s[0] for s in got[traced]]
             out[side]["cpu_ns"] += [s[1] for s in got[traced]]
+        out["pairs"].append([[statistics.median(s[k] for s in got[traced]) for k in (0, 1)] for traced in (False, True)])
     out["traced_names"] = len(names)
     n, by = calls_per_step(store, names, args.steps)
     out.update(calls_per_step=n, by_name=by)
@@ -143,13 +149,31 @@ def run_child(mode: str, args) -> dict:
     return json.loads(p.stdout.splitlines()[-1])
 
 
+def report_paired(res: dict) -> None:
+    """Print, per recorder, the change of the traced call's median step against the untraced call's beside it, over
+    every pair of calls of every process (``bench.stats.paired_change``): the machine's slow spells, seconds to
+    minutes on a shared VM, hit both calls of a pair alike, or one pair as an outlier."""
+    from stepscope.bench.stats import paired_change
+
+    print("paired (each traced call against the untraced call beside it; median of the pairs' ratios):")
+    for m in res:
+        pairs = [p for c in res[m] for p in c["pairs"]]
+        parts = []
+        for k, label in ((0, "wall"), (1, "CPU")):
+            ch = paired_change([p[1][k] for p in pairs], [p[0][k] for p in pairs])
+            base = statistics.median(p[0][k] for p in pairs) / 1e3
+            parts.append(f"{label} {100 * ch.change:+.2f}% (95% CI {100 * ch.ci_low:+.2f}..{100 * ch.ci_high:+.2f}%) = "
+                         f"{ch.change * base:+.0f} us of {base:.0f} us")
+        print(f"{m + ' recorder':>16}: {len(pairs)} pairs: " + "; ".join(parts))
+
+
 def report(res: dict, key: str, label: str) -> None:
     """Print, per recorder, the step times ``res[recorder][process][side][key]`` (ns) untraced and traced, and
     the change."""
     from stepscope.bench.stats import compare, describe
 
     print(f"step time, {label}:")
-    for m in RECORDERS:
+    for m in res:
         side = {k: [x / 1e6 for c in res[m] for x in c[k][key]] for k in ("plain", "traced")}
         base, d = describe(side["plain"]), describe(side["traced"])
         ch = compare(side["traced"], side["plain"])
@@ -171,6 +195,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="processes per recorder, interleaved")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     ap.add_argument("--hz", type=float, default=0.0, help="stepscope's sampler in the traced calls (0: off)")
+    ap.add_argument("--recorders", default=",".join(RECORDERS), help="the recorders compared (default: both)")
     ap.add_argument("--child", choices=RECORDERS)
     args = ap.parse_args()
     if args.child:
@@ -178,21 +203,23 @@ def main() -> None:
         return
     sys.path.insert(0, str(ROOT / "src"))
     load0 = os.getloadavg()[0]
-    res: dict[str, list[dict]] = {m: [] for m in RECORDERS}
+    recs = tuple(r for r in RECORDERS if r in args.recorders.split(","))
+    res: dict[str, list[dict]] = {m: [] for m in recs}
     for r in range(args.rounds):
-        for mode in (RECORDERS if r % 2 == 0 else RECORDERS[::-1]):
+        for mode in (recs if r % 2 == 0 else recs[::-1]):
             res[mode].append(run_child(mode, args))
         print(f"round {r + 1}: " + ", ".join(
             f"{m} {statistics.median(res[m][-1]['plain']['steps_ns']) / 1e6:.2f} -> "
-            f"{statistics.median(res[m][-1]['traced']['steps_ns']) / 1e6:.2f} ms" for m in RECORDERS), flush=True)
+            f"{statistics.median(res[m][-1]['traced']['steps_ns']) / 1e6:.2f} ms" for m in recs), flush=True)
     load1 = os.getloadavg()[0]
-    first = res["native"][0]
+    first = res[recs[0]][0]
     print(f"\ntiny SD pipeline, CPU, {args.size} px, {args.steps} steps, {args.calls} pairs of calls (untraced, "
           f"traced) per process (+1 warm-up), {args.rounds} processes per recorder, {args.threads or 'default'} torch "
           f"thread(s), sampler {args.hz:g} Hz; {first['traced_names']} forward methods traced; load average "
           f"{load0:.2f} -> {load1:.2f}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU (main thread)")):
         report(res, key, label)
+    report_paired(res)
     from stepscope.bench.stats import compare
     from stepscope.core.steprules import kind_of_name
 
@@ -200,7 +227,7 @@ def main() -> None:
     print(f"traced calls per step inside the UNet forward: {first['calls_per_step']:.0f} (+1 the UNet forward); "
           f"{scoped:.0f} of them and the UNet forward are step-level spans (denoiser rule of steps/hooks.py: "
           f"Python probe, step tags), the rest recorded by the recorder under test")
-    for m in RECORDERS:
+    for m in recs:
         parts = []
         for key, label in (("steps_ns", "wall"), ("cpu_ns", "CPU")):
             plain = [x for c in res[m] for x in c["plain"][key]]
