@@ -126,6 +126,47 @@ DENOISERS = ["diffusers.pipelines.pipeline_fake.FakePipeline.__call__",
              "diffusers.models.transformers.transformer_2d.Transformer2DModel.forward"]
 
 
+UNET, BLOCK, XFMR = (DENOISERS[2], DENOISERS[3], DENOISERS[4])
+
+
+@pytest.mark.parametrize("python", INTERPRETERS)
+@pytest.mark.parametrize("traced", [(UNET, XFMR), (BLOCK, XFMR)], ids=["unet", "blocks-in-an-untraced-unet"])
+def test_the_outermost_denoiser_calls_are_the_same_records_made_in_c(python, traced, tmp_path):
+    """The outermost denoiser calls, made in C (record/native/outer.c) where the Python probe made them, are the same
+    records: names, parents, steps counted by timestep objects (no scheduler step traced), nested or not, the error
+    of one that raises, the thread, and the memory and CPU-wait readings of each outermost one; blocks traced inside an
+    untraced UNet take its step through the Python probe in both (tests/programs/recorders/case_outer.py)."""
+    if not NATIVE[python]:
+        pytest.skip("stepscope.record.native._native could not be built for this interpreter (no C compiler?)")
+    shapes, read = {}, {}
+    for recorder in ("native", "python"):
+        p, spans, renv = _record(python, recorder, tmp_path / recorder, trace=traced, program="case_outer.py",
+                                 path=(PROGRAM / "fakediff",))
+        assert (p.returncode, p.stdout, p.stderr) == (0, "0\nbad shape\n0\n", "")
+        by_id = {s[0]: s for s in spans}
+        short = {n: n.rsplit(".", 2)[-2] for n in traced}
+        rows = []
+        for s in sorted(spans, key=lambda s: s[4]):
+            if s[2] in short:
+                a, parent = s[8] or {}, by_id.get(s[1])
+                rows.append((short[s[2]], short.get(parent[2], parent[3]) if parent else None, a.get("diffusion.step"),
+                             bool(a.get("diffusion.nested")), s[7], s[6]))
+                if not a.get("diffusion.nested"):
+                    read.setdefault(recorder, []).append(
+                        a.get("memory.rss_in", 0) > 0 and a.get("memory.rss_out", 0) > 0 and a.get("cpu.wait_ns", -1) >= 0)
+        threads = list(dict.fromkeys(r[5] for r in rows))
+        shapes[recorder] = [(*r[:5], threads.index(r[5])) for r in rows]
+    assert shapes["native"] == shapes["python"]
+    assert read["native"] == read["python"] and all(read["native"])
+    rows = shapes["native"]
+    top = "UNet2DConditionModel" if traced[0] == UNET else "CrossAttnDownBlock2D"
+    per_call = 1 if top == "UNet2DConditionModel" else 2
+    assert [r[2] for r in rows if r[0] == top and r[5] == 0] == [k for k in range(3) for _ in range(2 * per_call)]
+    assert all(r[3] == (top != "UNet2DConditionModel") for r in rows if r[0] == top)  # blocks: inside the UNet
+    assert [r for r in rows if r[4] is not None and r[1] == "transaction"] == [
+        ("Transformer2DModel", "transaction", 3, False, "ValueError", 0)]  # the outermost one that raised: its step
+
+
 @pytest.mark.parametrize("python", INTERPRETERS)
 def test_denoisers_inside_denoisers_take_the_outer_calls_step_with_both_recorders(python, tmp_path):
     """The C recorder records a denoiser called inside an open denoiser call (a UNet's blocks, the transformers in

@@ -125,6 +125,23 @@ def frame_args(frame: FrameType, n: int, /) -> tuple[Any, ...]:
     the GIL, as the stack walk). Raises ValueError when ``n`` exceeds the code's local variables."""
 
 
+def outer_denoiser(frame: FrameType, prefixes: tuple[str, ...], /) -> FrameType | bool | None:
+    """The outermost denoiser ``forward`` among ``frame`` and its callers (``steps.hooks._outer_denoiser``): None when
+    there is none, ``frame`` when it is ``frame`` itself, True when it is one of its callers. A code is a denoiser's
+    forward when named ``forward`` in a module whose ``__name__`` starts with one of ``prefixes``; decided once per
+    code (kept in a co_extra slot). The interpreter's frames are read in place: no frame object made per caller."""
+
+
+def outer_setup(probes_globals: dict[str, Any] | None, scope_var: ContextVar[Any] = ..., finished: Any = ...,
+                noted: dict[int, Any] = ..., max_noted: int = ..., start_listeners: list[Any] = ...,
+                prefixes: tuple[str, ...] = ..., page: int = ..., /) -> None:
+    """Have the outermost calls of denoisers' ``forward`` (code kind 2) recorded in C (record/native/outer.c:
+    ``tracing.recorder.outer_in_c``): the module globals of ``tracing.probes`` (its ``span_memory``), the step scope's
+    ContextVar (``steps.hooks._scope``), ``spans.buffer.finished``, the denoiser modules noted
+    (``steps.workfacts._denoisers``) and their limit, ``steps.hooks._start_listeners``, the denoiser modules'
+    prefixes and the page size (bytes). ``outer_setup(None)``: every such call on its Python probe again."""
+
+
 def read_held(fd: int, n: int, offset: int = -1, /) -> bytes:
     """``read(2)`` (``offset`` < 0) or ``pread(2)`` of at most ``n`` bytes (0 to 65,536) with the GIL kept: for the
     recorder thread's reads of a few bytes that never block (``/proc/self/statm``, a non-blocking pipe), which

@@ -27,7 +27,6 @@
 
 #include <errno.h>
 #include <signal.h>
-#include <sys/resource.h>
 #ifdef __linux__
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -37,6 +36,7 @@
 #include "block.h"
 #include "gen.h"
 #include "monitor.h"
+#include "outer.h"
 #include "probes.h"
 #include "stackwalk.h"
 #include "sigtick.h"
@@ -234,36 +234,17 @@ static PyObject *py_read_held(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* the second number of the first got bytes read from fd at offset 0 into buf (n bytes), or -1: statm's resident
-   pages, schedstat's run-queue wait (ns) */
-static long long second_field(int fd, char *buf, size_t n) {
-    if (fd < 0) return -1;
-    ssize_t got;
-    do {
-        got = pread(fd, buf, n - 1, 0);
-    } while (got < 0 && errno == EINTR);
-    if (got <= 0) return -1;
-    buf[got] = 0;
-    char *sp = strchr(buf, ' ');
-    return sp == NULL ? -1 : strtoll(sp + 1, NULL, 10);
-}
-
 /* readings(statm_fd, page, schedstat_fd) -> (rss, hwm, wait): a step-level span's memory and CPU-wait readings in
    one call (memory.history.SpanMemory): the RSS (bytes, /proc/self/statm's resident pages x page), the kernel's
    high-water mark of the RSS (bytes, getrusage's ru_maxrss, KiB on Linux) and the calling thread's run-queue wait so
    far (ns, /proc/thread-self/schedstat's second field); -1 for each that cannot be read (an fd < 0: not read). The
-   GIL is kept (three short system calls). */
+   GIL is kept (three short system calls: outer.c's readings_now). */
 static PyObject *py_readings(PyObject *self, PyObject *args) {
     int statm, sched;
-    long long page;
+    long long page, rss, hwm, wait;
     if (!PyArg_ParseTuple(args, "iLi:readings", &statm, &page, &sched)) return NULL;
-    char buf[128];
-    long long wait = second_field(sched, buf, sizeof buf);
-    long long rss = second_field(statm, buf, sizeof buf);
-    long long hwm = -1;
-    struct rusage ru;
-    if (statm >= 0 && getrusage(RUSAGE_SELF, &ru) == 0) hwm = (long long)ru.ru_maxrss * 1024;
-    return Py_BuildValue("(LLL)", rss >= 0 ? rss * page : -1, hwm, wait);
+    readings_now(statm, page, sched, &rss, &hwm, &wait);
+    return Py_BuildValue("(LLL)", rss, hwm, wait);
 }
 
 /* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
@@ -428,8 +409,11 @@ static PyMethodDef methods[] = {
 #ifdef STEPSCOPE_STACKWALK
     {"frame_args", frame_args, METH_VARARGS,
      "frame_args(frame, n) -> tuple: the frame's first n local variables (its arguments; None: unset), read in place"},
+    {"outer_setup", py_outer_setup, METH_VARARGS,
+     "outer_setup(probes_globals, scope_var, finished, noted, max_noted, start_listeners, prefixes, page), or "
+     "outer_setup(None): the outermost denoiser calls recorded in C (outer.c), or not"},
     {"outer_denoiser", outer_denoiser, METH_VARARGS,
-     "outer_denoiser(frame, known, prefixes) -> None, frame, or True: the outermost denoiser forward (a caller: True)"},
+     "outer_denoiser(frame, prefixes) -> None, frame, or True: the outermost denoiser forward (a caller: True)"},
 #endif
     {"readings", py_readings, METH_VARARGS,
      "readings(statm_fd, page, schedstat_fd) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), -1: unread"},

@@ -3,6 +3,7 @@
 #include "monitor.h"
 
 #include "gen.h"
+#include "outer.h"
 
 /* the event of a code with a Python probe, handed to its Python callback (set_forward) */
 static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
@@ -24,10 +25,11 @@ static PyObject *pass_on(int ev, PyObject *const *args, Py_ssize_t nargs) {
 /* the code index of a native code (co_extra x >= 2) */
 #define IDX ((int32_t)(x - 2))
 
-/* a denoiser's code: the event is recorded here when `native` (a nested call), else passed on to its Python probe */
-#define DENOISER_OR(ev, native)                                                     \
+/* a denoiser's code: the event is recorded here when `native` (a nested call) or `outer` (the outermost call in C,
+   outer.c), else passed on to its Python probe */
+#define DENOISER_OR(ev, native, outer)                                              \
     if (gen_flags[IDX] == 2) {                                                      \
-        if (native) { Py_RETURN_NONE; }                                             \
+        if ((native) || (outer)) { Py_RETURN_NONE; }                                \
         return pass_on(ev, args, nargs);                                            \
     }
 
@@ -36,7 +38,7 @@ PyObject *mon_start(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     intptr_t x = extra_of(args[0]);
     if (x >= 2) {
         int64_t step;
-        DENOISER_OR(EV_START, (step = open_step()) >= 0 && (push_step(IDX, step), 1))
+        DENOISER_OR(EV_START, (step = open_step()) >= 0 && (push_step(IDX, step), 1), outer_enter(IDX))
         if (gen_flags[IDX]) gen_start(IDX); else push(IDX);
         Py_RETURN_NONE;
     }
@@ -48,7 +50,7 @@ PyObject *mon_return(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 2) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
     if (x >= 2) {
-        DENOISER_OR(EV_RETURN, native_top(IDX) && (pop(IDX, NULL), 1))
+        DENOISER_OR(EV_RETURN, native_top(IDX) && (pop(IDX, NULL), 1), outer_exit(IDX))
         if (gen_flags[IDX]) gen_end(IDX, NULL); else pop(IDX, NULL);
         Py_RETURN_NONE;
     }
@@ -63,7 +65,7 @@ PyObject *mon_unwind(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3) Py_RETURN_NONE;
     intptr_t x = extra_of(args[0]);
     if (x >= 2) {
-        DENOISER_OR(EV_UNWIND, native_top(IDX) && (pop(IDX, (PyObject *)Py_TYPE(args[2])), 1))
+        DENOISER_OR(EV_UNWIND, native_top(IDX) && (pop(IDX, (PyObject *)Py_TYPE(args[2])), 1), 0)
         if (gen_flags[IDX]) gen_end(IDX, (PyObject *)Py_TYPE(args[2])); else pop(IDX, (PyObject *)Py_TYPE(args[2]));
         Py_RETURN_NONE;
     }

@@ -245,29 +245,36 @@ static PyObject *walker_walk(Walker *w, PyObject *frame) {
     return PyLong_FromLong(si);
 }
 
-/* frame_args(frame, n) -> tuple: the first n of a Python frame's local variables (its arguments, in co_varnames'
-   order), each None where unset, read in place in its interpreter frame's localsplus: no f_locals dict (3.11, 3.12:
-   built anew at each read, ~13 us on a cache cooled by a denoising step, for a UNet forward's twenty arguments). An
-   argument that is also a cell variable (captured by an inner function) is the cell's content, as f_locals gives it.
-   n beyond the code's local variables: ValueError. */
-PyObject *frame_args(PyObject *m, PyObject *args) {
-    PyObject *frame;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O!n:frame_args", &PyFrame_Type, &frame, &n)) return NULL;
-    _PyInterpreterFrame *f = ((PyFrameObject *)frame)->f_frame;
+/* the first n local variables of interpreter frame f (its arguments), borrowed, into out: NULL where unset, a cell
+   variable's content where it is one (captured by an inner function, as f_locals gives it); -1 when the code has
+   fewer than n local variables */
+static int args_of(_PyInterpreterFrame *f, PyObject **out, Py_ssize_t n) {
     PyCodeObject *co = (PyCodeObject *)FRAME_CODE(f);
-    if (n < 0 || n > co->co_nlocalsplus) {
-        PyErr_SetString(PyExc_ValueError, "frame_args: n is 0 to the code's number of local variables");
-        return NULL;
-    }
-    PyObject *out = PyTuple_New(n);
-    if (out == NULL) return NULL;
+    if (n < 0 || n > co->co_nlocalsplus) return -1;
     const char *kinds = PyBytes_AS_STRING(co->co_localspluskinds);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = f->localsplus[i];
         if (v != NULL && (kinds[i] & 0x40) && PyCell_Check(v)) v = PyCell_GET(v); /* (CO_FAST_CELL: pycore_code.h) */
-        PyTuple_SET_ITEM(out, i, Py_NewRef(v != NULL ? v : Py_None));
+        out[i] = v;
     }
+    return 0;
+}
+
+/* frame_args(frame, n) -> tuple: the first n of a Python frame's local variables (its arguments, in co_varnames'
+   order), each None where unset, read in place in its interpreter frame's localsplus (args_of): no f_locals dict
+   (3.11, 3.12: built anew at each read, ~13 us on a cache cooled by a denoising step, for a UNet forward's twenty
+   arguments). n beyond the code's local variables: ValueError. */
+PyObject *frame_args(PyObject *m, PyObject *args) {
+    PyObject *frame, *vals[64];
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n:frame_args", &PyFrame_Type, &frame, &n)) return NULL;
+    if (n > 64 || args_of(((PyFrameObject *)frame)->f_frame, vals, n) < 0) {
+        PyErr_SetString(PyExc_ValueError, "frame_args: n is 0 to the code's number of local variables (at most 64)");
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(out, i, Py_NewRef(vals[i] != NULL ? vals[i] : Py_None));
     return out;
 }
 
@@ -288,33 +295,74 @@ static int denoiser_code(PyObject *code, PyObject *globals, PyObject *prefixes) 
     return 0;
 }
 
-/* outer_denoiser(frame, known, prefixes) -> the outermost denoiser forward among frame and its callers, as
+#if PY_VERSION_HEX >= 0x030C0000
+#define DEN_REQUEST_EXTRA PyUnstable_Eval_RequestCodeExtraIndex
+#define DEN_GET_EXTRA PyUnstable_Code_GetExtra
+#define DEN_SET_EXTRA PyUnstable_Code_SetExtra
+#else
+#define DEN_REQUEST_EXTRA _PyEval_RequestCodeExtraIndex
+#define DEN_GET_EXTRA _PyCode_GetExtra
+#define DEN_SET_EXTRA _PyCode_SetExtra
+#endif
+
+static Py_ssize_t den_extra = -2; /* the co_extra slot of each code's decision: 0 not made, 1 no, 2 yes (-1: none) */
+
+/* whether interpreter frame f (shown) runs a denoiser forward, each code decided once (denoiser_code, with the globals
+   of the first frame seen running it) and kept in a co_extra slot of its own (a dict keyed by code objects would hash
+   each: a code's hash is computed from its contents at every lookup); -1 with an exception set */
+static int denoiser_frame(_PyInterpreterFrame *f, PyObject *prefixes) {
+    PyObject *code = FRAME_CODE(f);
+    if (den_extra == -2) den_extra = DEN_REQUEST_EXTRA(NULL);
+    void *x = NULL;
+    if (den_extra >= 0 && DEN_GET_EXTRA(code, den_extra, &x) < 0) { PyErr_Clear(); x = NULL; }
+    if (x != NULL) return (intptr_t)x == 2;
+    int is = denoiser_code(code, f->f_globals, prefixes);
+    if (is >= 0 && den_extra >= 0 && DEN_SET_EXTRA(code, den_extra, (void *)(intptr_t)(is ? 2 : 1)) < 0) PyErr_Clear();
+    return is;
+}
+
+/* outer_denoiser(frame, prefixes) -> the outermost denoiser forward among frame and its callers, as
    steps.hooks._outer_denoiser finds by f_back (which makes a frame object for each caller on 3.11): None when there
-   is none, frame when it is frame itself, True when it is one of the callers (the caller then walks to it). known:
-   code -> bool, each code decided once (denoiser_code, with the globals of the first frame seen running it; cleared
-   past 8,192 codes); prefixes: the denoiser modules (core.steprules.DENOISER_MODULES). */
+   is none, frame when it is frame itself, True when it is one of the callers (the caller then walks to it).
+   prefixes: the denoiser modules (core.steprules.DENOISER_MODULES; denoiser_frame). */
 PyObject *outer_denoiser(PyObject *m, PyObject *args) {
-    PyObject *frame, *known, *prefixes;
-    if (!PyArg_ParseTuple(args, "O!O!O!:outer_denoiser", &PyFrame_Type, &frame, &PyDict_Type, &known, &PyTuple_Type,
-                          &prefixes))
-        return NULL;
+    PyObject *frame, *prefixes;
+    if (!PyArg_ParseTuple(args, "O!O!:outer_denoiser", &PyFrame_Type, &frame, &PyTuple_Type, &prefixes)) return NULL;
     _PyInterpreterFrame *top = ((PyFrameObject *)frame)->f_frame, *outer = NULL;
     for (_PyInterpreterFrame *f = top; f != NULL; f = f->previous) {
         if (!shown(f)) continue;
-        PyObject *code = FRAME_CODE(f), *hit = PyDict_GetItemWithError(known, code); /* (borrowed) */
-        int is;
-        if (hit == NULL) {
-            if (PyErr_Occurred() || (is = denoiser_code(code, f->f_globals, prefixes)) < 0) return NULL;
-            if (PyDict_GET_SIZE(known) > 8192) PyDict_Clear(known);
-            /* (an insert may run the collector, and with it Python code: above this frame, never in its callers) */
-            if (PyDict_SetItem(known, code, is ? Py_True : Py_False) < 0) return NULL;
-        } else {
-            is = hit == Py_True;
-        }
+        int is = denoiser_frame(f, prefixes);
+        if (is < 0) return NULL;
         if (is) outer = f;
     }
     if (outer == NULL) Py_RETURN_NONE;
     return Py_NewRef(outer == top ? frame : Py_True);
+}
+
+/* the running Python frame of this thread (the function a probe or a sys.monitoring callback is called from) */
+static _PyInterpreterFrame *running(void) {
+    _PyInterpreterFrame *f = TOP_FRAME(PyThreadState_Get());
+#if PY_VERSION_HEX >= 0x030C0000
+    while (f != NULL && f->owner == FRAME_OWNED_BY_CSTACK) f = f->previous;
+#endif
+    return f;
+}
+
+int running_args(PyObject **out, Py_ssize_t n, PyCodeObject **code) {
+    _PyInterpreterFrame *f = running();
+    if (f == NULL || !PyCode_Check(FRAME_CODE(f))) return -1;
+    *code = (PyCodeObject *)FRAME_CODE(f);
+    return args_of(f, out, n);
+}
+
+int running_inside_denoiser(PyObject *prefixes) {
+    _PyInterpreterFrame *f = running();
+    for (f = f != NULL ? f->previous : NULL; f != NULL; f = f->previous) {
+        if (!shown(f)) continue;
+        int is = denoiser_frame(f, prefixes);
+        if (is != 0) return is;
+    }
+    return 0;
 }
 
 /* take() -> (frames, stacks) made since the previous take. Only those there at the call: each tuple's allocation may

@@ -25,8 +25,14 @@
 extern PyTypeObject WalkerType;
 /* frame_args(frame, n) -> a tuple of the frame's first n local variables (its arguments), read in place (stackwalk.c) */
 PyObject *frame_args(PyObject *m, PyObject *args);
-/* outer_denoiser(frame, known, prefixes) -> None, frame or True: the outermost denoiser forward (stackwalk.c) */
+/* outer_denoiser(frame, prefixes) -> None, frame or True: the outermost denoiser forward (stackwalk.c) */
 PyObject *outer_denoiser(PyObject *m, PyObject *args);
+/* the running frame's code (*code) and first n local variables (out: borrowed, NULL where unset, cells' contents):
+   0, or -1 when there is no running Python frame or its code has fewer (outer.c) */
+int running_args(PyObject **out, Py_ssize_t n, PyCodeObject **code);
+/* whether a caller of the running frame runs a denoiser forward (prefixes: outer_denoiser's): 1, 0, or -1 with an
+   exception set (outer.c) */
+int running_inside_denoiser(PyObject *prefixes);
 #endif
 
 #if defined(__GNUC__)

@@ -190,7 +190,7 @@ def _outer_denoiser(frame):
     C where the extension can (no frame object made for each caller, ~30 us a denoiser call on a cooled cache on
     3.11): it answers None, ``frame``, or that a caller is the one, which this walk then finds."""
     if _outer_c is not None:
-        hit = _outer_c(frame, _is_denoiser, _DENOISER_MODULES)
+        hit = _outer_c(frame, _DENOISER_MODULES)
         if hit is not True:
             return hit
     outer = None

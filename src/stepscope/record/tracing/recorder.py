@@ -54,3 +54,27 @@ def register(probe: Probe) -> int:
     generator (recorded as the Python probe's records, with ``probe`` in them) or denoiser (``takes_nested``).
     Only for a probe that ``native_kind`` takes (AttributeError without the extension)."""
     return native.ext.register(probe.name, probe.op, probe, 2 if takes_nested(probe) else 1 if probe.generator else 0)
+
+
+def outer_in_c(on: bool = True) -> bool:
+    """Have the C recorder take the outermost calls of denoisers' ``forward`` too (``_native.outer_setup``,
+    record/native/outer.c: the records their Python probe made, made in C, ~half its cost a denoising step), or not
+    (``on`` False: all on the Python probe). Done once at import; returns whether it is on (False without the
+    extension, or on an interpreter whose running frame it cannot read: then every such call is the Python probe's)."""
+    ext = native.ext
+    if ext is None or not hasattr(ext, "outer_setup") or not hasattr(ext, "frame_args"):
+        return False
+    if not on:
+        ext.outer_setup(None)
+        return False
+    from ..memory.history import PAGE
+    from ..spans import buffer
+    from ..steps import hooks, workfacts
+    from . import probes
+
+    ext.outer_setup(vars(probes), hooks._scope, buffer.finished, workfacts._denoisers, workfacts._MAX_DENOISERS,
+                    hooks._start_listeners, hooks._DENOISER_MODULES, PAGE)
+    return True
+
+
+OUTER_IN_C = outer_in_c()
