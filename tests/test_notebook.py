@@ -169,9 +169,11 @@ def test_the_handle_gives_the_run_its_columns_explain_diff_and_report(magic_nb):
     assert "stepscope run " in html_of(nb.cells[8])
     text = text_of(nb.cells[9])
     first = text.splitlines()[0].split()
-    assert first[1:] == ["12", "1"], text  # 12 repeats, the slow one (i == 4) marked slow
+    # 12 repeats, the planted slow one (i == 4, 2.5x) marked slow; a sleep the machine woke late (a CI run: one of
+    # 12 ms woken after 15.1 ms, beside the suite's other worker) is slow too, and may be named beside it
+    assert first[1] == "12" and int(first[2]) >= 1, text
     assert "['__main__.work']" in text
-    assert "Explain repeats of __main__.work" in text and "#4" in text
+    assert "Explain repeats of __main__.work" in text and re.search(r"#4 \S+ ms \((?:[2-9]|\d\d)\.\dx\)", text), text
     assert "caught KeyError('k')" in text_of(nb.cells[10]) and "error KeyError: 'k'" in text_of(nb.cells[10])
     assert "__main__.work" in text_of(nb.cells[11])
     assert "handle-report.html True" in text_of(nb.cells[12])
