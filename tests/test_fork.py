@@ -54,4 +54,4 @@ def test_followed_forked_children_end_by_sigterm_and_are_processes_of_the_run(py
     run = json.loads(out.read_text())["run"]
     forked = [x for x in run["processes"] if x["how"] == "fork"]
     assert len(forked) == 30 + 3 * 2, [(x["pid"], x["ppid"], x["status"], x["command"][-2:]) for x in run["processes"]]  # the 30 forks and the pools' workers
-    assert sum(x["status"] == "terminated" and x["exit_code"] == -15 for x in forked) >= 30
+    assert sum(x["status"] == "terminated" and x["exit_code"] == -15 for x in forked) >= 30, [(x["status"], x["exit_code"], x["command"][-2:]) for x in forked if not (x["status"] == "terminated" and x["exit_code"] == -15)]
