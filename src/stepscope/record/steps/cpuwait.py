@@ -69,28 +69,20 @@ class RunDelay:
         return fd
 
     def read(self) -> int:
-        if not self.ok:
-            return -1
-        tid = _native_id()
-        fd = self._fds.get(tid)
         for attempt in (0, 1):
-            if fd is None:
-                try:
-                    fd = self._fds[tid] = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
-                    self.ok = False  # (no schedstat on this kernel: never tried again)
-                    return -1
+            fd = self.fd()
+            if fd < 0:
+                return -1
             try:
                 b = _pread(fd, 80, 0)
                 i = b.index(b" ")
                 return int(b[i + 1:b.index(b" ", i + 1)])
             except (OSError, ValueError):  # a descriptor of an ended thread whose id came back: open it anew
-                self._fds.pop(tid, None)
+                self._fds.pop(_native_id(), None)
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-                fd = None
         return -1
 
     def enter(self, attrs: dict) -> None:
