@@ -603,7 +603,6 @@ def switches():
             return int(line.split(":")[1])
 
 stepscope.init(functions_to_trace=[], profiles_hz=0, store=sys.argv[1], transaction="lane")
-time.sleep(0.05)
 v0, t0 = switches(), time.perf_counter()
 x, keep = 0, None
 while time.perf_counter() - t0 < 1.6:  # pure Python: the main thread holds the GIL unless asked for it

@@ -16,17 +16,6 @@ int64_t parent_now(PyObject *prev) {
     return p;
 }
 
-static inline PyObject *cv_get(void) { /* a new reference; None when unset */
-    PyObject *v = NULL;
-    if (PyContextVar_Get(current_span, Py_None, &v) < 0) { PyErr_Clear(); return Py_NewRef(Py_None); }
-    return v;
-}
-
-static inline void cv_set(PyObject *v) {
-    PyObject *tok = PyContextVar_Set(current_span, v);
-    if (tok == NULL) PyErr_Clear(); else Py_DECREF(tok);
-}
-
 /* this code index's record if it is the current one (a new reference), else NULL */
 static PyObject *current_of(int32_t idx) {
     PyObject *rec = cv_get();

@@ -38,4 +38,17 @@ void gen_end(int32_t idx, PyObject *exc_type);
 /* a span id as Python: an int, or None for 0 (no span) */
 static inline PyObject *opt_id(int64_t v) { return v ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
 
+/* the ContextVar's record, a new reference (None when unset) */
+static inline PyObject *cv_get(void) {
+    PyObject *v = NULL;
+    if (PyContextVar_Get(current_span, Py_None, &v) < 0) { PyErr_Clear(); return Py_NewRef(Py_None); }
+    return v;
+}
+
+/* the ContextVar set to v (an error cleared) */
+static inline void cv_set(PyObject *v) {
+    PyObject *tok = PyContextVar_Set(current_span, v);
+    if (tok == NULL) PyErr_Clear(); else Py_DECREF(tok);
+}
+
 #endif

@@ -64,17 +64,6 @@ static PyObject *k_step, *k_wait_in, *k_wait_ns, *k_rss_in, *k_hwm, *k_rss_out, 
     *s_marked, *s_counter, *s_last_t, *s_seen, *s_span_memory, *s_rss, *s_fd, *s_run_delay, *s_fds, *s_ok, *s_torch,
     *s_cuda, *s_initialized, *s_read;
 
-static PyObject *cv_now(void) { /* the ContextVar's record, a new reference; None when unset */
-    PyObject *v = NULL;
-    if (PyContextVar_Get(current_span, Py_None, &v) < 0) { PyErr_Clear(); return Py_NewRef(Py_None); }
-    return v;
-}
-
-static void cv_put(PyObject *v) {
-    PyObject *tok = PyContextVar_Set(current_span, v);
-    if (tok == NULL) PyErr_Clear(); else Py_DECREF(tok);
-}
-
 /* the index of code co's timestep argument (by name, else its third), as steps.hooks._denoiser_args; -3 no memory */
 static int ts_index(int32_t idx, PyCodeObject *co) {
     if (idx >= cap_ts) {
@@ -217,7 +206,7 @@ int outer_enter(int32_t idx) {
     PyObject *s = NULL;
     if (PyContextVar_Get(g_scope, NULL, &s) < 0) { PyErr_Clear(); return 0; }
     if (s == NULL || s == Py_None) { Py_XDECREF(s); return 0; }
-    PyObject *prev = cv_now();
+    PyObject *prev = cv_get();
     PyObject *mem = PyDict_GetItemWithError(g_probes, s_span_memory); /* (borrowed: tracing.probes.span_memory) */
     int statm = -1, sched = -1, read = mem != NULL && mem != Py_None && !in_measured(prev);
     if (read) {
@@ -256,7 +245,7 @@ int outer_enter(int32_t idx) {
         Py_DECREF(rec);
         return 1;
     }
-    cv_put(rec);
+    cv_set(rec);
     Py_DECREF(rec);
     return 1;
 fail:
@@ -268,7 +257,7 @@ fail:
 
 int outer_exit(int32_t idx) {
     if (g_probes == NULL) return 0;
-    PyObject *rec = cv_now(), *attrs;
+    PyObject *rec = cv_get(), *attrs;
     if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) != REC_LEN
         || PyList_GET_ITEM(rec, REC_PROBE) != PyList_GET_ITEM(probe_objs, idx)
         || PyList_GET_ITEM(rec, REC_ID) == Py_None || !PyDict_CheckExact(attrs = PyList_GET_ITEM(rec, REC_ATTRS))
@@ -329,7 +318,7 @@ int outer_exit(int32_t idx) {
         Py_XDECREF(r);
         Py_DECREF(fin);
     }
-    cv_put(PyList_GET_ITEM(rec, REC_RESTORE));
+    cv_set(PyList_GET_ITEM(rec, REC_RESTORE));
     Py_DECREF(rec);
     return 1;
 }
