@@ -11,7 +11,9 @@ process uses per second while every thread waits.
 stepscope session of its own (after ``--ab-warm`` untimed ones in it: the steady state of a long-running server),
 sampling + memory lane ("full") and traces alone alternating; prints the change of
 the full sessions' median generation wall and process CPU time over the traces-alone ones, with bootstrap 95% CIs
-(``stepscope.bench.stats.compare``: every generation of every process pooled), and each process's own change.
+(``stepscope.bench.stats.compare``: every generation of every process pooled), each process's own change, and the
+paired figure (``bench.stats.paired_change``: each full generation against the traces-alone one beside it in its
+phase, so that the machine's slow spells, seconds to minutes long on a shared VM, fall in both sides of a pair).
 
     python benchmarks/server_overhead.py --rounds 4
     python benchmarks/server_overhead.py --ab --rounds 4 --phases 4 --gens 10
@@ -95,7 +97,7 @@ def main() -> None:
 def ab(a) -> None:
     """The in-process A/B (``--ab``)."""
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
-    from stepscope.bench.stats import compare
+    from stepscope.bench.stats import compare, paired_change
 
     store = tempfile.mkdtemp(prefix="stepscope-server-ab-")
     app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
@@ -104,6 +106,7 @@ def ab(a) -> None:
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
     pooled = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
+    pairs = {"wall": ([], []), "cpu": ([], [])}  # (full, traces) of adjacent generations of one phase
     per_process = []
     for r in range(a.rounds):
         mine = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
@@ -112,6 +115,12 @@ def ab(a) -> None:
                 for d in (pooled, mine):
                     d[cfg]["wall"].append(w)
                     d[cfg]["cpu"].append(c)
+            for k in ("wall", "cpu"):
+                v, cf = ph[f"gen_{k}"], ph["gen_config"]
+                for i in range(0, len(v) - 1, 2):
+                    j, m = (i, i + 1) if cf[i] == "full" else (i + 1, i)
+                    pairs[k][0].append(v[j])
+                    pairs[k][1].append(v[m])
         per_process.append({k: statistics.median(mine["full"][k]) / statistics.median(mine["traces"][k]) - 1
                             for k in ("wall", "cpu")})
         print(f"process {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
@@ -126,6 +135,9 @@ def ab(a) -> None:
         print(f"{label:16s} traces alone {1e3 * t:7.1f} ms, + sampling and memory lane {1e3 * f:7.1f} ms: "
               f"{100 * ch.change:+.2f}% (95% CI {100 * ch.ci_low:+.2f}% to {100 * ch.ci_high:+.2f}%); per process "
               + ", ".join(f"{100 * p[k]:+.1f}%" for p in per_process))
+        pc = paired_change(*pairs[k])
+        print(f"{'':16s} paired (each full generation against the traces-alone one beside it, {len(pairs[k][0])} "
+              f"pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to {100 * pc.ci_high:+.2f}%)")
 
 
 if __name__ == "__main__":

@@ -329,3 +329,53 @@ def test_calls_finished_while_they_are_taken_wait_for_the_next_take(tmp_path, mo
     assert len(ids) == len(set(ids)) == 3 + 1 + 3 + 200
     assert len(first) == 7 and [s[7] for s in first].count("reentmod_errors.Boom") == 1
     assert all(s[2] == "reentmod.leaf" for s in second)
+
+
+def test_a_later_session_takes_the_kept_instrumented_code_and_records_its_own_calls(tmp_path, monkeypatch):
+    """3.11's mechanism (``STEPSCOPE_TRACING=code`` on 3.12+) keeps the instrumented code of C-recorded functions
+    between sessions (``mechanism._KEPT``): a later session runs the same code object (the interpreter's
+    specialisation of it kept), its C probe rebound, so its calls are that session's spans under the same names;
+    between sessions the function runs its own code; two functions of one code object traced at once each get code
+    of their own; the compile-time note's probe id names the current session's probe."""
+    from stepscope.record import native
+
+    if native.ext is None:
+        pytest.skip("the C recorder is not loaded in this interpreter")
+    import stepscope
+    from stepscope.record.spans import buffer
+    from stepscope.record.tracing import mechanism, patch, probes
+
+    monkeypatch.setenv("STEPSCOPE_TRACING", "code")
+    (tmp_path / "keptmod.py").write_text(
+        "def leaf(x):\n    return x + 1\n\n"
+        "def outer(n):\n    return [leaf(i) for i in range(n)]\n\n"
+        "def make():\n    def twin(x):\n        return x * 2\n    return twin\n\n"
+        "one = make()\ntwo = make()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import keptmod
+
+    original = keptmod.leaf.__code__
+    assert keptmod.one.__code__ is keptmod.two.__code__
+    codes, names = [], []
+    for session in range(3):
+        stepscope.init(functions_to_trace=["keptmod.leaf", "keptmod.outer", "keptmod.one", "keptmod.two"],
+                       profiles_hz=0, store=str(tmp_path / "store"), flush_interval_s=3600)
+        try:
+            buffer.take()
+            buffer.take_native_blocks(lambda *a: b"", 1 << 20)
+            assert keptmod.leaf.__code__ is not original
+            assert keptmod.one.__code__ is not keptmod.two.__code__
+            codes.append((keptmod.leaf.__code__, keptmod.outer.__code__))
+            assert keptmod.outer(3 + session) == list(range(1, 4 + session))
+            assert (keptmod.one(2), keptmod.two(3)) == (4, 6)
+            kept = mechanism._KEPT[original]
+            assert kept[3] and probes.probe(kept[2]) is patch._TRACED[keptmod.leaf]
+            names.append(collections.Counter(s[2] for s in buffer.take()))
+        finally:
+            stepscope.shutdown()
+        assert keptmod.leaf.__code__ is original and keptmod.one.__code__ is keptmod.two.__code__
+        assert keptmod.outer(2) == [1, 2]
+    assert codes[1] == codes[0] and codes[2] == codes[0]  # (the same code objects: ``is`` for each, as == is)
+    assert all(c is d for c, d in zip(codes[0], codes[2]))
+    for session, got in enumerate(names):
+        assert got == {"keptmod.leaf": 3 + session, "keptmod.outer": 1, "keptmod.one": 1, "keptmod.two": 1}, got

@@ -16,7 +16,7 @@ import os
 import sys
 import types
 
-from . import codeswap, recorder
+from . import codeswap, probes, recorder
 from .. import native
 from .codeswap import CannotInstrument
 from .probes import Probe
@@ -51,6 +51,17 @@ class Mechanism:
         """Undo everything."""
 
 
+#: The instrumented code of each function whose calls went to the C recorder, kept from session to session in this
+#: process: its code before -> [the instrumented code, the C probe that is its constant, the probe id its
+#: compile-time branch notes, in use]. A later session that traces the same function takes it again, its C probe
+#: rebound to the new session's code index (and Python probe), instead of compiling the source again: the
+#: interpreter's specialisation of the code (3.11 quickens a code object after its first calls, and until then runs
+#: every instruction unspecialised: global and attribute loads by dict lookups) is kept as the untraced code's is,
+#: and a session's start skips the parse and two compiles per function. Only C probes are kept: their code depends on
+#: the function alone (no subclass filter, hooks or step loop, which the Python probe's code may carry).
+_KEPT: dict = {}
+
+
 class CodeMechanism(Mechanism):
     name = "code"
 
@@ -61,8 +72,13 @@ class CodeMechanism(Mechanism):
     def trace(self, fn, probe):
         first = probe.first_arg if probe.by_class is not None else None
         native_probe(probe)
-        new = codeswap.instrument_function(fn, probe, first)
-        self._original.setdefault(fn, fn.__code__)
+        code = fn.__code__
+        new = _take_kept(code, probe)
+        if new is None:
+            new = codeswap.instrument_function(fn, probe, first)
+            if probe.native is not None and code not in _KEPT:
+                _KEPT[code] = [new, probe.native, probe.id, True]
+        self._original.setdefault(fn, code)
         fn.__code__ = new
 
     def retrace(self, fn, probe):
@@ -77,6 +93,10 @@ class CodeMechanism(Mechanism):
                 fn.__code__ = code
             except (AttributeError, TypeError, ValueError):
                 pass
+            kept = _KEPT.get(code)
+            if kept is not None and kept[3]:
+                kept[3] = False
+                probes.unalias(kept[2])
 
     def compile_main(self, source, filename, defs):
         for p in defs.values():
@@ -129,6 +149,25 @@ class MonitoringMechanism(Mechanism):
     def close(self):
         self._monitor.close()
         self._traced.clear()
+
+
+def _take_kept(code, probe: Probe):
+    """The kept instrumented code of ``code`` (``_KEPT``) for ``probe``, its C probe rebound to ``probe``'s code
+    index (``probe.native`` then is that C probe), or None: nothing kept, kept code in use by another function of the
+    same code, or a C probe of another kind."""
+    kept = _KEPT.get(code)
+    fresh = probe.native
+    if kept is None or kept[3] or fresh is None or type(kept[1]) is not type(fresh):
+        return None
+    c = kept[1]
+    if probe.native_kind == "nested":
+        c.__init__(fresh.index, probe)
+    else:
+        c.__init__(fresh.index)
+    probe.native = c
+    probes.alias(kept[2], probe)
+    kept[3] = True
+    return kept[0]
 
 
 def native_probe(probe: Probe) -> None:

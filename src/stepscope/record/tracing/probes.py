@@ -474,6 +474,19 @@ def probe(probe_id: int) -> Probe | None:
     return _registry.get(probe_id)
 
 
+def alias(probe_id: int, probe: Probe) -> None:
+    """Have ``probe_id`` (a probe of an earlier session, whose id kept instrumented code notes:
+    ``mechanism._KEPT``) name ``probe`` until ``unalias``."""
+    _registry[probe_id] = probe
+
+
+def unalias(probe_id: int) -> None:
+    """Undo ``alias`` (an id that names its own probe stays)."""
+    p = _registry.get(probe_id)
+    if p is not None and p.id != probe_id:
+        del _registry[probe_id]
+
+
 def compiled(probe_id: int) -> None:
     """Note that the probe's function is being compiled into a torch.compile graph (called at trace
     time): its calls run inside the compiled region and are timed as part of the span around it."""
