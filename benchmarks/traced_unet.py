@@ -27,8 +27,15 @@ untraced call's beside it, the median of those ratios over every pair of every p
 pairs (``bench.stats.paired_change``): on a machine whose speed moves by 20% for seconds at a time (this project's
 shared VMs) the pooled figures above swing with it, the paired one much less.
 
+``--callgrind`` (with ``--steps 4``): deterministic figures instead of times, which a VM's speed does not move: per
+recorder one process under valgrind's callgrind (``_callgrind.py``), after a warm-up call of each side one untraced
+and one traced call, each counted in the main thread from the end of its first step to its end: instructions,
+simulated cache misses, KCachegrind's cycle estimate and its change per step, and the functions whose instructions
+changed most (~10 minutes).
+
     python benchmarks/traced_unet.py [--size 64] [--steps 10] [--calls 6] [--rounds 4] [--threads 1] [--hz 0]
                                      [--recorders native,python]
+    python benchmarks/traced_unet.py --callgrind --steps 4 [--size 32] [--recorders native]
     python benchmarks/traced_unet.py --child native|python ...   (one process's figures, JSON on stdout)
 """
 
@@ -43,6 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _callgrind
 
 ROOT = Path(__file__).resolve().parent.parent
 UNET_FORWARD = "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel.forward"
@@ -101,8 +110,13 @@ def child(args) -> dict:
     marks: list[tuple[int, int]] = []
     clock, cpu = time.perf_counter_ns, time.thread_time_ns
 
+    measure = [None]  # the label of the call measured under callgrind (``--callgrind``), or None
+    cg = _callgrind.Marks()
+
     def on_step(p, i, t, kw):
         marks.append((clock(), cpu()))
+        if i == 0 and measure[0]:
+            cg.start()
         return kw
 
     def call(traced: bool):
@@ -112,12 +126,20 @@ def child(args) -> dict:
         try:
             pipe("a photo of an astronaut", num_inference_steps=args.steps, height=args.size, width=args.size,
                  generator=torch.Generator().manual_seed(0), callback_on_step_end=on_step, output_type="latent")
+            if measure[0]:
+                cg.dump(measure[0])
         finally:
             if traced:
                 stepscope.shutdown()
         return [(b[0] - a[0], b[1] - a[1]) for a, b in zip(marks, marks[1:])]
 
     call(False)  # warm-up
+    if args.callgrind:  # one call a side, measured after its first step: the same instructions at every run
+        call(True)  # (the traced side's warm-up: its instrumented code kept for the next session)
+        for traced, label in ((False, "plain"), (True, "traced")):
+            measure[0] = label
+            call(traced)
+        return {"callgrind": True}
     out = {m: {"steps_ns": [], "cpu_ns": []} for m in ("plain", "traced")}
     out["pairs"] = []  # per pair of calls: [[plain wall, plain CPU], [traced wall, traced CPU]], medians of its steps (ns)
     for i in range(args.calls):
@@ -134,16 +156,47 @@ def child(args) -> dict:
     return out
 
 
-def run_child(mode: str, args) -> dict:
+def run_callgrind(args) -> None:
+    """``--callgrind``: per recorder, one child under callgrind (``_callgrind``): after a warm-up call of each side,
+    one untraced and one traced call, each measured from the end of its first step to its end in the main thread;
+    prints their instructions, cache misses and cycle estimate, the change, and the functions whose instructions
+    changed most."""
+    why = _callgrind.missing()
+    if why:
+        raise SystemExit(f"--callgrind: {why}")
+    for mode in tuple(r for r in RECORDERS if r in args.recorders.split(",")):
+        folder = Path(tempfile.mkdtemp(prefix="stepscope-traced-unet-cg-"))
+        lib = _callgrind.control_library(folder)
+        run_child(mode, args, prefix=_callgrind.command(folder), extra={_callgrind.ENV: str(lib)}, flags=["--callgrind"])
+        got = _callgrind.dumps(folder)
+        if set(got) != {"plain", "traced"}:
+            raise SystemExit(f"--callgrind: no dumps of both calls in {folder} (found {sorted(got)})")
+        (fp, p), (ft, t) = got["plain"], got["traced"]
+        print(f"{mode} recorder, callgrind, main thread, steps 2-{args.steps} of one call a side ({args.size} px):")
+        for k in _callgrind.EVENTS:
+            print(f"  {k:5s} untraced {p[k]:>13,} traced {t[k]:>13,}  {100 * (t[k] / max(p[k], 1) - 1):+7.2f}%")
+        cp, ct = _callgrind.cest(p), _callgrind.cest(t)
+        per = (ct - cp) / (args.steps - 1)
+        print(f"  cycle estimate (KCachegrind's CEst) untraced {cp:,} traced {ct:,}: {100 * (ct / cp - 1):+.2f}%, "
+              f"{per:+,.0f} a step; instructions {100 * (t['Ir'] / p['Ir'] - 1):+.2f}%")
+        a, b = _callgrind.functions(fp), _callgrind.functions(ft)
+        diff = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), key=lambda x: -abs(x[0]))
+        print("  instructions that changed most (traced - untraced, self, per step): " + "; ".join(
+            f"{k} {d / (args.steps - 1):+,.0f}" for d, k in diff[:10]))
+        print(f"  (dumps in {folder}: callgrind_annotate {fp})")
+
+
+def run_child(mode: str, args, prefix: list[str] = (), extra: dict | None = None, flags: list[str] = ()) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSCOPE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     env["PYTHONWARNINGS"] = "ignore"
     env["STEPSCOPE_RECORDER"] = mode
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    cmd = [sys.executable, __file__, "--child", mode, "--size", str(args.size), "--steps", str(args.steps),
-           "--calls", str(args.calls), "--threads", str(args.threads), "--hz", str(args.hz)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    env.update(extra or {})
+    cmd = [*prefix, sys.executable, __file__, "--child", mode, "--size", str(args.size), "--steps", str(args.steps),
+           "--calls", str(args.calls), "--threads", str(args.threads), "--hz", str(args.hz), *flags]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if p.returncode:
         raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.splitlines()[-1])
@@ -197,11 +250,17 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=0.0, help="stepscope's sampler in the traced calls (0: off)")
     ap.add_argument("--recorders", default=",".join(RECORDERS), help="the recorders compared (default: both)")
     ap.add_argument("--child", choices=RECORDERS)
+    ap.add_argument("--callgrind", action="store_true",
+                    help="deterministic figures instead: one call a side under valgrind's callgrind (see _callgrind.py); "
+                         "use --steps 4 (each measured step takes minutes)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args)))
         return
     sys.path.insert(0, str(ROOT / "src"))
+    if args.callgrind:
+        run_callgrind(args)
+        return
     load0 = os.getloadavg()[0]
     recs = tuple(r for r in RECORDERS if r in args.recorders.split(","))
     res: dict[str, list[dict]] = {m: [] for m in recs}
