@@ -161,7 +161,8 @@ def run_callgrind(args) -> None:
     one untraced and one traced call, each measured from the end of its first step to its end in the main thread;
     prints their instructions, cache misses and cycle estimate, the change, and the functions whose instructions
     changed most."""
-    why = _callgrind.missing()
+    why = _callgrind.missing() or ("--steps must be 2 or more (the first step is not measured)" if args.steps < 2
+                                    else None)
     if why:
         raise SystemExit(f"--callgrind: {why}")
     for mode in tuple(r for r in RECORDERS if r in args.recorders.split(",")):
