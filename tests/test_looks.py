@@ -88,9 +88,12 @@ def test_a_main_thread_its_own_timers_sample_is_never_looked_at(spinner):
 def test_without_its_own_timers_the_main_thread_is_looked_at(spinner, state):
     w = native.ext.Walker(64, HIDDEN_FILES)
     reason, looks, n, _next, seen, ran, *_ = _run(w, spinner.ident, None if state is None else _State(False, False),
-                                                   until_ms=30)
-    assert reason == 0 and looks >= 1 and spinner.ident in ran  # (running, but not resting: the run goes on)
-    assert {r[1] for r in w.rows()} == {spinner.ident}
+                                                   until_ms=30, quiet_looks=10_000)
+    # (quiet_looks: a loaded machine may leave the spinner unscheduled for a period; a look where it did not run would
+    # otherwise end the run by the quiet rule, reason 2, which is not what this test is about)
+    assert reason == 0 and looks >= 1 and spinner.ident in seen  # (running, but not resting: the run goes on)
+    rows = w.rows()  # (ran is the last look's: on a loaded machine the spinner may have sat out that one period)
+    assert {r[1] for r in rows} == {spinner.ident} and any(r[4] > 0 for r in rows)  # (walked, with its CPU time)
 
 
 @needs_walker
