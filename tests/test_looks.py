@@ -136,13 +136,78 @@ def test_quiet_looks_go_on_in_the_call_until_they_cover_quiet_ns():
         wait_until(lambda: "wait" in repr(sys._current_frames().get(th.ident)), 10, "the thread to wait")
         w = native.ext.Walker(64, HIDDEN_FILES)
         got = _run(w, th.ident, None, until_ms=60_000, quiet_looks=5)
+        q1 = w.quiet_looks
         # (its first look walks it, a new thread counts as run; on a busy machine it may still be entering its wait)
         assert got[0] == 2 and got[1] >= 6 and got[8] == 5 * MS, got
         got2 = _run(w, th.ident, None, until_ms=60_000, quiet=3, quiet_looks=5)
+        q2 = w.quiet_looks
         assert (got2[0], got2[1], got2[8]) == (2, 2, 5 * MS), got2  # (the count goes on from 3 ms: two more)
         got3 = _run(w, th.ident, None, until_ms=60_000, period_ms=2.5, quiet_looks=2)  # 5 ms at 2.5 ms a look
+        q3 = w.quiet_looks
         assert (got3[0], got3[1], got3[8]) == (2, 2, 5 * MS), got3
-        assert len([r for r in w.rows() if r[1] == th.ident]) == got[1] + 4
+        # each run's first look is a full one; the looks after it at which the thread's CPU clock stood still are
+        # quiet looks, made without the GIL and recording nothing
+        assert q1 >= 1 and q2 == 1 and q3 == 1 and got[5] == got2[5] == got3[5] == []
+        rows = [r for r in w.rows() if r[1] == th.ident]
+        assert len(rows) == got[1] - q1 + got2[1] - q2 + got3[1] - q3
+        # no time lost: each row after the first is charged the whole time since the one before it
+        assert [r[3] for r in rows[1:]] == [b[0] - a[0] for a, b in zip(rows, rows[1:])]
     finally:
         ev.set()
+        th.join()
+
+
+def _functions(th) -> list[str]:
+    f, out = sys._current_frames().get(th.ident), []
+    while f is not None:
+        out.append(f.f_code.co_name)
+        f = f.f_back
+    return out
+
+
+@needs_walker
+def test_a_thread_that_moves_ends_the_quiet_looks_and_is_walked_at_its_new_stack():
+    """Quiet looks (no thread's CPU clock moved since the run's last full look: no GIL, no rows) end at the first look
+    after a thread ran: that look walks it where it waits now and charges it the whole time since its last row."""
+    go, stop, ready = threading.Event(), threading.Event(), threading.Event()
+
+    def first_wait():
+        go.wait()
+
+    def second_wait():
+        stop.wait()
+
+    def body():
+        ready.set()
+        first_wait()
+        second_wait()
+
+    th = threading.Thread(target=body)
+    th.start()
+    ready.wait()
+    try:
+        wait_until(lambda: "first_wait" in _functions(th), 10, "the first wait")
+        w = native.ext.Walker(64, HIDDEN_FILES)
+        out = []
+        runner = threading.Thread(target=lambda: out.append(
+            (_run(w, th.ident, None, until_ms=60_000, period_ms=2, quiet_looks=10_000), w.quiet_looks)))
+        runner.start()
+        wait_until(lambda: w.quiet_looks > 0 or out, 20, "quiet looks")  # (the count so far, while the run goes on)
+        quiet_before = w.quiet_looks
+        go.set()
+        wait_until(lambda: "second_wait" in _functions(th), 10, "the second wait")
+        time.sleep(0.05)  # (a quiet stretch after the move: more looks without rows)
+        w.notify()
+        runner.join()
+        (reason, looks, *_), quiet = out[0]
+        assert reason == 1 and quiet > 0, out
+        rows = [r for r in w.rows() if r[1] == th.ident]
+        # (a row a full look; the look after the move may split its charge: the wait at the old stack, the run at
+        # the new one, two rows)
+        assert looks - quiet <= len(rows) <= looks - quiet + 1 and len(rows) >= 2, (rows, looks, quiet)
+        assert quiet_before > 0 and rows[0][2] != rows[-1][2]  # (walked at the first wait, then at the second)
+        assert [r[3] for r in rows[1:]] == [b[0] - a[0] for a, b in zip(rows, rows[1:])]
+    finally:
+        go.set()
+        stop.set()
         th.join()

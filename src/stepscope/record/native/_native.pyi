@@ -298,6 +298,9 @@ class Walker:
     last_walk: Final[int]
     #: threads the last ``sample`` walked within their slack (their CPU clock moved; not in its ran list)
     moved: Final[int]
+    #: ``run``'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved since the run's
+    #: last full look: made without the GIL, recording no row (each thread's next row is charged the time since)
+    quiet_looks: Final[int]
 
     def __init__(self, max_depth: int, hidden_files: frozenset[str], /) -> None: ...
 
@@ -347,7 +350,10 @@ class Walker:
         ``MemoryLane``; the pread of ``rss_fd``, ``page`` bytes a page) when ``mem.last_t`` is ``mem_every`` ns old.
         The main thread (``main_ident``) is looked at unless ``main_state`` (its timer sampler's state: ``active``,
         ``resting``; None: no timer sampler) says its own timers sample it; that state is read again at each look,
-        with the GIL held. Returns ``(reason, looks, threads looked at, next_t, seen, ran, look CPU ns, stop
+        with the GIL held. While the main thread is looked at here, a look at which no thread's CPU clock moved since
+        the run's last full look is a quiet look, without the GIL and recording nothing (``quiet_looks``: counted in
+        ``looks``; ``ran`` is [] when the last look was one). Returns ``(reason, looks, threads looked at, next_t,
+        seen, ran, look CPU ns, stop
         bytes, quiet)``: reason 0 ``until_ns``, 1 woken, 2 looks in a row where nothing ran or moved covering ``quiet_ns``
         (``quiet``: the ns such looks covered, ``period_ns`` each, counted from the ``quiet`` given), 3 the resting main thread ran, 4
         ``active`` changed size, 5 a stop signal's byte read from ``stop_fd`` (among ``stop_sigs``; returned), 6

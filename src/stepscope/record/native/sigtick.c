@@ -28,7 +28,7 @@
 #include <pthread.h>
 
 #define BLOCK 8
-#define REST_NS 1000000000LL /* (signals.REST_NS) */
+#define REST_NS 200000000LL /* (signals.REST_NS) */
 #define MEMORY_PERIOD_MIN_NS 9000000LL
 
 typedef struct {

@@ -511,6 +511,9 @@ static PyMemberDef walker_members[] = {
     {"unseen", Py_T_PYSSIZET, offsetof(Walker, unseen), Py_READONLY, "frames and stacks made since the last take"},
     {"moved", Py_T_PYSSIZET, offsetof(Walker, moved), Py_READONLY,
      "threads the last sample() walked within their slack (their CPU clock moved; not in its ran list)"},
+    {"quiet_looks", Py_T_LONGLONG, offsetof(Walker, quiet_looks), Py_READONLY,
+     "run()'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved, made without the "
+     "GIL (no rows: looks.c)"},
     {"last_walk", Py_T_INT, offsetof(Walker, last_walk), Py_READONLY,
      "the stack index of the main thread's last walk (walk(), or the C signal handler's sample), -1: none"},
     {NULL}};

@@ -185,6 +185,7 @@ typedef struct {
     Py_ssize_t n_rows, cap_rows;
     int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
     Py_ssize_t moved;  /* threads of the last sample() walked within their slack (moved, not in its ran list) */
+    long long quiet_looks; /* the last run()'s looks made without the GIL (looks.c: no thread's CPU clock moved) */
     /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
        the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */
     int wake_fd1;

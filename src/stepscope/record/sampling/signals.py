@@ -71,9 +71,9 @@ MEMORY_PERIOD_MIN_NS = 9_000_000
 #: Rest: after wall ticks covering this long (ns; at least 10 ticks) in a row at which the main thread had used under
 #: ``REST_CPU_NS`` of CPU since the previous one (it waits: an event loop between requests), the wall timer is
 #: disarmed and the recorder thread samples the main thread from outside (``MainThreadSampler.rest``) until it runs
-#: again: each tick is a wake-up of a waiting thread (~45 us of CPU at 101 Hz here, whatever the handler). A wait
-#: shorter than this (a sleep or a sync inside a step) keeps the full rate: ``explain`` times it per step.
-REST_NS = 1_000_000_000
+#: again: each tick is a wake-up of a waiting thread (~45 us of CPU at 101 Hz here, whatever the handler). The
+#: recorder samples it at the full rate until nothing ran for a second: ``explain`` still times a wait in a step.
+REST_NS = 200_000_000
 #: (a waiting thread's tick costs its handler plus the signal's wake-up: 150-220 us of CPU measured on a 2-core VM,
 #: where 200 us let a waiting thread rest only now and then; a quarter of the period at most, so that at high rates a
 #: thread that runs between ticks is never taken for a waiting one)
