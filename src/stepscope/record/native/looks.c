@@ -175,6 +175,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     Py_ssize_t ref_n = -1; /* the last full look's threads and CPU clocks (-1: none yet in this run) */
     long long quiet_looks = 0; /* looks made without the GIL (a quiet look: see below) */
     int last_quiet = 0;        /* the last look was one */
+    int64_t q_t[128];          /* the memory lane's readings made at quiet looks (no GIL), appended after them */
+    long long q_rss[128];
+    int nq = 0;
     char rss_buf[96];
     long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
     for (;;) {
@@ -201,8 +204,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         /* Quiet looks without the GIL: while the recorder looks at every thread (the main one too: main_here), a look
            at which no thread's CPU clock moved since the last full look (the same threads, every one read) would find
            every thread blocked at its stack, record it there again and end nothing but by the quiet rule: it is
-           counted here without the GIL, the samples, the lock or the lane (each thread's next row is charged the
-           time since its previous one; the RSS cannot have changed while nothing ran). A thread that moved, came or
+           counted here without the GIL, the samples or the lock (each thread's next row is charged the time since its
+           previous one); the memory lane, when due, is read here too and its rows appended at the next hold of the
+           GIL (its readings stay at their times: explain compares the RSS at a repeat's start). A thread that moved, came or
            went (its starter ran), a stop signal (its handler ran), the main thread's rest or wake (its handler ran),
            notify (the eventfd) all end them at once. An idle 12-thread server's look took ~110 us of CPU with the
            GIL, ~40 us without (the wait's wake-up and the clocks). */
@@ -235,6 +239,16 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
                 break;
             }
+            if (pending != NULL && (mem_last < 0 || tq - mem_last >= mem_every)) { /* the lane, due: read it */
+                if (nq == 128) { /* (kept for the next hold of the GIL: full, a full look appends them) */
+                    if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
+                    break;
+                }
+                q_t[nq] = tq;
+                q_rss[nq++] = parse_rss(rss_fd, page, rss_buf, -1);
+                mem_last = tq;
+                want_rss = 0;
+            }
             __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable while the run goes on) */
             last_quiet = 1;
             next_t += period;
@@ -247,6 +261,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
         look_cpu += quiet_cpu;
+        for (int i = 0; i < nq; i++) /* (the lane's readings of the quiet looks, in time order) */
+            if (append_rss(mem, pending, q_t[i], q_rss[i]) < 0) goto fail;
+        nq = 0;
         if (woken) { reason = 1; break; }
         if (quiet_end) { reason = 2; break; }
         int f = foreign_tool();
