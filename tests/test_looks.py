@@ -196,7 +196,8 @@ def test_a_thread_that_moves_ends_the_quiet_looks_and_is_walked_at_its_new_stack
         quiet_before = w.quiet_looks
         go.set()
         wait_until(lambda: "second_wait" in _functions(th), 10, "the second wait")
-        time.sleep(0.05)  # (a quiet stretch after the move: more looks without rows)
+        moved_at = w.quiet_looks  # (a quiet look after this one follows the full look that saw the move)
+        wait_until(lambda: w.quiet_looks > moved_at, 20, "quiet looks after the move")
         w.notify()
         runner.join()
         (reason, looks, *_), quiet = out[0]
