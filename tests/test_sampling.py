@@ -411,3 +411,32 @@ def test_an_idle_thread_is_charged_up_to_the_end_of_the_run(store):
     # previous one); before, the tail since the recorder's last look (up to a flush interval) was missing
     span = data.run.end_ns - first
     assert charged > span - 0.1e9, (charged / 1e9, span / 1e9)
+
+
+def test_a_resting_recorder_looks_again_as_the_quiet_grows_and_charges_each_wait_at_its_own_function(store):
+    """While nothing runs the recorder rests (``cpuwake``) and looks again each time the quiet time has grown by
+    ``REST_GROWTH``, with no row when nothing moved: a worker that moves from one long wait to another with a few us
+    of CPU (which no CPU timer sees) has each wait charged at its own function within that bound, and the wait it
+    ends in is charged up to the last look before its end."""
+    prog = ("import threading, time\n"
+            "def wfirst():\n"
+            "    time.sleep(1.2)\n"
+            "def wsecond():\n"
+            "    time.sleep(1.2)\n"
+            "def worker():\n"
+            "    wfirst()\n"
+            "    wsecond()\n"
+            "th = threading.Thread(target=worker, name='worker')\n"
+            "th.start()\n"
+            "th.join()\n")
+    data, index = _record_program(store, prog)
+    info = data.run.env["sampler"]
+    if info.get("walk") != "c":
+        pytest.skip(f"the recorder rests with the C extension only: {info}")
+    assert info.get("idle_rests", 0) >= 1 and info.get("idle_waits", 0) > info["idle_rests"], info
+    worker = index.thread == next(t for t, n in data.profile.thread_names.items() if n == "worker")
+    first = float(index.weight[worker & _under(index, "__main__.wfirst")].sum())
+    second = float(index.weight[worker & _under(index, "__main__.wsecond")].sum())
+    # (first: its 1.2 s, and at most a quarter of the quiet time before the move charged to it late; second: its
+    # 1.2 s but the time after the last look before the thread's end, at most a quarter of the quiet time)
+    assert 1.1e9 < first < 1.7e9 and 0.55e9 < second < 1.35e9, (first, second)

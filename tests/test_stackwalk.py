@@ -245,3 +245,51 @@ def _chain(tid: int) -> list:
         out.append(f)
         f = f.f_back
     return out
+
+
+@pytest.mark.parametrize("walk", [pytest.param("c", marks=needs_walker), "python"])
+def test_a_check_without_rows_charges_a_thread_that_ends_before_the_next_look(walk):
+    """``Sampler.unmoved`` (a resting recorder's look): True while no thread has run since the last look, and no row
+    made; once a thread runs, False. A thread that ends after such a check and before the next look is charged at its
+    stack until the check (not dropped with its time since its last row), each thread's rows adding up."""
+    from conftest import wait_until
+
+    ev, go, ready = threading.Event(), threading.Event(), threading.Event()
+
+    def parked():
+        ready.set()
+        ev.wait()
+
+    def leaving():
+        go.wait()
+
+    stay = threading.Thread(target=parked)
+    stay.start()
+    ready.wait()
+    ends = threading.Thread(target=leaving)
+    ends.start()
+    try:
+        wait_until(lambda: any("leaving" in str(f.f_code) for f in _chain(ends.ident))
+                   and any("parked" in str(f.f_code) for f in _chain(stay.ident)), 10, "both waiting")
+        s = Sampler(walk=walk)
+        wait_until(lambda: (s.sample(), not s.ran)[1], 10, "a look at which no thread had run")
+        _, _, before = s.drain()
+        t_look = max(x[0] for x in before)
+        wait_until(lambda: s.unmoved(), 10, "a check at which no thread had run")
+        checked = time.perf_counter_ns()
+        assert s.drain()[2] == []  # (no row)
+        go.set()
+        ends.join()
+        assert not s.unmoved()  # (a thread ended: the count of threads changed)
+        s.sample()
+        _, _, rows = s.drain()
+        gone = [x for x in rows if x[1] == ends.ident]
+        assert len(gone) == 1 and t_look < gone[0][0] <= checked, (gone, t_look, checked)
+        assert gone[0][3] == gone[0][0] - t_look  # (charged from its last row until the check)
+        kept = [x for x in rows if x[1] == stay.ident]
+        assert len(kept) == 1 and kept[0][3] == kept[0][0] - t_look  # (the whole time since its last row)
+    finally:
+        ev.set()
+        go.set()
+        stay.join()
+        ends.join()

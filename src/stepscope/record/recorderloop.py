@@ -27,6 +27,18 @@ FLUSH_SPANS = 131_072
 #: looks at 10 Hz, or rests (``cpuwake``); a shorter wait (a worker's sleep inside a step) keeps the full rate
 QUIET_NS = 1_000_000_000
 
+#: ... and while the recorder samples every thread (the main one resting, or without timers of its own), after looks
+#: covering this long (ns) at which no thread had run it rests (``cpuwake``: woken by the process's CPU time), looking
+#: again only each time the quiet time grew by ``REST_GROWTH``. A wait inside a step that ends in a run is charged at
+#: its own stack either way (the look that the run wakes splits the time: ``Sampler.sample``)
+REST_QUIET_NS = 100_000_000
+
+#: A resting recorder looks again (its CPU timer aside) once the time since anything last ran has grown by this
+#: fraction: each look costs a wake-up, and the stacks of threads that moved from one wait to another within the
+#: CPU timer's period are read within a quarter of the quiet time before (their new wait's start charged to the old
+#: one until then, as a sampler at that interval would)
+REST_GROWTH = 0.25
+
 
 class RecorderLoop:
     """``Session``'s recorder thread: ``_loop`` runs in it (``Session._start_recorder``). Uses the session's
@@ -59,7 +71,7 @@ class RecorderLoop:
             rest, self.cpu_wake = self.cpu_wake, None
             if rest is not None:
                 rest.close()
-                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken)
+                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken, self._rested[2] + rest.waits)
 
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
@@ -158,11 +170,20 @@ class RecorderLoop:
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            if rest is not None and not by_signal and quiet >= QUIET_NS and not self.finished:
+            if rest is not None and not by_signal and quiet >= REST_QUIET_NS and not self.finished:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
                 due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
-                rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, stop_fd)
+                while True:
+                    # (a look each time the quiet time grew by REST_GROWTH: without rows when nothing moved)
+                    t0 = now()
+                    woke = rest.rest((min(due, t0 + max(int(period), int(quiet * REST_GROWTH))) - t0) / 1e9,
+                                     flush_s, FLUSH_SPANS, stop_fd, keep=True)
+                    t1 = now()
+                    if woke != 0 or t1 >= due or self.finished or self._gen != gen or not self.sampler.unmoved():
+                        break
+                    quiet += t1 - t0
+                rest.settle()
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
             if period is not None and others and quiet < QUIET_NS and self.sampler.walk == "c" and not main_sampler.paused:
@@ -178,7 +199,7 @@ class RecorderLoop:
                 reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
                     self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, stop_fd,  # timers sample main)
                     bytes(sorted(watch.sigs)) if stop_fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem, mem_every,
-                    quiet, QUIET_NS)
+                    quiet, QUIET_NS if by_signal or rest is None else REST_QUIET_NS)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours

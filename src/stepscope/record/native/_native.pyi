@@ -328,6 +328,10 @@ class Walker:
         """When no thread read before (but ``skip``'s) has run since (its CPU clock), each is recorded again on its
         previous stack, charged the time since, and their count returned; else -1 and nothing recorded."""
 
+    def unmoved(self, skip: Iterable[int], /) -> int:
+        """How many threads read before (but ``skip``'s) when none has run since (its CPU clock), else -1; nothing
+        recorded either way (each one's next row is charged the whole time since its previous one)."""
+
     def hand_over(self, tid: int, native_id: int, t_ns: int, cpu_ns: int, stack: int, slack_ns: int, /) -> None:
         """``sample`` reads ``tid`` from now on, its previous sample at ``t_ns`` with its CPU clock at ``cpu_ns`` on
         walker stack ``stack`` (-1: none); ``slack_ns``: CPU it may use and still count as not run."""

@@ -215,7 +215,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         int want_rss = pending != NULL && (mem_last < 0 || due - mem_last >= mem_every);
         ssize_t rss_got = -1;
         int woken = 0, waited = due > now, quiet_end = 0;
-        int64_t c0 = 0;
+        int64_t c0 = 0, still_t = 0;
         long long quiet_cpu = 0;
         Py_BEGIN_ALLOW_THREADS
         for (;;) {
@@ -251,6 +251,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             }
             __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable while the run goes on) */
             last_quiet = 1;
+            still_t = tq;
             next_t += period;
             if (next_t < tq) next_t = tq + period; /* (as a full look: skip, don't burst) */
             quiet_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -261,6 +262,13 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
         look_cpu += quiet_cpu;
+        if (still_t) /* (each thread read was still at its stack then: one that ends before the next look is charged so far) */
+            for (Py_ssize_t i = 0; i < w->n_threads; i++)
+                for (Py_ssize_t k = 0; k < np; k++)
+                    if (w->threads[i].native != 0 && w->threads[i].native == natives[k]) {
+                        w->threads[i].still_t = still_t;
+                        break;
+                    }
         for (int i = 0; i < nq; i++) /* (the lane's readings of the quiet looks, in time order) */
             if (append_rss(mem, pending, q_t[i], q_rss[i]) < 0) goto fail;
         nq = 0;

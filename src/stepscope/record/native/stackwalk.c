@@ -486,6 +486,8 @@ static PyMethodDef walker_methods[] = {
      "sample(skip, period_ns, cap_ns) -> (seen, ran, n): every thread's look with its accounting (threads.c)"},
     {"blocked", (PyCFunction)walker_blocked, METH_O,
      "blocked(skip) -> n, or -1: the threads read before recorded again when none has run since (threads.c)"},
+    {"unmoved", (PyCFunction)walker_unmoved, METH_O,
+     "unmoved(skip) -> n, or -1: how many threads read before, when none has run since; nothing recorded (threads.c)"},
     {"hand_over", (PyCFunction)walker_hand_over, METH_VARARGS,
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,

@@ -160,8 +160,15 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         r->look = look;
     }
     for (Py_ssize_t i = 0; i < w->n_threads;) { /* threads that ended (an id may come back for a new thread) */
-        if (w->threads[i].look != look) drop(w, &w->threads[i]);
-        else i++;
+        TRec *r = &w->threads[i];
+        if (r->look == look) {
+            i++;
+            continue;
+        }
+        if (r->stack >= 0 && r->still_t > r->t) { /* found unmoved since its last row without a row: charged until then */
+            if (walker_row(w, r->still_t, r->tid, r->stack, r->still_t - r->t, 0) < 0) goto done;
+        }
+        drop(w, r);
     }
     out = Py_BuildValue("(OOn)", seen, ran, n);
 done:
@@ -195,6 +202,30 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
 done:
     if (sk != sbuf) PyMem_Free(sk);
     return n == -2 ? NULL : PyLong_FromLong(n);
+}
+
+/* unmoved(skip) -> n, or -1: Sampler.unmoved. The number of threads read before (but those of skip) when none has run
+   since (its CPU clock, as blocked()), else -1; no row either way (a resting recorder's look: each one's next row is
+   charged the whole time since its previous one), but each one's still_t is now (a thread that ends before the next
+   look is charged at its stack until then: sample()). */
+PyObject *walker_unmoved(Walker *w, PyObject *skip) {
+    unsigned long sbuf[32], *sk;
+    Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
+    if (nsk < 0) return NULL;
+    long n = 0;
+    for (Py_ssize_t i = 0; i < w->n_threads; i++) {
+        TRec *r = &w->threads[i];
+        if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
+        if (!still(r, thread_cpu(r->native))) { n = -1; break; }
+        n++;
+    }
+    if (n >= 0) { /* (each was still at its stack until now: a thread that ends before the next look is charged so far) */
+        int64_t t = clock_ns(CLOCK_MONOTONIC);
+        for (Py_ssize_t i = 0; i < w->n_threads; i++)
+            if (w->threads[i].stack >= 0 && !in_ids(sk, nsk, w->threads[i].tid)) w->threads[i].still_t = t;
+    }
+    if (sk != sbuf) PyMem_Free(sk);
+    return PyLong_FromLong(n);
 }
 
 /* hand_over(tid, native, t_ns, cpu_ns, stack, slack): Sampler.hand_over. From now on sample() reads tid too, its

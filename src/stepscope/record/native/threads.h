@@ -14,6 +14,7 @@
 
 PyObject *walker_sample(Walker *w, PyObject *args);
 PyObject *walker_blocked(Walker *w, PyObject *skip);
+PyObject *walker_unmoved(Walker *w, PyObject *skip);
 PyObject *walker_hand_over(Walker *w, PyObject *args);
 PyObject *walker_forget(Walker *w, PyObject *args);
 PyObject *walker_rows(Walker *w, PyObject *unused);

@@ -155,6 +155,8 @@ typedef struct {
     int32_t stack;        /* the previous sample's stack (walker stack index) */
     int64_t slack;        /* CPU ns it may still use before it counts as run (-1: none); walked when it moves */
     uint64_t look;        /* the look that last saw it */
+    int64_t still_t;      /* the last time a check without rows found it unmoved since t (Walker.unmoved, a quiet
+                             look): an ended thread is charged at its stack until then */
 } TRec;
 
 typedef struct {

@@ -68,7 +68,9 @@ class CpuWake:
         except OSError:
             self._cpu.close()
             raise
+        self._armed = False  # the CPU timer armed for a rest (``rest(keep=True)``)
         self.rests = 0  # how many times it rested
+        self.waits = 0  # ... in how many waits (a rest looks again, without a row when nothing moved: ``recorderloop``)
         self.woken = 0  # ... and was woken before its timeout
 
     @classmethod
@@ -89,18 +91,32 @@ class CpuWake:
             return None
         return None
 
-    def rest(self, timeout_s: float, poll_s: float, limit: int, fd: int = -1) -> int:
+    def rest(self, timeout_s: float, poll_s: float, limit: int, fd: int = -1, keep: bool = False) -> int:
         """Wait up to ``timeout_s`` s for the process to use ``CPU_PERIOD_NS`` of CPU time, for ``wake()``, or for
         ``fd`` (>= 0: the read end of the stop signals' wakeup pipe, ``endsignals.StopWatch``) to become readable;
-        while a profiler of the program's is active, as ``signals.park`` (``poll_s``, ``limit``)."""
-        self.rests += 1
-        self._cpu.arm(CPU_PERIOD_NS)
+        while a profiler of the program's is active, as ``signals.park`` (``poll_s``, ``limit``). ``keep``: a timeout
+        leaves the CPU timer armed, and the next ``rest`` goes on counting from its start (one rest in several waits;
+        ``settle()`` ends it): arming and disarming that timer cost ~100-150 us of CPU on a VM (the kernel's tick
+        dependency set and cleared for the process), more than the wait's own wake-up."""
+        if not self._armed:
+            self.rests += 1
+            self._cpu.arm(CPU_PERIOD_NS)
+            self._armed = True
+        self.waits += 1
+        r = 1
         try:
             r = _native.waits.park(self.signum, max(timeout_s, 0.0), poll_s, _finished, limit, fd)
         finally:
-            self._cpu.disarm()
+            if r != 0 or not keep:
+                self.settle()
         self.woken += r == 1
         return r
+
+    def settle(self) -> None:
+        """End a rest that ``rest(keep=True)`` left armed (nothing when none is)."""
+        if self._armed:
+            self._armed = False
+            self._cpu.disarm()
 
     def wake(self) -> None:
         """Wake the recorder thread from ``rest`` (at once, or at its next rest if it is not resting). Any thread."""

@@ -149,6 +149,7 @@ class Sampler:
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
         self._n_active = -1  # len(threading._active) at the last ``sample()``
+        self._still_t = 0  # when ``unmoved()`` last found every thread still (perf_counter_ns)
 
     @property
     def truncated(self) -> int:
@@ -245,8 +246,14 @@ class Sampler:
                         wall, used = run, cpu - prev[1]
                 last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
             for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
-                del last[gone]                                        # for a new thread: its OS id is read anew)
+                prev = last.pop(gone)                                 # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
+                if self._still_t > prev[0]:  # (found still since without a row: charged until then)
+                    c[0].append(self._still_t)
+                    c[1].append(gone)
+                    c[2].append(prev[2])
+                    c[3].append(self._still_t - prev[0])
+                    c[4].append(0)
             self.last_threads = list(frames)
             self.ran = ran
             self.moved = moved
@@ -341,6 +348,22 @@ class Sampler:
             self.sample_count += len(now)
         finally:
             self.lock.release()
+        return True
+
+    def unmoved(self) -> bool:
+        """True when no thread that ``sample()`` read before has run since (their CPU clocks, one system call each)
+        and no thread came or went; nothing is recorded either way (a resting recorder's look, ``recorderloop``:
+        each thread's next sample is charged the whole time since its previous one, at the stack it still had)."""
+        if len(threading._active) != self._n_active:
+            return False
+        if self._walker is not None:  # (threads.c)
+            return self._walker.unmoved(()) >= 0
+        native = self._native
+        for tid, prev in list(self._last.items()):
+            cpu = thread_cpu_ns(native.get(tid, 0))
+            if cpu < 0 or cpu != prev[1]:
+                return False
+        self._still_t = perf_counter_ns()  # (each was at its stack until now: one that ends is charged so far)
         return True
 
     def hand_over(self, thread_id: int, t_ns: int, cpu_ns: int, slack: int = 0) -> None:
