@@ -293,3 +293,51 @@ def test_a_check_without_rows_charges_a_thread_that_ends_before_the_next_look(wa
         go.set()
         stay.join()
         ends.join()
+
+
+@pytest.mark.parametrize("walk", [pytest.param("c", marks=needs_walker), "python"])
+def test_runs_between_waits_within_the_idle_share_of_a_cpu_count_as_idle(walk):
+    """``Sampler.idle``: a look at which threads ran counts as idle when what they used since their previous rows is
+    within 1% of the time (an event loop's timer, a heartbeat: a thread that runs a few us between two waits), not
+    when one ran for real (30 ms of CPU), nor when a thread was seen for the first time."""
+    from conftest import wait_until
+
+    evs = [threading.Event() for _ in range(3)]
+    ready = threading.Event()
+
+    def spin(ns):
+        end = time.thread_time_ns() + ns
+        while time.thread_time_ns() < end:
+            pass
+
+    def body():
+        ready.set()
+        evs[0].wait()
+        evs[1].wait()  # (a few us between the two waits)
+        spin(30_000_000)
+        evs[2].wait()
+
+    th = threading.Thread(target=body)
+    th.start()
+    ready.wait()
+    try:
+        wait_until(lambda: any(f.f_code.co_name == "body" for f in _chain(th.ident)), 10, "the first wait")
+        s = Sampler(walk=walk)
+        s.sample()
+        assert th.ident in s.ran and not s.idle(time.perf_counter_ns())  # (a thread seen for the first time)
+        wait_until(lambda: (s.sample(), not s.ran)[1], 10, "a look at which it had not run")
+        assert s.idle(time.perf_counter_ns())  # (nothing ran)
+        time.sleep(0.2)  # (an allowance of at least 1 ms: 1% of the time since)
+        evs[0].set()
+        wait_until(lambda: len(_chain(th.ident)) > 0 and th.ident in (s.sample(), s.ran)[1], 10, "its move")
+        assert s.idle(time.perf_counter_ns())  # (a few us of CPU between two waits)
+        cpu0 = time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident))
+        evs[1].set()
+        wait_until(lambda: time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident)) - cpu0 >= 30_000_000, 10,
+                   "its 30 ms of CPU")
+        s.sample()
+        assert th.ident in s.ran and not s.idle(time.perf_counter_ns())
+    finally:
+        for ev in evs:
+            ev.set()
+        th.join()

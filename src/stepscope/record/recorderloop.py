@@ -40,6 +40,7 @@ REST_QUIET_NS = 100_000_000
 REST_GROWTH = 0.25
 
 
+
 class RecorderLoop:
     """``Session``'s recorder thread: ``_loop`` runs in it (``Session._start_recorder``). Uses the session's
     ``settings``, ``sampler``, ``main_sampler``, ``memory``, ``budget``, ``stop_watch``, ``_flush`` and its locks."""
@@ -145,7 +146,9 @@ class RecorderLoop:
                                         skip=(main,) if st.active and not st.resting else ())
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    quiet = 0 if self.sampler.ran or self.sampler.moved else quiet + int(step)
+                    # (nothing ran, or threads ran between waits within the idle share of a CPU: an event loop's
+                    # timer, a heartbeat; ``Sampler.idle``)
+                    quiet = quiet + int(step) if self.sampler.idle(t) else 0
                     if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
@@ -180,9 +183,9 @@ class RecorderLoop:
                     woke = rest.rest((min(due, t0 + max(int(period), int(quiet * REST_GROWTH))) - t0) / 1e9,
                                      flush_s, FLUSH_SPANS, stop_fd, keep=True)
                     t1 = now()
+                    quiet += t1 - t0  # (the look that a move ends it with says whether it stays quiet: idle())
                     if woke != 0 or t1 >= due or self.finished or self._gen != gen or not self.sampler.unmoved():
                         break
-                    quiet += t1 - t0
                 rest.settle()
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue

@@ -332,7 +332,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         next_t += period;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
-        if (nran == 0 && w->moved == 0) { /* (a resting main thread that moved within its slack: not quiet) */
+        /* (threads that moved or ran using no more than the idle share of a CPU, walker_idle_spend: still quiet) */
+        if (walker_idle_spend(w, t, nran == 0 && w->moved == 0 ? 0 : w->used)) {
             if ((quiet += period) >= quiet_ns) { reason = 2; break; }
         } else {
             quiet = 0;

@@ -188,8 +188,11 @@ static int body(Tick *s, int signum, PyObject *frame) {
         int64_t t = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         long long used = cpu - s->cpu_last;
         s->cpu_last = cpu;
-        if (used > 0) record(s, frame, t, 0, used);
-        if (s->resting) { /* it runs again: the wall timer back (wake), the wait since the recorder's look charged */
+        /* resting at under the idle share of a CPU since its rest (an event loop's timer, a heartbeat): it stays
+           resting, its CPU charged by the recorder's looks, which walk it whenever it moved (signals.py too) */
+        int idle = s->resting && s->tick_cpu >= 0 && (cpu - s->tick_cpu) * IDLE_SHARE <= t - s->tick_t;
+        if (used > 0 && !idle) record(s, frame, t, 0, used);
+        if (s->resting && !idle) { /* it runs again: the wall timer back (wake), the wait since the recorder's look charged */
             PyObject *a = PyLong_FromLongLong(t);
             int r = a == NULL ? -1 : call_owner(s, s_wake, frame, a);
             Py_XDECREF(a);

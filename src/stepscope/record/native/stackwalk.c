@@ -488,6 +488,8 @@ static PyMethodDef walker_methods[] = {
      "blocked(skip) -> n, or -1: the threads read before recorded again when none has run since (threads.c)"},
     {"unmoved", (PyCFunction)walker_unmoved, METH_O,
      "unmoved(skip) -> n, or -1: how many threads read before, when none has run since; nothing recorded (threads.c)"},
+    {"idle", (PyCFunction)walker_idle, METH_VARARGS,
+     "idle(t_ns, ran) -> bool: whether the last sample() counts as idle (its threads' CPU within the idle share)"},
     {"hand_over", (PyCFunction)walker_hand_over, METH_VARARGS,
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,

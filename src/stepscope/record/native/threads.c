@@ -97,6 +97,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     if (seen == NULL || ran == NULL) goto done;
     uint64_t look = ++w->looks;
     w->moved = 0;
+    w->used = 0;
     int64_t t = clock_ns(CLOCK_MONOTONIC);
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
@@ -124,6 +125,10 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             continue;
         }
         int rc = 0;
+        if (r == NULL || r->stack < 0 || cpu < 0 || r->cpu < 0 || cpu < r->cpu) w->used = -1;
+        else if (w->used >= 0) w->used += cpu - r->cpu;
+        if (r != NULL && r->slack_cap > 0 && r->slack >= 0 && t > r->t) /* (refilled at IDLE_SHARE of the time) */
+            r->slack = min64(max64(r->slack_cap, (t - r->t) / IDLE_SHARE), r->slack + (t - r->t) / IDLE_SHARE);
         if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
             r->slack -= cpu - r->cpu;
             w->moved++;
@@ -204,6 +209,32 @@ done:
     return n == -2 ? NULL : PyLong_FromLong(n);
 }
 
+/* Whether the CPU time `used` (ns; -1: unknown) that the walked threads used by t counts as idle: the allowance refills
+   at IDLE_SHARE of the time passed, up to IDLE_CAP_NS or that share of the time since the last call if more (looks far
+   apart), and is spent; once it does not cover `used` it is emptied. */
+int walker_idle_spend(Walker *w, int64_t t, int64_t used) {
+    if (w->idle_t > 0 && t > w->idle_t) {
+        int64_t more = (t - w->idle_t) / IDLE_SHARE; /* (at most IDLE_CAP_NS, or the share of the time since) */
+        w->idle_tokens = min64(max64(IDLE_CAP_NS, more), w->idle_tokens + more);
+    }
+    if (t > w->idle_t) w->idle_t = t;
+    if (used < 0 || used > w->idle_tokens) {
+        w->idle_tokens = 0;
+        return 0;
+    }
+    w->idle_tokens -= used;
+    return 1;
+}
+
+/* idle(t_ns, ran) -> bool: Sampler.idle. Whether the last sample() counts as idle at t_ns: nothing ran (ran False:
+   only the allowance refills) or what its walked threads used is within walker_idle_spend's allowance. */
+PyObject *walker_idle(Walker *w, PyObject *args) {
+    long long t;
+    int ran;
+    if (!PyArg_ParseTuple(args, "Lp", &t, &ran)) return NULL;
+    return PyBool_FromLong(walker_idle_spend(w, t, ran ? w->used : 0));
+}
+
 /* unmoved(skip) -> n, or -1: Sampler.unmoved. The number of threads read before (but those of skip) when none has run
    since (its CPU clock, as blocked()), else -1; no row either way (a resting recorder's look: each one's next row is
    charged the whole time since its previous one), but each one's still_t is now (a thread that ends before the next
@@ -240,6 +271,7 @@ PyObject *walker_hand_over(Walker *w, PyObject *args) {
     if (r == NULL && (r = add(w, tid)) == NULL) return NULL;
     r->native = native;
     r->slack = slack;
+    r->slack_cap = slack;
     r->stack = stack >= 0 && stack < w->n_stacks ? stack : -1;
     r->t = t;
     r->cpu = cpu;

@@ -157,7 +157,14 @@ typedef struct {
     uint64_t look;        /* the look that last saw it */
     int64_t still_t;      /* the last time a check without rows found it unmoved since t (Walker.unmoved, a quiet
                              look): an ended thread is charged at its stack until then */
+    int64_t slack_cap;    /* its slack at the hand-over: the most it refills to, by IDLE_SHARE of the time passed */
 } TRec;
+
+/* The share of a CPU (1/IDLE_SHARE) below which threads' runs between waits count as idle: a resting main thread's
+   slack and the recorder's quiet (Walker.idle) refill at it, up to IDLE_CAP_NS (an event loop's timer, a heartbeat:
+   a few us to a ms a wake-up, never the 5-100% of a step's CPU) */
+#define IDLE_SHARE 100
+#define IDLE_CAP_NS 1000000LL
 
 typedef struct {
     PyObject_HEAD
@@ -187,6 +194,9 @@ typedef struct {
     Py_ssize_t n_rows, cap_rows;
     int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
     Py_ssize_t moved;  /* threads of the last sample() walked within their slack (moved, not in its ran list) */
+    long long used;    /* the CPU time (ns) the threads walked by the last sample() used since their previous rows
+                          (-1: unknown, a thread seen for the first time) */
+    long long idle_tokens, idle_t; /* Walker.idle's allowance (ns of CPU) and when it was last refilled */
     long long quiet_looks; /* the last run()'s looks made without the GIL (looks.c: no thread's CPU clock moved) */
     /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
        the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */

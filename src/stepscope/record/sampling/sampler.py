@@ -64,6 +64,12 @@ OWN_THREADS: set[int] = set()
 #: A sample read from another thread is charged at most this many periods (see the module docstring).
 MAX_PERIODS = 3
 
+#: threads' runs between waits that use less than 1/IDLE_SHARE of a CPU count as idle (``Sampler.idle``; the resting
+#: main thread's slack refills at that share), within an allowance of at most IDLE_CAP_NS (ns of CPU): the
+#: C walker's IDLE_SHARE and IDLE_CAP_NS (walker.h)
+IDLE_SHARE = 100
+IDLE_CAP_NS = 1_000_000
+
 _LINUX = sys.platform.startswith("linux")
 
 
@@ -150,6 +156,10 @@ class Sampler:
         self.last_stack = -1
         self._n_active = -1  # len(threading._active) at the last ``sample()``
         self._still_t = 0  # when ``unmoved()`` last found every thread still (perf_counter_ns)
+        self._used = 0  # the CPU (ns) the last ``sample()``'s walked threads used since their previous rows (-1: unknown)
+        self._idle_tokens = 0  # ``idle()``'s allowance (ns of CPU), refilled at ``_idle_t``
+        self._idle_t = 0
+        self.slack_cap: dict[int, int] = {}  # each thread's slack at the hand-over: the most it refills to
 
     @property
     def truncated(self) -> int:
@@ -203,6 +213,7 @@ class Sampler:
             n = 0
             ran = []
             moved = 0
+            used = 0
             c = self._cols
             f = None
             for tid, f in frames.items():
@@ -223,6 +234,13 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
+                if prev is None or cpu < 0 or prev[1] < 0 or cpu < prev[1]:
+                    used = -1
+                elif used >= 0:
+                    used += cpu - prev[1]
+                if prev is not None and slack.get(tid, -1) >= 0 and tid in self.slack_cap:  # (refilled: IDLE_SHARE)
+                    more = (t - prev[0]) // IDLE_SHARE
+                    slack[tid] = min(max(self.slack_cap[tid], more), slack[tid] + more)
                 if prev is not None and cpu >= 0 and prev[1] >= 0 and 0 < cpu - prev[1] <= slack.get(tid, -1):
                     slack[tid] -= cpu - prev[1]  # (the resting main thread: walked, not woken, until its slack is used)
                     moved += 1
@@ -257,6 +275,7 @@ class Sampler:
             self.last_threads = list(frames)
             self.ran = ran
             self.moved = moved
+            self._used = used
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
@@ -366,6 +385,27 @@ class Sampler:
         self._still_t = perf_counter_ns()  # (each was at its stack until now: one that ends is charged so far)
         return True
 
+    def idle(self, t_ns: int) -> bool:
+        """Whether the last ``sample()`` counts as idle at ``t_ns``: no thread ran or moved, or what the threads it
+        walked used since their previous rows is within an allowance of CPU time that refills at ``1/IDLE_SHARE``
+        of the time passed, up to ``IDLE_CAP_NS`` or that share of the time since the previous call if more (looks
+        far apart while the recorder rests) (an event loop's timer, a heartbeat: runs of a few us to a ms
+        between waits; never a step's 5-100% of a CPU). Spends it; once it does not cover a look, it is emptied.
+        (threads.c ``walker_idle_spend``.)"""
+        ran = bool(self.ran or self.moved)
+        if self._walker is not None:
+            return self._walker.idle(t_ns, ran)
+        used = self._used if ran else 0
+        if self._idle_t > 0 and t_ns > self._idle_t:
+            more = (t_ns - self._idle_t) // IDLE_SHARE
+            self._idle_tokens = min(max(IDLE_CAP_NS, more), self._idle_tokens + more)
+        self._idle_t = max(self._idle_t, t_ns)
+        if used < 0 or used > self._idle_tokens:
+            self._idle_tokens = 0
+            return False
+        self._idle_tokens -= used
+        return True
+
     def hand_over(self, thread_id: int, t_ns: int, cpu_ns: int, slack: int = 0) -> None:
         """From now on ``sample()`` reads ``thread_id`` too (the main thread, resting: ``signals.MainThreadSampler.rest``):
         its previous sample is the last one its own handler recorded (``last_stack``, at ``t_ns``, its CPU clock then
@@ -384,6 +424,7 @@ class Sampler:
             self._native.setdefault(thread_id, threading.main_thread().native_id
                                     if thread_id == threading.main_thread().ident else 0)
             self.slack[thread_id] = slack
+            self.slack_cap[thread_id] = slack
 
     def take_back(self, thread_id: int, frame=None, t_ns: int = 0, cpu_ns: int = -1) -> None:
         """``sample()`` stops reading ``thread_id`` (its own handler samples it again). With ``frame`` (called from inside
@@ -391,12 +432,14 @@ class Sampler:
         the wait at the previous stack and the run (its CPU time since, at least) at ``frame``'s stack."""
         if not self.lock.acquire(False):  # (a signal handler inside a sample of this thread: nothing to charge)
             self.slack.pop(thread_id, None)
+            self.slack_cap.pop(thread_id, None)
             self._last.pop(thread_id, None)
             if self._walker is not None:
                 self._walker.forget(thread_id)
             return
         try:
             self.slack.pop(thread_id, None)
+            self.slack_cap.pop(thread_id, None)
             prev = self._last.pop(thread_id, None)
             if self._walker is not None:  # (threads.c: its stack is the walker's)
                 prev = self._walker.forget(thread_id)

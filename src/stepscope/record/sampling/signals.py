@@ -45,7 +45,7 @@ import time
 
 from .. import native as _native
 from ..spans.buffer import current_span as _current_span, finished as _finished
-from .sampler import Sampler
+from .sampler import IDLE_SHARE, Sampler
 from . import timer
 from .timer import ThreadTimer
 
@@ -174,10 +174,13 @@ def _handler(signum, frame) -> None:
             cpu = time.thread_time_ns()
             used = cpu - s.cpu_last
             s.cpu_last = cpu
-            if used > 0:
-                s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
-            if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
-                s.wake(frame, t)
+            if s.resting and s.tick_cpu >= 0 and (cpu - s.tick_cpu) * IDLE_SHARE <= t - s.tick_t:
+                pass  # resting at under the idle share of a CPU (an event loop's timer): the recorder's looks charge it
+            else:
+                if used > 0:
+                    s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
+                if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
+                    s.wake(frame, t)
         while s.missed and s.active:  # a wall tick came while this ran: it is this stack's too
             s.missed = False
             s.tick(frame)
