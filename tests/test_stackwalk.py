@@ -341,3 +341,75 @@ def test_runs_between_waits_within_the_idle_share_of_a_cpu_count_as_idle(walk):
         for ev in evs:
             ev.set()
         th.join()
+
+
+@needs_walker
+def test_a_lazy_look_leaves_rows_of_threads_back_at_their_stack_for_later_with_their_cpu():
+    """``sample(lazy=True)`` (a resting recorder's look): a thread that has not run since the last look gets no row,
+    nor one that ran and is back at the stack of its last row (an event loop's timer); the next row of each is
+    charged the whole time since its last one, with the CPU it used meanwhile. A thread that moved to another stack
+    is walked and recorded."""
+    from conftest import wait_until
+
+    go, other, stop = threading.Event(), threading.Event(), threading.Event()
+    rounds = []
+
+    def spin(ns):
+        end = time.thread_time_ns() + ns
+        while time.thread_time_ns() < end:
+            pass
+
+    def looping():
+        while not stop.is_set():
+            go.wait()
+            go.clear()
+            spin(2_000_000)
+            rounds.append(1)
+
+    def elsewhere():
+        other.wait()
+
+    def moving():
+        go2.wait()
+        elsewhere()
+
+    go2 = threading.Event()
+    a = threading.Thread(target=looping)
+    b = threading.Thread(target=moving)
+    a.start()
+    b.start()
+
+    def at(th, name):
+        return any(f.f_code.co_name == name for f in _chain(th.ident)) and _chain(th.ident)[0].f_code.co_name == "wait"
+
+    try:
+        wait_until(lambda: at(a, "looping") and at(b, "moving"), 10, "both waiting")
+        s = Sampler(walk="c")
+        s.sample()
+        frames, stacks, first = s.drain()
+        t1 = {x[1]: x[0] for x in first}
+        wait_until(lambda: (s.sample(lazy=True), s._walker.deferred == 2 and not s.ran)[1], 10, "a lazy look, none ran")
+        assert s.drain()[2] == []
+        go.set()
+        wait_until(lambda: rounds and at(a, "looping"), 10, "a's run, back at its wait")
+        go2.set()
+        wait_until(lambda: at(b, "elsewhere"), 10, "b at its other wait")
+        s.sample(lazy=True)
+        assert a.ident in s.ran and b.ident in s.ran and s._walker.deferred == 1
+        more_frames, more_stacks, rows = s.drain()
+        frames, stacks = frames + more_frames, stacks + more_stacks
+        # (b moved to another stack: walked and recorded, its wait at the old stack and its run at the new one)
+        assert {x[1] for x in rows} == {b.ident} and sum(x[3] for x in rows) == rows[-1][0] - t1[b.ident], rows
+        names = [frames[i][0] for i in stacks[rows[-1][2]]]
+        assert any(n.endswith("elsewhere") for n in names), names
+        s.sample()
+        _, _, rows = s.drain()
+        ra = [x for x in rows if x[1] == a.ident]
+        assert len(ra) == 1 and ra[0][3] == ra[0][0] - t1[a.ident] and ra[0][4] >= 2_000_000, (ra, t1)
+    finally:
+        stop.set()
+        go.set()
+        go2.set()
+        other.set()
+        a.join()
+        b.join()

@@ -136,14 +136,17 @@ class RecorderLoop:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
                 budget.look_started()
-                looked = True  # (samples wait to be written)
+                resting = quiet >= REST_QUIET_NS and not by_signal  # (a look that ends a rest: lazy, see below)
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
                 if others and (not by_signal or t - last_full >= idle_poll
                                or not self.sampler.sample_blocked((main,) if by_signal else ())):
-                    self.sampler.sample(exclude_thread=me,  # (st read again: a wake may have come since the top)
-                                        skip=(main,) if st.active and not st.resting else ())
+                    # (st read again: a wake may have come since the top; a look that ends a rest records only
+                    # threads that moved to another stack, the others' rows left for later: an idle server's event
+                    # loop timer makes no rows, so nothing waits to be written)
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if st.active and not st.resting else (),
+                                        lazy=resting)
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
                     # (nothing ran, or threads ran between waits within the idle share of a CPU: an event loop's
@@ -153,6 +156,7 @@ class RecorderLoop:
                         main_sampler.wake()
                 elif others:
                     quiet += int(step)
+                looked = looked or self.sampler.rows_waiting()  # (samples wait to be written)
                 budget.look_ended()
                 # the full rate while others run, and while the main thread may rest before a slower look: its
                 # first look after the rest must come within a period (the time until it is charged at the stack the
@@ -161,8 +165,8 @@ class RecorderLoop:
                 next_t += step if (others and quiet < QUIET_NS) or near_rest else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
-            if mem is not None and t - mem.last_t >= mem_every:
-                mem.sample(t)
+            if mem is not None and t - mem.last_t >= mem_every and (by_signal or quiet < REST_QUIET_NS):
+                mem.sample(t)  # (not while the recorder rests: nothing ran but under the idle share of a CPU)
             if t - last_flush >= flush_every or pending() >= FLUSH_SPANS:
                 main_sampler.check()
                 if by_signal:

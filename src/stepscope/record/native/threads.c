@@ -53,6 +53,7 @@ static TRec *add(Walker *w, unsigned long tid) {
     if (reserve((void **)&w->threads, w->n_threads, &w->cap_threads, sizeof(TRec), 1) < 0) return NULL;
     TRec *r = &w->threads[w->n_threads++];
     *r = (TRec){tid, 0, 0, -1, -1, -1, w->looks};
+    r->seen = -1;
     return r;
 }
 
@@ -71,12 +72,17 @@ int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t w
 }
 
 /* whether a thread whose CPU clock reads cpu has not run since r's previous sample (its stack cannot have changed) */
-static inline int still(const TRec *r, int64_t cpu) { return cpu >= 0 && cpu == r->cpu; }
+/* whether r has not run since the last look that read it (its CPU clock then: seen) */
+static inline int still(const TRec *r, int64_t cpu) { return cpu >= 0 && cpu == r->seen; }
 
-/* whether r, whose CPU clock moved to cpu, used no more than its slack (a resting main thread: walked, not woken) */
+/* the CPU time (ns) r used since its last row, for that row's CPU (0: unknown) */
+static inline int64_t since_row(const TRec *r, int64_t cpu) { return cpu >= 0 && r->cpu >= 0 && cpu > r->cpu ? cpu - r->cpu : 0; }
+
+/* whether r, whose CPU clock moved to cpu, used no more than its slack since the last look (a resting main thread:
+   walked, not woken) */
 static inline int within_slack(const TRec *r, int64_t cpu) {
-    int64_t d = cpu - r->cpu;
-    return r->slack > 0 && cpu >= 0 && r->cpu >= 0 && d > 0 && d <= r->slack;
+    int64_t d = cpu - r->seen;
+    return r->slack > 0 && cpu >= 0 && r->seen >= 0 && d > 0 && d <= r->slack;
 }
 
 static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
@@ -85,11 +91,15 @@ static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
     return 0;
 }
 
-/* sample(skip, period_ns, cap_ns) -> (seen, ran, n): Sampler.sample's look and accounting (see the top) */
+/* sample(skip, period_ns, cap_ns, lazy=False) -> (seen, ran, n): Sampler.sample's look and accounting (see the top).
+   lazy (a resting recorder's look): a thread that has not run since the last look gets no row (as at a quiet look),
+   nor does one that ran but is back at the stack of its last row (an event loop's timer: its next row is charged the
+   time and the CPU since that one); deferred counts them. */
 PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *skip;
     long long period, cap;
-    if (!PyArg_ParseTuple(args, "OLL", &skip, &period, &cap)) return NULL;
+    int lazy = 0;
+    if (!PyArg_ParseTuple(args, "OLL|p", &skip, &period, &cap, &lazy)) return NULL;
     unsigned long sbuf[32], *sk;
     Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
     if (nsk < 0) return NULL;
@@ -98,6 +108,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     uint64_t look = ++w->looks;
     w->moved = 0;
     w->used = 0;
+    w->deferred = 0;
     int64_t t = clock_ns(CLOCK_MONOTONIC);
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
@@ -119,18 +130,24 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         if (cpu == -2) cpu = thread_cpu(native);
         n++;
         if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
-            if (walker_row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
-            r->t = t;
             Py_DECREF(id);
+            if (lazy) { /* (no row: its next one is charged the time since its last) */
+                r->still_t = t;
+                w->deferred++;
+                continue;
+            }
+            if (walker_row(w, t, tid, r->stack, t - r->t, since_row(r, cpu)) < 0) goto done;
+            r->t = t;
+            r->cpu = cpu;
             continue;
         }
         int rc = 0;
-        if (r == NULL || r->stack < 0 || cpu < 0 || r->cpu < 0 || cpu < r->cpu) w->used = -1;
-        else if (w->used >= 0) w->used += cpu - r->cpu;
+        if (r == NULL || r->stack < 0 || cpu < 0 || r->seen < 0 || cpu < r->seen) w->used = -1;
+        else if (w->used >= 0) w->used += cpu - r->seen;
         if (r != NULL && r->slack_cap > 0 && r->slack >= 0 && t > r->t) /* (refilled at IDLE_SHARE of the time) */
             r->slack = min64(max64(r->slack_cap, (t - r->t) / IDLE_SHARE), r->slack + (t - r->t) / IDLE_SHARE);
         if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
-            r->slack -= cpu - r->cpu;
+            r->slack -= cpu - r->seen;
             w->moved++;
         } else {
             rc = PyList_Append(ran, id);
@@ -140,6 +157,13 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         int32_t si = walk_one(w, top);
         if (si == NOT_SHOWN) si = intern_stack(w, 0);
         if (si < 0) goto done;
+        if (lazy && r != NULL && r->stack >= 0 && si == r->stack) { /* back where its last row was: left for later */
+            r->seen = cpu;
+            r->still_t = t;
+            r->look = look;
+            w->deferred++;
+            continue;
+        }
         int64_t wall, used;
         if (r == NULL || r->stack < 0) { /* its CPU time so far stands for its last period (a new thread: ~0) */
             wall = period;
@@ -159,7 +183,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         }
         if (walker_row(w, t, tid, si, wall, used) < 0) goto done;
         r->t = t;
-        r->cpu = cpu;
+        r->cpu = r->seen = cpu;
         r->stack = si;
         r->native = native;
         r->look = look;
@@ -171,7 +195,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             continue;
         }
         if (r->stack >= 0 && r->still_t > r->t) { /* found unmoved since its last row without a row: charged until then */
-            if (walker_row(w, r->still_t, r->tid, r->stack, r->still_t - r->t, 0) < 0) goto done;
+            if (walker_row(w, r->still_t, r->tid, r->stack, r->still_t - r->t, since_row(r, r->seen)) < 0) goto done;
         }
         drop(w, r);
     }
@@ -200,8 +224,9 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
     for (Py_ssize_t i = 0; i < w->n_threads; i++) {
         TRec *r = &w->threads[i];
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
-        if (walker_row(w, t, r->tid, r->stack, t - r->t, 0) < 0) { n = -2; goto done; }
+        if (walker_row(w, t, r->tid, r->stack, t - r->t, since_row(r, r->seen)) < 0) { n = -2; goto done; }
         r->t = t;
+        r->cpu = r->seen;
         n++;
     }
 done:
@@ -272,6 +297,7 @@ PyObject *walker_hand_over(Walker *w, PyObject *args) {
     r->native = native;
     r->slack = slack;
     r->slack_cap = slack;
+    r->seen = cpu;
     r->stack = stack >= 0 && stack < w->n_stacks ? stack : -1;
     r->t = t;
     r->cpu = cpu;

@@ -181,14 +181,17 @@ class Sampler:
         else:
             self._last.pop(thread_id, None)
 
-    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset(),
+               lazy: bool = False) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
         own; returns the number of threads sampled.
 
         Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` periods, and the
         CPU time the thread used in it. A thread whose CPU clock has not moved since its previous sample has not run,
         so its stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it
-        was blocked there all along)."""
+        was blocked there all along). ``lazy`` (a resting recorder's look; the C walk only, the Python walk records
+        every look): a thread that has not run since the last look, or ran and is back at the stack of its last
+        sample (an event loop's timer), gets no sample now; its next one is charged the time and CPU since."""
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
@@ -198,7 +201,7 @@ class Sampler:
             slack = self.slack
             walker = self._walker
             if walker is not None:  # the look and each thread's accounting in C (threads.c: the rules below)
-                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns)
+                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns, lazy)
                 if walker.unseen:
                     self._take_walked()
                 self.last_threads = seen
@@ -384,6 +387,10 @@ class Sampler:
                 return False
         self._still_t = perf_counter_ns()  # (each was at its stack until now: one that ends is charged so far)
         return True
+
+    def rows_waiting(self) -> bool:
+        """Whether samples wait to be handed over (``drain``)."""
+        return self._walker.n_rows > 0 if self._walker is not None else len(self._cols[0]) > 0
 
     def idle(self, t_ns: int) -> bool:
         """Whether the last ``sample()`` counts as idle at ``t_ns``: no thread ran or moved, or what the threads it
