@@ -173,9 +173,11 @@ def _handler(signum, frame) -> None:
             t = time.perf_counter_ns()
             cpu = time.thread_time_ns()
             used = cpu - s.cpu_last
-            s.cpu_last = cpu
-            if s.resting and s.tick_cpu >= 0 and (cpu - s.tick_cpu) * IDLE_SHARE <= t - s.tick_t:
-                pass  # resting at under the idle share of a CPU (an event loop's timer): the recorder's looks charge it
+            idle = s.resting and s.cpu_last_t > 0 and used * IDLE_SHARE <= t - s.cpu_last_t
+            s.cpu_last, s.cpu_last_t = cpu, t
+            if idle:
+                pass  # resting, its CPU period used at under the idle share of a CPU (an event loop's timer): the
+                # recorder's looks charge it
             else:
                 if used > 0:
                     s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
@@ -202,7 +204,8 @@ _thread_hooked = getattr(_native.ext, "thread_hooked", None) or (lambda ident: F
 #: the fields of the main thread's sampling state (``MainThreadSampler.st``): a ``_native.Tick`` when the C handler
 #: samples, else a ``_PyState``; ``MainThreadSampler`` reads and writes them as its own attributes
 STATE_FIELDS = ("active", "resting", "missed", "due", "waited", "interval", "left", "carry", "period_ns", "rest_cpu",
-                "tick_t", "tick_cpu", "tick_cpu_q", "quiet_ticks", "quiet_cpu", "cpu_last", "current", "memory")
+                "tick_t", "tick_cpu", "tick_cpu_q", "quiet_ticks", "quiet_cpu", "cpu_last", "cpu_last_t", "current",
+                "memory")
 
 
 class _PyState:
@@ -213,7 +216,7 @@ class _PyState:
 
     def __init__(self) -> None:
         self.active = self.resting = self.missed = False
-        self.due = self.waited = self.carry = self.left = self.cpu_last = 0
+        self.due = self.waited = self.carry = self.left = self.cpu_last = self.cpu_last_t = 0
         self.interval = self.period_ns = 1
         self.rest_cpu = REST_CPU_NS
         self.tick_t, self.tick_cpu, self.tick_cpu_q = 0, -1, -1
@@ -233,7 +236,8 @@ class MainThreadSampler:
     ``active``: sampling now. ``note``: why it is not (or stopped), for the run's record. ``signum``: the wall
     timer's signal (None: never started); ``period_ns``: the mean period; ``due``/``waited``: the wall timer's
     pending expiration and the wait it ends (ns); ``cpu_last``: the main thread's CPU time at the last
-    CPU-timer sample.
+    CPU-timer sample, ``cpu_last_t`` when (a resting main thread whose CPU period took over ``IDLE_SHARE`` times as
+    long in wall time stays resting: an event loop's timer).
     """
 
     def tick(self, frame) -> None:
@@ -381,6 +385,7 @@ class MainThreadSampler:
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
+        self.cpu_last_t = 0  # ... and when (perf_counter_ns; 0: none yet)
         #: the main thread's innermost open-span record at the last wall tick (``spans.buffer.current_span``)
         self.current = None
         #: the memory lane sampled at each wall tick (``memory.history.MemoryLane``), or None
@@ -449,6 +454,7 @@ class MainThreadSampler:
             self.period_ns = int(period_ns)
             self.rest_cpu = rest_cpu_ns(self.period_ns)
             self.cpu_last = sampler_cpu(main.native_id)
+            self.cpu_last_t = time.perf_counter_ns()
             self.wall_timer = wall
             self.carry = 0
             _active = self
