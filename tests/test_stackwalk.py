@@ -238,6 +238,32 @@ def test_a_thread_that_moves_within_its_slack_is_walked_but_not_listed_as_run(wa
         th.join()
 
 
+def _foreign(*ours) -> set:
+    """The ids of the threads with a Python frame but ``ours`` (threads.Thread): left out of a test's looks, so that
+    another test's threads still running in this process (a server's, a pool's) do not move under it."""
+    keep = {t.ident for t in ours}
+    return {tid for tid in sys._current_frames() if tid not in keep}
+
+
+def _still_look(s, *ours) -> list:
+    """Looks (``ours`` only) until one at which none of them had run, followed at once by an ``unmoved`` check that
+    holds (a thread of another test's that came or went in between: again); that look's rows."""
+    from conftest import wait_until
+
+    got = []
+
+    def once():
+        s.sample(skip=_foreign(*ours))
+        rows = s.drain()[2]
+        if not s.ran and s.unmoved():
+            got.append(rows)
+            return True
+        return False
+
+    wait_until(once, 10, "a look at which none had run, and a check after it")
+    return got[0]
+
+
 def _chain(tid: int) -> list:
     """The frames of thread ``tid``'s stack, innermost first."""
     f, out = sys._current_frames().get(tid), []
@@ -272,16 +298,14 @@ def test_a_check_without_rows_charges_a_thread_that_ends_before_the_next_look(wa
         wait_until(lambda: any("leaving" in str(f.f_code) for f in _chain(ends.ident))
                    and any("parked" in str(f.f_code) for f in _chain(stay.ident)), 10, "both waiting")
         s = Sampler(walk=walk)
-        wait_until(lambda: (s.sample(), not s.ran)[1], 10, "a look at which no thread had run")
-        _, _, before = s.drain()
-        t_look = max(x[0] for x in before)
-        wait_until(lambda: s.unmoved(), 10, "a check at which no thread had run")
+        before = _still_look(s, stay, ends)
         checked = time.perf_counter_ns()
+        t_look = max(x[0] for x in before)
         assert s.drain()[2] == []  # (no row)
         go.set()
         ends.join()
         assert not s.unmoved()  # (a thread ended: the count of threads changed)
-        s.sample()
+        s.sample(skip=_foreign(stay))
         _, _, rows = s.drain()
         gone = [x for x in rows if x[1] == ends.ident]
         assert len(gone) == 1 and t_look < gone[0][0] <= checked, (gone, t_look, checked)
@@ -323,19 +347,19 @@ def test_runs_between_waits_within_the_idle_share_of_a_cpu_count_as_idle(walk):
     try:
         wait_until(lambda: any(f.f_code.co_name == "body" for f in _chain(th.ident)), 10, "the first wait")
         s = Sampler(walk=walk)
-        s.sample()
+        s.sample(skip=_foreign(th))
         assert th.ident in s.ran and not s.idle(time.perf_counter_ns())  # (a thread seen for the first time)
-        wait_until(lambda: (s.sample(), not s.ran)[1], 10, "a look at which it had not run")
+        wait_until(lambda: (s.sample(skip=_foreign(th)), not s.ran)[1], 10, "a look at which it had not run")
         assert s.idle(time.perf_counter_ns())  # (nothing ran)
         time.sleep(0.2)  # (an allowance of at least 1 ms: 1% of the time since)
         evs[0].set()
-        wait_until(lambda: len(_chain(th.ident)) > 0 and th.ident in (s.sample(), s.ran)[1], 10, "its move")
+        wait_until(lambda: th.ident in (s.sample(skip=_foreign(th)), s.ran)[1], 10, "its move")
         assert s.idle(time.perf_counter_ns())  # (a few us of CPU between two waits)
         cpu0 = time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident))
         evs[1].set()
         wait_until(lambda: time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident)) - cpu0 >= 30_000_000, 10,
                    "its 30 ms of CPU")
-        s.sample()
+        s.sample(skip=_foreign(th))
         assert th.ident in s.ran and not s.idle(time.perf_counter_ns())
     finally:
         for ev in evs:
@@ -385,16 +409,17 @@ def test_a_lazy_look_leaves_rows_of_threads_back_at_their_stack_for_later_with_t
     try:
         wait_until(lambda: at(a, "looping") and at(b, "moving"), 10, "both waiting")
         s = Sampler(walk="c")
-        s.sample()
+        s.sample(skip=_foreign(a, b))
         frames, stacks, first = s.drain()
         t1 = {x[1]: x[0] for x in first}
-        wait_until(lambda: (s.sample(lazy=True), s._walker.deferred == 2 and not s.ran)[1], 10, "a lazy look, none ran")
+        wait_until(lambda: (s.sample(skip=_foreign(a, b), lazy=True), s._walker.deferred == 2 and not s.ran)[1], 10,
+                   "a lazy look, none ran")
         assert s.drain()[2] == []
         go.set()
         wait_until(lambda: rounds and at(a, "looping"), 10, "a's run, back at its wait")
         go2.set()
         wait_until(lambda: at(b, "elsewhere"), 10, "b at its other wait")
-        s.sample(lazy=True)
+        s.sample(skip=_foreign(a, b), lazy=True)
         assert a.ident in s.ran and b.ident in s.ran and s._walker.deferred == 1
         more_frames, more_stacks, rows = s.drain()
         frames, stacks = frames + more_frames, stacks + more_stacks
@@ -402,7 +427,7 @@ def test_a_lazy_look_leaves_rows_of_threads_back_at_their_stack_for_later_with_t
         assert {x[1] for x in rows} == {b.ident} and sum(x[3] for x in rows) == rows[-1][0] - t1[b.ident], rows
         names = [frames[i][0] for i in stacks[rows[-1][2]]]
         assert any(n.endswith("elsewhere") for n in names), names
-        s.sample()
+        s.sample(skip=_foreign(a, b))
         _, _, rows = s.drain()
         ra = [x for x in rows if x[1] == a.ident]
         assert len(ra) == 1 and ra[0][3] == ra[0][0] - t1[a.ident] and ra[0][4] >= 2_000_000, (ra, t1)

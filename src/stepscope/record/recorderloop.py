@@ -12,9 +12,9 @@ import threading
 
 from ..core import clock
 from .sampling.budget import WINDOW_NS, Budget
-from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
+from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake, park
 from .sampling.sampler import OWN_THREADS, keep_signals_off_this_thread
-from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS, park
+from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS
 from .spans import buffer
 
 

@@ -45,6 +45,7 @@ import time
 
 from .. import native as _native
 from ..spans.buffer import current_span as _current_span, finished as _finished
+from .cpuwake import other_tools
 from .sampler import IDLE_SHARE, Sampler
 from . import timer
 from .timer import ThreadTimer
@@ -89,44 +90,6 @@ WAKE_CPU_NS = 1_000_000
 _installed: list[int] = []  # [wall signal, CPU signal] with the handler installed (process-wide)
 _active: "MainThreadSampler | None" = None
 _busy = False
-
-
-def other_tools() -> bool:
-    """True when another ``sys.monitoring`` tool than stepscope's is registered (3.12+: cProfile, coverage, a
-    debugger, ``sys.settrace``'s own; they see every thread's calls). Always False before 3.12."""
-    mon = getattr(sys, "monitoring", None)
-    if mon is not None:
-        get = mon.get_tool
-        for i in range(6):
-            name = get(i)
-            if name is not None and name != "stepscope":
-                return True
-    return False
-
-
-def park(lock, timeout_s: float, poll_s: float, limit: int) -> int:
-    """The recorder thread's wait between looks, on ``lock`` (held while recording; released to wake it: the
-    session's finish, a fork). Returns 1 when woken (the lock acquired and released again), 0 after ``timeout_s``
-    s. When a program's own profiler or tracer is active then (``other_tools``, or this thread's
-    ``setprofile``/``settrace``), it goes on waiting, ``poll_s`` s a wait, until the tool is gone (2), or until
-    ``limit`` finished spans wait to be written (3): on 3.12+ such a tool sees every thread's calls, and the
-    recorder thread makes none meanwhile. With the C extension the wait and the checks are one C call
-    (``_native.park``: calls made from C raise no ``sys.monitoring`` CALL event, PEP 669), so the tool sees
-    nothing of it; without it they are Python calls that the tool may see."""
-    if _native.waits is not None:
-        return _native.waits.park(lock, timeout_s, poll_s, _finished, limit)
-    if lock.acquire(timeout=max(0.0, timeout_s)):
-        lock.release()
-        return 1
-    seen = 0
-    while other_tools() or sys.getprofile() is not None or sys.gettrace() is not None:
-        seen = 2
-        if len(_finished) >= limit:
-            return 3
-        if lock.acquire(timeout=poll_s):
-            lock.release()
-            return 1
-    return seen
 
 
 _gettrace, _getprofile = sys.gettrace, sys.getprofile
