@@ -16,6 +16,7 @@ from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake, park
 from .sampling.sampler import OWN_THREADS, keep_signals_off_this_thread
 from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS
 from .spans import buffer
+from . import native
 
 
 #: The recorder writes as soon as this many finished spans wait, not only once a flush interval: a program that
@@ -29,8 +30,8 @@ QUIET_NS = 1_000_000_000
 
 #: ... and while the recorder samples every thread (the main one resting, or without timers of its own), after looks
 #: covering this long (ns) at which no thread had run it rests (``cpuwake``: woken by the process's CPU time), looking
-#: again only each time the quiet time grew by ``REST_GROWTH``. A wait inside a step that ends in a run is charged at
-#: its own stack either way (the look that the run wakes splits the time: ``Sampler.sample``)
+#: again only each time the quiet time grew by ``REST_GROWTH``; inside a traced call (a step) it keeps the full rate for
+#: ``QUIET_NS`` as before (``in_traced_call``): a thread's move between two waits there is charged exactly, and in its step
 REST_QUIET_NS = 100_000_000
 
 #: A resting recorder looks again (its CPU timer aside) once the time since anything last ran has grown by this
@@ -39,6 +40,15 @@ REST_QUIET_NS = 100_000_000
 #: one until then, as a sampler at that interval would)
 REST_GROWTH = 0.25
 
+
+
+def in_traced_call(patcher) -> bool:
+    """Whether a traced call is open now in any thread (the C recorder's, and the Python probes' where they are
+    tracked); True where that cannot be told (no C extension): a wait inside a step keeps the full rate."""
+    ext = native.ext
+    if ext is None or not hasattr(ext, "open_calls"):
+        return True
+    return ext.open_calls() > 0 or bool(patcher.live)
 
 
 class RecorderLoop:
@@ -93,6 +103,7 @@ class RecorderLoop:
         # between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is charged the
         # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
+        spans_at = 0  # finished spans waiting at the last look (or flush): more since, the program works
         looked = False  # a look since the last flush
         last_blocked = 0  # when the main thread was last checked for a wait its handler cannot interrupt
         # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
@@ -145,13 +156,14 @@ class RecorderLoop:
                     # (st read again: a wake may have come since the top; a look that ends a rest records only
                     # threads that moved to another stack, the others' rows left for later: an idle server's event
                     # loop timer makes no rows, so nothing waits to be written)
+                    ended, spans_at = pending() != spans_at, pending()  # (traced calls ended: the program works)
                     self.sampler.sample(exclude_thread=me, skip=(main,) if st.active and not st.resting else (),
-                                        lazy=resting)
+                                        lazy=resting, busy=ended)
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    # (nothing ran, or threads ran between waits within the idle share of a CPU: an event loop's
-                    # timer, a heartbeat; ``Sampler.idle``)
-                    quiet = quiet + int(step) if self.sampler.idle(t) else 0
+                    # (nothing ran, or threads ran between waits within the idle share of a CPU while no traced
+                    # call ended: an event loop's timer, a heartbeat; ``Sampler.idle``)
+                    quiet = quiet + int(step) if self.sampler.idle(t, ended) else 0
                     if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
@@ -172,12 +184,13 @@ class RecorderLoop:
                 if by_signal:
                     self._track_os_threads([main], t)
                 self._flush()
-                last_flush, looked = t, False
+                last_flush, looked, spans_at = t, False, pending()
             # wake for the next sample or flush, whichever first (a slow --hz never delays a flush: a crash loses one)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            if rest is not None and not by_signal and quiet >= REST_QUIET_NS and not self.finished:
+            early = quiet < QUIET_NS and in_traced_call(self.patcher)  # (inside a step: the full rate for QUIET_NS)
+            if rest is not None and not by_signal and quiet >= REST_QUIET_NS and not early and not self.finished:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
                 due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
@@ -206,7 +219,7 @@ class RecorderLoop:
                 reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
                     self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, stop_fd,  # timers sample main)
                     bytes(sorted(watch.sigs)) if stop_fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem, mem_every,
-                    quiet, QUIET_NS if by_signal or rest is None else REST_QUIET_NS)
+                    quiet, QUIET_NS if by_signal or rest is None or early else REST_QUIET_NS)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours

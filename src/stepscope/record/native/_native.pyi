@@ -188,6 +188,9 @@ class Tick:
     quiet_ticks: int
     quiet_cpu: int
     cpu_last: int
+    #: when ``cpu_last`` was read (ns; 0: not yet): a resting main thread whose CPU period took over 100 times as long
+    #: in wall time stays resting
+    cpu_last_t: int
     #: samples recorded by ``tick``
     samples: Final[int]
     current: Any
@@ -217,6 +220,10 @@ def clear() -> None:
 
 def open_spans(thread_id: int, /) -> list[tuple[int, int | None, str, str, int]]:
     """The open native calls of thread ``thread_id``, outermost first, as (span id, parent id, name, op, start ns)."""
+
+
+def open_calls() -> int:
+    """How many native calls are open now, every thread's (the recorder rests early only outside any)."""
 
 
 def mon_start(code: CodeType, offset: int, /) -> object:

@@ -178,6 +178,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int64_t q_t[128];          /* the memory lane's readings made at quiet looks (no GIL), appended after them */
     long long q_rss[128];
     int nq = 0;
+    Py_ssize_t ended = PyObject_Size(finished); /* finished spans waiting at the last full look (+ the C recorder's) */
+    if (ended < 0) goto fail;
+    ended += n_fin;
     char rss_buf[96];
     long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
     for (;;) {
@@ -297,6 +300,11 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             reason = 8;
             break;
         }
+        Py_ssize_t waiting = PyObject_Size(finished);
+        if (waiting < 0) { PyObject *x = PyObject_CallMethodNoArgs(slock, s_release); Py_XDECREF(x); goto fail; }
+        int spans = waiting + n_fin != ended; /* (traced calls ended since the last look: the program works) */
+        ended = waiting + n_fin;
+        w->busy = spans;
         w->pre_native = natives;
         w->pre_cpu = cpus;
         w->n_pre = np;
@@ -332,8 +340,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         next_t += period;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
-        /* (threads that moved or ran using no more than the idle share of a CPU, walker_idle_spend: still quiet) */
-        if (walker_idle_spend(w, t, nran == 0 && w->moved == 0 ? 0 : w->used)) {
+        /* (threads that moved or ran using no more than the idle share of a CPU while no traced call ended,
+           walker_idle_spend: still quiet) */
+        if (walker_idle_spend(w, t, nran == 0 && w->moved == 0 ? 0 : spans ? -1 : w->used)) {
             if ((quiet += period) >= quiet_ns) { reason = 2; break; }
         } else {
             quiet = 0;
@@ -347,8 +356,6 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             ssize_t got = read(stop_fd, stop_buf, sizeof stop_buf);
             if (has_stop(stop_buf, got, stop_sigs)) { stop_n = got; reason = 5; break; }
         }
-        Py_ssize_t waiting = PyObject_Size(finished);
-        if (waiting < 0) goto fail;
         if (waiting + n_fin >= limit) { reason = 6; break; }
     }
     looks += quiet_looks;

@@ -91,15 +91,17 @@ static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
     return 0;
 }
 
-/* sample(skip, period_ns, cap_ns, lazy=False) -> (seen, ran, n): Sampler.sample's look and accounting (see the top).
-   lazy (a resting recorder's look): a thread that has not run since the last look gets no row (as at a quiet look),
-   nor does one that ran but is back at the stack of its last row (an event loop's timer: its next row is charged the
-   time and the CPU since that one); deferred counts them. */
+/* sample(skip, period_ns, cap_ns, lazy=False, busy=-1) -> (seen, ran, n): Sampler.sample's look and accounting (see
+   the top). lazy (a resting recorder's look): a thread that has not run since the last look gets no row (as at a
+   quiet look), nor does one that ran but is back at the stack of its last row (an event loop's timer: its next row is
+   charged the time and the CPU since that one); deferred counts them. busy (1: traced calls ended since the last
+   look; -1: as set by Walker.run): a resting thread's slack does not refill (a step loop wakes the main thread). */
 PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *skip;
     long long period, cap;
-    int lazy = 0;
-    if (!PyArg_ParseTuple(args, "OLL|p", &skip, &period, &cap, &lazy)) return NULL;
+    int lazy = 0, busy = -1;
+    if (!PyArg_ParseTuple(args, "OLL|pi", &skip, &period, &cap, &lazy, &busy)) return NULL;
+    if (busy >= 0) w->busy = busy != 0; /* (else as Walker.run set it) */
     unsigned long sbuf[32], *sk;
     Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
     if (nsk < 0) return NULL;
@@ -144,7 +146,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         int rc = 0;
         if (r == NULL || r->stack < 0 || cpu < 0 || r->seen < 0 || cpu < r->seen) w->used = -1;
         else if (w->used >= 0) w->used += cpu - r->seen;
-        if (r != NULL && r->slack_cap > 0 && r->slack >= 0 && t > r->t) /* (refilled at IDLE_SHARE of the time) */
+        if (!w->busy && r != NULL && r->slack_cap > 0 && r->slack >= 0 && t > r->t) /* (refilled: IDLE_SHARE) */
             r->slack = min64(max64(r->slack_cap, (t - r->t) / IDLE_SHARE), r->slack + (t - r->t) / IDLE_SHARE);
         if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
             r->slack -= cpu - r->seen;
@@ -251,13 +253,14 @@ int walker_idle_spend(Walker *w, int64_t t, int64_t used) {
     return 1;
 }
 
-/* idle(t_ns, ran) -> bool: Sampler.idle. Whether the last sample() counts as idle at t_ns: nothing ran (ran False:
-   only the allowance refills) or what its walked threads used is within walker_idle_spend's allowance. */
+/* idle(t_ns, ran, busy=False) -> bool: Sampler.idle. Whether the last sample() counts as idle at t_ns: nothing ran
+   (ran False: only the allowance refills) or what its walked threads used is within walker_idle_spend's allowance
+   and nothing else says the program works (busy: traced calls ended since the last look). */
 PyObject *walker_idle(Walker *w, PyObject *args) {
     long long t;
-    int ran;
-    if (!PyArg_ParseTuple(args, "Lp", &t, &ran)) return NULL;
-    return PyBool_FromLong(walker_idle_spend(w, t, ran ? w->used : 0));
+    int ran, busy = 0;
+    if (!PyArg_ParseTuple(args, "Lp|p", &t, &ran, &busy)) return NULL;
+    return PyBool_FromLong(walker_idle_spend(w, t, !ran ? 0 : busy ? -1 : w->used));
 }
 
 /* unmoved(skip) -> n, or -1: Sampler.unmoved. The number of threads read before (but those of skip) when none has run

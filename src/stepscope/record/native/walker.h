@@ -200,6 +200,7 @@ typedef struct {
                           (-1: unknown, a thread seen for the first time) */
     long long idle_tokens, idle_t; /* Walker.idle's allowance (ns of CPU) and when it was last refilled */
     long long deferred; /* threads the last (lazy) sample() found at the stack of their last row and left for later */
+    int busy;           /* traced calls ended since the last look: a resting thread's slack does not refill */
     long long quiet_looks; /* the last run()'s looks made without the GIL (looks.c: no thread's CPU clock moved) */
     /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
        the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */

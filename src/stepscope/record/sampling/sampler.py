@@ -168,7 +168,7 @@ class Sampler(StackTables):
             self._last.pop(thread_id, None)
 
     def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset(),
-               lazy: bool = False) -> int:
+               lazy: bool = False, busy: bool = False) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
         own; returns the number of threads sampled.
 
@@ -177,7 +177,9 @@ class Sampler(StackTables):
         so its stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it
         was blocked there all along). ``lazy`` (a resting recorder's look; the C walk only, the Python walk records
         every look): a thread that has not run since the last look, or ran and is back at the stack of its last
-        sample (an event loop's timer), gets no sample now; its next one is charged the time and CPU since."""
+        sample (an event loop's timer), gets no sample now; its next one is charged the time and CPU since.
+        ``busy``: traced calls ended since the last look (the program works): a resting thread's slack (``hand_over``)
+        does not refill at the idle share, so a step loop that mostly waits still wakes the main thread."""
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
@@ -187,7 +189,7 @@ class Sampler(StackTables):
             slack = self.slack
             walker = self._walker
             if walker is not None:  # the look and each thread's accounting in C (threads.c: the rules below)
-                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns, lazy)
+                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns, lazy, int(busy))
                 if walker.unseen:
                     self._take_walked()
                 self.last_threads = seen
@@ -227,7 +229,7 @@ class Sampler(StackTables):
                     used = -1
                 elif used >= 0:
                     used += cpu - prev[1]
-                if prev is not None and slack.get(tid, -1) >= 0 and tid in self.slack_cap:  # (refilled: IDLE_SHARE)
+                if not busy and prev is not None and slack.get(tid, -1) >= 0 and tid in self.slack_cap:  # (IDLE_SHARE)
                     more = (t - prev[0]) // IDLE_SHARE
                     slack[tid] = min(max(self.slack_cap[tid], more), slack[tid] + more)
                 if prev is not None and cpu >= 0 and prev[1] >= 0 and 0 < cpu - prev[1] <= slack.get(tid, -1):
@@ -378,17 +380,18 @@ class Sampler(StackTables):
         """Whether samples wait to be handed over (``drain``)."""
         return self._walker.n_rows > 0 if self._walker is not None else len(self._cols[0]) > 0
 
-    def idle(self, t_ns: int) -> bool:
+    def idle(self, t_ns: int, busy: bool = False) -> bool:
         """Whether the last ``sample()`` counts as idle at ``t_ns``: no thread ran or moved, or what the threads it
         walked used since their previous rows is within an allowance of CPU time that refills at ``1/IDLE_SHARE``
         of the time passed, up to ``IDLE_CAP_NS`` or that share of the time since the previous call if more (looks
         far apart while the recorder rests) (an event loop's timer, a heartbeat: runs of a few us to a ms
         between waits; never a step's 5-100% of a CPU). Spends it; once it does not cover a look, it is emptied.
-        (threads.c ``walker_idle_spend``.)"""
+        ``busy``: traced calls ended since the last look (the program works, however little CPU it uses: a step
+        loop that waits): threads that ran then never count as idle. (threads.c ``walker_idle_spend``.)"""
         ran = bool(self.ran or self.moved)
         if self._walker is not None:
-            return self._walker.idle(t_ns, ran)
-        used = self._used if ran else 0
+            return self._walker.idle(t_ns, ran, busy)
+        used = (-1 if busy else self._used) if ran else 0
         if self._idle_t > 0 and t_ns > self._idle_t:
             more = (t_ns - self._idle_t) // IDLE_SHARE
             self._idle_tokens = min(max(IDLE_CAP_NS, more), self._idle_tokens + more)
