@@ -147,7 +147,9 @@ class RecorderLoop:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
                 budget.look_started()
-                resting = quiet >= REST_QUIET_NS and not by_signal  # (a look that ends a rest: lazy, see below)
+                # (a look that ends a rest: lazy, see below; never inside a traced call, where rows are per step)
+                resting = quiet >= REST_QUIET_NS and not by_signal and not (quiet < QUIET_NS
+                                                                              and in_traced_call(self.patcher))
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz

@@ -188,8 +188,7 @@ class Tick:
     quiet_ticks: int
     quiet_cpu: int
     cpu_last: int
-    #: when ``cpu_last`` was read (ns; 0: not yet): a resting main thread whose CPU period took over 100 times as long
-    #: in wall time stays resting
+    #: when ``cpu_last`` was read (ns; 0: not yet)
     cpu_last_t: int
     #: samples recorded by ``tick``
     samples: Final[int]
