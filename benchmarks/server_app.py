@@ -5,7 +5,8 @@ Event, a socket accept), and the loop's default executor adds its waiting thread
 with every thread waiting, then ``--gens`` requests one after another; repeated ``--phases`` times.
 
 Prints one JSON line per phase: the idle phase's process CPU seconds per second (what the threads cost while
-nothing happens) and each generation's wall and process CPU seconds.
+nothing happens; with ``--idle`` longer than ``--idle-tail``, its first ``--idle-tail`` s and the rest apart too) and
+each generation's wall and process CPU seconds.
 
 ``--ab HZ`` (run without ``stepscope run``; ``--store`` the store): an in-process A/B of sampling and the memory
 lane over traces alone. Each generation runs inside a stepscope session of its own, started from the event loop's
@@ -90,6 +91,9 @@ def main() -> None:
     ap.add_argument("--idle-threads", type=int, default=9)
     ap.add_argument("--phases", type=int, default=3)
     ap.add_argument("--idle", type=float, default=2.0)
+    ap.add_argument("--idle-tail", type=float, default=2.0,
+                    help="with a longer --idle, its first this many s (after the requests: their last write, the "
+                         "recorder's way to its rest) and the rest (a steady idle) are reported apart too")
     ap.add_argument("--gens", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--ab", type=float, default=None, help="in-process A/B at this sampling rate (see above)")
@@ -117,7 +121,15 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for p in range(a.phases):
             c0, t0 = time.process_time(), time.perf_counter()
-            await asyncio.sleep(a.idle)
+            split = {}
+            if a.idle > a.idle_tail:  # (the first idle_tail s, then the rest: a steady idle)
+                await asyncio.sleep(a.idle_tail)
+                c1, t1 = time.process_time(), time.perf_counter()
+                await asyncio.sleep(a.idle - a.idle_tail)
+                split = {"idle_tail_cpu_per_s": (c1 - c0) / (t1 - t0),
+                         "idle_steady_cpu_per_s": (time.process_time() - c1) / (time.perf_counter() - t1)}
+            else:
+                await asyncio.sleep(a.idle)
             idle_cpu = (time.process_time() - c0) / (time.perf_counter() - t0)
             gens, configs = [], []
             for k in range(a.gens):
@@ -135,7 +147,7 @@ def main() -> None:
                     from stepscope.record import api
 
                     api.shutdown()
-            print(json.dumps({"phase": p, "threads": threading.active_count(), "idle_cpu_per_s": idle_cpu,
+            print(json.dumps({"phase": p, "threads": threading.active_count(), "idle_cpu_per_s": idle_cpu, **split,
                               "gen_wall": [g[0] for g in gens], "gen_cpu": [g[1] for g in gens],
                               "gen_config": configs}), flush=True)
         jobs.put(None)

@@ -5,7 +5,8 @@ idle threads waiting in C, the loop's executor) plain, under ``stepscope run`` a
 lane on; the UNet and the scheduler's step traced), and under ``stepscope run --hz 0 --no-memory`` (the traces
 alone), interleaved, and prints per configuration: the median generation wall time and process CPU time (all the
 process's threads, stepscope's included) and their ratio to the plain runs of the same invocation, and the CPU the
-process uses per second while every thread waits.
+process uses per second while every thread waits (with ``--idle`` over 2 s, also its first 2 s after the requests,
+which hold the last write of their samples and spans, and the steady idle after them, apart).
 
 ``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each timed generation in a
 stepscope session of its own (after ``--ab-warm`` untimed ones in it: the steady state of a long-running server),
@@ -16,6 +17,7 @@ paired figure (``bench.stats.paired_change``: each full generation against the t
 phase, so that the machine's slow spells, seconds to minutes long on a shared VM, fall in both sides of a pair).
 
     python benchmarks/server_overhead.py --rounds 4
+    python benchmarks/server_overhead.py --rounds 2 --idle 6 --configs full,traces
     python benchmarks/server_overhead.py --ab --rounds 4 --phases 4 --gens 10
 """
 
@@ -75,6 +77,9 @@ def main() -> None:
                 got[name]["wall"] += ph["gen_wall"]
                 got[name]["cpu"] += ph["gen_cpu"]
                 got[name]["idle"].append(ph["idle_cpu_per_s"])
+                if "idle_tail_cpu_per_s" in ph:
+                    got[name].setdefault("tail", []).append(ph["idle_tail_cpu_per_s"])
+                    got[name].setdefault("steady", []).append(ph["idle_steady_cpu_per_s"])
                 got[name]["threads"].append(ph["threads"])
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     plain = got["plain"]
@@ -91,6 +96,9 @@ def main() -> None:
         if name != "plain":
             line += f" ({100 * (c / pc - 1):+5.1f}%)"
         line += f"  idle: {1e3 * statistics.median(g['idle']):5.2f} ms CPU per s"
+        if g.get("tail"):  # (--idle longer than 2 s: its first 2 s after the requests, then the steady idle)
+            line += (f" (first 2 s {1e3 * statistics.median(g['tail']):5.2f}, then "
+                     f"{1e3 * statistics.median(g['steady']):5.2f})")
         print(line)
 
 

@@ -1,4 +1,4 @@
-"""The recorder thread's wait (``sampling.signals.park``): woken by its lock, timed out, and held while a tool of
+"""The recorder thread's wait (``sampling.cpuwake.park``): woken by its lock, timed out, and held while a tool of
 the program's own (a profiler set on this thread) would see its calls; both the C wait (``_native.park``) and the
 Python fallback."""
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from stepscope.record import native
-from stepscope.record.sampling import signals
+from stepscope.record.sampling import cpuwake
 
 
 @pytest.fixture(params=["c", "python"])
@@ -18,7 +18,7 @@ def park(request, monkeypatch):
             pytest.skip("the C extension is not built for this interpreter")
     else:
         monkeypatch.setattr(native, "waits", None)
-    return signals.park
+    return cpuwake.park
 
 
 def _held():

@@ -2,6 +2,8 @@
 
 import sys
 
+import pytest
+
 from conftest import PROGRAMS, run_cli
 
 from stepscope.analysis.summary import top_functions
@@ -411,3 +413,63 @@ def test_an_idle_thread_is_charged_up_to_the_end_of_the_run(store):
     # previous one); before, the tail since the recorder's last look (up to a flush interval) was missing
     span = data.run.end_ns - first
     assert charged > span - 0.1e9, (charged / 1e9, span / 1e9)
+
+
+def test_a_resting_recorder_looks_again_as_the_quiet_grows_and_charges_each_wait_at_its_own_function(store):
+    """While nothing runs the recorder rests (``cpuwake``) and looks again each time the quiet time has grown by
+    ``REST_GROWTH``, with no row when nothing moved: a worker that moves from one long wait to another with a few us
+    of CPU (which no CPU timer sees) has each wait charged at its own function within that bound, the second up to
+    the end of the run."""
+    prog = ("import threading, time\n"
+            "def wfirst():\n"
+            "    time.sleep(1.2)\n"
+            "def wsecond():\n"
+            "    threading.Event().wait()\n"
+            "def worker():\n"
+            "    wfirst()\n"
+            "    wsecond()\n"
+            "th = threading.Thread(target=worker, name='worker', daemon=True)\n"
+            "th.start()\n"
+            "time.sleep(2.4)\n")
+    data, index = _record_program(store, prog)
+    info = data.run.env["sampler"]
+    if "idle_rests" not in info and not sys.platform.startswith("linux"):
+        pytest.skip(f"the recorder rests on Linux only: {info}")
+    assert info.get("idle_rests", 0) >= 1 and info.get("idle_waits", 0) > info["idle_rests"], info
+    worker = index.thread == next(t for t, n in data.profile.thread_names.items() if n == "worker")
+    first = float(index.weight[worker & _under(index, "__main__.wfirst")].sum())
+    second = float(index.weight[worker & _under(index, "__main__.wsecond")].sum())
+    # (first: its 1.2 s but the time before the first look at the new thread, and at most a quarter of the quiet
+    # time before the move charged to it late; second: the ~1.2 s to the end of the run, less that)
+    assert 0.95e9 < first < 1.7e9 and 0.8e9 < second < 1.35e9, (first, second)
+
+
+def test_an_event_loop_that_wakes_every_100_ms_lets_both_the_main_thread_and_the_recorder_rest(store):
+    """An idle server's event loop runs a timer every 0.1 s (uvicorn checks its flags so): a few ms of CPU a second,
+    under 1% of a CPU. The main thread keeps resting through them (its slack refills at that share) and
+    the recorder rests too, looking when the quiet time has grown (each look walks the main thread where it moved);
+    the main thread's wall time still adds up over the run, nearly all of it idle in the loop's wait."""
+    prog = ("import asyncio, threading\n"
+            "ev = threading.Event()\n"
+            "for _ in range(4):\n"
+            "    threading.Thread(target=ev.wait, daemon=True).start()\n"
+            "async def tick():\n"
+            "    while True:\n"
+            "        await asyncio.sleep(0.1)\n"
+            "async def main():\n"
+            "    t = asyncio.create_task(tick())\n"
+            "    await asyncio.sleep(4.0)\n"
+            "    t.cancel()\n"
+            "asyncio.run(main())\n")
+    data, index = _record_program(store, prog)
+    info = data.run.env["sampler"]
+    if "idle_rests" not in info and not sys.platform.startswith("linux"):
+        pytest.skip(f"the recorder rests on Linux only: {info}")
+    # (woken by its CPU time it rests again after 200 ms; before, the recorder never rested and the main thread was
+    # woken every ~0.4 s, once its fixed slack of CPU was used)
+    assert info.get("idle_rests", 0) >= 1 and info.get("idle_waits", 0) >= 8, info
+    assert info.get("rests", 0) <= 3, info
+    main = index.thread == next(t for t, n in data.profile.thread_names.items() if n == "MainThread")
+    wall = float(index.weight[main].sum())
+    idle = float(index.weight[main & index.idle].sum())
+    assert wall > 0.85 * 4e9 and idle > 0.9 * wall, (wall, idle)

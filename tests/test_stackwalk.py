@@ -238,6 +238,32 @@ def test_a_thread_that_moves_within_its_slack_is_walked_but_not_listed_as_run(wa
         th.join()
 
 
+def _foreign(*ours) -> set:
+    """The ids of the threads with a Python frame but ``ours`` (threads.Thread): left out of a test's looks, so that
+    another test's threads still running in this process (a server's, a pool's) do not move under it."""
+    keep = {t.ident for t in ours}
+    return {tid for tid in sys._current_frames() if tid not in keep}
+
+
+def _still_look(s, *ours) -> list:
+    """Looks (``ours`` only) until one at which none of them had run, followed at once by an ``unmoved`` check that
+    holds (a thread of another test's that came or went in between: again); that look's rows."""
+    from conftest import wait_until
+
+    got = []
+
+    def once():
+        s.sample(skip=_foreign(*ours))
+        rows = s.drain()[2]
+        if not s.ran and s.unmoved():
+            got.append(rows)
+            return True
+        return False
+
+    wait_until(once, 10, "a look at which none had run, and a check after it")
+    return got[0]
+
+
 def _chain(tid: int) -> list:
     """The frames of thread ``tid``'s stack, innermost first."""
     f, out = sys._current_frames().get(tid), []
@@ -245,3 +271,170 @@ def _chain(tid: int) -> list:
         out.append(f)
         f = f.f_back
     return out
+
+
+@pytest.mark.parametrize("walk", [pytest.param("c", marks=needs_walker), "python"])
+def test_a_check_without_rows_charges_a_thread_that_ends_before_the_next_look(walk):
+    """``Sampler.unmoved`` (a resting recorder's look): True while no thread has run since the last look, and no row
+    made; once a thread runs, False. A thread that ends after such a check and before the next look is charged at its
+    stack until the check (not dropped with its time since its last row), each thread's rows adding up."""
+    from conftest import wait_until
+
+    ev, go, ready = threading.Event(), threading.Event(), threading.Event()
+
+    def parked():
+        ready.set()
+        ev.wait()
+
+    def leaving():
+        go.wait()
+
+    stay = threading.Thread(target=parked)
+    stay.start()
+    ready.wait()
+    ends = threading.Thread(target=leaving)
+    ends.start()
+    try:
+        wait_until(lambda: any("leaving" in str(f.f_code) for f in _chain(ends.ident))
+                   and any("parked" in str(f.f_code) for f in _chain(stay.ident)), 10, "both waiting")
+        s = Sampler(walk=walk)
+        before = _still_look(s, stay, ends)
+        checked = time.perf_counter_ns()
+        t_look = max(x[0] for x in before)
+        assert s.drain()[2] == []  # (no row)
+        go.set()
+        ends.join()
+        assert not s.unmoved()  # (a thread ended: the count of threads changed)
+        s.sample(skip=_foreign(stay))
+        _, _, rows = s.drain()
+        gone = [x for x in rows if x[1] == ends.ident]
+        assert len(gone) == 1 and t_look < gone[0][0] <= checked, (gone, t_look, checked)
+        assert gone[0][3] == gone[0][0] - t_look  # (charged from its last row until the check)
+        kept = [x for x in rows if x[1] == stay.ident]
+        assert len(kept) == 1 and kept[0][3] == kept[0][0] - t_look  # (the whole time since its last row)
+    finally:
+        ev.set()
+        go.set()
+        stay.join()
+        ends.join()
+
+
+@pytest.mark.parametrize("walk", [pytest.param("c", marks=needs_walker), "python"])
+def test_runs_between_waits_within_the_idle_share_of_a_cpu_count_as_idle(walk):
+    """``Sampler.idle``: a look at which threads ran counts as idle when what they used since their previous rows is
+    within 1% of the time (an event loop's timer, a heartbeat: a thread that runs a few us between two waits), not
+    when one ran for real (30 ms of CPU), nor when a thread was seen for the first time."""
+    from conftest import wait_until
+
+    evs = [threading.Event() for _ in range(3)]
+    ready = threading.Event()
+
+    def spin(ns):
+        end = time.thread_time_ns() + ns
+        while time.thread_time_ns() < end:
+            pass
+
+    def body():
+        ready.set()
+        evs[0].wait()
+        evs[1].wait()  # (a few us between the two waits)
+        spin(30_000_000)
+        evs[2].wait()
+
+    th = threading.Thread(target=body)
+    th.start()
+    ready.wait()
+    try:
+        wait_until(lambda: any(f.f_code.co_name == "body" for f in _chain(th.ident)), 10, "the first wait")
+        s = Sampler(walk=walk)
+        s.sample(skip=_foreign(th))
+        assert th.ident in s.ran and not s.idle(time.perf_counter_ns())  # (a thread seen for the first time)
+        wait_until(lambda: (s.sample(skip=_foreign(th)), not s.ran)[1], 10, "a look at which it had not run")
+        assert s.idle(time.perf_counter_ns())  # (nothing ran)
+        time.sleep(0.2)  # (an allowance of at least 1 ms: 1% of the time since)
+        evs[0].set()
+        wait_until(lambda: th.ident in (s.sample(skip=_foreign(th)), s.ran)[1], 10, "its move")
+        assert s.idle(time.perf_counter_ns())  # (a few us of CPU between two waits)
+        cpu0 = time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident))
+        evs[1].set()
+        wait_until(lambda: time.clock_gettime_ns(time.pthread_getcpuclockid(th.ident)) - cpu0 >= 30_000_000, 10,
+                   "its 30 ms of CPU")
+        s.sample(skip=_foreign(th))
+        assert th.ident in s.ran and not s.idle(time.perf_counter_ns())
+    finally:
+        for ev in evs:
+            ev.set()
+        th.join()
+
+
+@needs_walker
+def test_a_lazy_look_leaves_rows_of_threads_back_at_their_stack_for_later_with_their_cpu():
+    """``sample(lazy=True)`` (a resting recorder's look): a thread that has not run since the last look gets no row,
+    nor one that ran and is back at the stack of its last row (an event loop's timer); the next row of each is
+    charged the whole time since its last one, with the CPU it used meanwhile. A thread that moved to another stack
+    is walked and recorded."""
+    from conftest import wait_until
+
+    go, other, stop = threading.Event(), threading.Event(), threading.Event()
+    rounds = []
+
+    def spin(ns):
+        end = time.thread_time_ns() + ns
+        while time.thread_time_ns() < end:
+            pass
+
+    def looping():
+        while not stop.is_set():
+            go.wait()
+            go.clear()
+            spin(2_000_000)
+            rounds.append(1)
+
+    def elsewhere():
+        other.wait()
+
+    def moving():
+        go2.wait()
+        elsewhere()
+
+    go2 = threading.Event()
+    a = threading.Thread(target=looping)
+    b = threading.Thread(target=moving)
+    a.start()
+    b.start()
+
+    def at(th, name):
+        return any(f.f_code.co_name == name for f in _chain(th.ident)) and _chain(th.ident)[0].f_code.co_name == "wait"
+
+    try:
+        wait_until(lambda: at(a, "looping") and at(b, "moving"), 10, "both waiting")
+        s = Sampler(walk="c")
+        s.sample(skip=_foreign(a, b))
+        frames, stacks, first = s.drain()
+        t1 = {x[1]: x[0] for x in first}
+        wait_until(lambda: (s.sample(skip=_foreign(a, b), lazy=True), s._walker.deferred == 2 and not s.ran)[1], 10,
+                   "a lazy look, none ran")
+        assert s.drain()[2] == []
+        go.set()
+        wait_until(lambda: rounds and at(a, "looping"), 10, "a's run, back at its wait")
+        go2.set()
+        wait_until(lambda: at(b, "elsewhere"), 10, "b at its other wait")
+        s.sample(skip=_foreign(a, b), lazy=True)
+        assert a.ident in s.ran and b.ident in s.ran and s._walker.deferred == 1
+        more_frames, more_stacks, rows = s.drain()
+        frames, stacks = frames + more_frames, stacks + more_stacks
+        # (b moved to another stack: walked and recorded, its wait at the old stack and its run at the new one)
+        assert {x[1] for x in rows} == {b.ident} and sum(x[3] for x in rows) == rows[-1][0] - t1[b.ident], rows
+        names = [frames[i][0] for i in stacks[rows[-1][2]]]
+        assert any(n.endswith("elsewhere") for n in names), names
+        s.sample(skip=_foreign(a, b))
+        _, _, rows = s.drain()
+        ra = [x for x in rows if x[1] == a.ident]
+        assert len(ra) == 1 and ra[0][3] == ra[0][0] - t1[a.ident] and ra[0][4] >= 2_000_000, (ra, t1)
+    finally:
+        stop.set()
+        go.set()
+        go2.set()
+        other.set()
+        a.join()
+        b.join()

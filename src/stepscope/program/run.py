@@ -169,7 +169,7 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         # may outlive the program (``processes.path_folder``)
         folder = path_folder(Path(store.path).resolve(), follow)
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, child_env.get("PYTHONPATH")]))
-    relay = _Relay()
+    relay = _Relay(drain_s=_drain_s(settings.profiles_hz))
     oom_kills = oom_kill_count()
     child_env[ENV_VAR] = dataclasses.replace(spec, signal_fd=relay.child_fd).to_env()
     try:
@@ -185,6 +185,13 @@ def run_program(command: list[str], settings: Settings, store: Store, *, run_id:
         store.delete_run(run_id)
         return Outcome("", returncode)
     return Outcome(run_id, returncode, _settle(store, run_id, returncode, oom_kills))
+
+
+def _drain_s(hz: float) -> float:
+    """How long (s) the relay may leave the child's wakeup pipe unread: a byte a handled signal, the sampler's two
+    timers included (``hz`` each at most), within a quarter of Linux's 64 KiB pipe; at most 10 s (each wake-up of
+    this process costs ~0.1-0.2 ms of CPU on a VM: once a second, a tenth of an idle server's budget)."""
+    return max(0.5, min(10.0, 65536 / 4 / (2 * max(hz, 1.0))))
 
 
 def _server_watch(pid: int, on_server):
@@ -328,8 +335,9 @@ class _Relay:
     whole group twice; without ``sigtimedwait`` (not Linux) all but SIGINT/SIGQUIT are passed on.
     """
 
-    def __init__(self, grace: float = 0.5) -> None:
+    def __init__(self, grace: float = 0.5, drain_s: float = 1.0) -> None:
         self.grace = grace
+        self.drain_s = drain_s  # the longest wait between two reads of the child's wakeup pipe (``_drain_s``)
         self.read_fd, self.child_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self.child_fd, False)  # signal.set_wakeup_fd wants a non-blocking fd
@@ -365,7 +373,8 @@ class _Relay:
     def wait(self, proc: subprocess.Popen, ready=None) -> int:
         """Wait for ``proc`` to end, relaying signals; its return code. ``ready(told)``: called when the child
         sends this process a SIGCHLD of its own (``told`` True: ``launch``'s "the control server started") and
-        once a second meanwhile (False), until it returns True."""
+        once a second meanwhile (False), until it returns True. Otherwise it wakes for a signal (SIGCHLD: the
+        child ended) or every ``drain_s`` to read the child's wakeup pipe."""
         os.close(self.child_fd)
         self.child_fd = -1
         try:
@@ -373,7 +382,7 @@ class _Relay:
                 return self._wait_plain(proc)
             while True:
                 waiting = [e.t + self.grace for e in self.events if e.state == "wait"]
-                timeout = max(0.0, min(waiting) - time.monotonic()) if waiting else 1.0
+                timeout = max(0.0, min(waiting) - time.monotonic()) if waiting else 1.0 if ready else self.drain_s
                 info = signal.sigtimedwait(self.watch, timeout)
                 now = time.monotonic()
                 if ready is not None and (info is None or info.si_signo == signal.SIGCHLD):

@@ -12,10 +12,11 @@ import threading
 
 from ..core import clock
 from .sampling.budget import WINDOW_NS, Budget
-from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
+from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake, park
 from .sampling.sampler import OWN_THREADS, keep_signals_off_this_thread
-from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS, park
+from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS
 from .spans import buffer
+from . import native
 
 
 #: The recorder writes as soon as this many finished spans wait, not only once a flush interval: a program that
@@ -26,6 +27,28 @@ FLUSH_SPANS = 131_072
 #: After looks covering this long (ns) at which no thread but the main one had run (the sampler thread's), the recorder
 #: looks at 10 Hz, or rests (``cpuwake``); a shorter wait (a worker's sleep inside a step) keeps the full rate
 QUIET_NS = 1_000_000_000
+
+#: ... and while the recorder samples every thread (the main one resting, or without timers of its own), after looks
+#: covering this long (ns) at which no thread had run it rests (``cpuwake``: woken by the process's CPU time), looking
+#: again only each time the quiet time grew by ``REST_GROWTH``; inside a traced call (a step) it keeps the full rate for
+#: ``QUIET_NS`` as before (``in_traced_call``): a thread's move between two waits there is charged exactly, and in its step
+REST_QUIET_NS = 100_000_000
+
+#: A resting recorder looks again (its CPU timer aside) once the time since anything last ran has grown by this
+#: fraction: each look costs a wake-up, and the stacks of threads that moved from one wait to another within the
+#: CPU timer's period are read within a quarter of the quiet time before (their new wait's start charged to the old
+#: one until then, as a sampler at that interval would)
+REST_GROWTH = 0.25
+
+
+
+def in_traced_call(patcher) -> bool:
+    """Whether a traced call is open now in any thread (the C recorder's, and the Python probes' where they are
+    tracked); True where that cannot be told (no C extension): a wait inside a step keeps the full rate."""
+    ext = native.ext
+    if ext is None or not hasattr(ext, "open_calls"):
+        return True
+    return ext.open_calls() > 0 or bool(patcher.live)
 
 
 class RecorderLoop:
@@ -59,7 +82,7 @@ class RecorderLoop:
             rest, self.cpu_wake = self.cpu_wake, None
             if rest is not None:
                 rest.close()
-                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken)
+                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken, self._rested[2] + rest.waits)
 
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
@@ -80,6 +103,7 @@ class RecorderLoop:
         # between requests: each look is a wake-up, ~30 us of CPU); a thread found running after that is charged the
         # wait before its run at its previous stack (``Sampler.sample``), so no wall time is lost
         quiet = 0
+        spans_at = 0  # finished spans waiting at the last look (or flush): more since, the program works
         looked = False  # a look since the last flush
         last_blocked = 0  # when the main thread was last checked for a wait its handler cannot interrupt
         # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
@@ -123,21 +147,30 @@ class RecorderLoop:
                 step = budget.period_ns(by_signal)  # (the main thread read here keeps the asked rate)
                 self.sampler.period_ns = int(step)  # (a sample's charge is capped in periods: ``Sampler.sample``)
                 budget.look_started()
-                looked = True  # (samples wait to be written)
+                # (a look that ends a rest: lazy, see below; never inside a traced call, where rows are per step)
+                resting = quiet >= REST_QUIET_NS and not by_signal and not (quiet < QUIET_NS
+                                                                              and in_traced_call(self.patcher))
                 # the main thread sampled by signal and every other thread blocked since it was read (a progress
                 # bar's monitor, an idle request handler): their CPU clocks say nothing ran, so their stacks are
                 # recorded again without a walk; they are walked when one runs, threads come or go, or at 10 Hz
                 if others and (not by_signal or t - last_full >= idle_poll
                                or not self.sampler.sample_blocked((main,) if by_signal else ())):
-                    self.sampler.sample(exclude_thread=me,  # (st read again: a wake may have come since the top)
-                                        skip=(main,) if st.active and not st.resting else ())
+                    # (st read again: a wake may have come since the top; a look that ends a rest records only
+                    # threads that moved to another stack, the others' rows left for later: an idle server's event
+                    # loop timer makes no rows, so nothing waits to be written)
+                    ended, spans_at = pending() != spans_at, pending()  # (traced calls ended: the program works)
+                    self.sampler.sample(exclude_thread=me, skip=(main,) if st.active and not st.resting else (),
+                                        lazy=resting, busy=ended)
                     self._track_os_threads(self.sampler.last_threads, t)
                     last_full = t
-                    quiet = 0 if self.sampler.ran or self.sampler.moved else quiet + int(step)
+                    # (nothing ran, or threads ran between waits within the idle share of a CPU while no traced
+                    # call ended: an event loop's timer, a heartbeat; ``Sampler.idle``)
+                    quiet = quiet + int(step) if self.sampler.idle(t, ended) else 0
                     if st.resting and main in self.sampler.ran:  # the main thread runs again
                         main_sampler.wake()
                 elif others:
                     quiet += int(step)
+                looked = looked or self.sampler.rows_waiting()  # (samples wait to be written)
                 budget.look_ended()
                 # the full rate while others run, and while the main thread may rest before a slower look: its
                 # first look after the rest must come within a period (the time until it is charged at the stack the
@@ -146,23 +179,33 @@ class RecorderLoop:
                 next_t += step if (others and quiet < QUIET_NS) or near_rest else max(step, idle_poll)
                 if next_t < t:  # fell behind (GIL held elsewhere): skip, don't burst
                     next_t = t + period
-            if mem is not None and t - mem.last_t >= mem_every:
-                mem.sample(t)
+            if mem is not None and t - mem.last_t >= mem_every and (by_signal or quiet < REST_QUIET_NS):
+                mem.sample(t)  # (not while the recorder rests: nothing ran but under the idle share of a CPU)
             if t - last_flush >= flush_every or pending() >= FLUSH_SPANS:
                 main_sampler.check()
                 if by_signal:
                     self._track_os_threads([main], t)
                 self._flush()
-                last_flush, looked = t, False
+                last_flush, looked, spans_at = t, False, pending()
             # wake for the next sample or flush, whichever first (a slow --hz never delays a flush: a crash loses one)
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            if rest is not None and not by_signal and quiet >= QUIET_NS and not self.finished:
+            early = quiet < QUIET_NS and in_traced_call(self.patcher)  # (inside a step: the full rate for QUIET_NS)
+            if rest is not None and not by_signal and quiet >= REST_QUIET_NS and not early and not self.finished:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
                 due = last_flush + (flush_every if looked or pending() or (mem is not None and mem.pending) else IDLE_LOOK_NS)
-                rest.rest((due - now()) / 1e9, flush_s, FLUSH_SPANS, stop_fd)
+                while True:
+                    # (a look each time the quiet time grew by REST_GROWTH: without rows when nothing moved)
+                    t0 = now()
+                    woke = rest.rest((min(due, t0 + max(int(period), int(quiet * REST_GROWTH))) - t0) / 1e9,
+                                     flush_s, FLUSH_SPANS, stop_fd, keep=True)
+                    t1 = now()
+                    quiet += t1 - t0  # (the look that a move ends it with says whether it stays quiet: idle())
+                    if woke != 0 or t1 >= due or self.finished or self._gen != gen or not self.sampler.unmoved():
+                        break
+                rest.settle()
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
             if period is not None and others and quiet < QUIET_NS and self.sampler.walk == "c" and not main_sampler.paused:
@@ -178,7 +221,7 @@ class RecorderLoop:
                 reason, looks, next_t, cpu, stop, quiet = self.sampler.run_looks(  # (it reads at each look whether st's
                     self._wake, {me, *OWN_THREADS}, int(next_t), int(until), main, st, stop_fd,  # timers sample main)
                     bytes(sorted(watch.sigs)) if stop_fd >= 0 else b"", buffer.finished, FLUSH_SPANS, mem, mem_every,
-                    quiet, QUIET_NS)
+                    quiet, QUIET_NS if by_signal or rest is None or early else REST_QUIET_NS)
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours

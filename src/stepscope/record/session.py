@@ -23,7 +23,7 @@ from ..core import clock
 from ..core.model import Run
 from .memory import history as _memory
 from .sampling.budget import Budget
-from .sampling.cpuwake import CpuWake
+from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake
 from .sampling.sampler import Sampler, start_thread
 from .sampling.signals import MainThreadSampler
 from .envinfo import environment
@@ -84,12 +84,14 @@ class Session(RecorderLoop, SessionForks):
         self._span_memory: _memory.SpanMemory | None = None  # what the probes read at span entry and exit
         self.history: _memory.History | None = None
         self._open_written = False  # provisional rows of open spans were written (``_open_chain``)
+        self._open_ids: list[int] = []  # ... the ids of those of the last write, and when it was (``_flush``)
+        self._written_t = 0
         self.store: Store | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
         self.cpu_wake: CpuWake | None = None  # the recorder thread's rest until the process uses CPU (``cpuwake``)
-        self._rested = (0, 0)  # (rests, of which woken by the process's CPU time or a wake) of ended recorder threads
+        self._rested = (0, 0, 0)  # (rests, woken by the process's CPU time or a wake, waits) of ended recorder threads
         self._wake.acquire()
         self._lock = threading.RLock()
         self._frames_written = 0
@@ -328,11 +330,11 @@ class Session(RecorderLoop, SessionForks):
             info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
         if ms.blocked_rests:  # ... of which the recorder rested it, blocked where its handler cannot run
             info["blocked_rests"] = ms.blocked_rests
-        rests, woken = self._rested
+        rests, woken, waits = self._rested
         if self.cpu_wake is not None:
-            rests, woken = rests + self.cpu_wake.rests, woken + self.cpu_wake.woken
-        if rests:  # times the recorder rested while no thread ran, and was woken by the process's CPU use (``cpuwake``)
-            info.update(idle_rests=rests, idle_woken=woken)
+            rests, woken, waits = rests + self.cpu_wake.rests, woken + self.cpu_wake.woken, waits + self.cpu_wake.waits
+        if rests:  # times the recorder rested while no thread ran, was woken by the process's CPU use (``cpuwake``),
+            info.update(idle_rests=rests, idle_woken=woken, idle_waits=waits)  # and its waits in them
         if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
             info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)
         return info
@@ -434,6 +436,14 @@ class Session(RecorderLoop, SessionForks):
             memory = self.memory.drain() if self.memory is not None else []
             if self.store_error is not None:  # dropped: memory stays bounded, the program goes on
                 return
+            # nothing new, the same open spans as written (their provisional end aside): no write, ~0.4 ms of CPU
+            # (a transaction) a flush interval on an idle server; their end is brought up to date every IDLE_LOOK_NS
+            t = clock.now_ns()
+            opened = [s[0] for s in open_spans]
+            if (not self.finished and not (frames or stacks or samples or threads or os_threads or blocks or spans
+                                           or memory) and opened == self._open_ids
+                    and t - self._written_t < IDLE_LOOK_NS):
+                return
             try:
                 self.store.append(self.run_id, spans=spans, blocks=blocks, frames=frames,
                                   frame_base=self._frames_written, stacks=stacks, stack_base=self._stacks_written,
@@ -442,6 +452,7 @@ class Session(RecorderLoop, SessionForks):
                                   drop_open=self.finished and not self._dying and self._open_written,
                                   one_statement=not self.finished)  # (beside the running program: no GIL convoy)
                 self._open_written = self._open_written or bool(open_spans)
+                self._open_ids, self._written_t = opened, t
             except Exception as e:  # a full disk, say: recorded, never raised or printed into the program
                 self.store_error = write_error_text(e, self.store.path)
                 return

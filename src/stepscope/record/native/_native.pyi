@@ -188,6 +188,8 @@ class Tick:
     quiet_ticks: int
     quiet_cpu: int
     cpu_last: int
+    #: when ``cpu_last`` was read (ns; 0: not yet)
+    cpu_last_t: int
     #: samples recorded by ``tick``
     samples: Final[int]
     current: Any
@@ -217,6 +219,10 @@ def clear() -> None:
 
 def open_spans(thread_id: int, /) -> list[tuple[int, int | None, str, str, int]]:
     """The open native calls of thread ``thread_id``, outermost first, as (span id, parent id, name, op, start ns)."""
+
+
+def open_calls() -> int:
+    """How many native calls are open now, every thread's (the recorder rests early only outside any)."""
 
 
 def mon_start(code: CodeType, offset: int, /) -> object:
@@ -301,6 +307,11 @@ class Walker:
     #: ``run``'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved since the run's
     #: last full look: made without the GIL, recording no row (each thread's next row is charged the time since)
     quiet_looks: Final[int]
+    #: threads the last ``sample(lazy=True)`` left without a row (not run since the last look, or back at the stack
+    #: of their last row: their next row is charged the time and the CPU since that one)
+    deferred: Final[int]
+    #: sample rows waiting for ``rows``
+    n_rows: Final[int]
 
     def __init__(self, max_depth: int, hidden_files: frozenset[str], /) -> None: ...
 
@@ -315,18 +326,31 @@ class Walker:
         signal handler, from the interrupted frame: no frame object made for its callers); the empty stack's index
         when none of them is shown. Raises TypeError when ``frame`` is no frame object."""
 
-    def sample(self, skip: Iterable[int], period_ns: int, cap_ns: int, /) -> tuple[list[int], list[int], int]:
+    def sample(self, skip: Iterable[int], period_ns: int, cap_ns: int, lazy: bool = False, /
+               ) -> tuple[list[int], list[int], int]:
         """One look with each thread's accounting (threads.c; ``Sampler.sample``'s rules): every thread with a Python
         frame but those of ``skip`` gets a sample row. A thread whose CPU clock has not moved since its previous
         sample (or by no more than its slack) is recorded again on its previous stack, unwalked, charged the time
         since; another is walked and charged the time since (at most ``cap_ns``; a first sample ``period_ns``) and the
         CPU time it used (-1: unknown), a long wait before its run charged at its previous stack. Threads that ended
-        are forgotten. Returns ``(seen, ran, n)``: the ids of the threads with a Python frame, of those walked, and
-        how many were sampled."""
+        are forgotten (one found still by ``unmoved`` or a lazy look is charged at its stack until then). ``lazy``
+        (a resting recorder's look): a thread not run since the last look, or back at the stack of its last row,
+        gets no row (``deferred``: its next row is charged the time and the CPU since). Returns ``(seen, ran, n)``:
+        the ids of the threads with a Python frame, of those walked, and how many were sampled."""
 
     def blocked(self, skip: Iterable[int], /) -> int:
         """When no thread read before (but ``skip``'s) has run since (its CPU clock), each is recorded again on its
         previous stack, charged the time since, and their count returned; else -1 and nothing recorded."""
+
+    def unmoved(self, skip: Iterable[int], /) -> int:
+        """How many threads read before (but ``skip``'s) when none has run since (its CPU clock), else -1; nothing
+        recorded either way (each one's next row is charged the whole time since its previous one)."""
+
+    def idle(self, t_ns: int, ran: bool, /) -> bool:
+        """Whether the last ``sample`` counts as idle at ``t_ns``: nothing ran (``ran`` False: the allowance only
+        refills) or what its walked threads used since the previous look is within an allowance of CPU that refills
+        at 1% of the time passed, up to 1 ms or 1% of the time since the previous call (walker.h IDLE_SHARE,
+        IDLE_CAP_NS); spent, and emptied when it does not cover a look."""
 
     def hand_over(self, tid: int, native_id: int, t_ns: int, cpu_ns: int, stack: int, slack_ns: int, /) -> None:
         """``sample`` reads ``tid`` from now on, its previous sample at ``t_ns`` with its CPU clock at ``cpu_ns`` on

@@ -178,6 +178,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int64_t q_t[128];          /* the memory lane's readings made at quiet looks (no GIL), appended after them */
     long long q_rss[128];
     int nq = 0;
+    Py_ssize_t ended = PyObject_Size(finished); /* finished spans waiting at the last full look (+ the C recorder's) */
+    if (ended < 0) goto fail;
+    ended += n_fin;
     char rss_buf[96];
     long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
     for (;;) {
@@ -215,7 +218,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         int want_rss = pending != NULL && (mem_last < 0 || due - mem_last >= mem_every);
         ssize_t rss_got = -1;
         int woken = 0, waited = due > now, quiet_end = 0;
-        int64_t c0 = 0;
+        int64_t c0 = 0, still_t = 0;
         long long quiet_cpu = 0;
         Py_BEGIN_ALLOW_THREADS
         for (;;) {
@@ -251,6 +254,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             }
             __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable while the run goes on) */
             last_quiet = 1;
+            still_t = tq;
             next_t += period;
             if (next_t < tq) next_t = tq + period; /* (as a full look: skip, don't burst) */
             quiet_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -261,6 +265,13 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
         look_cpu += quiet_cpu;
+        if (still_t) /* (each thread read was still at its stack then: one that ends before the next look is charged so far) */
+            for (Py_ssize_t i = 0; i < w->n_threads; i++)
+                for (Py_ssize_t k = 0; k < np; k++)
+                    if (w->threads[i].native != 0 && w->threads[i].native == natives[k]) {
+                        w->threads[i].still_t = still_t;
+                        break;
+                    }
         for (int i = 0; i < nq; i++) /* (the lane's readings of the quiet looks, in time order) */
             if (append_rss(mem, pending, q_t[i], q_rss[i]) < 0) goto fail;
         nq = 0;
@@ -289,6 +300,11 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             reason = 8;
             break;
         }
+        Py_ssize_t waiting = PyObject_Size(finished);
+        if (waiting < 0) { PyObject *x = PyObject_CallMethodNoArgs(slock, s_release); Py_XDECREF(x); goto fail; }
+        int spans = waiting + n_fin != ended; /* (traced calls ended since the last look: the program works) */
+        ended = waiting + n_fin;
+        w->busy = spans;
         w->pre_native = natives;
         w->pre_cpu = cpus;
         w->n_pre = np;
@@ -324,7 +340,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         next_t += period;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
-        if (nran == 0 && w->moved == 0) { /* (a resting main thread that moved within its slack: not quiet) */
+        /* (threads that moved or ran using no more than the idle share of a CPU while no traced call ended,
+           walker_idle_spend: still quiet) */
+        if (walker_idle_spend(w, t, nran == 0 && w->moved == 0 ? 0 : spans ? -1 : w->used)) {
             if ((quiet += period) >= quiet_ns) { reason = 2; break; }
         } else {
             quiet = 0;
@@ -338,8 +356,6 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             ssize_t got = read(stop_fd, stop_buf, sizeof stop_buf);
             if (has_stop(stop_buf, got, stop_sigs)) { stop_n = got; reason = 5; break; }
         }
-        Py_ssize_t waiting = PyObject_Size(finished);
-        if (waiting < 0) goto fail;
         if (waiting + n_fin >= limit) { reason = 6; break; }
     }
     looks += quiet_looks;

@@ -176,6 +176,15 @@ static PyObject *py_clear(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_open_calls(PyObject *m, PyObject *unused) {
+    /* how many native calls are open now, every thread's (the recorder rests early only outside any) */
+    Py_ssize_t n = 0;
+    pthread_mutex_lock(&states_lock);
+    for (TState *t = states; t != NULL; t = t->next) n += t->depth;
+    pthread_mutex_unlock(&states_lock);
+    return PyLong_FromSsize_t(n);
+}
+
 static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
     /* thread ident -> its open native calls, outermost first, as (span id, parent id, name, op, start ns) */
     unsigned long tid = PyLong_AsUnsignedLong(arg);
@@ -436,6 +445,7 @@ static PyMethodDef methods[] = {
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
+    {"open_calls", py_open_calls, METH_NOARGS, "open_calls() -> how many native calls are open now, every thread's"},
     {"mon_start", (PyCFunction)(void (*)(void))mon_start, METH_FASTCALL, "sys.monitoring PY_START callback"},
     {"mon_resume", (PyCFunction)(void (*)(void))mon_resume, METH_FASTCALL, "sys.monitoring PY_RESUME callback"},
     {"mon_return", (PyCFunction)(void (*)(void))mon_return, METH_FASTCALL, "sys.monitoring PY_RETURN callback"},

@@ -35,7 +35,7 @@ typedef struct {
     PyObject_HEAD
     char active, resting, missed, busy;
     long long due, waited, interval, left, carry, period_ns, rest_cpu;
-    long long tick_t, tick_cpu, tick_cpu_q, quiet_ticks, quiet_cpu, cpu_last, samples;
+    long long tick_t, tick_cpu, tick_cpu_q, quiet_ticks, quiet_cpu, cpu_last, cpu_last_t, samples;
     int wall_sig, cpu_sig;
     unsigned long thread_id;
     uint64_t rng;
@@ -188,6 +188,7 @@ static int body(Tick *s, int signum, PyObject *frame) {
         int64_t t = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         long long used = cpu - s->cpu_last;
         s->cpu_last = cpu;
+        s->cpu_last_t = t;
         if (used > 0) record(s, frame, t, 0, used);
         if (s->resting) { /* it runs again: the wall timer back (wake), the wait since the recorder's look charged */
             PyObject *a = PyLong_FromLongLong(t);
@@ -361,6 +362,7 @@ static PyMemberDef tick_members[] = {
     LL(quiet_ticks, "ticks in the current quiet stretch"),
     LL(quiet_cpu, "CPU used over them (ns)"),
     LL(cpu_last, "the main thread's CPU time at the last CPU-timer sample (ns)"),
+    LL(cpu_last_t, "... and when (ns; 0: none yet)"),
     {"samples", Py_T_LONGLONG, offsetof(Tick, samples), Py_READONLY, "samples recorded here"},
     {"current", Py_T_OBJECT_EX, offsetof(Tick, current), 0, "the main thread's open span record at the last wall tick"},
     {"memory", Py_T_OBJECT_EX, offsetof(Tick, memory), 0, "the memory lane read at wall ticks (MemoryLane), or None"},

@@ -483,9 +483,14 @@ static PyMethodDef walker_methods[] = {
     {"walk", (PyCFunction)walker_walk, METH_O,
      "walk(frame) -> the stack index of frame and its callers (the main thread's signal handler; no frame object made)"},
     {"sample", (PyCFunction)walker_sample, METH_VARARGS,
-     "sample(skip, period_ns, cap_ns) -> (seen, ran, n): every thread's look with its accounting (threads.c)"},
+     "sample(skip, period_ns, cap_ns, lazy=False) -> (seen, ran, n): every thread's look with its accounting "
+     "(threads.c; lazy: no row for a thread still since the last look or back at its last row's stack)"},
     {"blocked", (PyCFunction)walker_blocked, METH_O,
      "blocked(skip) -> n, or -1: the threads read before recorded again when none has run since (threads.c)"},
+    {"unmoved", (PyCFunction)walker_unmoved, METH_O,
+     "unmoved(skip) -> n, or -1: how many threads read before, when none has run since; nothing recorded (threads.c)"},
+    {"idle", (PyCFunction)walker_idle, METH_VARARGS,
+     "idle(t_ns, ran) -> bool: whether the last sample() counts as idle (its threads' CPU within the idle share)"},
     {"hand_over", (PyCFunction)walker_hand_over, METH_VARARGS,
      "hand_over(tid, native, t_ns, cpu_ns, stack, slack): tid's previous sample, for sample() (threads.c)"},
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,
@@ -514,6 +519,10 @@ static PyMemberDef walker_members[] = {
     {"quiet_looks", Py_T_LONGLONG, offsetof(Walker, quiet_looks), Py_READONLY,
      "run()'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved, made without the "
      "GIL (no rows: looks.c)"},
+    {"deferred", Py_T_LONGLONG, offsetof(Walker, deferred), Py_READONLY,
+     "threads the last sample(lazy=True) left without a row (not run since the last look, or back at their last "
+     "row's stack)"},
+    {"n_rows", Py_T_PYSSIZET, offsetof(Walker, n_rows), Py_READONLY, "sample rows waiting for rows()"},
     {"last_walk", Py_T_INT, offsetof(Walker, last_walk), Py_READONLY,
      "the stack index of the main thread's last walk (walk(), or the C signal handler's sample), -1: none"},
     {NULL}};

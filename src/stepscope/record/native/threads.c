@@ -53,6 +53,7 @@ static TRec *add(Walker *w, unsigned long tid) {
     if (reserve((void **)&w->threads, w->n_threads, &w->cap_threads, sizeof(TRec), 1) < 0) return NULL;
     TRec *r = &w->threads[w->n_threads++];
     *r = (TRec){tid, 0, 0, -1, -1, -1, w->looks};
+    r->seen = -1;
     return r;
 }
 
@@ -71,12 +72,17 @@ int walker_row(Walker *w, int64_t t, unsigned long tid, int32_t stack, int64_t w
 }
 
 /* whether a thread whose CPU clock reads cpu has not run since r's previous sample (its stack cannot have changed) */
-static inline int still(const TRec *r, int64_t cpu) { return cpu >= 0 && cpu == r->cpu; }
+/* whether r has not run since the last look that read it (its CPU clock then: seen) */
+static inline int still(const TRec *r, int64_t cpu) { return cpu >= 0 && cpu == r->seen; }
 
-/* whether r, whose CPU clock moved to cpu, used no more than its slack (a resting main thread: walked, not woken) */
+/* the CPU time (ns) r used since its last row, for that row's CPU (0: unknown) */
+static inline int64_t since_row(const TRec *r, int64_t cpu) { return cpu >= 0 && r->cpu >= 0 && cpu > r->cpu ? cpu - r->cpu : 0; }
+
+/* whether r, whose CPU clock moved to cpu, used no more than its slack since the last look (a resting main thread:
+   walked, not woken) */
 static inline int within_slack(const TRec *r, int64_t cpu) {
-    int64_t d = cpu - r->cpu;
-    return r->slack > 0 && cpu >= 0 && r->cpu >= 0 && d > 0 && d <= r->slack;
+    int64_t d = cpu - r->seen;
+    return r->slack > 0 && cpu >= 0 && r->seen >= 0 && d > 0 && d <= r->slack;
 }
 
 static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
@@ -85,11 +91,17 @@ static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
     return 0;
 }
 
-/* sample(skip, period_ns, cap_ns) -> (seen, ran, n): Sampler.sample's look and accounting (see the top) */
+/* sample(skip, period_ns, cap_ns, lazy=False, busy=-1) -> (seen, ran, n): Sampler.sample's look and accounting (see
+   the top). lazy (a resting recorder's look): a thread that has not run since the last look gets no row (as at a
+   quiet look), nor does one that ran but is back at the stack of its last row (an event loop's timer: its next row is
+   charged the time and the CPU since that one); deferred counts them. busy (1: traced calls ended since the last
+   look; -1: as set by Walker.run): a resting thread's slack does not refill (a step loop wakes the main thread). */
 PyObject *walker_sample(Walker *w, PyObject *args) {
     PyObject *skip;
     long long period, cap;
-    if (!PyArg_ParseTuple(args, "OLL", &skip, &period, &cap)) return NULL;
+    int lazy = 0, busy = -1;
+    if (!PyArg_ParseTuple(args, "OLL|pi", &skip, &period, &cap, &lazy, &busy)) return NULL;
+    if (busy >= 0) w->busy = busy != 0; /* (else as Walker.run set it) */
     unsigned long sbuf[32], *sk;
     Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
     if (nsk < 0) return NULL;
@@ -97,6 +109,8 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     if (seen == NULL || ran == NULL) goto done;
     uint64_t look = ++w->looks;
     w->moved = 0;
+    w->used = 0;
+    w->deferred = 0;
     int64_t t = clock_ns(CLOCK_MONOTONIC);
     Py_ssize_t n = 0, k = -1;
     PyThreadState *me = PyThreadState_Get();
@@ -118,14 +132,22 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         if (cpu == -2) cpu = thread_cpu(native);
         n++;
         if (r != NULL && r->stack >= 0 && still(r, cpu)) { /* blocked since: the same stack */
-            if (walker_row(w, t, tid, r->stack, t - r->t, 0) < 0) { Py_DECREF(id); goto done; }
-            r->t = t;
             Py_DECREF(id);
+            if (lazy) { /* (no row: its next one is charged the time since its last) */
+                r->still_t = t;
+                w->deferred++;
+                continue;
+            }
+            if (walker_row(w, t, tid, r->stack, t - r->t, since_row(r, cpu)) < 0) goto done;
+            r->t = t;
+            r->cpu = cpu;
             continue;
         }
         int rc = 0;
+        if (r == NULL || r->stack < 0 || cpu < 0 || r->seen < 0 || cpu < r->seen) w->used = -1;
+        else if (w->used >= 0) w->used += cpu - r->seen;
         if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
-            r->slack -= cpu - r->cpu;
+            r->slack -= cpu - r->seen;
             w->moved++;
         } else {
             rc = PyList_Append(ran, id);
@@ -135,6 +157,13 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         int32_t si = walk_one(w, top);
         if (si == NOT_SHOWN) si = intern_stack(w, 0);
         if (si < 0) goto done;
+        if (lazy && r != NULL && r->stack >= 0 && si == r->stack) { /* back where its last row was: left for later */
+            r->seen = cpu;
+            r->still_t = t;
+            r->look = look;
+            w->deferred++;
+            continue;
+        }
         int64_t wall, used;
         if (r == NULL || r->stack < 0) { /* its CPU time so far stands for its last period (a new thread: ~0) */
             wall = period;
@@ -154,14 +183,21 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         }
         if (walker_row(w, t, tid, si, wall, used) < 0) goto done;
         r->t = t;
-        r->cpu = cpu;
+        r->cpu = r->seen = cpu;
         r->stack = si;
         r->native = native;
         r->look = look;
     }
     for (Py_ssize_t i = 0; i < w->n_threads;) { /* threads that ended (an id may come back for a new thread) */
-        if (w->threads[i].look != look) drop(w, &w->threads[i]);
-        else i++;
+        TRec *r = &w->threads[i];
+        if (r->look == look) {
+            i++;
+            continue;
+        }
+        if (r->stack >= 0 && r->still_t > r->t) { /* found unmoved since its last row without a row: charged until then */
+            if (walker_row(w, r->still_t, r->tid, r->stack, r->still_t - r->t, since_row(r, r->seen)) < 0) goto done;
+        }
+        drop(w, r);
     }
     out = Py_BuildValue("(OOn)", seen, ran, n);
 done:
@@ -188,13 +224,65 @@ PyObject *walker_blocked(Walker *w, PyObject *skip) {
     for (Py_ssize_t i = 0; i < w->n_threads; i++) {
         TRec *r = &w->threads[i];
         if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
-        if (walker_row(w, t, r->tid, r->stack, t - r->t, 0) < 0) { n = -2; goto done; }
+        if (walker_row(w, t, r->tid, r->stack, t - r->t, since_row(r, r->seen)) < 0) { n = -2; goto done; }
         r->t = t;
+        r->cpu = r->seen;
         n++;
     }
 done:
     if (sk != sbuf) PyMem_Free(sk);
     return n == -2 ? NULL : PyLong_FromLong(n);
+}
+
+/* Whether the CPU time `used` (ns; -1: unknown) that the walked threads used by t counts as idle: the allowance refills
+   at IDLE_SHARE of the time passed, up to IDLE_CAP_NS or that share of the time since the last call if more (looks far
+   apart), and is spent; once it does not cover `used` it is emptied. */
+int walker_idle_spend(Walker *w, int64_t t, int64_t used) {
+    if (w->idle_t > 0 && t > w->idle_t) {
+        int64_t more = (t - w->idle_t) / IDLE_SHARE; /* (at most IDLE_CAP_NS, or the share of the time since) */
+        w->idle_tokens = min64(max64(IDLE_CAP_NS, more), w->idle_tokens + more);
+    }
+    if (t > w->idle_t) w->idle_t = t;
+    if (used < 0 || used > w->idle_tokens) {
+        w->idle_tokens = 0;
+        return 0;
+    }
+    w->idle_tokens -= used;
+    return 1;
+}
+
+/* idle(t_ns, ran, busy=False) -> bool: Sampler.idle. Whether the last sample() counts as idle at t_ns: nothing ran
+   (ran False: only the allowance refills) or what its walked threads used is within walker_idle_spend's allowance
+   and nothing else says the program works (busy: traced calls ended since the last look). */
+PyObject *walker_idle(Walker *w, PyObject *args) {
+    long long t;
+    int ran, busy = 0;
+    if (!PyArg_ParseTuple(args, "Lp|p", &t, &ran, &busy)) return NULL;
+    return PyBool_FromLong(walker_idle_spend(w, t, !ran ? 0 : busy ? -1 : w->used));
+}
+
+/* unmoved(skip) -> n, or -1: Sampler.unmoved. The number of threads read before (but those of skip) when none has run
+   since (its CPU clock, as blocked()), else -1; no row either way (a resting recorder's look: each one's next row is
+   charged the whole time since its previous one), but each one's still_t is now (a thread that ends before the next
+   look is charged at its stack until then: sample()). */
+PyObject *walker_unmoved(Walker *w, PyObject *skip) {
+    unsigned long sbuf[32], *sk;
+    Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
+    if (nsk < 0) return NULL;
+    long n = 0;
+    for (Py_ssize_t i = 0; i < w->n_threads; i++) {
+        TRec *r = &w->threads[i];
+        if (r->stack < 0 || in_ids(sk, nsk, r->tid)) continue;
+        if (!still(r, thread_cpu(r->native))) { n = -1; break; }
+        n++;
+    }
+    if (n >= 0) { /* (each was still at its stack until now: a thread that ends before the next look is charged so far) */
+        int64_t t = clock_ns(CLOCK_MONOTONIC);
+        for (Py_ssize_t i = 0; i < w->n_threads; i++)
+            if (w->threads[i].stack >= 0 && !in_ids(sk, nsk, w->threads[i].tid)) w->threads[i].still_t = t;
+    }
+    if (sk != sbuf) PyMem_Free(sk);
+    return PyLong_FromLong(n);
 }
 
 /* hand_over(tid, native, t_ns, cpu_ns, stack, slack): Sampler.hand_over. From now on sample() reads tid too, its
@@ -209,6 +297,8 @@ PyObject *walker_hand_over(Walker *w, PyObject *args) {
     if (r == NULL && (r = add(w, tid)) == NULL) return NULL;
     r->native = native;
     r->slack = slack;
+    r->slack_cap = slack;
+    r->seen = cpu;
     r->stack = stack >= 0 && stack < w->n_stacks ? stack : -1;
     r->t = t;
     r->cpu = cpu;

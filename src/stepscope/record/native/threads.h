@@ -14,6 +14,9 @@
 
 PyObject *walker_sample(Walker *w, PyObject *args);
 PyObject *walker_blocked(Walker *w, PyObject *skip);
+PyObject *walker_unmoved(Walker *w, PyObject *skip);
+PyObject *walker_idle(Walker *w, PyObject *args);
+int walker_idle_spend(Walker *w, int64_t t, int64_t used);
 PyObject *walker_hand_over(Walker *w, PyObject *args);
 PyObject *walker_forget(Walker *w, PyObject *args);
 PyObject *walker_rows(Walker *w, PyObject *unused);

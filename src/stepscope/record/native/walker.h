@@ -155,7 +155,18 @@ typedef struct {
     int32_t stack;        /* the previous sample's stack (walker stack index) */
     int64_t slack;        /* CPU ns it may still use before it counts as run (-1: none); walked when it moves */
     uint64_t look;        /* the look that last saw it */
+    int64_t still_t;      /* the last time a check without rows found it unmoved since t (Walker.unmoved, a quiet
+                             look): an ended thread is charged at its stack until then */
+    int64_t slack_cap;    /* its slack at the hand-over: the most it refills to, by IDLE_SHARE of the time passed */
+    int64_t seen;         /* its CPU clock at the last look that read it (cpu, unless a lazy look found it at the same
+                             stack and left its row for later: ran, moved and the idle share count from here) */
 } TRec;
+
+/* The share of a CPU (1/IDLE_SHARE) below which threads' runs between waits count as idle: a resting main thread's
+   slack and the recorder's quiet (Walker.idle) refill at it, up to IDLE_CAP_NS (an event loop's timer, a heartbeat:
+   a few us to a ms a wake-up, never the 5-100% of a step's CPU) */
+#define IDLE_SHARE 100
+#define IDLE_CAP_NS 1000000LL
 
 typedef struct {
     PyObject_HEAD
@@ -185,6 +196,11 @@ typedef struct {
     Py_ssize_t n_rows, cap_rows;
     int32_t last_walk; /* the stack index of the last walk(frame) or signal-handler sample (the main thread's), -1 */
     Py_ssize_t moved;  /* threads of the last sample() walked within their slack (moved, not in its ran list) */
+    long long used;    /* the CPU time (ns) the threads walked by the last sample() used since their previous rows
+                          (-1: unknown, a thread seen for the first time) */
+    long long idle_tokens, idle_t; /* Walker.idle's allowance (ns of CPU) and when it was last refilled */
+    long long deferred; /* threads the last (lazy) sample() found at the stack of their last row and left for later */
+    int busy;           /* traced calls ended since the last look: a resting thread's slack does not refill */
     long long quiet_looks; /* the last run()'s looks made without the GIL (looks.c: no thread's CPU clock moved) */
     /* Walker.run (looks.c): its wait's eventfd + 1 (0: none yet), and the threads' CPU clocks it read before taking
        the GIL for a look (n_pre of them, by OS thread id), which sample() uses in place of reading them again */

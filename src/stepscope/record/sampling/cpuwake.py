@@ -52,6 +52,44 @@ IDLE_LOOK_NS = 10_000_000_000
 CANDIDATES = (3, 4, 5, 6, 7, 8, 9, 10)
 
 
+def other_tools() -> bool:
+    """True when another ``sys.monitoring`` tool than stepscope's is registered (3.12+: cProfile, coverage, a
+    debugger, ``sys.settrace``'s own; they see every thread's calls). Always False before 3.12."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        get = mon.get_tool
+        for i in range(6):
+            name = get(i)
+            if name is not None and name != "stepscope":
+                return True
+    return False
+
+
+def park(lock, timeout_s: float, poll_s: float, limit: int) -> int:
+    """The recorder thread's wait between looks, on ``lock`` (held while recording; released to wake it: the
+    session's finish, a fork). Returns 1 when woken (the lock acquired and released again), 0 after ``timeout_s``
+    s. When a program's own profiler or tracer is active then (``other_tools``, or this thread's
+    ``setprofile``/``settrace``), it goes on waiting, ``poll_s`` s a wait, until the tool is gone (2), or until
+    ``limit`` finished spans wait to be written (3): on 3.12+ such a tool sees every thread's calls, and the
+    recorder thread makes none meanwhile. With the C extension the wait and the checks are one C call
+    (``_native.park``: calls made from C raise no ``sys.monitoring`` CALL event, PEP 669), so the tool sees
+    nothing of it; without it they are Python calls that the tool may see."""
+    if _native.waits is not None:
+        return _native.waits.park(lock, timeout_s, poll_s, _finished, limit)
+    if lock.acquire(timeout=max(0.0, timeout_s)):
+        lock.release()
+        return 1
+    seen = 0
+    while other_tools() or sys.getprofile() is not None or sys.gettrace() is not None:
+        seen = 2
+        if len(_finished) >= limit:
+            return 3
+        if lock.acquire(timeout=poll_s):
+            lock.release()
+            return 1
+    return seen
+
+
 class CpuWake:
     """The two timers and the signal of one recorder thread (made by ``start``, in that thread).
 
@@ -68,7 +106,9 @@ class CpuWake:
         except OSError:
             self._cpu.close()
             raise
+        self._armed = False  # the CPU timer armed for a rest (``rest(keep=True)``)
         self.rests = 0  # how many times it rested
+        self.waits = 0  # ... in how many waits (a rest looks again, without a row when nothing moved: ``recorderloop``)
         self.woken = 0  # ... and was woken before its timeout
 
     @classmethod
@@ -89,18 +129,32 @@ class CpuWake:
             return None
         return None
 
-    def rest(self, timeout_s: float, poll_s: float, limit: int, fd: int = -1) -> int:
+    def rest(self, timeout_s: float, poll_s: float, limit: int, fd: int = -1, keep: bool = False) -> int:
         """Wait up to ``timeout_s`` s for the process to use ``CPU_PERIOD_NS`` of CPU time, for ``wake()``, or for
         ``fd`` (>= 0: the read end of the stop signals' wakeup pipe, ``endsignals.StopWatch``) to become readable;
-        while a profiler of the program's is active, as ``signals.park`` (``poll_s``, ``limit``)."""
-        self.rests += 1
-        self._cpu.arm(CPU_PERIOD_NS)
+        while a profiler of the program's is active, as ``park`` (``poll_s``, ``limit``). ``keep``: a timeout
+        leaves the CPU timer armed, and the next ``rest`` goes on counting from its start (one rest in several waits;
+        ``settle()`` ends it): arming and disarming that timer cost ~100-150 us of CPU on a VM (the kernel's tick
+        dependency set and cleared for the process), more than the wait's own wake-up."""
+        if not self._armed:
+            self.rests += 1
+            self._cpu.arm(CPU_PERIOD_NS)
+            self._armed = True
+        self.waits += 1
+        r = 1
         try:
             r = _native.waits.park(self.signum, max(timeout_s, 0.0), poll_s, _finished, limit, fd)
         finally:
-            self._cpu.disarm()
+            if r != 0 or not keep:
+                self.settle()
         self.woken += r == 1
         return r
+
+    def settle(self) -> None:
+        """End a rest that ``rest(keep=True)`` left armed (nothing when none is)."""
+        if self._armed:
+            self._armed = False
+            self._cpu.disarm()
 
     def wake(self) -> None:
         """Wake the recorder thread from ``rest`` (at once, or at its next rest if it is not resting). Any thread."""

@@ -34,7 +34,6 @@ Pending samples are kept in ``array('q')`` columns: 40 bytes a sample.
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import sys
 import threading
@@ -43,26 +42,19 @@ from array import array
 from time import perf_counter_ns
 
 from .. import native as _native
-
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: Files whose frames are left out of samples: stepscope's launcher, span probes, wrappers, import hook and
-#: signal handler, notebook magic (they sit between the user's frames and say nothing about the program), and runpy's
-#: bootstrap.
-HIDDEN_FILES = frozenset({os.path.join(_HERE, "launch.py"), os.path.join(_HERE, "api.py"),
-                          os.path.join(_HERE, "endsignals.py"), os.path.join(_HERE, "processes.py"), runpy.__file__,
-                          "<frozen runpy>"} | {os.path.join(_HERE, "tracing", f) for f in (
-                              "wrappers.py", "patch.py", "resolve.py", "globs.py", "importhook.py", "probes.py",
-                              "monitoring.py", "codeswap.py", "mechanism.py")}
-                         | {os.path.join(_HERE, "sampling", "signals.py"), os.path.join(_HERE, "memory", "history.py")}
-                         # the notebook's magic and handle (between the kernel's frames and the cell's)
-                         | {os.path.join(os.path.dirname(_HERE), "notebook", f) for f in ("magics.py", "handle.py")})
-
+from .stacktables import HIDDEN_FILES, StackTables
 
 #: Threads of stepscope's own (recorder, clock markers): never sampled.
 OWN_THREADS: set[int] = set()
 
 #: A sample read from another thread is charged at most this many periods (see the module docstring).
 MAX_PERIODS = 3
+
+#: threads' runs between waits that use less than 1/IDLE_SHARE of a CPU count as idle (``Sampler.idle``; the resting
+#: main thread's slack refills at that share), within an allowance of at most IDLE_CAP_NS (ns of CPU): the
+#: C walker's IDLE_SHARE and IDLE_CAP_NS (walker.h)
+IDLE_SHARE = 100
+IDLE_CAP_NS = 1_000_000
 
 _LINUX = sys.platform.startswith("linux")
 
@@ -99,7 +91,7 @@ def walk_choice() -> tuple[str, str | None]:
     return "c", None
 
 
-class Sampler:
+class Sampler(StackTables):
     """Collects samples into append-only tables; ``drain()`` hands over what is new since the last call.
 
     ``period_ns``: the nominal sampling period (ns), charged to a thread's first sample and the unit of the cap.
@@ -149,6 +141,11 @@ class Sampler:
         #: the stack index of the last recorded sample (``_record``)
         self.last_stack = -1
         self._n_active = -1  # len(threading._active) at the last ``sample()``
+        self._still_t = 0  # when ``unmoved()`` last found every thread still (perf_counter_ns)
+        self._used = 0  # the CPU (ns) the last ``sample()``'s walked threads used since their previous rows (-1: unknown)
+        self._idle_tokens = 0  # ``idle()``'s allowance (ns of CPU), refilled at ``_idle_t``
+        self._idle_t = 0
+        self.slack_cap: dict[int, int] = {}  # each thread's slack at the hand-over: the most it refills to
 
     @property
     def truncated(self) -> int:
@@ -170,14 +167,19 @@ class Sampler:
         else:
             self._last.pop(thread_id, None)
 
-    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset()) -> int:
+    def sample(self, exclude_thread: int | None = None, skip: frozenset | set | tuple = frozenset(),
+               lazy: bool = False, busy: bool = False) -> int:
         """Sample every thread's stack once but the caller's (or ``exclude_thread``), ``skip`` and stepscope's
         own; returns the number of threads sampled.
 
         Each sample is charged the time since that thread's previous one, at most ``MAX_PERIODS`` periods, and the
         CPU time the thread used in it. A thread whose CPU clock has not moved since its previous sample has not run,
         so its stack is the one read then: it is not walked again, and is charged the whole time since (no cap: it
-        was blocked there all along)."""
+        was blocked there all along). ``lazy`` (a resting recorder's look; the C walk only, the Python walk records
+        every look): a thread that has not run since the last look, or ran and is back at the stack of its last
+        sample (an event loop's timer), gets no sample now; its next one is charged the time and CPU since.
+        ``busy``: traced calls ended since the last look (the program works): a resting thread's slack (``hand_over``)
+        does not refill at the idle share, so a step loop that mostly waits still wakes the main thread."""
         if not self.lock.acquire(timeout=1.0):
             return 0
         try:
@@ -187,7 +189,7 @@ class Sampler:
             slack = self.slack
             walker = self._walker
             if walker is not None:  # the look and each thread's accounting in C (threads.c: the rules below)
-                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns)
+                seen, ran, n = walker.sample(out, self.period_ns, MAX_PERIODS * self.period_ns, lazy, int(busy))
                 if walker.unseen:
                     self._take_walked()
                 self.last_threads = seen
@@ -202,6 +204,7 @@ class Sampler:
             n = 0
             ran = []
             moved = 0
+            used = 0
             c = self._cols
             f = None
             for tid, f in frames.items():
@@ -222,6 +225,10 @@ class Sampler:
                     c[3].append(t - prev[0])
                     c[4].append(0)
                     continue
+                if prev is None or cpu < 0 or prev[1] < 0 or cpu < prev[1]:
+                    used = -1
+                elif used >= 0:
+                    used += cpu - prev[1]
                 if prev is not None and cpu >= 0 and prev[1] >= 0 and 0 < cpu - prev[1] <= slack.get(tid, -1):
                     slack[tid] -= cpu - prev[1]  # (the resting main thread: walked, not woken, until its slack is used)
                     moved += 1
@@ -245,11 +252,18 @@ class Sampler:
                         wall, used = run, cpu - prev[1]
                 last[tid] = (t, cpu, self._record(f, tid, t, wall, used))
             for gone in [tid for tid in last if tid not in frames]:  # threads that ended (an id may come back
-                del last[gone]                                        # for a new thread: its OS id is read anew)
+                prev = last.pop(gone)                                 # for a new thread: its OS id is read anew)
                 self._native.pop(gone, None)
+                if self._still_t > prev[0]:  # (found still since without a row: charged until then)
+                    c[0].append(self._still_t)
+                    c[1].append(gone)
+                    c[2].append(prev[2])
+                    c[3].append(self._still_t - prev[0])
+                    c[4].append(0)
             self.last_threads = list(frames)
             self.ran = ran
             self.moved = moved
+            self._used = used
             self._n_active = len(threading._active)
             del frames, f
             self.sample_count += n
@@ -343,6 +357,48 @@ class Sampler:
             self.lock.release()
         return True
 
+    def unmoved(self) -> bool:
+        """True when no thread that ``sample()`` read before has run since (their CPU clocks, one system call each)
+        and no thread came or went; nothing is recorded either way (a resting recorder's look, ``recorderloop``:
+        each thread's next sample is charged the whole time since its previous one, at the stack it still had)."""
+        if len(threading._active) != self._n_active:
+            return False
+        if self._walker is not None:  # (threads.c)
+            return self._walker.unmoved(()) >= 0
+        native = self._native
+        for tid, prev in list(self._last.items()):
+            cpu = thread_cpu_ns(native.get(tid, 0))
+            if cpu < 0 or cpu != prev[1]:
+                return False
+        self._still_t = perf_counter_ns()  # (each was at its stack until now: one that ends is charged so far)
+        return True
+
+    def rows_waiting(self) -> bool:
+        """Whether samples wait to be handed over (``drain``)."""
+        return self._walker.n_rows > 0 if self._walker is not None else len(self._cols[0]) > 0
+
+    def idle(self, t_ns: int, busy: bool = False) -> bool:
+        """Whether the last ``sample()`` counts as idle at ``t_ns``: no thread ran or moved, or what the threads it
+        walked used since their previous rows is within an allowance of CPU time that refills at ``1/IDLE_SHARE``
+        of the time passed, up to ``IDLE_CAP_NS`` or that share of the time since the previous call if more (looks
+        far apart while the recorder rests) (an event loop's timer, a heartbeat: runs of a few us to a ms
+        between waits; never a step's 5-100% of a CPU). Spends it; once it does not cover a look, it is emptied.
+        ``busy``: traced calls ended since the last look (the program works, however little CPU it uses: a step
+        loop that waits): threads that ran then never count as idle. (threads.c ``walker_idle_spend``.)"""
+        ran = bool(self.ran or self.moved)
+        if self._walker is not None:
+            return self._walker.idle(t_ns, ran, busy)
+        used = (-1 if busy else self._used) if ran else 0
+        if self._idle_t > 0 and t_ns > self._idle_t:
+            more = (t_ns - self._idle_t) // IDLE_SHARE
+            self._idle_tokens = min(max(IDLE_CAP_NS, more), self._idle_tokens + more)
+        self._idle_t = max(self._idle_t, t_ns)
+        if used < 0 or used > self._idle_tokens:
+            self._idle_tokens = 0
+            return False
+        self._idle_tokens -= used
+        return True
+
     def hand_over(self, thread_id: int, t_ns: int, cpu_ns: int, slack: int = 0) -> None:
         """From now on ``sample()`` reads ``thread_id`` too (the main thread, resting: ``signals.MainThreadSampler.rest``):
         its previous sample is the last one its own handler recorded (``last_stack``, at ``t_ns``, its CPU clock then
@@ -361,6 +417,7 @@ class Sampler:
             self._native.setdefault(thread_id, threading.main_thread().native_id
                                     if thread_id == threading.main_thread().ident else 0)
             self.slack[thread_id] = slack
+            self.slack_cap[thread_id] = slack
 
     def take_back(self, thread_id: int, frame=None, t_ns: int = 0, cpu_ns: int = -1) -> None:
         """``sample()`` stops reading ``thread_id`` (its own handler samples it again). With ``frame`` (called from inside
@@ -368,12 +425,14 @@ class Sampler:
         the wait at the previous stack and the run (its CPU time since, at least) at ``frame``'s stack."""
         if not self.lock.acquire(False):  # (a signal handler inside a sample of this thread: nothing to charge)
             self.slack.pop(thread_id, None)
+            self.slack_cap.pop(thread_id, None)
             self._last.pop(thread_id, None)
             if self._walker is not None:
                 self._walker.forget(thread_id)
             return
         try:
             self.slack.pop(thread_id, None)
+            self.slack_cap.pop(thread_id, None)
             prev = self._last.pop(thread_id, None)
             if self._walker is not None:  # (threads.c: its stack is the walker's)
                 prev = self._walker.forget(thread_id)
@@ -413,96 +472,6 @@ class Sampler:
             return True
         finally:
             self.lock.release()
-
-    def _record(self, f, tid: int, t: int, wall: int, cpu: int) -> int:
-        walker = self._walker
-        if walker is not None:  # the C walk: f and its callers read in place (``Walker.walk``)
-            si = walker.walk(f)
-            if walker.unseen:
-                self._take_walked()
-            return self._record_stack(self._walk_stacks[si], tid, t, wall, cpu)
-        frame_index = self._frame_index
-        leaf_first = []
-        depth = 0
-        max_depth = self.max_depth
-        while f is not None and depth < max_depth:
-            # id(code): a code object's own hash is computed anew on every call (~0.5 us for a large one);
-            # _add_frame keeps the code alive, so its id is not reused. f_lasti is a plain read, f_lineno computed
-            key = (id(f.f_code), f.f_lasti)
-            idx = frame_index.get(key)
-            if idx is None:
-                idx = self._add_frame(key, f)
-            if idx >= 0:
-                leaf_first.append(idx)
-                depth += 1
-            f = f.f_back
-        if f is not None:
-            self._truncated += 1
-        return self._record_stack(self._stack_of(tuple(leaf_first)), tid, t, wall, cpu)
-
-    def _stack_of(self, key: tuple) -> int:
-        """The stack index of ``key`` (frame indices, leaf first), added if new."""
-        sidx = self._stack_index.get(key)
-        if sidx is None:
-            sidx = len(self._stack_index)
-            self._stack_index[key] = sidx
-            self._new_stacks.append(key[::-1])
-        return sidx
-
-    def _record_stack(self, sidx: int, tid: int, t: int, wall: int, cpu: int) -> int:
-        c = self._cols
-        c[0].append(t)
-        c[1].append(tid)
-        c[2].append(sidx)
-        c[3].append(wall)
-        c[4].append(cpu)
-        self.last_stack = sidx
-        return sidx
-
-    def _add_frame(self, key: tuple, f) -> int:
-        code = f.f_code
-        cid = key[0]
-        self._alive[cid] = code
-        info = self._code_info.get(cid)  # by id: hashing a large code object (a module's) costs microseconds
-        if info is None:
-            if code.co_filename in HIDDEN_FILES:
-                info = None
-                self._code_info[cid] = False
-            else:
-                module = f.f_globals.get("__name__", "") if f.f_globals is not None else ""
-                function = getattr(code, "co_qualname", code.co_name)
-                info = self._code_info[cid] = (function, module if isinstance(module, str) else "", code.co_filename)
-        if not info:
-            self._frame_index[key] = -1
-            return -1
-        idx = self._frame_index[key] = self._line_frame(cid, info, f.f_lineno)
-        return idx
-
-    def _line_frame(self, cid: int, info: tuple, line: int | None) -> int:
-        """The frame index of line ``line`` (None: none) of code ``cid`` (``info``: function, module, file), added if
-        new: several instructions share a line, so there is one frame per (code, line)."""
-        idx = self._line_index.get((cid, line))
-        if idx is None:
-            idx = self._next_frame
-            self._next_frame += 1
-            self._line_index[(cid, line)] = idx
-            self._new_frames.append((info[0], info[1], info[2], line or 0))
-        return idx
-
-    def _take_walked(self) -> None:
-        """The C walk's new frames and stacks into these tables, once each: a frame, ``(code, line or -1, module)``
-        (the module: its first frame's ``__name__``; hidden codes never come), as ``_add_frame`` resolves one; a
-        stack, leaf-first walker frame indices, as ``_record`` makes one."""
-        frames, stacks = self._walker.take()
-        wf = self._walk_frames
-        for code, line, module in frames:
-            cid = id(code)
-            self._alive[cid] = code
-            info = self._code_info.get(cid)
-            if not info:
-                info = self._code_info[cid] = (getattr(code, "co_qualname", code.co_name), module, code.co_filename)
-            wf.append(self._line_frame(cid, info, line if line >= 0 else None))
-        self._walk_stacks.extend([self._stack_of(tuple([wf[i] for i in key])) for key in stacks])
 
     def drain(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """Return and forget ``(new_frames, new_stacks, samples)`` recorded since the last drain; samples as

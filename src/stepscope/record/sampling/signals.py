@@ -45,6 +45,7 @@ import time
 
 from .. import native as _native
 from ..spans.buffer import current_span as _current_span, finished as _finished
+from .cpuwake import other_tools
 from .sampler import Sampler
 from . import timer
 from .timer import ThreadTimer
@@ -91,44 +92,6 @@ _active: "MainThreadSampler | None" = None
 _busy = False
 
 
-def other_tools() -> bool:
-    """True when another ``sys.monitoring`` tool than stepscope's is registered (3.12+: cProfile, coverage, a
-    debugger, ``sys.settrace``'s own; they see every thread's calls). Always False before 3.12."""
-    mon = getattr(sys, "monitoring", None)
-    if mon is not None:
-        get = mon.get_tool
-        for i in range(6):
-            name = get(i)
-            if name is not None and name != "stepscope":
-                return True
-    return False
-
-
-def park(lock, timeout_s: float, poll_s: float, limit: int) -> int:
-    """The recorder thread's wait between looks, on ``lock`` (held while recording; released to wake it: the
-    session's finish, a fork). Returns 1 when woken (the lock acquired and released again), 0 after ``timeout_s``
-    s. When a program's own profiler or tracer is active then (``other_tools``, or this thread's
-    ``setprofile``/``settrace``), it goes on waiting, ``poll_s`` s a wait, until the tool is gone (2), or until
-    ``limit`` finished spans wait to be written (3): on 3.12+ such a tool sees every thread's calls, and the
-    recorder thread makes none meanwhile. With the C extension the wait and the checks are one C call
-    (``_native.park``: calls made from C raise no ``sys.monitoring`` CALL event, PEP 669), so the tool sees
-    nothing of it; without it they are Python calls that the tool may see."""
-    if _native.waits is not None:
-        return _native.waits.park(lock, timeout_s, poll_s, _finished, limit)
-    if lock.acquire(timeout=max(0.0, timeout_s)):
-        lock.release()
-        return 1
-    seen = 0
-    while other_tools() or sys.getprofile() is not None or sys.gettrace() is not None:
-        seen = 2
-        if len(_finished) >= limit:
-            return 3
-        if lock.acquire(timeout=poll_s):
-            lock.release()
-            return 1
-    return seen
-
-
 _gettrace, _getprofile = sys.gettrace, sys.getprofile
 _get_tool = sys.monitoring.get_tool if hasattr(sys, "monitoring") else None
 
@@ -173,7 +136,7 @@ def _handler(signum, frame) -> None:
             t = time.perf_counter_ns()
             cpu = time.thread_time_ns()
             used = cpu - s.cpu_last
-            s.cpu_last = cpu
+            s.cpu_last, s.cpu_last_t = cpu, t
             if used > 0:
                 s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
             if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
@@ -199,7 +162,8 @@ _thread_hooked = getattr(_native.ext, "thread_hooked", None) or (lambda ident: F
 #: the fields of the main thread's sampling state (``MainThreadSampler.st``): a ``_native.Tick`` when the C handler
 #: samples, else a ``_PyState``; ``MainThreadSampler`` reads and writes them as its own attributes
 STATE_FIELDS = ("active", "resting", "missed", "due", "waited", "interval", "left", "carry", "period_ns", "rest_cpu",
-                "tick_t", "tick_cpu", "tick_cpu_q", "quiet_ticks", "quiet_cpu", "cpu_last", "current", "memory")
+                "tick_t", "tick_cpu", "tick_cpu_q", "quiet_ticks", "quiet_cpu", "cpu_last", "cpu_last_t", "current",
+                "memory")
 
 
 class _PyState:
@@ -210,7 +174,7 @@ class _PyState:
 
     def __init__(self) -> None:
         self.active = self.resting = self.missed = False
-        self.due = self.waited = self.carry = self.left = self.cpu_last = 0
+        self.due = self.waited = self.carry = self.left = self.cpu_last = self.cpu_last_t = 0
         self.interval = self.period_ns = 1
         self.rest_cpu = REST_CPU_NS
         self.tick_t, self.tick_cpu, self.tick_cpu_q = 0, -1, -1
@@ -230,7 +194,7 @@ class MainThreadSampler:
     ``active``: sampling now. ``note``: why it is not (or stopped), for the run's record. ``signum``: the wall
     timer's signal (None: never started); ``period_ns``: the mean period; ``due``/``waited``: the wall timer's
     pending expiration and the wait it ends (ns); ``cpu_last``: the main thread's CPU time at the last
-    CPU-timer sample.
+    CPU-timer sample, ``cpu_last_t`` when.
     """
 
     def tick(self, frame) -> None:
@@ -378,6 +342,7 @@ class MainThreadSampler:
         self.carry = 0  # wall time of a sample that could not be recorded, added to the next (ns)
         self.missed = False  # a wall tick came while the handler ran
         self.cpu_last = 0
+        self.cpu_last_t = 0  # ... and when (perf_counter_ns; 0: none yet)
         #: the main thread's innermost open-span record at the last wall tick (``spans.buffer.current_span``)
         self.current = None
         #: the memory lane sampled at each wall tick (``memory.history.MemoryLane``), or None
@@ -446,6 +411,7 @@ class MainThreadSampler:
             self.period_ns = int(period_ns)
             self.rest_cpu = rest_cpu_ns(self.period_ns)
             self.cpu_last = sampler_cpu(main.native_id)
+            self.cpu_last_t = time.perf_counter_ns()
             self.wall_timer = wall
             self.carry = 0
             _active = self
