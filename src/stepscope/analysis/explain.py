@@ -13,8 +13,9 @@ by that difference, the fewest functions that cover ``COVER`` (80%) of the gap a
 of the gap each explains. The *entry* is the deepest function whose extra *total* time still covers
 ``COVER`` of the gap: where the extra time enters the call tree (a callback, a hook).
 
-When the slow repeats hold too few samples (``MIN_SAMPLES`` per repeat on average), no cause is named:
-the explanation says so and which sampling rate would do.
+When the slow repeats hold too few samples (``MIN_SAMPLES`` per repeat on average; a row that stands for several
+periods, a waiting thread's, counts as that many: ``_looks``), no cause is named: the explanation says so and which
+sampling rate would do.
 """
 
 from __future__ import annotations
@@ -296,6 +297,19 @@ def _window_samples(index: ProfileIndex, reps: Repeats) -> tuple[np.ndarray, np.
     return pos, lo, hi
 
 
+def _looks(index: ProfileIndex, hz: float, pos: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+           reps: Repeats) -> np.ndarray:
+    """Per repeat, how many sample periods its samples stand for (float): a row of a thread that stayed still
+    stands for every period it stayed so (``sample_wall_ns``: the sampler looked, found its CPU clock unmoved, and
+    wrote one row for the wait), so a repeat that waits (a sleep, a device sync) holds as many samples as its
+    duration allows, where its rows alone would read as too few. The sampled time is capped at the repeat's duration;
+    never fewer than its rows."""
+    period = 1e9 / hz if hz else 1e7
+    w = np.concatenate([[0.0], np.cumsum(np.nan_to_num(index.weight[pos]))])
+    timed = np.minimum(w[hi] - w[lo], np.maximum(reps.end_ns - reps.start_ns, 0)) / period
+    return np.maximum(timed, (hi - lo).astype(np.float64))
+
+
 def _gather(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, which) -> np.ndarray:
     """The sample indices of the repeats ``which``, concatenated in that order."""
     w = np.asarray(which, np.int64)
@@ -372,7 +386,7 @@ def explain(data: RunData, unit: str | None = None, slow: str | None = None, fas
     slow_mean = float(np.mean(reps.duration_ns[slow_i])) if len(slow_i) else 0.0
     fast_mean = float(np.mean(reps.duration_ns[fast_i])) if len(fast_i) else 0.0
     gap = slow_mean - fast_mean
-    per_slow = float(np.mean(reps.samples[slow_i])) if len(slow_i) else 0.0
+    per_slow = float(np.mean(_looks(index, data.profile.hz, pos, lo, hi, reps)[slow_i])) if len(slow_i) else 0.0
     from .memory import repeats_note
 
     base = dict(unit=unit, rule=rule, shape=shape, repeats=reps, median_ns=med, slow_mean_ns=slow_mean,

@@ -82,7 +82,8 @@ class RecorderLoop:
             rest, self.cpu_wake = self.cpu_wake, None
             if rest is not None:
                 rest.close()
-                self._rested = (self._rested[0] + rest.rests, self._rested[1] + rest.woken, self._rested[2] + rest.waits)
+                done = (rest.rests, rest.woken, rest.waits, rest.by_calls)
+                self._rested = tuple(a + b for a, b in zip(self._rested, done))
 
     def _record_loop(self, gen: int) -> None:
         hz = self.settings.profiles_hz
@@ -206,6 +207,8 @@ class RecorderLoop:
                     if woke != 0 or t1 >= due or self.finished or self._gen != gen or not self.sampler.unmoved():
                         break
                 rest.settle()
+                if rest.by_call:  # a span started (a step of a loop that waits more than it runs): the full rate
+                    quiet = 0
                 next_t = now()  # (a look at once: what ran, and since when)
                 continue
             if period is not None and others and quiet < QUIET_NS and self.sampler.walk == "c" and not main_sampler.paused:

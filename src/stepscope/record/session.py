@@ -91,7 +91,8 @@ class Session(RecorderLoop, SessionForks):
         self._stop = threading.Event()
         self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
         self.cpu_wake: CpuWake | None = None  # the recorder thread's rest until the process uses CPU (``cpuwake``)
-        self._rested = (0, 0, 0)  # (rests, woken by the process's CPU time or a wake, waits) of ended recorder threads
+        # (rests, woken by CPU time, a wake or a span, waits, woken by a span) of ended recorder threads
+        self._rested = (0, 0, 0, 0)
         self._wake.acquire()
         self._lock = threading.RLock()
         self._frames_written = 0
@@ -330,11 +331,14 @@ class Session(RecorderLoop, SessionForks):
             info["rests"] = ms.rests  # times the waiting main thread was sampled from the recorder (``signals.rest``)
         if ms.blocked_rests:  # ... of which the recorder rested it, blocked where its handler cannot run
             info["blocked_rests"] = ms.blocked_rests
-        rests, woken, waits = self._rested
-        if self.cpu_wake is not None:
-            rests, woken, waits = rests + self.cpu_wake.rests, woken + self.cpu_wake.woken, waits + self.cpu_wake.waits
+        rests, woken, waits, by_call = self._rested
+        w = self.cpu_wake
+        if w is not None:
+            rests, woken, waits, by_call = rests + w.rests, woken + w.woken, waits + w.waits, by_call + w.by_calls
         if rests:  # times the recorder rested while no thread ran, was woken by the process's CPU use (``cpuwake``),
             info.update(idle_rests=rests, idle_woken=woken, idle_waits=waits)  # and its waits in them
+        if by_call:  # ... of its wakes, those by a span that started (a traced call: ``_native.call_wake``)
+            info["idle_woken_by_call"] = by_call
         if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
             info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)
         return info

@@ -188,7 +188,8 @@ class Tick:
     quiet_ticks: int
     quiet_cpu: int
     cpu_last: int
-    #: when ``cpu_last`` was read (ns; 0: not yet)
+    #: when ``cpu_last`` was read (ns; 0: not yet): a resting main thread whose CPU period took over 100 times as long
+    #: in wall time stays resting
     cpu_last_t: int
     #: samples recorded by ``tick``
     samples: Final[int]
@@ -219,6 +220,11 @@ def clear() -> None:
 
 def open_spans(thread_id: int, /) -> list[tuple[int, int | None, str, str, int]]:
     """The open native calls of thread ``thread_id``, outermost first, as (span id, parent id, name, op, start ns)."""
+
+
+def call_wake(timer_id: int, /) -> int:
+    """The next traced call to start (a C-recorded one) arms POSIX timer ``timer_id`` to expire at once, waking a
+    resting recorder thread (``cpuwake.CpuWake``), once; -1: no call does. Returns how many calls woke one so far."""
 
 
 def open_calls() -> int:

@@ -98,7 +98,11 @@ static PyObject *py_mark(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_next_id(PyObject *m, PyObject *unused) { return PyLong_FromLongLong(++last_sid); }
+static PyObject *py_next_id(PyObject *m, PyObject *unused) {
+    /* (a span of the Python recorder's starts: as a native call's push, it ends a recorder's rest) */
+    if (__builtin_expect(call_wake_on, 0)) fire_call_wake();
+    return PyLong_FromLongLong(++last_sid);
+}
 
 static PyObject *py_parent_of(PyObject *m, PyObject *prev) {
     /* the parent id of a span opened now, given the ContextVar's value prev */
@@ -183,6 +187,16 @@ static PyObject *py_open_calls(PyObject *m, PyObject *unused) {
     for (TState *t = states; t != NULL; t = t->next) n += t->depth;
     pthread_mutex_unlock(&states_lock);
     return PyLong_FromSsize_t(n);
+}
+
+static PyObject *py_call_wake(PyObject *m, PyObject *arg) {
+    /* call_wake(timer_id): the next traced call to start arms that timer to expire at once (a resting recorder's
+       wake, cpuwake.CpuWake); call_wake(-1): none does. Returns how many calls have woken one so far. */
+    long long id = PyLong_AsLongLong(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if (id >= 0) call_wake_timer = (timer_t)(intptr_t)id;
+    call_wake_on = id >= 0;
+    return PyLong_FromLongLong(call_wakes);
 }
 
 static PyObject *py_open_spans(PyObject *m, PyObject *arg) {
@@ -445,6 +459,7 @@ static PyMethodDef methods[] = {
     {"dropped", py_dropped, METH_NOARGS, "How many finished calls were dropped (the columns full)."},
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
+    {"call_wake", py_call_wake, METH_O, "call_wake(timer_id) -> calls that woke a rest so far; -1: no wake on a call"},
     {"open_calls", py_open_calls, METH_NOARGS, "open_calls() -> how many native calls are open now, every thread's"},
     {"mon_start", (PyCFunction)(void (*)(void))mon_start, METH_FASTCALL, "sys.monitoring PY_START callback"},
     {"mon_resume", (PyCFunction)(void (*)(void))mon_resume, METH_FASTCALL, "sys.monitoring PY_RESUME callback"},

@@ -31,6 +31,19 @@ PyObject *denoisers = NULL;
 PyObject *step_key = NULL, *nested_key = NULL;
 PyObject *forward[EV_COUNT];
 Py_ssize_t extra_index = -1;
+int call_wake_on = 0;
+int64_t call_wakes = 0;
+timer_t call_wake_timer;
+
+void fire_call_wake(void) {
+    /* (under the GIL, as the recorder thread that sets and clears it: the timer is never deleted meanwhile) */
+    struct itimerspec at_once = {{0, 0}, {0, 1}}; /* an absolute time long past: expires at once */
+    call_wake_on = 0;
+    call_wakes++;
+    timer_settime(call_wake_timer, TIMER_ABSTIME, &at_once, NULL);
+}
+
+static void call_wake_off_in_child(void) { call_wake_on = 0; } /* (a forked child has no timer of the parent's) */
 
 static void free_state(void *p) {
     /* at a thread's exit (no GIL): unlink its state */
@@ -48,6 +61,7 @@ int recorder_init(void) {
         PyErr_SetString(PyExc_OSError, "pthread_key_create failed");
         return -1;
     }
+    pthread_atfork(NULL, NULL, call_wake_off_in_child);
     extra_index = REQUEST_EXTRA(NULL);
     if (extra_index < 0) {
         PyErr_SetString(PyExc_RuntimeError, "no code extra index left");

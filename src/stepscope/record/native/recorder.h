@@ -94,6 +94,13 @@ extern PyObject *denoisers;           /* set: the Python probes of denoiser code
 extern PyObject *step_key, *nested_key; /* "diffusion.step", "diffusion.nested" */
 extern PyObject *forward[EV_COUNT];   /* the Python callbacks (set_forward), or NULL */
 extern Py_ssize_t extra_index;        /* the co_extra slot: 0 untraced, 1 a Python probe, 2 + index a native code */
+extern int call_wake_on;              /* a resting recorder waits: the next traced call to start wakes it */
+extern int64_t call_wakes;            /* ... how many times one did */
+extern timer_t call_wake_timer;       /* ... the timer it arms (cpuwake.CpuWake's wake) */
+
+/* The resting recorder thread woken (its CpuWake timer armed to expire at once) and call_wake_on cleared:
+   the first traced call to start during a rest (recorder.c, py_call_wake in module.c). */
+void fire_call_wake(void);
 
 /* The state's tables and the thread key; 0, or -1 with an exception set. Once, at module init. */
 int recorder_init(void);
@@ -147,6 +154,7 @@ static inline void push_step(int32_t idx, int64_t step) {
         t->stack = s;
         t->cap *= 2;
     }
+    if (__builtin_expect(call_wake_on, 0)) fire_call_wake(); /* (one load a call: a step begins, end a rest) */
     int64_t parent = t->depth ? t->stack[t->depth - 1].sid : 0;
     int64_t outer = cv_top();
     Frame *f = &t->stack[t->depth++];

@@ -187,10 +187,13 @@ static int body(Tick *s, int signum, PyObject *frame) {
     } else {
         int64_t t = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         long long used = cpu - s->cpu_last;
+        /* resting, its CPU period used at under the idle share of a CPU (an event loop's timer, a heartbeat): it stays
+           resting, its CPU charged by the recorder's looks, which walk it whenever it moved (signals.py too) */
+        int idle = s->resting && s->cpu_last_t > 0 && used * IDLE_SHARE <= t - s->cpu_last_t;
         s->cpu_last = cpu;
         s->cpu_last_t = t;
-        if (used > 0) record(s, frame, t, 0, used);
-        if (s->resting) { /* it runs again: the wall timer back (wake), the wait since the recorder's look charged */
+        if (used > 0 && !idle) record(s, frame, t, 0, used);
+        if (s->resting && !idle) { /* it runs again: the wall timer back (wake), the wait since the recorder's look charged */
             PyObject *a = PyLong_FromLongLong(t);
             int r = a == NULL ? -1 : call_owner(s, s_wake, frame, a);
             Py_XDECREF(a);

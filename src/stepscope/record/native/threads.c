@@ -146,6 +146,8 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         int rc = 0;
         if (r == NULL || r->stack < 0 || cpu < 0 || r->seen < 0 || cpu < r->seen) w->used = -1;
         else if (w->used >= 0) w->used += cpu - r->seen;
+        if (!w->busy && r != NULL && r->slack_cap > 0 && r->slack >= 0 && t > r->t) /* (refilled: IDLE_SHARE) */
+            r->slack = min64(max64(r->slack_cap, (t - r->t) / IDLE_SHARE), r->slack + (t - r->t) / IDLE_SHARE);
         if (r != NULL && r->stack >= 0 && within_slack(r, cpu)) { /* walked and charged, not woken: its slack less */
             r->slack -= cpu - r->seen;
             w->moved++;

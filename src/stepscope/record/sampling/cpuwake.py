@@ -110,6 +110,8 @@ class CpuWake:
         self.rests = 0  # how many times it rested
         self.waits = 0  # ... in how many waits (a rest looks again, without a row when nothing moved: ``recorderloop``)
         self.woken = 0  # ... and was woken before its timeout
+        self.by_call = False  # the last rest was ended by a span that started (``_native.call_wake``)
+        self.by_calls = 0  # ... how many rests were
 
     @classmethod
     def start(cls, taken: tuple[int, ...] = ()) -> CpuWake | None:
@@ -131,7 +133,8 @@ class CpuWake:
 
     def rest(self, timeout_s: float, poll_s: float, limit: int, fd: int = -1, keep: bool = False) -> int:
         """Wait up to ``timeout_s`` s for the process to use ``CPU_PERIOD_NS`` of CPU time, for ``wake()``, or for
-        ``fd`` (>= 0: the read end of the stop signals' wakeup pipe, ``endsignals.StopWatch``) to become readable;
+        ``fd`` (>= 0: the read end of the stop signals' wakeup pipe, ``endsignals.StopWatch``) to become readable,
+        or for a span to start (a traced call, C-recorded or not: ``_native.call_wake``; ``by_call`` says so after);
         while a profiler of the program's is active, as ``park`` (``poll_s``, ``limit``). ``keep``: a timeout
         leaves the CPU timer armed, and the next ``rest`` goes on counting from its start (one rest in several waits;
         ``settle()`` ends it): arming and disarming that timer cost ~100-150 us of CPU on a VM (the kernel's tick
@@ -142,9 +145,13 @@ class CpuWake:
             self._armed = True
         self.waits += 1
         r = 1
+        calls = _native.ext.call_wake(self._now.timer_id) if self._now is not None and _native.ext is not None else -1
         try:
             r = _native.waits.park(self.signum, max(timeout_s, 0.0), poll_s, _finished, limit, fd)
         finally:
+            if calls >= 0:
+                self.by_call = _native.ext.call_wake(-1) != calls
+                self.by_calls += self.by_call
             if r != 0 or not keep:
                 self.settle()
         self.woken += r == 1

@@ -229,6 +229,9 @@ class Sampler(StackTables):
                     used = -1
                 elif used >= 0:
                     used += cpu - prev[1]
+                if not busy and prev is not None and slack.get(tid, -1) >= 0 and tid in self.slack_cap:  # (IDLE_SHARE)
+                    more = (t - prev[0]) // IDLE_SHARE
+                    slack[tid] = min(max(self.slack_cap[tid], more), slack[tid] + more)
                 if prev is not None and cpu >= 0 and prev[1] >= 0 and 0 < cpu - prev[1] <= slack.get(tid, -1):
                     slack[tid] -= cpu - prev[1]  # (the resting main thread: walked, not woken, until its slack is used)
                     moved += 1

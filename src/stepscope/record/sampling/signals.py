@@ -46,7 +46,7 @@ import time
 from .. import native as _native
 from ..spans.buffer import current_span as _current_span, finished as _finished
 from .cpuwake import other_tools
-from .sampler import Sampler
+from .sampler import IDLE_SHARE, Sampler
 from . import timer
 from .timer import ThreadTimer
 
@@ -136,11 +136,16 @@ def _handler(signum, frame) -> None:
             t = time.perf_counter_ns()
             cpu = time.thread_time_ns()
             used = cpu - s.cpu_last
+            idle = s.resting and s.cpu_last_t > 0 and used * IDLE_SHARE <= t - s.cpu_last_t
             s.cpu_last, s.cpu_last_t = cpu, t
-            if used > 0:
-                s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
-            if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
-                s.wake(frame, t)
+            if idle:
+                pass  # resting, its CPU period used at under the idle share of a CPU (an event loop's timer): the
+                # recorder's looks charge it
+            else:
+                if used > 0:
+                    s.sampler.sample_frame(frame, s.thread_id, t, 0, used)
+                if s.resting:  # it runs again: the wall timer back, the wait since the recorder's last look charged
+                    s.wake(frame, t)
         while s.missed and s.active:  # a wall tick came while this ran: it is this stack's too
             s.missed = False
             s.tick(frame)
@@ -194,7 +199,8 @@ class MainThreadSampler:
     ``active``: sampling now. ``note``: why it is not (or stopped), for the run's record. ``signum``: the wall
     timer's signal (None: never started); ``period_ns``: the mean period; ``due``/``waited``: the wall timer's
     pending expiration and the wait it ends (ns); ``cpu_last``: the main thread's CPU time at the last
-    CPU-timer sample, ``cpu_last_t`` when.
+    CPU-timer sample, ``cpu_last_t`` when (a resting main thread whose CPU period took over ``IDLE_SHARE`` times as
+    long in wall time stays resting: an event loop's timer).
     """
 
     def tick(self, frame) -> None:
