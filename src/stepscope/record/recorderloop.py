@@ -192,7 +192,8 @@ class RecorderLoop:
             wake = last_flush + flush_every if period is None else min(next_t, last_flush + flush_every)
             if mem is not None and period is None:  # sampling off: the memory lane alone sets the pace
                 wake = min(wake, mem.last_t + mem_period)
-            early = quiet < QUIET_NS and in_traced_call(self.patcher)  # (inside a step: the full rate for QUIET_NS)
+            # (inside a step: the full rate for QUIET_NS; asked only where the recorder may rest)
+            early = rest is not None and not by_signal and quiet < QUIET_NS and in_traced_call(self.patcher)
             if rest is not None and not by_signal and quiet >= REST_QUIET_NS and not early and not self.finished:
                 # nothing ran: no sample or memory reading would differ; what waits is written a flush interval after
                 # the last write, and with nothing waiting the idle threads are looked at IDLE_LOOK_NS after it
@@ -204,7 +205,8 @@ class RecorderLoop:
                                      flush_s, FLUSH_SPANS, stop_fd, keep=True)
                     t1 = now()
                     quiet += t1 - t0  # (the look that a move ends it with says whether it stays quiet: idle())
-                    if woke != 0 or t1 >= due or self.finished or self._gen != gen or not self.sampler.unmoved():
+                    if woke != 0 or rest.by_call or t1 >= due or self.finished or self._gen != gen \
+                            or not self.sampler.unmoved():
                         break
                 rest.settle()
                 if rest.by_call:  # a span started (a step of a loop that waits more than it runs): the full rate
