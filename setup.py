@@ -37,9 +37,9 @@ def native_sources() -> dict:
     return {
         "name": "stepscope.record.native._native",
         "sources": [f"{NATIVE_DIR}/{n}.c" for n in ("module", "recorder", "monitor", "probes", "gen", "block",
-                                                    "stackwalk", "threads", "sigtick", "looks", "outer")],
+                                                    "stackwalk", "threads", "sigtick", "looks", "outer", "remote")],
         "depends": [f"{NATIVE_DIR}/{n}.h" for n in ("layout", "recorder", "monitor", "probes", "gen", "block",
-                                                    "stackwalk", "threads", "walker", "sigtick", "looks", "outer")],
+                                                    "stackwalk", "threads", "walker", "sigtick", "looks", "outer", "remote")],
         "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
         "libraries": [] if sys.platform == "darwin" else ["pthread"],
     }

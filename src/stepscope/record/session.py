@@ -339,6 +339,9 @@ class Session(RecorderLoop, SessionForks):
             info.update(idle_rests=rests, idle_woken=woken, idle_waits=waits)  # and its waits in them
         if by_call:  # ... of its wakes, those by a span that started (a traced call: ``_native.call_wake``)
             info["idle_woken_by_call"] = by_call
+        remote, missed = self.sampler.remote_looks
+        if remote:  # looks that read a busy thread's stack without the GIL (record/native/remote.c), and the threads
+            info.update(looks_without_gil=remote, looks_without_gil_missed=missed)  # they left to a look with it
         if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
             info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)
         return info

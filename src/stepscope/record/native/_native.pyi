@@ -313,6 +313,13 @@ class Walker:
     #: ``run``'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved since the run's
     #: last full look: made without the GIL, recording no row (each thread's next row is charged the time since)
     quiet_looks: Final[int]
+    #: ``run``'s looks, all runs, that read a busy thread's stack without the GIL (remote.c: while that thread does
+    #: not hold the GIL, through ``process_vm_readv``, its sample accounted at the next hold of the GIL)
+    remote_looks: Final[int]
+    #: threads such a look could not read (held the GIL 200 us, ran meanwhile, a code not held yet): read with it
+    remote_misses: Final[int]
+    #: whether ``run`` may read a busy thread's stack without the GIL (True by default; False: every look takes it)
+    remote_on: bool
     #: threads the last ``sample(lazy=True)`` left without a row (not run since the last look, or back at the stack
     #: of their last row: their next row is charged the time and the CPU since that one)
     deferred: Final[int]
@@ -382,7 +389,9 @@ class Walker:
         ``resting``; None: no timer sampler) says its own timers sample it; that state is read again at each look,
         with the GIL held. While the main thread is looked at here, a look at which no thread's CPU clock moved since
         the run's last full look is a quiet look, without the GIL and recording nothing (``quiet_looks``: counted in
-        ``looks``; ``ran`` is [] when the last look was one). Returns ``(reason, looks, threads looked at, next_t,
+        ``looks``; ``ran`` is [] when the last look was one); a look at which only threads other than the main one
+        moved reads each of them without the GIL once it does not hold it (``remote_looks``; remote.c), its samples
+        accounted at the next hold of the GIL, within 250 ms. Returns ``(reason, looks, threads looked at, next_t,
         seen, ran, look CPU ns, stop
         bytes, quiet)``: reason 0 ``until_ns``, 1 woken, 2 looks in a row where nothing ran or moved covering ``quiet_ns``
         (``quiet``: the ns such looks covered, ``period_ns`` each, counted from the ``quiet`` given), 3 the resting main thread ran, 4

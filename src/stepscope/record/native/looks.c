@@ -30,6 +30,7 @@
    The budget's look time (the thread's CPU clock around each look) is returned, to be added to the window's. */
 
 #include "looks.h"
+#include "remote.h"
 #include "threads.h"
 
 #ifdef STEPSCOPE_STACKWALK
@@ -118,6 +119,34 @@ static int wake_fd(Walker *w) {
     return w->wake_fd1 - 1;
 }
 
+#define REMOTE_SPIN_NS 200000LL  /* how long a look without the GIL waits for a busy thread to release it (remote.c) */
+#define REMOTE_HOLD_NS 250000000LL /* looks without the GIL at most this long after the last hold of it */
+
+/* A look without the GIL (remote.c): every thread whose CPU clock moved since the last look (ref_cpu; the same
+   threads as then) read where it runs, its sample left pending for the next hold of the GIL. 1: done (*used: the CPU
+   time those threads used since); 0: a look with the GIL is needed (a thread came or went, the resting main thread
+   ran, a thread could not be read: its samples of this look dropped). */
+static int look_remote(Walker *w, Py_ssize_t np, const unsigned long *natives, const unsigned long *ref_native,
+                       const int64_t *cpus, const int64_t *ref_cpu, const uintptr_t *tss, const unsigned long *tids,
+                       unsigned long main_ident, int64_t *used) {
+    for (Py_ssize_t k = 0; k < np; k++)
+        if (natives[k] != ref_native[k] || cpus[k] < 0) return 0;
+    Py_ssize_t mark = remote_pending(w);
+    int64_t u = 0;
+    for (Py_ssize_t k = 0; k < np; k++) {
+        if (cpus[k] == ref_cpu[k]) continue;
+        if (tids[k] == main_ident || !remote_sample(w, tss[k], tids[k], cpus[k], REMOTE_SPIN_NS)) {
+            if (tids[k] != main_ident) w->remote_misses++;
+            remote_drop(w, mark);
+            return 0;
+        }
+        u += cpus[k] - ref_cpu[k];
+    }
+    *used = u;
+    w->remote_looks++;
+    return 1;
+}
+
 /* run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd,
        stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns)
    -> (reason, looks, n, next_t, seen, ran, look_cpu_ns, stop_bytes, quiet): see the top. quiet: the time (ns)
@@ -183,6 +212,11 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     ended += n_fin;
     char rss_buf[96];
     long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
+    uintptr_t tss[64];           /* the known threads' thread states and ids (looks without the GIL: remote.c) */
+    unsigned long tids[64];
+    int remote_ok = w->remote_on && strcmp(Py_TYPE(finished)->tp_name, "collections.deque") == 0; /* (its length read without the GIL) */
+    int remote_missed = 0;       /* looks in a row that could not read a thread without the GIL: 2 end them here */
+    int64_t held_t = clock_ns(CLOCK_MONOTONIC); /* the last look with the GIL */
     for (;;) {
         PyObject *r = PyObject_CallMethod(lock, "acquire", "i", 0); /* (released: the session's finish, a fork) */
         if (r == NULL) goto fail;
@@ -203,7 +237,13 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
            RSS when the memory lane will be due (the copy of the thread table: it changes only with the GIL held) */
         Py_ssize_t np = 0;
         for (Py_ssize_t i = 0; i < w->n_threads && np < 64; i++)
-            if (w->threads[i].native != 0) natives[np++] = w->threads[i].native;
+            if (w->threads[i].native != 0) {
+                tss[np] = w->threads[i].ts;
+                tids[np] = w->threads[i].tid;
+                natives[np++] = w->threads[i].native;
+            }
+        Py_ssize_t n_recs = w->n_threads; /* (the table changes only with the GIL held: the main thread's rest, wake) */
+        if (remote_ok && remote_sync(w) < 0) goto fail;
         /* Quiet looks without the GIL: while the recorder looks at every thread (the main one too: main_here), a look
            at which no thread's CPU clock moved since the last full look (the same threads, every one read) would find
            every thread blocked at its stack, record it there again and end nothing but by the quiet rule: it is
@@ -237,8 +277,27 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 cpus[i] = thread_cpu(natives[i]);
                 same &= cpus[i] >= 0 && cpus[i] == ref_cpu[i];
             }
-            int64_t tq = clock_ns(CLOCK_MONOTONIC);
-            if (!same || tq >= until || tq < next_t) { /* a full look (or nothing due yet): with the GIL */
+            int64_t tq = clock_ns(CLOCK_MONOTONIC), used = 0;
+            int remote = 0; /* a look without the GIL: 1 threads ran, 2 they ran within the idle share (quiet) */
+            /* (the sizes below are read without the GIL, as hints: threads that came or went, the main thread's rest
+               or wake, spans waiting to be written all end these looks; the next look takes the GIL) */
+            Py_ssize_t waiting = Py_SIZE(finished) + n_fin;
+            if (!same && remote_ok && remote_missed < 2 && ref_n == np && np > 0 && tq < until && tq >= next_t &&
+                tq - held_t < REMOTE_HOLD_NS && w->n_threads == n_recs && PyDict_GET_SIZE(active) == n_active &&
+                waiting < limit) { /* the threads that moved read without the GIL (remote.c) */
+                if (look_remote(w, np, natives, ref_native, cpus, ref_cpu, tss, tids, main_ident, &used)) {
+                    remote_missed = 0;
+                    for (Py_ssize_t i = 0; i < np; i++) ref_cpu[i] = cpus[i];
+                    remote = walker_idle_spend(w, tq, waiting != ended ? -1 : used) ? 2 : 1;
+                    ended = waiting;
+                    if (remote == 1) quiet = 0;
+                    ssize_t got = stop_fd >= 0 ? read(stop_fd, stop_buf, sizeof stop_buf) : 0;
+                    if (got > 0 && has_stop(stop_buf, got, stop_sigs)) stop_n = got; /* (reason 5, with the GIL) */
+                } else {
+                    remote_missed++;
+                }
+            }
+            if (!remote && (!same || tq >= until || tq < next_t)) { /* a full look (or nothing due yet): the GIL */
                 if (want_rss) rss_got = pread(rss_fd, rss_buf, sizeof rss_buf - 1, 0);
                 break;
             }
@@ -252,18 +311,21 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 mem_last = tq;
                 want_rss = 0;
             }
-            __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable while the run goes on) */
+            if (!remote) __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable meanwhile) */
             last_quiet = 1;
             still_t = tq;
             next_t += period;
             if (next_t < tq) next_t = tq + period; /* (as a full look: skip, don't burst) */
             quiet_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
-            if ((quiet += period) >= quiet_ns) { quiet_end = 1; break; }
+            if (remote != 1 && (quiet += period) >= quiet_ns) { quiet_end = 1; break; }
+            if (stop_n > 0) break;
             now = tq;
             due = next_t < until ? next_t : until;
             waited = due > now;
         }
         Py_END_ALLOW_THREADS
+        held_t = clock_ns(CLOCK_MONOTONIC);
+        if (remote_replay(w, period, cap) < 0) goto fail; /* (the looks without the GIL: their rows first) */
         look_cpu += quiet_cpu;
         if (still_t) /* (each thread read was still at its stack then: one that ends before the next look is charged so far) */
             for (Py_ssize_t i = 0; i < w->n_threads; i++)
@@ -275,6 +337,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         for (int i = 0; i < nq; i++) /* (the lane's readings of the quiet looks, in time order) */
             if (append_rss(mem, pending, q_t[i], q_rss[i]) < 0) goto fail;
         nq = 0;
+        if (stop_n > 0) { reason = 5; break; } /* (a stop signal's bytes, read at a look without the GIL) */
         if (woken) { reason = 1; break; }
         if (quiet_end) { reason = 2; break; }
         int f = foreign_tool();

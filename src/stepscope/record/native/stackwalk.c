@@ -41,22 +41,18 @@
 
 #include "threads.h"
 #include "looks.h"
+#include "remote.h"
 
 #include <unistd.h>
 
 #ifdef STEPSCOPE_STACKWALK
 
-/* f's offset key in offs: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
-static inline uint32_t offset_key(_PyInterpreterFrame *f) {
-    int lasti = (int)(INSTR(f) - _PyCode_CODE((PyCodeObject *)FRAME_CODE(f))); /* (no read of the code object) */
-    return ((uint32_t)(lasti + 1) << 1) | (f->owner == FRAME_OWNED_BY_GENERATOR);
-}
 
 /* The code index of code, first seen in frame f: its entry made (the code kept; hidden by its file; its module
    from f's globals, a borrowed dict lookup that runs no Python code: a str key). -1 with MemoryError set. */
 static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
     int32_t ci = map_get(&w->code_map, (uintptr_t)code, 0);
-    if (ci != MISSING) return ci;
+    if (ci != MISSING || f == NULL) return ci; /* (f NULL: a raw frame's code, always held: remote.c) */
     if (reserve((void **)&w->codes, w->n_codes, &w->cap_codes, sizeof(Code), 1) < 0) return -1;
     ci = (int32_t)w->n_codes;
     if (map_put(&w->code_map, (uintptr_t)code, 0, ci) < 0) return -1;
@@ -75,11 +71,10 @@ static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
 
 /* The frame index of f at offset key `key` (offset_key), not in offs: NOT_SHOWN (an incomplete frame: not
    entered), -1 for a hidden code's frame, NO_MEMORY. */
-static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, uint32_t key) {
-    if (!shown(f)) return NOT_SHOWN;
-    PyObject *code = FRAME_CODE(f);
+static int32_t new_frame_of(Walker *w, PyObject *code, _PyInterpreterFrame *f, uint32_t key) {
     int lasti = (int)(key >> 1) - 1;
     int32_t ci = code_index(w, code, f);
+    if (ci == MISSING) return NOT_SHOWN;
     if (ci < 0) return NO_MEMORY;
     int32_t fi = -1;
     if (!w->codes[ci].hidden) {
@@ -97,6 +92,10 @@ static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, uint32_t key) {
     }
     if (map_put(&w->offs, (uintptr_t)code, key, fi) < 0) return NO_MEMORY;
     return fi;
+}
+
+static int32_t new_frame(Walker *w, _PyInterpreterFrame *f, uint32_t key) {
+    return shown(f) ? new_frame_of(w, FRAME_CODE(f), f, key) : NOT_SHOWN;
 }
 
 /* The frame index of f (not the C stack's): a lookup in offs when seen before, else new_frame. */
@@ -168,6 +167,22 @@ int32_t walk_one(Walker *w, _PyInterpreterFrame *f) {
     while (f != NULL && !shown(f)) f = f->previous;
     if (f != NULL) w->truncated++;
     return any || f != NULL ? intern_stack(w, depth) : NOT_SHOWN;
+}
+
+int32_t intern_raw(Walker *w, const RawFrame *fr, int32_t n) { /* (walk_one's rules on frames read before: remote.h) */
+    int32_t depth = 0, i = 0;
+    int any = 0;
+    for (; i < n && depth < w->max_depth; i++) {
+        if (fr[i].key == 0) continue; /* (not shown) */
+        int32_t fi = map_get(&w->offs, fr[i].code, fr[i].key);
+        if (fi == MISSING) fi = new_frame_of(w, (PyObject *)fr[i].code, NULL, fr[i].key);
+        if (fi == NO_MEMORY) return NO_MEMORY;
+        if (fi >= 0) w->buf[depth++] = fi;
+        any |= fi != NOT_SHOWN;
+    }
+    while (i < n && fr[i].key == 0) i++;
+    if (i < n) w->truncated++;
+    return any || i < n ? intern_stack(w, depth) : NOT_SHOWN;
 }
 
 /* the thread ids of an iterable, into a C array (*out: buf, or a PyMem block to free); -1 with an exception set.
@@ -408,6 +423,7 @@ fail:
 /* forget everything: the code objects released (their addresses may be reused from now on), indices from 0 */
 static void walker_clear(Walker *w) {
     threads_clear(w);
+    remote_clear(w);
     w->last_walk = -1;
     Code *codes = w->codes;
     Py_ssize_t n = w->n_codes;
@@ -464,6 +480,7 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
     Py_XSETREF(w->name, name);
     Py_XSETREF(w->empty, empty);
     w->truncated = 0;
+    w->remote_on = 1;
     return 0;
 }
 
@@ -519,6 +536,12 @@ static PyMemberDef walker_members[] = {
     {"quiet_looks", Py_T_LONGLONG, offsetof(Walker, quiet_looks), Py_READONLY,
      "run()'s looks so far (the last run's once it ended) at which no thread's CPU clock had moved, made without the "
      "GIL (no rows: looks.c)"},
+    {"remote_looks", Py_T_LONGLONG, offsetof(Walker, remote_looks), Py_READONLY,
+     "run()'s looks, all runs, that read a busy thread's stack without the GIL (remote.c)"},
+    {"remote_on", Py_T_BOOL, offsetof(Walker, remote_on), 0,
+     "whether run() may read a busy thread's stack without the GIL (remote.c; True by default)"},
+    {"remote_misses", Py_T_LONGLONG, offsetof(Walker, remote_misses), Py_READONLY,
+     "threads such a look could not read without the GIL (held it too long, ran meanwhile, a code not held yet)"},
     {"deferred", Py_T_LONGLONG, offsetof(Walker, deferred), Py_READONLY,
      "threads the last sample(lazy=True) left without a row (not run since the last look, or back at their last "
      "row's stack)"},

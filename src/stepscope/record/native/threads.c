@@ -18,6 +18,7 @@
    runs with the GIL held, as the walk does. */
 
 #include "threads.h"
+#include "remote.h"
 
 #ifdef STEPSCOPE_STACKWALK
 
@@ -91,6 +92,37 @@ static int in_ids(const unsigned long *ids, Py_ssize_t n, unsigned long tid) {
     return 0;
 }
 
+/* r's sample at t on stack si, its CPU clock at cpu: the row (two when it waited most of a long gap, then ran), r
+   brought to it; 0, or -1 with MemoryError set */
+static int charge(Walker *w, TRec *r, int64_t t, int64_t cpu, int32_t si, int64_t period, int64_t cap) {
+    int64_t wall, used;
+    if (r->stack < 0) { /* its CPU time so far stands for its last period (a new thread: ~0) */
+        wall = period;
+        used = cpu >= 0 ? min64(cpu, period) : -1;
+    } else {
+        int64_t gap = t - r->t, d = cpu - r->cpu;
+        wall = min64(gap, cap);
+        used = cpu >= 0 && r->cpu >= 0 ? min64(d, wall) : -1;
+        if (gap > cap && d >= 0 && d < gap / 2) {
+            /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one */
+            int64_t run = min64(gap, max64(d, period));
+            if (walker_row(w, t - run, r->tid, r->stack, gap - run, 0) < 0) return -1;
+            wall = run;
+            used = d;
+        }
+    }
+    if (walker_row(w, t, r->tid, si, wall, used) < 0) return -1;
+    r->t = t;
+    r->cpu = r->seen = cpu;
+    r->stack = si;
+    return 0;
+}
+
+int walker_charge(Walker *w, unsigned long tid, int64_t t, int64_t cpu, int32_t si, int64_t period, int64_t cap) {
+    TRec *r = find(w, tid, -1);
+    return r == NULL || t < r->t ? 0 : charge(w, r, t, cpu, si, period, cap);
+}
+
 /* sample(skip, period_ns, cap_ns, lazy=False, busy=-1) -> (seen, ran, n): Sampler.sample's look and accounting (see
    the top). lazy (a resting recorder's look): a thread that has not run since the last look gets no row (as at a
    quiet look), nor does one that ran but is back at the stack of its last row (an event loop's timer: its next row is
@@ -123,7 +155,10 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
         if (id == NULL || PyList_Append(seen, id) < 0) { Py_XDECREF(id); goto done; }
         k++;
         TRec *r = find(w, tid, k);
-        if (r != NULL) r->look = look;
+        if (r != NULL) {
+            r->look = look;
+            r->ts = (uintptr_t)ts;
+        }
         if (in_ids(sk, nsk, tid)) { Py_DECREF(id); continue; }
         unsigned long native = ts->native_thread_id;
         int64_t cpu = -2;
@@ -166,29 +201,11 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             w->deferred++;
             continue;
         }
-        int64_t wall, used;
-        if (r == NULL || r->stack < 0) { /* its CPU time so far stands for its last period (a new thread: ~0) */
-            wall = period;
-            used = cpu >= 0 ? min64(cpu, period) : -1;
-            if (r == NULL && (r = add(w, tid)) == NULL) goto done;
-        } else {
-            int64_t gap = t - r->t, d = cpu - r->cpu;
-            wall = min64(gap, cap);
-            used = cpu >= 0 && r->cpu >= 0 ? min64(d, wall) : -1;
-            if (gap > cap && d >= 0 && d < gap / 2) {
-                /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one */
-                int64_t run = min64(gap, max64(d, period));
-                if (walker_row(w, t - run, tid, r->stack, gap - run, 0) < 0) goto done;
-                wall = run;
-                used = d;
-            }
-        }
-        if (walker_row(w, t, tid, si, wall, used) < 0) goto done;
-        r->t = t;
-        r->cpu = r->seen = cpu;
-        r->stack = si;
+        if (r == NULL && (r = add(w, tid)) == NULL) goto done;
+        if (charge(w, r, t, cpu, si, period, cap) < 0) goto done;
         r->native = native;
         r->look = look;
+        r->ts = (uintptr_t)ts;
     }
     for (Py_ssize_t i = 0; i < w->n_threads;) { /* threads that ended (an id may come back for a new thread) */
         TRec *r = &w->threads[i];

@@ -160,6 +160,7 @@ typedef struct {
     int64_t slack_cap;    /* its slack at the hand-over: the most it refills to, by IDLE_SHARE of the time passed */
     int64_t seen;         /* its CPU clock at the last look that read it (cpu, unless a lazy look found it at the same
                              stack and left its row for later: ran, moved and the idle share count from here) */
+    uintptr_t ts;         /* its thread state's address at the last look with the GIL (a remote look's: remote.c) */
 } TRec;
 
 /* The share of a CPU (1/IDLE_SHARE) below which threads' runs between waits count as idle: a resting main thread's
@@ -208,6 +209,10 @@ typedef struct {
     const unsigned long *pre_native;
     const int64_t *pre_cpu;
     Py_ssize_t n_pre;
+    struct Remote *remote;  /* the samples read without the GIL, waiting (remote.c), and its copy of the known codes */
+    long long remote_looks; /* looks made without the GIL that read a thread's stack (remote.c), all runs */
+    long long remote_misses; /* threads such a look could not read (the look then taken with the GIL) */
+    char remote_on;          /* looks without the GIL allowed (1, the default; 0: every look takes the GIL) */
 } Walker;
 
 
@@ -217,6 +222,12 @@ static inline int shown(_PyInterpreterFrame *f) {
     if (f->owner == FRAME_OWNED_BY_CSTACK) return 0;
 #endif
     return PyCode_Check(FRAME_CODE(f)) && !_PyFrame_IsIncomplete(f);
+}
+
+/* f's offset key in the walker's offs map: (f_lasti + 1) * 2, plus 1 for a generator's frame (complete at any offset) */
+static inline uint32_t offset_key(_PyInterpreterFrame *f) {
+    int lasti = (int)(INSTR(f) - _PyCode_CODE((PyCodeObject *)FRAME_CODE(f))); /* (no read of the code object) */
+    return ((uint32_t)(lasti + 1) << 1) | (f->owner == FRAME_OWNED_BY_GENERATOR);
 }
 
 int32_t walk_one(Walker *w, _PyInterpreterFrame *f);

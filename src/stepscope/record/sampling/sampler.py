@@ -152,6 +152,14 @@ class Sampler(StackTables):
         """Stacks read that were deeper than ``max_depth`` (their root side left out)."""
         return self._truncated + (self._walker.truncated if self._walker is not None else 0)
 
+    @property
+    def remote_looks(self) -> tuple[int, int]:
+        """(looks, threads missed): the C walk's looks that read a busy thread's stack without the GIL
+        (record/native/remote.c), and the threads such a look could not read (then read with the GIL); (0, 0) for the
+        Python walk."""
+        w = self._walker
+        return (w.remote_looks, w.remote_misses) if w is not None else (0, 0)
+
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
         return array("q"), array("q"), array("q"), array("q"), array("q")

@@ -1,0 +1,244 @@
+/* stepscope.record.native._native: a busy thread's stack read without the GIL (declared in remote.h; issue 41).
+
+   A look that takes the GIL to read a busy thread's stack costs that thread more than the read: the recorder waits
+   for the GIL (the thread releases it at its next C call, a torch op), and the thread, whose op ends while the
+   recorder holds it, waits to be woken once it is dropped (~50-100 us a look on a 2-core VM, where the read is 2 us:
+   benchmarks/thread_stall.py). So Walker.run (looks.c) reads such a thread's stack without the GIL, as echion and
+   py-spy read another thread's or process's frames, and accounts the sample at its next hold of the GIL:
+
+   - only while the thread does not hold the GIL (it is in a C call that released it, or waits for it): its
+     interpreter frames do not change then. The GIL's state (CPython's internal _gil_runtime_state: `locked`,
+     `last_holder`) is polled for up to spin_ns until the thread is not its holder;
+   - every read goes through process_vm_readv on this process (pages copied into the walker's buffer, a system call
+     a 4 KB page): a frame freed meanwhile (its data-stack chunk unmapped) fails the read instead of faulting;
+   - only frames whose code the walker already holds (a strong reference, so the address is that code's) are read;
+     any other ends the attempt, and a look with the GIL reads the thread (the code is then held);
+   - after the walk the thread's innermost frame and its instruction are read again, and the GIL's holder: a thread
+     that took the GIL and ran Python meanwhile has moved on (another instruction or frame), and the sample is
+     dropped (a look with the GIL reads it). A thread that ran and came back to the same innermost frame and
+     instruction in those microseconds (a loop calling the same op) is read as it is then, its callers unchanged.
+
+   The sample (its time, CPU clock and raw frames: code address and offset key) waits in the walker until the next
+   hold of the GIL (at most 100 ms later: looks.c), where it is interned (intern_raw) and charged (walker_charge) in
+   order, before that look's own. Nothing here touches a Python object or a table that another thread changes: the
+   known codes are this module's own copy, brought up to date with the GIL held (remote_sync). */
+
+#define PY_SSIZE_T_CLEAN
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#else
+#include "internal/pycore_runtime.h"
+#endif
+#include "internal/pycore_gil.h"
+
+#include "remote.h"
+
+#ifdef STEPSCOPE_STACKWALK
+
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define RPAGE 4096
+#define RPAGES 16        /* pages one walk may copy (64 KB: a 30-frame stack takes 3-5) */
+#define POOL_FRAMES 8192 /* raw frames of the pending samples */
+#define POOL_SAMPLES 256
+#define MAX_RAW 512      /* frames of one stack (deeper: a look with the GIL reads it) */
+
+struct Remote {
+    void *gil;  /* the main interpreter's _gil_runtime_state (read with the GIL held at the first remote_sync) */
+    Map known; /* code address -> 1: the walker's codes (strong references) up to n_known */
+    Py_ssize_t n_known;
+    pid_t pid;
+    int broken; /* process_vm_readv failed on this process (seccomp, no CONFIG_CROSS_MEMORY_ATTACH): never again */
+    int n_pages;
+    uintptr_t base[RPAGES];
+    RawSample samples[POOL_SAMPLES];
+    Py_ssize_t n_samples;
+    int32_t n_frames;
+    RawFrame frames[POOL_FRAMES];
+    char pages[RPAGES][RPAGE];
+};
+
+
+/* the page at base (a copy), or NULL: it could not be read, or no room is left for another */
+static const char *page_at(Remote *r, uintptr_t base) {
+    for (int i = 0; i < r->n_pages; i++)
+        if (r->base[i] == base) return r->pages[i];
+    if (r->n_pages == RPAGES) return NULL;
+    struct iovec local = {r->pages[r->n_pages], RPAGE}, remote = {(void *)base, RPAGE};
+    ssize_t got = process_vm_readv(r->pid, &local, 1, &remote, 1, 0);
+    if (got != RPAGE) {
+        if (got < 0 && errno != EFAULT) r->broken = 1;
+        return NULL;
+    }
+    r->base[r->n_pages] = base;
+    return r->pages[r->n_pages++];
+}
+
+/* len bytes at addr into out, through the page copies; 0, or -1 */
+static int rread(Remote *r, uintptr_t addr, void *out, size_t len) {
+    char *o = out;
+    while (len > 0) {
+        uintptr_t base = addr & ~(uintptr_t)(RPAGE - 1);
+        size_t off = (size_t)(addr - base), k = RPAGE - off < len ? RPAGE - off : len;
+        const char *p = page_at(r, base);
+        if (p == NULL) return -1;
+        memcpy(o, p + off, k);
+        o += k;
+        addr += k;
+        len -= k;
+    }
+    return 0;
+}
+
+/* whether the thread whose state is ts holds the GIL now (locked, and its last holder) */
+static int holds_gil(Remote *r, uintptr_t ts) {
+    struct _gil_runtime_state *g = r->gil;
+#if PY_VERSION_HEX >= 0x030D0000
+    return __atomic_load_n(&g->locked, __ATOMIC_ACQUIRE) &&
+           (uintptr_t)__atomic_load_n(&g->last_holder, __ATOMIC_ACQUIRE) == ts;
+#else
+    return __atomic_load_n(&g->locked._value, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&g->last_holder._value, __ATOMIC_ACQUIRE) == ts;
+#endif
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* ts's innermost interpreter frame's address (0: none) and its instruction, read fresh (the page copies dropped);
+   0, or -1 */
+static int top_of(Remote *r, uintptr_t ts, uintptr_t *top, uintptr_t *instr) {
+    r->n_pages = 0;
+    uintptr_t f;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (rread(r, ts + offsetof(PyThreadState, current_frame), &f, sizeof f) < 0) return -1;
+#else
+    uintptr_t cf;
+    if (rread(r, ts + offsetof(PyThreadState, cframe), &cf, sizeof cf) < 0 || cf == 0) return -1;
+    if (rread(r, cf + offsetof(_PyCFrame, current_frame), &f, sizeof f) < 0) return -1;
+#endif
+    *top = f;
+    *instr = 0;
+    if (f != 0) {
+        _PyInterpreterFrame loc;
+        if (rread(r, f, &loc, sizeof loc) < 0) return -1;
+        *instr = (uintptr_t)INSTR(&loc);
+    }
+    return 0;
+}
+
+/* the frames from f outward into out (at most cap): their number, or -1 (a code not held, a failed read, deeper) */
+static int32_t walk_raw(Walker *w, Remote *r, uintptr_t f, RawFrame *out, int32_t cap) {
+    int32_t n = 0;
+    while (f != 0) {
+        _PyInterpreterFrame loc;
+        if (rread(r, f, &loc, sizeof loc) < 0) return -1;
+        f = (uintptr_t)loc.previous;
+        if (CSTACK(&loc)) continue;
+        uintptr_t code = (uintptr_t)FRAME_CODE(&loc);
+        if (n == cap || code == 0) return -1;
+        if (map_get(&r->known, code, 0) == MISSING) { /* not held: read through the copies, only to skip it when a
+                                                          frame object would not show it (a call in its prologue) */
+            PyCodeObject co;
+            if (rread(r, code, &co, sizeof co) < 0 || Py_TYPE(&co) != &PyCode_Type) return -1;
+            uintptr_t first = code + offsetof(PyCodeObject, co_code_adaptive) +
+                              (uintptr_t)co._co_firsttraceable * sizeof(_Py_CODEUNIT);
+            if (loc.owner == FRAME_OWNED_BY_GENERATOR || (uintptr_t)INSTR(&loc) >= first) return -1; /* (shown) */
+            out[n++] = (RawFrame){code, 0};
+            continue;
+        }
+        uint32_t key = 0;
+        if (shown(&loc)) { /* (the code is held: its fields are read in place) */
+            Py_ssize_t lasti = INSTR(&loc) - _PyCode_CODE((PyCodeObject *)code);
+            if (lasti < -1 || lasti >= Py_SIZE((PyCodeObject *)code)) return -1; /* (a torn read) */
+            key = offset_key(&loc);
+        }
+        out[n++] = (RawFrame){code, key};
+    }
+    return n;
+}
+
+int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64_t spin_ns) {
+    Remote *r = w->remote;
+    if (r == NULL || r->broken || ts == 0 || r->n_samples == POOL_SAMPLES || POOL_FRAMES - r->n_frames < MAX_RAW)
+        return 0;
+    int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    for (int attempt = 0; attempt < 3; attempt++) { /* (a thread that ran Python meanwhile: again, within spin_ns) */
+        for (int i = 0; holds_gil(r, ts); i++) {
+            cpu_relax();
+            if ((i & 63) == 63 && clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
+        }
+        uintptr_t top, instr, top2, instr2;
+        if (top_of(r, ts, &top, &instr) < 0) return 0;
+        RawFrame *out = r->frames + r->n_frames;
+        int32_t n = walk_raw(w, r, top, out, MAX_RAW);
+        if (n < 0) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
+        if (holds_gil(r, ts) || top_of(r, ts, &top2, &instr2) < 0 || top2 != top || instr2 != instr) {
+            if (clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
+            continue;
+        }
+        r->samples[r->n_samples++] = (RawSample){clock_ns(CLOCK_MONOTONIC), cpu, tid, r->n_frames, n};
+        r->n_frames += n;
+        return 1;
+    }
+    return 0;
+}
+
+Py_ssize_t remote_pending(Walker *w) { return w->remote == NULL ? 0 : w->remote->n_samples; }
+
+void remote_drop(Walker *w, Py_ssize_t mark) {
+    Remote *r = w->remote;
+    if (r == NULL || mark >= r->n_samples) return;
+    r->n_samples = mark;
+    r->n_frames = mark > 0 ? r->samples[mark - 1].start + r->samples[mark - 1].n : 0;
+}
+
+int remote_sync(Walker *w) {
+    Remote *r = w->remote;
+    if (r == NULL) {
+        if ((r = w->remote = PyMem_RawCalloc(1, sizeof(Remote))) == NULL) { PyErr_NoMemory(); return -1; }
+        r->pid = getpid();
+#if PY_VERSION_HEX >= 0x030C0000
+        r->gil = PyThreadState_Get()->interp->ceval.gil;
+#else
+        r->gil = &_PyRuntime.ceval.gil;
+#endif
+    }
+    r->pid = getpid(); /* (a forked child reads its own memory: this pid, not its parent's) */
+    for (; r->n_known < w->n_codes; r->n_known++)
+        if (map_put(&r->known, (uintptr_t)w->codes[r->n_known].code, 0, 1) < 0) return -1;
+    return 0;
+}
+
+int remote_replay(Walker *w, int64_t period, int64_t cap) {
+    Remote *r = w->remote;
+    if (r == NULL) return 0;
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < r->n_samples && rc == 0; i++) {
+        RawSample *s = &r->samples[i];
+        int32_t si = intern_raw(w, r->frames + s->start, s->n);
+        if (si == NOT_SHOWN) si = intern_stack(w, 0);
+        rc = si < 0 ? -1 : walker_charge(w, s->tid, s->t, s->cpu, si, period, cap);
+    }
+    r->n_samples = 0;
+    r->n_frames = 0;
+    return rc < 0 ? -1 : remote_sync(w);
+}
+
+void remote_clear(Walker *w) {
+    if (w->remote == NULL) return;
+    map_clear(&w->remote->known);
+    PyMem_RawFree(w->remote);
+    w->remote = NULL;
+}
+
+#endif /* STEPSCOPE_STACKWALK */
