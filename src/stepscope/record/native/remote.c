@@ -41,6 +41,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define INSTR_FIELD instr_ptr
+#else
+#define INSTR_FIELD prev_instr
+#endif
 #define RPAGE 4096
 #define RPAGES 16        /* pages one walk may copy (64 KB: a 30-frame stack takes 3-5) */
 #define POOL_FRAMES 8192 /* raw frames of the pending samples */
@@ -114,26 +119,56 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* ts's innermost interpreter frame's address (0: none) and its instruction, read fresh (the page copies dropped);
-   0, or -1 */
-static int top_of(Remote *r, uintptr_t ts, uintptr_t *top, uintptr_t *instr) {
+/* ts's innermost interpreter frame's address (0: none), where it was read from (3.11, 3.12: the thread's current
+   _PyCFrame; 3.13: the thread state) and its instruction, read fresh (the page copies dropped); 0, or -1 */
+static int top_of(Remote *r, uintptr_t ts, uintptr_t *at, uintptr_t *top, uintptr_t *instr) {
     r->n_pages = 0;
-    uintptr_t f;
 #if PY_VERSION_HEX >= 0x030D0000
-    if (rread(r, ts + offsetof(PyThreadState, current_frame), &f, sizeof f) < 0) return -1;
+    *at = ts + offsetof(PyThreadState, current_frame);
 #else
     uintptr_t cf;
     if (rread(r, ts + offsetof(PyThreadState, cframe), &cf, sizeof cf) < 0 || cf == 0) return -1;
-    if (rread(r, cf + offsetof(_PyCFrame, current_frame), &f, sizeof f) < 0) return -1;
+    *at = cf + offsetof(_PyCFrame, current_frame);
 #endif
-    *top = f;
+    if (rread(r, *at, top, sizeof *top) < 0) return -1;
     *instr = 0;
-    if (f != 0) {
+    if (*top != 0) {
         _PyInterpreterFrame loc;
-        if (rread(r, f, &loc, sizeof loc) < 0) return -1;
+        if (rread(r, *top, &loc, sizeof loc) < 0) return -1;
         *instr = (uintptr_t)INSTR(&loc);
     }
     return 0;
+}
+
+/* whether ts's innermost frame is still top, at instruction instr: the three words read again in one system call
+   (the _PyCFrame's address in the thread state, the frame's in it, the instruction in the frame) */
+static int still_at(Remote *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintptr_t instr) {
+    uintptr_t got[3] = {0, 0, 0};
+    struct iovec local[3], remote[3];
+    int n = 0;
+#if PY_VERSION_HEX < 0x030D0000
+    remote[n] = (struct iovec){(void *)(ts + offsetof(PyThreadState, cframe)), sizeof(uintptr_t)};
+    local[n] = (struct iovec){&got[n], sizeof(uintptr_t)};
+    n++;
+#endif
+    remote[n] = (struct iovec){(void *)at, sizeof(uintptr_t)};
+    local[n] = (struct iovec){&got[n], sizeof(uintptr_t)};
+    n++;
+    if (top != 0) {
+        remote[n] = (struct iovec){(void *)(top + offsetof(_PyInterpreterFrame, INSTR_FIELD)), sizeof(uintptr_t)};
+        local[n] = (struct iovec){&got[n], sizeof(uintptr_t)};
+        n++;
+    }
+    if (process_vm_readv(r->pid, local, (unsigned long)n, remote, (unsigned long)n, 0) != (ssize_t)(n * sizeof(uintptr_t)))
+        return 0;
+    int k = 0;
+#if PY_VERSION_HEX < 0x030D0000
+    if (got[k++] + offsetof(_PyCFrame, current_frame) != at) return 0;
+#else
+    (void)ts;
+#endif
+    if (got[k++] != top) return 0;
+    return top == 0 || got[k] == instr;
 }
 
 /* the frames from f outward into out (at most cap): their number, or -1 (a code not held, a failed read, deeper) */
@@ -177,12 +212,12 @@ int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64
             cpu_relax();
             if ((i & 63) == 63 && clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
         }
-        uintptr_t top, instr, top2, instr2;
-        if (top_of(r, ts, &top, &instr) < 0) return 0;
+        uintptr_t at, top, instr;
+        if (top_of(r, ts, &at, &top, &instr) < 0) return 0;
         RawFrame *out = r->frames + r->n_frames;
         int32_t n = walk_raw(w, r, top, out, MAX_RAW);
         if (n < 0) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
-        if (holds_gil(r, ts) || top_of(r, ts, &top2, &instr2) < 0 || top2 != top || instr2 != instr) {
+        if (holds_gil(r, ts) || !still_at(r, ts, at, top, instr)) {
             if (clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
             continue;
         }
