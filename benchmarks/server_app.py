@@ -6,7 +6,8 @@ with every thread waiting, then ``--gens`` requests one after another; repeated 
 
 Prints one JSON line per phase: the idle phase's process CPU seconds per second (what the threads cost while
 nothing happens; with ``--idle`` longer than ``--idle-tail``, its first ``--idle-tail`` s and the rest apart too) and
-each generation's wall and process CPU seconds.
+each generation's wall and process CPU seconds, and the session worker's own CPU and run-queue wait seconds in it
+(``/proc/self/task/TID/schedstat``: its wall less those is the time it waited, for the GIL above all).
 
 ``--ab HZ`` (run without ``stepscope run``; ``--store`` the store): an in-process A/B of sampling and the memory
 lane over traces alone. Each generation runs inside a stepscope session of its own, started from the event loop's
@@ -14,7 +15,8 @@ lane over traces alone. Each generation runs inside a stepscope session of its o
 (``--hz 0``, no memory lane), both tracing ``TRACES``, the two alternating (the order flips every phase). Each
 generation's line then says its configuration (``gen_config``). Each session first runs ``--ab-warm`` untimed
 generations (1 by default): its sampler's tables and the traced code's first calls are a long-running server's
-cost once, not every request's."""
+cost once, not every request's; then ``--ab-session-gens`` timed ones (1 by default), the configuration alternating
+by session."""
 from __future__ import annotations
 
 import _queue
@@ -66,6 +68,16 @@ def session(config: str, hz: float, store: str):
     return api.start(Settings(functions_to_trace=TRACES, profiles_hz=hz if full else 0, memory=full, store=store))
 
 
+def _schedstat(native_id: int) -> tuple[int, int]:
+    """(CPU ns, run-queue wait ns) of a thread of this process (Linux; (0, 0) elsewhere)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            a = f.read().split()
+        return int(a[0]), int(a[1])
+    except OSError:
+        return 0, 0
+
+
 def idle_threads(n: int) -> list:
     out, socks = [], []
     for i in range(n):
@@ -99,20 +111,26 @@ def main() -> None:
     ap.add_argument("--ab", type=float, default=None, help="in-process A/B at this sampling rate (see above)")
     ap.add_argument("--store", default=None, help="the store of --ab's sessions")
     ap.add_argument("--ab-warm", type=int, default=1, help="untimed generations at the start of each --ab session")
+    ap.add_argument("--ab-session-gens", type=int, default=1,
+                    help="timed generations each --ab session serves (the configuration alternates by session)")
     a = ap.parse_args()
     pipe = build()
     generate(pipe, 2, 0)  # warm-up
     jobs: queue.Queue = queue.Queue()
 
     def worker():
+        me = threading.get_native_id()
         while True:
             job = jobs.get()
             if job is None:
                 return
             seed, done = job
+            s0 = _schedstat(me)
             c0, t0 = time.process_time(), time.perf_counter()
             generate(pipe, a.steps, seed)
-            done.put((time.perf_counter() - t0, time.process_time() - c0))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            s1 = _schedstat(me)
+            done.put((wall, cpu, (s1[0] - s0[0]) / 1e9, (s1[1] - s0[1]) / 1e9))
 
     threading.Thread(target=worker, name="session-worker", daemon=True).start()
     idle_threads(a.idle_threads)
@@ -134,8 +152,10 @@ def main() -> None:
             gens, configs = [], []
             for k in range(a.gens):
                 done: queue.Queue = queue.Queue(maxsize=1)
+                m = a.ab_session_gens
                 if a.ab is not None:
-                    configs.append(("full", "traces")[(k + p) % 2])
+                    configs.append(("full", "traces")[(k // m + p) % 2])
+                if a.ab is not None and k % m == 0:
                     session(configs[-1], a.ab, a.store)
                     for _ in range(a.ab_warm):  # untimed: the session's first stacks and calls (a server's once)
                         warm: queue.Queue = queue.Queue(maxsize=1)
@@ -143,12 +163,13 @@ def main() -> None:
                         await loop.run_in_executor(None, warm.get)
                 jobs.put((k, done))
                 gens.append(await loop.run_in_executor(None, done.get))
-                if a.ab is not None:
+                if a.ab is not None and (k % m == m - 1 or k == a.gens - 1):
                     from stepscope.record import api
 
                     api.shutdown()
             print(json.dumps({"phase": p, "threads": threading.active_count(), "idle_cpu_per_s": idle_cpu, **split,
                               "gen_wall": [g[0] for g in gens], "gen_cpu": [g[1] for g in gens],
+                              "gen_worker_cpu": [g[2] for g in gens], "gen_worker_runq": [g[3] for g in gens],
                               "gen_config": configs}), flush=True)
         jobs.put(None)
 

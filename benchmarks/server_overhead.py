@@ -8,17 +8,24 @@ process's threads, stepscope's included) and their ratio to the plain runs of th
 process uses per second while every thread waits (with ``--idle`` over 2 s, also its first 2 s after the requests,
 which hold the last write of their samples and spans, and the steady idle after them, apart).
 
-``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each timed generation in a
-stepscope session of its own (after ``--ab-warm`` untimed ones in it: the steady state of a long-running server),
+``--ab``: the in-process A/B instead (``server_app.py --ab HZ``): ``--rounds`` processes, each ``--ab-session-gens``
+timed generations in a stepscope session of their own (after ``--ab-warm`` untimed ones in it: the steady state of a
+long-running server, where the sampler knows the code it reads and the main thread rests),
 sampling + memory lane ("full") and traces alone alternating; prints the change of
 the full sessions' median generation wall and process CPU time over the traces-alone ones, with bootstrap 95% CIs
 (``stepscope.bench.stats.compare``: every generation of every process pooled), each process's own change, and the
 paired figure (``bench.stats.paired_change``: each full generation against the traces-alone one beside it in its
 phase, so that the machine's slow spells, seconds to minutes long on a shared VM, fall in both sides of a pair).
+Where those spells still move each generation by far more than sampling costs, two figures of each pair read what
+stepscope takes from the generation apart from the machine's speed: the session worker's waits (its wall time less its
+own CPU and run-queue time, ``/proc/self/task/TID/schedstat``: the GIL held by another thread, the recorder's looks
+and flushes, the main thread's signal ticks) and the CPU of the process's other threads (the recorder's above all),
+each as the full side's more than the traces-alone side's, a share of that generation.
 
     python benchmarks/server_overhead.py --rounds 4
     python benchmarks/server_overhead.py --rounds 2 --idle 6 --configs full,traces
     python benchmarks/server_overhead.py --ab --rounds 4 --phases 4 --gens 10
+    python benchmarks/server_overhead.py --ab --rounds 3 --phases 3 --gens 16 --ab-warm 3 --ab-session-gens 4
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--ab", action="store_true", help="the in-process A/B (see above)")
     ap.add_argument("--ab-warm", type=int, default=1, help="untimed generations opening each --ab session")
+    ap.add_argument("--ab-session-gens", type=int, default=1,
+                    help="timed generations of each --ab session (the k-th of a session paired with the k-th of the "
+                         "next one, of the other configuration)")
     a = ap.parse_args()
     if a.ab:
         return ab(a)
@@ -110,11 +120,14 @@ def ab(a) -> None:
     store = tempfile.mkdtemp(prefix="stepscope-server-ab-")
     app = [sys.executable, os.path.join(HERE, "server_app.py"), "--phases", str(a.phases), "--gens", str(a.gens),
            "--idle", "0.2", "--idle-threads", str(a.idle_threads), "--steps", str(a.steps), "--ab", str(a.hz),
-           "--store", store, "--ab-warm", str(a.ab_warm)]
+           "--store", store, "--ab-warm", str(a.ab_warm), "--ab-session-gens", str(a.ab_session_gens)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
     pooled = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
     pairs = {"wall": ([], []), "cpu": ([], [])}  # (full, traces) of adjacent generations of one phase
+    # per pair, what each side's generation lost: the worker's waits (its wall less its CPU and run-queue wait) and
+    # the other threads' CPU (the process's less the worker's), as a share of the traces-alone generation
+    waits, others = [], []
     per_process = []
     for r in range(a.rounds):
         mine = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
@@ -123,18 +136,25 @@ def ab(a) -> None:
                 for d in (pooled, mine):
                     d[cfg]["wall"].append(w)
                     d[cfg]["cpu"].append(c)
+            cf, g = ph["gen_config"], a.ab_session_gens
+            both = [(i, i + g) if cf[i] == "full" else (i + g, i)  # (full, traces): the k-th of two sessions
+                    for i in range(len(cf) - g) if i % (2 * g) < g]
             for k in ("wall", "cpu"):
-                v, cf = ph[f"gen_{k}"], ph["gen_config"]
-                for i in range(0, len(v) - 1, 2):
-                    j, m = (i, i + 1) if cf[i] == "full" else (i + 1, i)
+                v = ph[f"gen_{k}"]
+                for j, m in both:
                     pairs[k][0].append(v[j])
                     pairs[k][1].append(v[m])
+            wall, cpu, wcpu, wrq = (ph[k] for k in ("gen_wall", "gen_cpu", "gen_worker_cpu", "gen_worker_runq"))
+            for j, m in both:
+                waited = [wall[x] - wcpu[x] - wrq[x] for x in (j, m)]
+                waits.append((waited[0] - waited[1]) / wall[m])
+                others.append(((cpu[j] - wcpu[j]) - (cpu[m] - wcpu[m])) / cpu[m])
         per_process.append({k: statistics.median(mine["full"][k]) / statistics.median(mine["traces"][k]) - 1
                             for k in ("wall", "cpu")})
         print(f"process {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     n = len(pooled["full"]["wall"])
     print(f"in-process A/B at {a.hz:g} Hz: {a.rounds} processes, {n} generations a side of {a.steps} steps "
-          f"(each after {a.ab_warm} untimed in its session), "
+          f"({a.ab_session_gens} a session, after {a.ab_warm} untimed in it), "
           f"{a.idle_threads} idle threads; OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; load average "
           f"{os.getloadavg()[0]:.1f} at the end")
     for k, label in (("wall", "generation wall"), ("cpu", "process CPU")):
@@ -146,6 +166,20 @@ def ab(a) -> None:
         pc = paired_change(*pairs[k])
         print(f"{'':16s} paired (each full generation against the traces-alone one beside it, {len(pairs[k][0])} "
               f"pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to {100 * pc.ci_high:+.2f}%)")
+    if any(waits):  # (Linux: the worker's schedstat)
+        for label, v, of in (("worker's waits", waits, "generation wall"), ("others' CPU", others, "process CPU")):
+            m, lo, hi = _median_ci(v)
+            print(f"{label:16s} the full generation's more than the traces-alone one beside it, as a share of the "
+                  f"{of}: {100 * m:+.2f}% (95% CI {100 * lo:+.2f}% to {100 * hi:+.2f}%)")
+
+
+def _median_ci(v: list[float], rounds: int = 2000) -> tuple[float, float, float]:
+    """The median of v with its bootstrap 95% CI (Efron's percentile method, as ``bench.stats``)."""
+    import numpy as np
+
+    a = np.asarray(v, float)
+    meds = np.median(np.random.default_rng(0).choice(a, (rounds, len(a))), axis=1)
+    return float(np.median(a)), float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@
      a 4 KB page): a frame freed meanwhile (its data-stack chunk unmapped) fails the read instead of faulting;
    - only frames whose code the walker already holds (a strong reference, so the address is that code's) are read;
      any other ends the attempt, and a look with the GIL reads the thread (the code is then held);
-   - after the walk the thread's innermost frame and its instruction are read again, and the GIL's holder: a thread
-     that took the GIL and ran Python meanwhile has moved on (another instruction or frame), and the sample is
-     dropped (a look with the GIL reads it). A thread that ran and came back to the same innermost frame and
+   - after the walk the thread's innermost frame and its instruction are read again (one system call), and the
+     GIL's holder: a thread that took the GIL and ran Python meanwhile has moved on (another instruction or frame),
+     and what was read, torn perhaps, is dropped and read again once the thread releases the GIL (5 tries within
+     the 200 us; then a look with the GIL reads it). A thread that ran and came back to the same innermost frame and
      instruction in those microseconds (a loop calling the same op) is read as it is then, its callers unchanged.
 
    The sample (its time, CPU clock and raw frames: code address and offset key) waits in the walker until the next
@@ -207,7 +208,7 @@ int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64
     if (r == NULL || r->broken || ts == 0 || r->n_samples == POOL_SAMPLES || POOL_FRAMES - r->n_frames < MAX_RAW)
         return 0;
     int64_t t0 = clock_ns(CLOCK_MONOTONIC);
-    for (int attempt = 0; attempt < 3; attempt++) { /* (a thread that ran Python meanwhile: again, within spin_ns) */
+    for (int attempt = 0; attempt < 5; attempt++) { /* (a thread that ran Python meanwhile: again, within spin_ns) */
         for (int i = 0; holds_gil(r, ts); i++) {
             cpu_relax();
             if ((i & 63) == 63 && clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
@@ -216,8 +217,9 @@ int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64
         if (top_of(r, ts, &at, &top, &instr) < 0) return 0;
         RawFrame *out = r->frames + r->n_frames;
         int32_t n = walk_raw(w, r, top, out, MAX_RAW);
-        if (n < 0) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
-        if (holds_gil(r, ts) || !still_at(r, ts, at, top, instr)) {
+        int moved = holds_gil(r, ts) || !still_at(r, ts, at, top, instr);
+        if (n < 0 && !moved) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
+        if (moved) { /* (what it read may be torn: an unknown or no code among it too) */
             if (clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
             continue;
         }
