@@ -74,8 +74,13 @@ static const char *page_at(Remote *r, uintptr_t base) {
     for (int i = 0; i < r->n_pages; i++)
         if (r->base[i] == base) return r->pages[i];
     if (r->n_pages == RPAGES) return NULL;
+#ifdef __linux__
     struct iovec local = {r->pages[r->n_pages], RPAGE}, remote = {(void *)base, RPAGE};
     ssize_t got = process_vm_readv(r->pid, &local, 1, &remote, 1, 0);
+#else
+    ssize_t got = -1; /* (no process_vm_readv: every look takes the GIL) */
+    errno = ENOSYS;
+#endif
     if (got != RPAGE) {
         if (got < 0 && errno != EFAULT) r->broken = 1;
         return NULL;
@@ -160,8 +165,12 @@ static int still_at(Remote *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintpt
         local[n] = (struct iovec){&got[n], sizeof(uintptr_t)};
         n++;
     }
+#ifdef __linux__
     if (process_vm_readv(r->pid, local, (unsigned long)n, remote, (unsigned long)n, 0) != (ssize_t)(n * sizeof(uintptr_t)))
         return 0;
+#else
+    return 0;
+#endif
     int k = 0;
 #if PY_VERSION_HEX < 0x030D0000
     if (got[k++] + offsetof(_PyCFrame, current_frame) != at) return 0;
