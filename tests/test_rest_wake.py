@@ -82,3 +82,52 @@ def test_a_span_that_starts_wakes_the_resting_recorder_and_its_steps_are_sampled
     assert e.unit == "__main__.step" and e.enough_samples, e.advice
     assert [c.function for c in e.causes][:1] == ["__main__.costly"] or e.entry.function == "__main__.costly", \
         (e.causes, e.entry)
+
+
+def test_a_wait_ends_where_the_span_that_woke_the_resting_recorder_began():
+    """The recorder's look after a span woke it may come late (a loaded machine): the wait of the thread that started
+    the span is charged at its wait's stack only until the span began (``_native.last_call_wake``), not until a
+    period before the look (the step's own sleep read as the wait's, before the step: test above, under load)."""
+    import threading
+    import time
+
+    from stepscope.record import native
+    from stepscope.record.sampling.sampler import HIDDEN_FILES
+
+    if native.ext is None or not hasattr(native.ext, "Walker") or not sys.platform.startswith("linux"):
+        pytest.skip("the C walker on Linux")
+    release, done = threading.Event(), threading.Event()
+
+    def waiter():
+        release.wait()
+        native.ext.next_id()  # a span starts (stepscope.span's first step): it fires the armed wake
+        time.sleep(0.05)  # the step's own wait, ~no CPU
+        done.wait()
+
+    th = threading.Thread(target=waiter)
+    th.start()
+    ms = 1_000_000
+    try:
+        skip = set(sys._current_frames()) - {th.ident}
+        w = native.ext.Walker(64, HIDDEN_FILES)
+        time.sleep(0.05)  # (th blocked in release.wait: what the program's own wait is)
+        w.sample(skip, 10 * ms, 30 * ms)
+        first = [r for r in w.rows() if r[1] == th.ident]
+        time.sleep(0.3)
+        native.ext.call_wake(999_999)  # a resting recorder's wake, armed (no such timer: nothing expires)
+        release.set()
+        time.sleep(0.06)  # th in its step's sleep; the recorder "late" by ~50 ms
+        woke = native.ext.last_call_wake()
+        w.sample(skip, 10 * ms, 30 * ms)
+        rows = [r for r in w.rows() if r[1] == th.ident]
+    finally:
+        native.ext.call_wake(-1)
+        release.set()
+        done.set()
+        th.join()
+    assert len(first) == 1 and woke is not None and woke[1] == th.ident, (first, woke)
+    wait = [r for r in rows if r[2] == first[0][2]]
+    run = [r for r in rows if r[2] != first[0][2]]
+    assert len(wait) == 1 and len(run) == 1, rows
+    assert first[0][0] < wait[0][0] <= woke[0], (first, wait, woke)  # the wait ends where the span began
+    assert run[0][3] >= run[0][0] - woke[0] - 1 and run[0][3] > 40 * ms, (run, woke)  # the step's sleep: the run's

@@ -227,6 +227,12 @@ def call_wake(timer_id: int, /) -> int:
     resting recorder thread (``cpuwake.CpuWake``), once; -1: no call does. Returns how many calls woke one so far."""
 
 
+def last_call_wake() -> tuple[int, int] | None:
+    """``(t_ns, thread id)``: when (``CLOCK_MONOTONIC`` ns, before that span's start) and in which thread the last
+    span that woke a resting recorder (``call_wake``) started; None when none has. That thread ran from then on: a
+    wait the recorder charges it after its rest ends there."""
+
+
 def open_calls() -> int:
     """How many native calls are open now, every thread's (the recorder rests early only outside any)."""
 

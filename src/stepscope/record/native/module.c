@@ -104,6 +104,12 @@ static PyObject *py_next_id(PyObject *m, PyObject *unused) {
     return PyLong_FromLongLong(++last_sid);
 }
 
+static PyObject *py_last_call_wake(PyObject *m, PyObject *unused) {
+    /* (when and in which thread the last span that woke a resting recorder started: call_wake) */
+    if (call_wakes == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(Lk)", (long long)call_wake_t, call_wake_tid);
+}
+
 static PyObject *py_parent_of(PyObject *m, PyObject *prev) {
     /* the parent id of a span opened now, given the ContextVar's value prev */
     return opt_id(parent_now(prev));
@@ -460,6 +466,8 @@ static PyMethodDef methods[] = {
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
     {"call_wake", py_call_wake, METH_O, "call_wake(timer_id) -> calls that woke a rest so far; -1: no wake on a call"},
+    {"last_call_wake", py_last_call_wake, METH_NOARGS,
+     "last_call_wake() -> (t_ns, thread id) of the last span that woke a rest (call_wake), or None"},
     {"open_calls", py_open_calls, METH_NOARGS, "open_calls() -> how many native calls are open now, every thread's"},
     {"mon_start", (PyCFunction)(void (*)(void))mon_start, METH_FASTCALL, "sys.monitoring PY_START callback"},
     {"mon_resume", (PyCFunction)(void (*)(void))mon_resume, METH_FASTCALL, "sys.monitoring PY_RESUME callback"},

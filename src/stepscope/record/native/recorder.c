@@ -34,10 +34,16 @@ Py_ssize_t extra_index = -1;
 int call_wake_on = 0;
 int64_t call_wakes = 0;
 timer_t call_wake_timer;
+int64_t call_wake_t = 0;
+unsigned long call_wake_tid = 0;
 
 void fire_call_wake(void) {
     /* (under the GIL, as the recorder thread that sets and clears it: the timer is never deleted meanwhile) */
     struct itimerspec at_once = {{0, 0}, {0, 1}}; /* an absolute time long past: expires at once */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    call_wake_t = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+    call_wake_tid = PyThread_get_thread_ident();
     call_wake_on = 0;
     call_wakes++;
     timer_settime(call_wake_timer, TIMER_ABSTIME, &at_once, NULL);

@@ -97,6 +97,8 @@ extern Py_ssize_t extra_index;        /* the co_extra slot: 0 untraced, 1 a Pyth
 extern int call_wake_on;              /* a resting recorder waits: the next traced call to start wakes it */
 extern int64_t call_wakes;            /* ... how many times one did */
 extern timer_t call_wake_timer;       /* ... the timer it arms (cpuwake.CpuWake's wake) */
+extern int64_t call_wake_t;           /* ... when the last one did (CLOCK_MONOTONIC ns, before its span's start) */
+extern unsigned long call_wake_tid;   /* ... in which thread (threading.get_ident()): it ran then (threads.c) */
 
 /* The resting recorder thread woken (its CpuWake timer armed to expire at once) and call_wake_on cleared:
    the first traced call to start during a rest (recorder.c, py_call_wake in module.c). */

@@ -18,6 +18,7 @@
    runs with the GIL held, as the walk does. */
 
 #include "threads.h"
+#include "recorder.h"
 #include "remote.h"
 
 #ifdef STEPSCOPE_STACKWALK
@@ -104,8 +105,10 @@ static int charge(Walker *w, TRec *r, int64_t t, int64_t cpu, int32_t si, int64_
         wall = min64(gap, cap);
         used = cpu >= 0 && r->cpu >= 0 ? min64(d, wall) : -1;
         if (gap > cap && d >= 0 && d < gap / 2) {
-            /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one */
+            /* it waited most of the gap, then ran: the wait at its previous stack, the run at this one; a span it
+               started meanwhile woke a resting recorder (call_wake): it ran from then on, whenever the look came */
             int64_t run = min64(gap, max64(d, period));
+            if (r->tid == call_wake_tid && call_wake_t > r->t && call_wake_t < t) run = max64(run, t - call_wake_t);
             if (walker_row(w, t - run, r->tid, r->stack, gap - run, 0) < 0) return -1;
             wall = run;
             used = d;

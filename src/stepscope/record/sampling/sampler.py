@@ -255,6 +255,9 @@ class Sampler(StackTables):
                         # it waited most of the gap (the recorder looked rarely while every thread waited), then ran:
                         # the wait is charged at its previous stack, the run (at least its CPU time) at this one
                         run = min(gap, max(cpu - prev[1], self.period_ns))
+                        woke = _native.ext.last_call_wake() if _native.ext is not None else None
+                        if woke is not None and woke[1] == tid and prev[0] < woke[0] < t:  # it started a span
+                            run = max(run, t - woke[0])  # then, which woke a resting recorder: it ran from then on
                         c[0].append(t - run)
                         c[1].append(tid)
                         c[2].append(prev[2])
