@@ -195,12 +195,16 @@ def test_the_same_stacks_with_and_without_the_gil():
                   None, threading._active, -1, b"", collections.deque(), 10**9, None, -1, 4096, 10**9, 0, 10**12)
             frames, stacks = w.take()
             rows = [r for r in w.rows() if r[1] == th.ident]
-            names = {tuple(frames[f][0].co_name for f in stacks[r[2]]) for r in rows}
-            got[on] = (w.remote_looks, names, sum(r[3] for r in rows) / 1e9)
+            wall: dict = {}
+            for r in rows:
+                key = tuple(frames[f][0].co_name for f in stacks[r[2]])
+                wall[key] = wall.get(key, 0) + r[3]
+            got[on] = (w.remote_looks, max(wall, key=wall.get), set(wall), sum(wall.values()) / 1e9)
     finally:
         stop.set()
         th.join()
-    assert got[True][0] > 50 and got[False][0] == 0, got
-    assert got[True][1] == got[False][1] and {n[0] for n in got[True][1]} == {"hashing_here"}, got
-    for on in (True, False):
-        assert 1.3 < got[on][2] < 1.6, got
+    assert got[True][0] > 10 and got[False][0] == 0, got
+    assert got[True][1] == got[False][1] and got[True][1][0] == "hashing_here", got  # (the same stack, most of it)
+    for on in (True, False):  # (and only the thread's own: parked for the GIL in is_set, under load)
+        assert all("hashing_here" in s and s[0] in ("hashing_here", "is_set") for s in got[on][2]), got
+        assert 1.3 < got[on][3] < 1.6, got
