@@ -65,8 +65,9 @@ def run(seconds, name):
     t0 = time.perf_counter()
     th.start()
     th.join()  # (the main thread waits, as a server's between requests)
-    while os.path.exists(f"/proc/self/task/{th.native_id}"):  # (join returns before the OS thread is gone, and
-        time.sleep(0.001)  # 3.12+ counts /proc's threads for its warning at a fork)
+    gone_by = time.monotonic() + 5  # (join returns before the OS thread is gone, and 3.12+ counts /proc's threads
+    while os.path.exists(f"/proc/self/task/{th.native_id}") and time.monotonic() < gone_by:  # for its fork warning)
+        time.sleep(0.001)
     return time.perf_counter() - t0
 
 

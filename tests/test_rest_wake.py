@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, wait_until
 
 from stepscope.analysis.calltree import ProfileIndex
 from stepscope.analysis.explain import explain
@@ -110,13 +110,16 @@ def test_a_wait_ends_where_the_span_that_woke_the_resting_recorder_began():
     try:
         skip = set(sys._current_frames()) - {th.ident}
         w = native.ext.Walker(64, HIDDEN_FILES)
-        time.sleep(0.05)  # (th blocked in release.wait: what the program's own wait is)
+        wait_until(lambda: sys._current_frames()[th.ident].f_code.co_name == "wait", 10,
+                   "the thread blocked in release.wait")  # (the program's own wait)
         w.sample(skip, 10 * ms, 30 * ms)
         first = [r for r in w.rows() if r[1] == th.ident]
-        time.sleep(0.3)
+        time.sleep(0.3)  # (the program's wait: longer than the cap, so its gap is split at the next look)
+        before = native.ext.last_call_wake()
         native.ext.call_wake(999_999)  # a resting recorder's wake, armed (no such timer: nothing expires)
         release.set()
-        time.sleep(0.06)  # th in its step's sleep; the recorder "late" by ~50 ms
+        wait_until(lambda: native.ext.last_call_wake() != before, 10, "the span's start, which fires the wake")
+        time.sleep(0.06)  # (what is tested: a look that comes ~50 ms after the span began, th in its step's sleep)
         woke = native.ext.last_call_wake()
         w.sample(skip, 10 * ms, 30 * ms)
         rows = [r for r in w.rows() if r[1] == th.ident]
