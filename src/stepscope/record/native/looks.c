@@ -216,7 +216,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     long long mem_last = -1; /* mem.last_t at the previous look (-1: not read yet) */
     uintptr_t tss[64];           /* the known threads' thread states and ids (looks without the GIL: remote.c) */
     unsigned long tids[64];
-    int remote_ok = w->remote_on && strcmp(Py_TYPE(finished)->tp_name, "collections.deque") == 0; /* (its length read without the GIL) */
+    /* (finished's length is read without the GIL: a deque's) */
+    int remote_ok = w->remote_on && strcmp(Py_TYPE(finished)->tp_name, "collections.deque") == 0;
     int remote_missed = 0;       /* looks in a row that could not read a thread without the GIL: 2 end them here */
     int64_t held_t = clock_ns(CLOCK_MONOTONIC); /* the last look with the GIL */
     for (;;) {
@@ -281,7 +282,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             int remote = 0; /* a look without the GIL: 1 threads ran, 2 they ran within the idle share (quiet) */
             /* (the sizes below are read without the GIL, as hints: threads that came or went, the main thread's rest
                or wake, spans waiting to be written all end these looks; the next look takes the GIL) */
-            Py_ssize_t waiting = Py_SIZE(finished) + n_fin;
+            Py_ssize_t waiting = remote_ok ? Py_SIZE(finished) + n_fin : 0; /* (a deque's length: remote_ok) */
             if (!same && remote_ok && remote_missed < 2 && ref_n == np && np > 0 && tq < until && tq >= next_t &&
                 tq - held_t < REMOTE_HOLD_NS && w->n_threads == n_recs && PyDict_GET_SIZE(active) == n_active &&
                 waiting < limit) { /* the threads that moved read without the GIL (remote.c) */
