@@ -37,11 +37,13 @@ def native_sources() -> dict:
     return {
         "name": "stepscope.record.native._native",
         "sources": [f"{NATIVE_DIR}/{n}.c" for n in ("module", "recorder", "monitor", "probes", "gen", "block",
-                                                    "stackwalk", "threads", "sigtick", "looks", "outer", "remote")],
+                                                    "stackwalk", "threads", "sigtick", "looks", "outer", "remote",
+                                                    "ownclock")],
         "depends": [f"{NATIVE_DIR}/{n}.h" for n in ("layout", "recorder", "monitor", "probes", "gen", "block",
-                                                    "stackwalk", "threads", "walker", "sigtick", "looks", "outer", "remote")],
+                                                    "stackwalk", "threads", "walker", "sigtick", "looks", "outer", "remote",
+                                                    "ownclock")],
         "extra_compile_args": ["-O2", "-std=c11", "-fvisibility=hidden"],
-        "libraries": [] if sys.platform == "darwin" else ["pthread"],
+        "libraries": [] if sys.platform == "darwin" else ["pthread", "rt"],  # (rt: timer_create, glibc < 2.34)
     }
 
 

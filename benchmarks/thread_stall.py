@@ -8,8 +8,9 @@ like this is never blocked but on the GIL, so its time off the CPU (wall time le
 thread held: here, mostly stepscope's recorder thread, which takes the GIL at each look at the worker's stack. Sessions
 of "full" (sampling at ``--hz``, the memory lane on) and "traces" (``--hz 0``, no memory lane) alternate ``--rounds``
 times; each is measured over ``--seconds`` after 1.3 s (the main thread's rest). Prints per configuration the median
-of the worker's off-CPU ms a second and the recorder thread's CPU ms a second, and the difference as a share of the
-worker's time. Linux only. The figure is far steadier than a throughput A/B on a shared VM: the worker's CPU
+of the worker's off-CPU ms a second, the recorder thread's CPU ms a second and the time the worker spent in its own
+CPU-clock timer's signal handler (``record/native/ownclock.c``: it reads its own stack; STEPSCOPE_OWN_TIMERS=0 turns
+that off, the recorder then reads it at every look), and the difference as a share of the worker's time. Linux only. The figure is far steadier than a throughput A/B on a shared VM: the worker's CPU
 speed does not enter it.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/thread_stall.py [--rounds 4] [--seconds 3] [--hz 101]
@@ -64,7 +65,7 @@ def main() -> None:
     worker = threading.Thread(target=work, name="worker", daemon=True)
     worker.start()
     store = tempfile.mkdtemp(prefix="stepscope-stall-")
-    got: dict[str, dict[str, list[float]]] = {c: {"off": [], "rq": [], "rec": []} for c in ("full", "traces")}
+    got: dict[str, dict[str, list[float]]] = {c: {"off": [], "rq": [], "rec": [], "own": []} for c in ("full", "traces")}
     for r in range(a.rounds):
         for cfg in (("full", "traces") if r % 2 == 0 else ("traces", "full")):
             full = cfg == "full"
@@ -74,16 +75,20 @@ def main() -> None:
                 rec = [t.native_id for t in threading.enumerate() if t.name == "stepscope-recorder"]
                 c0, q0 = _sched(worker.native_id)
                 r0 = _sched(rec[0])[0] if rec else 0
+                walker = api.current_session().sampler._walker
+                h0 = walker.own_ns if walker is not None else 0
                 t0 = time.perf_counter_ns()
                 time.sleep(a.seconds)
                 c1, q1 = _sched(worker.native_id)
                 r1 = _sched(rec[0])[0] if rec else 0
                 dt = time.perf_counter_ns() - t0
             finally:
-                api.shutdown()
+                api.shutdown()  # (its last look accounts the handlers' last samples: own_ns a few ms late at most)
+            h1 = walker.own_ns if full and walker is not None else h0
             got[cfg]["off"].append((dt - (c1 - c0)) / dt * 1e3)
             got[cfg]["rq"].append((q1 - q0) / dt * 1e3)
             got[cfg]["rec"].append((r1 - r0) / dt * 1e3)
+            got[cfg]["own"].append((h1 - h0) / dt * 1e3)
     stop.set()
     worker.join()
     med = {c: {k: statistics.median(v) for k, v in d.items()} for c, d in got.items()}
@@ -91,9 +96,10 @@ def main() -> None:
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; load average {os.getloadavg()[0]:.1f}")
     for c, m in med.items():
         print(f"{c:7s} worker off the CPU {m['off']:6.2f} ms/s (run-queue wait {m['rq']:.2f}; sessions: "
-              + ", ".join(f"{v:.2f}" for v in got[c]["off"]) + f"); recorder thread CPU {m['rec']:6.2f} ms/s")
+              + ", ".join(f"{v:.2f}" for v in got[c]["off"]) + f"); recorder thread CPU {m['rec']:6.2f} ms/s; the worker's own timer's handler {m['own']:.2f} ms/s")
     print(f"sampling and the memory lane stall the worker {(med['full']['off'] - med['traces']['off']) / 10:+.2f}% of "
-          f"its time")
+          f"its time; its own timer's handler (record/native/ownclock.c) takes {med['full']['own'] / 10:.3f}% of it "
+          f"(STEPSCOPE_OWN_TIMERS=0: none, the recorder reads it)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 from ..core import clock
 from .sampling.budget import WINDOW_NS, Budget
 from .sampling.cpuwake import IDLE_LOOK_NS, CpuWake, park
+from .sampling.owntimers import OwnTimers
 from .sampling.sampler import OWN_THREADS, keep_signals_off_this_thread
 from .sampling.signals import MEMORY_PERIOD_MIN_NS, REST_NS
 from .spans import buffer
@@ -79,6 +80,9 @@ class RecorderLoop:
                     return
         finally:
             OWN_THREADS.discard(me)
+            own, self.own_timers = self.own_timers, None
+            if own is not None:
+                own.close(self.sampler._walker)
             rest, self.cpu_wake = self.cpu_wake, None
             if rest is not None:
                 rest.close()
@@ -110,6 +114,9 @@ class RecorderLoop:
         # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
         # the process uses CPU (``cpuwake``: a timer on the process's CPU clock wakes it) or its next flush
         self.cpu_wake = rest = CpuWake.start(main_sampler.signums) if period is not None else None
+        # a thread that runs all the time sampled by a timer on its own CPU clock (``owntimers``: fewer looks here)
+        if period is not None and self.sampler.walk == "c":
+            self.own_timers = OwnTimers.start(main_sampler.signums + ((rest.signum,) if rest is not None else ()))
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
         # main thread is not sampled by signal, or its handler could not run for two periods (a long C call)
         mem = self.memory

@@ -227,6 +227,12 @@ def call_wake(timer_id: int, /) -> int:
     resting recorder thread (``cpuwake.CpuWake``), once; -1: no call does. Returns how many calls woke one so far."""
 
 
+def own_signal(signum: int, /) -> None:
+    """Install the C handler of signal ``signum`` (a real-time one, SA_RESTART) for the busy threads' own CPU-clock
+    timers (``Walker.run`` arms them: ownclock.c), or with 0 uninstall it (SIG_IGN, then SIG_DFL: a signal still
+    queued is dropped). Raises OSError (sigaction; not Linux)."""
+
+
 def last_call_wake() -> tuple[int, int] | None:
     """``(t_ns, thread id)``: when (``CLOCK_MONOTONIC`` ns, before that span's start) and in which thread the last
     span that woke a resting recorder (``call_wake``) started; None when none has. That thread ran from then on: a
@@ -326,6 +332,17 @@ class Walker:
     remote_misses: Final[int]
     #: whether ``run`` may read a busy thread's stack without the GIL (True by default; False: every look takes it)
     remote_on: bool
+    #: whether ``run`` may leave a thread that runs all the time to a timer on its own CPU clock, whose signal
+    #: handler reads its stack in the thread (ownclock.c; True by default; needs ``own_signal``)
+    own_on: bool
+    #: times such a timer was armed, all runs
+    own_threads: Final[int]
+    #: the samples those handlers took, accounted so far (each charged as a look's sample of that thread)
+    own_samples: Final[int]
+    #: signals whose handler could not read the stack (a code the walker does not hold yet, a full ring)
+    own_misses: Final[int]
+    #: the time (ns) those handlers took in their threads, as accounted so far
+    own_ns: Final[int]
     #: threads the last ``sample(lazy=True)`` left without a row (not run since the last look, or back at the stack
     #: of their last row: their next row is charged the time and the CPU since that one)
     deferred: Final[int]
@@ -417,6 +434,10 @@ class Walker:
 
     def notify(self) -> None:
         """Wake a ``run`` that waits for its next look (its eventfd; any thread)."""
+
+    def own_stop(self) -> None:
+        """Delete the busy threads' own CPU-clock timers if this walker armed them (a handler running meanwhile
+        waited for); ``run`` arms them again."""
 
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:
         """The frames and stacks made since the last take, in index order: frames as ``(code, line, module)`` (line

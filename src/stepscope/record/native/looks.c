@@ -31,6 +31,7 @@
    wake-up of each wait included (~45 us a look on a 2-core VM, more than the look itself). */
 
 #include "looks.h"
+#include "ownclock.h"
 #include "remote.h"
 #include "threads.h"
 
@@ -129,13 +130,17 @@ static int wake_fd(Walker *w) {
    ran, a thread could not be read: its samples of this look dropped). */
 static int look_remote(Walker *w, Py_ssize_t np, const unsigned long *natives, const unsigned long *ref_native,
                        const int64_t *cpus, const int64_t *ref_cpu, const uintptr_t *tss, const unsigned long *tids,
-                       unsigned long main_ident, int64_t *used) {
+                       unsigned long main_ident, int64_t *used, const char *cov) {
     for (Py_ssize_t k = 0; k < np; k++)
         if (natives[k] != ref_native[k] || cpus[k] < 0) return 0;
     Py_ssize_t mark = remote_pending(w);
     int64_t u = 0;
     for (Py_ssize_t k = 0; k < np; k++) {
         if (cpus[k] == ref_cpu[k]) continue;
+        if (cov[k]) { /* (sampled by its own timer: ownclock.c) */
+            u += cpus[k] - ref_cpu[k];
+            continue;
+        }
         if (tids[k] == main_ident || !remote_sample(w, tss[k], tids[k], cpus[k], REMOTE_SPIN_NS)) {
             if (tids[k] != main_ident) w->remote_misses++;
             remote_drop(w, mark);
@@ -178,7 +183,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "run: period_ns > 0");
         return NULL;
     }
-    PyObject *pending = NULL, *seen = NULL, *ran = NULL, *sargs = NULL, *skips = NULL;
+    PyObject *pending = NULL, *seen = NULL, *ran = NULL, *sargs = NULL, *sargs_slow = NULL, *skips = NULL;
     int main_here = main_state_here(mstate); /* (1: looked at here; 2: here, resting) */
     if (main_here < 0) return NULL;
     if (mem != Py_None && rss_fd >= 0 && (pending = PyObject_GetAttrString(mem, "pending")) == NULL) return NULL;
@@ -190,11 +195,14 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         Py_XDECREF(m);
         if (rc < 0) goto fail;
     }
+    /* (after looks OWN_SLOW periods apart, ownclock.c, a thread's sample is charged up to OWN_SLOW + 1 of them) */
+    long long cap_slow = cap > (OWN_SLOW + 1) * period ? cap : (OWN_SLOW + 1) * period;
     sargs = Py_BuildValue("(OLL)", skips, period, cap);
-    if (sargs == NULL) goto fail;
+    if (sargs == NULL || (sargs_slow = Py_BuildValue("(OLL)", skips, period, cap_slow)) == NULL) goto fail;
     Py_ssize_t n_active = PyDict_GET_SIZE(active);
     long long looks = 0, look_cpu = 0, n = 0;
-    int64_t run_c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID); /* (the budget's: this call's CPU, its wake-ups included) */
+    int64_t run_c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID); /* (the budget's: this call's CPU, its wake-ups included, */
+    long long own_ns0 = w->own_ns;                      /* and the threads' own timers' handlers': ownclock.c) */
     __atomic_store_n(&w->quiet_looks, 0, __ATOMIC_RELAXED);
     int reason;
     char stop_buf[256];
@@ -220,6 +228,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int remote_ok = w->remote_on && strcmp(Py_TYPE(finished)->tp_name, "collections.deque") == 0;
     int remote_missed = 0;       /* looks in a row that could not read a thread without the GIL: 2 end them here */
     int64_t held_t = clock_ns(CLOCK_MONOTONIC); /* the last look with the GIL */
+    char cov[64];   /* the threads this look leaves to their own timers (ownclock.c) */
+    int slowed = 0; /* a look since the last hold of the GIL came OWN_SLOW periods after the one before */
     for (;;) {
         PyObject *r = PyObject_CallMethod(lock, "acquire", "i", 0); /* (released: the session's finish, a fork) */
         if (r == NULL) goto fail;
@@ -279,6 +289,16 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 same &= cpus[i] >= 0 && cpus[i] == ref_cpu[i];
             }
             int64_t tq = clock_ns(CLOCK_MONOTONIC), used = 0;
+            /* (each thread that runs all the time left to its own timer: ownclock.c; slow: every other one still) */
+            int slow = tq >= next_t && tq < until && ref_n == np && np > 0;
+            w->n_own_skip = 0;
+            for (Py_ssize_t i = 0; i < np; i++) {
+                cov[i] = tq >= next_t && tq < until && tids[i] != main_ident &&
+                         own_decide(w, tids[i], natives[i], tss[i], tq, cpus[i], period);
+                if (cov[i]) w->own_skip[w->n_own_skip++] = natives[i];
+                else if (cpus[i] != ref_cpu[i] || natives[i] != ref_native[i]) slow = 0;
+            }
+            slow &= w->n_own_skip > 0;
             int remote = 0; /* a look without the GIL: 1 threads ran, 2 they ran within the idle share (quiet) */
             /* (the sizes below are read without the GIL, as hints: threads that came or went, the main thread's rest
                or wake, spans waiting to be written all end these looks; the next look takes the GIL) */
@@ -286,7 +306,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             if (!same && remote_ok && remote_missed < 2 && ref_n == np && np > 0 && tq < until && tq >= next_t &&
                 tq - held_t < REMOTE_HOLD_NS && w->n_threads == n_recs && PyDict_GET_SIZE(active) == n_active &&
                 waiting < limit) { /* the threads that moved read without the GIL (remote.c) */
-                if (look_remote(w, np, natives, ref_native, cpus, ref_cpu, tss, tids, main_ident, &used)) {
+                if (look_remote(w, np, natives, ref_native, cpus, ref_cpu, tss, tids, main_ident, &used, cov)) {
                     remote_missed = 0;
                     for (Py_ssize_t i = 0; i < np; i++) ref_cpu[i] = cpus[i];
                     remote = walker_idle_spend(w, tq, waiting != ended ? -1 : used) ? 2 : 1;
@@ -315,7 +335,8 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             if (!remote) __atomic_store_n(&w->quiet_looks, ++quiet_looks, __ATOMIC_RELAXED); /* (readable meanwhile) */
             last_quiet = 1;
             still_t = tq;
-            next_t += period;
+            next_t += slow ? OWN_SLOW * period : period;
+            slowed |= slow;
             if (next_t < tq) next_t = tq + period; /* (as a full look: skip, don't burst) */
             if (remote != 1 && (quiet += period) >= quiet_ns) { quiet_end = 1; break; }
             if (stop_n > 0) break;
@@ -325,7 +346,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
         held_t = clock_ns(CLOCK_MONOTONIC);
-        if (remote_replay(w, period, cap) < 0) goto fail; /* (the looks without the GIL: their rows first) */
+        if (remote_replay(w, period, slowed ? cap_slow : cap) < 0) goto fail; /* (the looks without the GIL: their rows first) */
         if (still_t) /* (each thread read was still at its stack then: one that ends before the next look is charged so far) */
             for (Py_ssize_t i = 0; i < w->n_threads; i++)
                 for (Py_ssize_t k = 0; k < np; k++)
@@ -370,8 +391,14 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         w->pre_native = natives;
         w->pre_cpu = cpus;
         w->n_pre = np;
-        PyObject *res = walker_sample(w, sargs);
+        PyObject *res = walker_sample(w, slowed ? sargs_slow : sargs);
         w->n_pre = 0;
+        int slow_next = w->n_own_skip > 0 && ref_n == np; /* (every thread that moved left to its own timer) */
+        for (Py_ssize_t i = 0; slow_next && i < np; i++)
+            slow_next = own_skipped(w, natives[i]) || (natives[i] == ref_native[i] && cpus[i] == ref_cpu[i]);
+        int covered = w->n_own_skip > 0; /* (threads that ran, left to their own timers: never quiet) */
+        w->n_own_skip = 0;
+        slowed = 0;
         last_quiet = 0;
         for (Py_ssize_t i = 0; i < np; i++) { /* (the reference of the quiet looks that follow) */
             ref_native[i] = natives[i];
@@ -398,12 +425,13 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 mem_last = t;
             }
         }
-        next_t += period;
+        next_t += slow_next ? OWN_SLOW * period : period;
+        slowed = slow_next;
         if (next_t < t) next_t = t + period; /* fell behind (the GIL held elsewhere): skip, don't burst */
         Py_ssize_t nran = PyList_GET_SIZE(ran);
         /* (threads that moved or ran using no more than the idle share of a CPU while no traced call ended,
            walker_idle_spend: still quiet) */
-        if (walker_idle_spend(w, t, nran == 0 && w->moved == 0 ? 0 : spans ? -1 : w->used)) {
+        if (walker_idle_spend(w, t, covered ? -1 : nran == 0 && w->moved == 0 ? 0 : spans ? -1 : w->used)) {
             if ((quiet += period) >= quiet_ns) { reason = 2; break; }
         } else {
             quiet = 0;
@@ -420,13 +448,14 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
         if (waiting + n_fin >= limit) { reason = 6; break; }
     }
     looks += quiet_looks;
-    look_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - run_c0;
+    look_cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - run_c0 + (w->own_ns - own_ns0);
     if (last_quiet && ran != NULL) { /* (the last look's: none ran) */
         PyObject *none_ran = PyList_New(0);
         if (none_ran == NULL) goto fail;
         Py_SETREF(ran, none_ran);
     }
     Py_DECREF(sargs);
+    Py_DECREF(sargs_slow);
     Py_DECREF(skips);
     Py_XDECREF(pending);
     PyObject *out = Py_BuildValue("(iLLLOOLy#L)", reason, looks, n, next_t, seen ? seen : Py_None,
@@ -435,7 +464,9 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     Py_XDECREF(ran);
     return out;
 fail:
+    w->n_own_skip = 0;
     Py_XDECREF(sargs);
+    Py_XDECREF(sargs_slow);
     Py_XDECREF(skips);
     Py_XDECREF(pending);
     Py_XDECREF(seen);

@@ -41,6 +41,10 @@
 #include "stackwalk.h"
 #include "sigtick.h"
 
+#ifdef STEPSCOPE_STACKWALK
+PyObject *own_signal(PyObject *module, PyObject *arg); /* (ownclock.c) */
+#endif
+
 /* ---- module functions ------------------------------------------------------------------------------------ */
 
 static PyObject *py_setup(PyObject *m, PyObject *args) {
@@ -466,6 +470,11 @@ static PyMethodDef methods[] = {
     {"clear", py_clear, METH_NOARGS, "Drop the finished calls and this thread's open ones."},
     {"open_spans", py_open_spans, METH_O, "open_spans(thread ident) -> [(span id, parent id, name, op, start ns)]"},
     {"call_wake", py_call_wake, METH_O, "call_wake(timer_id) -> calls that woke a rest so far; -1: no wake on a call"},
+#ifdef STEPSCOPE_STACKWALK
+    {"own_signal", own_signal, METH_O,
+     "own_signal(signum): the busy threads' own CPU-clock timers signal signum (its handler installed; ownclock.c); "
+     "0: uninstalled (SIG_IGN, then SIG_DFL)"},
+#endif
     {"last_call_wake", py_last_call_wake, METH_NOARGS,
      "last_call_wake() -> (t_ns, thread id) of the last span that woke a rest (call_wake), or None"},
     {"open_calls", py_open_calls, METH_NOARGS, "open_calls() -> how many native calls are open now, every thread's"},

@@ -35,6 +35,7 @@
 #include "internal/pycore_gil.h"
 
 #include "remote.h"
+#include "ownclock.h"
 
 #ifdef STEPSCOPE_STACKWALK
 
@@ -47,30 +48,76 @@
 #else
 #define INSTR_FIELD prev_instr
 #endif
-#define RPAGE 4096
-#define RPAGES 16        /* pages one walk may copy (64 KB: a 30-frame stack takes 3-5) */
 #define POOL_FRAMES 8192 /* raw frames of the pending samples */
 #define POOL_SAMPLES 256
 #define MAX_RAW 512      /* frames of one stack (deeper: a look with the GIL reads it) */
 
 struct Remote {
     void *gil;  /* the main interpreter's _gil_runtime_state (read with the GIL held at the first remote_sync) */
-    Map known; /* code address -> 1: the walker's codes (strong references) up to n_known */
+    Known *known; /* the walker's codes (strong references) up to n_known: read by other threads (ownclock.c) */
+    Known *retired; /* the known sets grown out of, freed with the Remote (a signal handler may be reading one) */
     Py_ssize_t n_known;
-    pid_t pid;
-    int broken; /* process_vm_readv failed on this process (seccomp, no CONFIG_CROSS_MEMORY_ATTACH): never again */
-    int n_pages;
-    uintptr_t base[RPAGES];
     RawSample samples[POOL_SAMPLES];
     Py_ssize_t n_samples;
     int32_t n_frames;
     RawFrame frames[POOL_FRAMES];
-    char pages[RPAGES][RPAGE];
+    Reader rd;
 };
 
+/* ---- the known codes: a set of addresses that one thread adds to (with the GIL) while others read it ---------- */
+
+struct Known {
+    size_t mask, n;
+    Known *next; /* (retired) */
+    uintptr_t keys[];
+};
+
+static inline size_t known_hash(uintptr_t a) { return (size_t)mix2(a, 0); }
+
+int known_has(const Known *k, uintptr_t a) {
+    if (k == NULL || a == 0) return 0;
+    for (size_t i = known_hash(a) & k->mask;; i = (i + 1) & k->mask) {
+        uintptr_t v = __atomic_load_n(&k->keys[i], __ATOMIC_ACQUIRE);
+        if (v == a) return 1;
+        if (v == 0) return 0;
+    }
+}
+
+static void known_put(Known *k, uintptr_t a) { /* (room is known to be left; a key not in k yet) */
+    size_t i = known_hash(a) & k->mask;
+    while (k->keys[i] != 0) i = (i + 1) & k->mask;
+    __atomic_store_n(&k->keys[i], a, __ATOMIC_RELEASE);
+    k->n++;
+}
+
+/* code address a added (the owner's thread, the GIL held); 0, or -1 with MemoryError set. A full set is copied
+   into one twice its size, published at once; the old one stays readable until the Remote is freed. */
+static int known_add(Remote *r, uintptr_t a) {
+    Known *k = r->known;
+    if (k == NULL || 2 * (k->n + 1) > k->mask + 1) {
+        size_t size = k == NULL ? 1024 : 2 * (k->mask + 1);
+        Known *g = PyMem_RawCalloc(1, sizeof(Known) + size * sizeof(uintptr_t));
+        if (g == NULL) { PyErr_NoMemory(); return -1; }
+        g->mask = size - 1;
+        for (size_t i = 0; k != NULL && i <= k->mask; i++)
+            if (k->keys[i] != 0) known_put(g, k->keys[i]);
+        __atomic_store_n(&r->known, g, __ATOMIC_RELEASE);
+        if (k != NULL) {
+            k->next = r->retired;
+            r->retired = k;
+        }
+        k = g;
+    }
+    if (!known_has(k, a)) known_put(k, a);
+    return 0;
+}
+
+const Known *remote_known(Walker *w) {
+    return w->remote == NULL ? NULL : __atomic_load_n(&w->remote->known, __ATOMIC_ACQUIRE);
+}
 
 /* the page at base (a copy), or NULL: it could not be read, or no room is left for another */
-static const char *page_at(Remote *r, uintptr_t base) {
+static const char *page_at(Reader *r, uintptr_t base) {
     for (int i = 0; i < r->n_pages; i++)
         if (r->base[i] == base) return r->pages[i];
     if (r->n_pages == RPAGES) return NULL;
@@ -90,7 +137,7 @@ static const char *page_at(Remote *r, uintptr_t base) {
 }
 
 /* len bytes at addr into out, through the page copies; 0, or -1 */
-static int rread(Remote *r, uintptr_t addr, void *out, size_t len) {
+static int rread(Reader *r, uintptr_t addr, void *out, size_t len) {
     char *o = out;
     while (len > 0) {
         uintptr_t base = addr & ~(uintptr_t)(RPAGE - 1);
@@ -127,7 +174,7 @@ static inline void cpu_relax(void) {
 
 /* ts's innermost interpreter frame's address (0: none), where it was read from (3.11, 3.12: the thread's current
    _PyCFrame; 3.13: the thread state) and its instruction, read fresh (the page copies dropped); 0, or -1 */
-static int top_of(Remote *r, uintptr_t ts, uintptr_t *at, uintptr_t *top, uintptr_t *instr) {
+static int top_of(Reader *r, uintptr_t ts, uintptr_t *at, uintptr_t *top, uintptr_t *instr) {
     r->n_pages = 0;
 #if PY_VERSION_HEX >= 0x030D0000
     *at = ts + offsetof(PyThreadState, current_frame);
@@ -148,7 +195,7 @@ static int top_of(Remote *r, uintptr_t ts, uintptr_t *at, uintptr_t *top, uintpt
 
 /* whether ts's innermost frame is still top, at instruction instr: the three words read again in one system call
    (the _PyCFrame's address in the thread state, the frame's in it, the instruction in the frame) */
-static int still_at(Remote *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintptr_t instr) {
+static int still_at(Reader *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintptr_t instr) {
     uintptr_t got[3] = {0, 0, 0};
     struct iovec local[3], remote[3];
     int n = 0;
@@ -182,16 +229,20 @@ static int still_at(Remote *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintpt
 }
 
 /* the frames from f outward into out (at most cap): their number, or -1 (a code not held, a failed read, deeper) */
-static int32_t walk_raw(Walker *w, Remote *r, uintptr_t f, RawFrame *out, int32_t cap) {
+static int32_t walk_raw(const Known *known, Reader *r, uintptr_t f, RawFrame *out, int32_t cap, const uintptr_t *lo,
+                        const uintptr_t *hi, int nc) {
     int32_t n = 0;
     while (f != 0) {
         _PyInterpreterFrame loc;
-        if (rread(r, f, &loc, sizeof loc) < 0) return -1;
+        int in = 0; /* (a frame in one of the reading thread's own data-stack chunks: read in place, raw_stack) */
+        for (int i = 0; i < nc && !in; i++) in = f >= lo[i] && f + sizeof loc <= hi[i];
+        if (in) memcpy(&loc, (const void *)f, sizeof loc);
+        else if (rread(r, f, &loc, sizeof loc) < 0) return -1;
         f = (uintptr_t)loc.previous;
         if (CSTACK(&loc)) continue;
         uintptr_t code = (uintptr_t)FRAME_CODE(&loc);
         if (n == cap || code == 0) return -1;
-        if (map_get(&r->known, code, 0) == MISSING) { /* not held: read through the copies, only to skip it when a
+        if (!known_has(known, code)) { /* not held: read through the copies, only to skip it when a
                                                           frame object would not show it (a call in its prologue) */
             PyCodeObject co;
             if (rread(r, code, &co, sizeof co) < 0 || Py_TYPE(&co) != &PyCode_Type) return -1;
@@ -212,9 +263,29 @@ static int32_t walk_raw(Walker *w, Remote *r, uintptr_t f, RawFrame *out, int32_
     return n;
 }
 
+int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap) {
+    /* (the calling thread's own state, C stack and data-stack chunks are read in place: nothing else changes them
+       while its signal handler runs, and a chunk is unlinked before it is freed; any other frame, a generator's or
+       an entry frame on the C stack, through the page copies) */
+    PyThreadState *t = (PyThreadState *)ts;
+    uintptr_t lo[8], hi[8];
+    int nc = 0;
+    for (_PyStackChunk *c = t->datastack_chunk; c != NULL && nc < 8; c = c->previous) {
+        lo[nc] = (uintptr_t)c;
+        hi[nc++] = (uintptr_t)c + c->size;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    uintptr_t top = (uintptr_t)t->current_frame;
+#else
+    uintptr_t top = t->cframe != NULL ? (uintptr_t)t->cframe->current_frame : 0;
+#endif
+    rd->n_pages = 0;
+    return rd->broken ? -1 : walk_raw(known, rd, top, out, cap, lo, hi, nc);
+}
+
 int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64_t spin_ns) {
     Remote *r = w->remote;
-    if (r == NULL || r->broken || ts == 0 || r->n_samples == POOL_SAMPLES || POOL_FRAMES - r->n_frames < MAX_RAW)
+    if (r == NULL || r->rd.broken || ts == 0 || r->n_samples == POOL_SAMPLES || POOL_FRAMES - r->n_frames < MAX_RAW)
         return 0;
     int64_t t0 = clock_ns(CLOCK_MONOTONIC);
     for (int attempt = 0; attempt < 5; attempt++) { /* (a thread that ran Python meanwhile: again, within spin_ns) */
@@ -223,10 +294,10 @@ int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64
             if ((i & 63) == 63 && clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
         }
         uintptr_t at, top, instr;
-        if (top_of(r, ts, &at, &top, &instr) < 0) return 0;
+        if (top_of(&r->rd, ts, &at, &top, &instr) < 0) return 0;
         RawFrame *out = r->frames + r->n_frames;
-        int32_t n = walk_raw(w, r, top, out, MAX_RAW);
-        int moved = holds_gil(r, ts) || !still_at(r, ts, at, top, instr);
+        int32_t n = walk_raw(r->known, &r->rd, top, out, MAX_RAW, NULL, NULL, 0);
+        int moved = holds_gil(r, ts) || !still_at(&r->rd, ts, at, top, instr);
         if (n < 0 && !moved) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
         if (moved) { /* (what it read may be torn: an unknown or no code among it too) */
             if (clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
@@ -252,22 +323,23 @@ int remote_sync(Walker *w) {
     Remote *r = w->remote;
     if (r == NULL) {
         if ((r = w->remote = PyMem_RawCalloc(1, sizeof(Remote))) == NULL) { PyErr_NoMemory(); return -1; }
-        r->pid = getpid();
+        r->rd.pid = getpid();
 #if PY_VERSION_HEX >= 0x030C0000
         r->gil = PyThreadState_Get()->interp->ceval.gil;
 #else
         r->gil = &_PyRuntime.ceval.gil;
 #endif
     }
-    r->pid = getpid(); /* (a forked child reads its own memory: this pid, not its parent's) */
+    r->rd.pid = getpid(); /* (a forked child reads its own memory: this pid, not its parent's) */
     for (; r->n_known < w->n_codes; r->n_known++)
-        if (map_put(&r->known, (uintptr_t)w->codes[r->n_known].code, 0, 1) < 0) return -1;
+        if (known_add(r, (uintptr_t)w->codes[r->n_known].code) < 0) return -1;
     return 0;
 }
 
 int remote_replay(Walker *w, int64_t period, int64_t cap) {
     Remote *r = w->remote;
     if (r == NULL) return 0;
+    if (own_drain(w, period, cap) < 0) return -1; /* (the threads' own timers' samples: ownclock.c) */
     int rc = 0;
     for (Py_ssize_t i = 0; i < r->n_samples && rc == 0; i++) {
         RawSample *s = &r->samples[i];
@@ -282,7 +354,12 @@ int remote_replay(Walker *w, int64_t period, int64_t cap) {
 
 void remote_clear(Walker *w) {
     if (w->remote == NULL) return;
-    map_clear(&w->remote->known);
+    own_stop(w); /* (no signal handler reads its known sets any more) */
+    for (Known *k = w->remote->retired, *next; k != NULL; k = next) {
+        next = k->next;
+        PyMem_RawFree(k);
+    }
+    PyMem_RawFree(w->remote->known);
     PyMem_RawFree(w->remote);
     w->remote = NULL;
 }

@@ -6,6 +6,8 @@
 
 #include "walker.h"
 
+#include <sys/types.h>
+
 #ifdef STEPSCOPE_STACKWALK
 
 #if defined(__GNUC__)
@@ -26,8 +28,35 @@ typedef struct {
     int32_t start, n; /* its frames in the pending pool, leaf first */
 } RawSample;
 
-/* The pending samples and the reader's page copies (the walker's; PyMem_Raw, made at the first remote look). */
+/* The pending samples, the known codes and the reader's page copies (the walker's; PyMem_Raw, made at the first
+   remote look). */
 typedef struct Remote Remote; /* (walker.h: struct Remote *remote) */
+
+/* Reads of this process's memory through process_vm_readv, a 4 KB page at a time, each page copied once a walk: a
+   read of memory freed and unmapped meanwhile fails instead of faulting. One reader per thread that reads. */
+#define RPAGE 4096
+#define RPAGES 16 /* pages one walk may copy (64 KB: a 30-frame stack takes 3-5) */
+typedef struct {
+    pid_t pid;
+    int broken; /* process_vm_readv failed on this process (seccomp, no CONFIG_CROSS_MEMORY_ATTACH): never again */
+    int n_pages;
+    uintptr_t base[RPAGES];
+    char pages[RPAGES][RPAGE];
+} Reader;
+
+/* The walker's known codes (code addresses it holds a strong reference to): added to by the thread that owns the
+   walker, with the GIL, and read by any thread without it (a look without the GIL, a thread's own timer's signal
+   handler: ownclock.c). */
+typedef struct Known Known;
+int known_has(const Known *k, uintptr_t a);
+/* the walker's known set now (NULL: none yet); valid until remote_clear */
+const Known *remote_known(Walker *w);
+/* The stack of the calling thread, whose state is ts (3.11, 3.12: its current _PyCFrame's frame; 3.13: its current
+   frame), into out (leaf first, at most cap frames), only frames of codes in known (or frames a frame object would
+   not show): their number, or -1 (a code not known, a failed read, deeper than cap). Its state and its data-stack
+   chunks' frames are read in place, any other frame through rd. Async-signal-safe (a signal handler in that
+   thread: ownclock.c): system calls, and reads of its own memory, rd, known and the known codes only. */
+int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap);
 
 /* Read thread state ts's stack without the GIL, once its thread does not hold the GIL (waited for up to spin_ns):
    the sample (t, cpu, tid) appended to the walker's pending samples. 1: done; 0: not possible now (the thread held

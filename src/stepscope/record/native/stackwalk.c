@@ -42,6 +42,7 @@
 #include "threads.h"
 #include "looks.h"
 #include "remote.h"
+#include "ownclock.h"
 
 #include <unistd.h>
 
@@ -481,6 +482,7 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
     Py_XSETREF(w->empty, empty);
     w->truncated = 0;
     w->remote_on = 1;
+    w->own_on = 1;
     return 0;
 }
 
@@ -513,6 +515,8 @@ static PyMethodDef walker_methods[] = {
     {"forget", (PyCFunction)walker_forget, METH_VARARGS,
      "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
     {"notify", (PyCFunction)walker_notify, METH_NOARGS, "Wake a run() that waits (looks.c)."},
+    {"own_stop", (PyCFunction)walker_own_stop, METH_NOARGS,
+     "Delete the busy threads' own CPU-clock timers (ownclock.c) and stop their sampling; run() arms them again."},
     {"run", (PyCFunction)walker_run, METH_VARARGS,
      "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd, "
      "stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns) -> (reason, looks, n, next_t, "
@@ -542,6 +546,16 @@ static PyMemberDef walker_members[] = {
      "whether run() may read a busy thread's stack without the GIL (remote.c; True by default)"},
     {"remote_misses", Py_T_LONGLONG, offsetof(Walker, remote_misses), Py_READONLY,
      "threads such a look could not read without the GIL (held it too long, ran meanwhile, a code not held yet)"},
+    {"own_on", Py_T_BOOL, offsetof(Walker, own_on), 0,
+     "whether run() may leave a busy thread to a timer on its own CPU clock (ownclock.c; True by default)"},
+    {"own_threads", Py_T_LONGLONG, offsetof(Walker, own_threads), Py_READONLY,
+     "times a busy thread's own CPU-clock timer was armed (ownclock.c), all runs"},
+    {"own_samples", Py_T_LONGLONG, offsetof(Walker, own_samples), Py_READONLY,
+     "samples those timers' signal handlers took and accounted (ownclock.c)"},
+    {"own_ns", Py_T_LONGLONG, offsetof(Walker, own_ns), Py_READONLY,
+     "the time (ns) those signal handlers took in their threads, as accounted so far (ownclock.c)"},
+    {"own_misses", Py_T_LONGLONG, offsetof(Walker, own_misses), Py_READONLY,
+     "signals whose handler could not read its thread's stack (a code not held yet, a full ring: ownclock.c)"},
     {"deferred", Py_T_LONGLONG, offsetof(Walker, deferred), Py_READONLY,
      "threads the last sample(lazy=True) left without a row (not run since the last look, or back at their last "
      "row's stack)"},

@@ -20,6 +20,7 @@
 #include "threads.h"
 #include "recorder.h"
 #include "remote.h"
+#include "ownclock.h"
 
 #ifdef STEPSCOPE_STACKWALK
 
@@ -137,6 +138,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
     int lazy = 0, busy = -1;
     if (!PyArg_ParseTuple(args, "OLL|pi", &skip, &period, &cap, &lazy, &busy)) return NULL;
     if (busy >= 0) w->busy = busy != 0; /* (else as Walker.run set it) */
+    if (own_drain(w, period, cap) < 0) return NULL; /* (the samples of the threads' own timers first: ownclock.c) */
     unsigned long sbuf[32], *sk;
     Py_ssize_t nsk = read_ids(skip, sbuf, 32, &sk);
     if (nsk < 0) return NULL;
@@ -162,7 +164,7 @@ PyObject *walker_sample(Walker *w, PyObject *args) {
             r->look = look;
             r->ts = (uintptr_t)ts;
         }
-        if (in_ids(sk, nsk, tid)) { Py_DECREF(id); continue; }
+        if (in_ids(sk, nsk, tid) || own_skipped(w, ts->native_thread_id)) { Py_DECREF(id); continue; }
         unsigned long native = ts->native_thread_id;
         int64_t cpu = -2;
         for (Py_ssize_t i = 0; i < w->n_pre && cpu == -2; i++) /* read before the GIL was taken (Walker.run) */

@@ -213,6 +213,12 @@ typedef struct {
     long long remote_looks; /* looks made without the GIL that read a thread's stack (remote.c), all runs */
     long long remote_misses; /* threads such a look could not read (the look then taken with the GIL) */
     char remote_on;          /* looks without the GIL allowed (1, the default; 0: every look takes the GIL) */
+    /* busy threads sampled by a timer on their own CPU clock (ownclock.c) */
+    char own_on;                 /* allowed (1, the default, where a signal is installed: _native.own_signal) */
+    unsigned long own_skip[64];  /* the OS ids of the threads the current look leaves to their own timers */
+    Py_ssize_t n_own_skip;
+    long long own_threads, own_samples, own_misses; /* threads armed, samples accounted, stacks not read (all runs) */
+    long long own_ns; /* the time (ns) their signal handlers took, as drained (all runs) */
 } Walker;
 
 

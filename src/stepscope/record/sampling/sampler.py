@@ -160,6 +160,14 @@ class Sampler(StackTables):
         w = self._walker
         return (w.remote_looks, w.remote_misses) if w is not None else (0, 0)
 
+    @property
+    def own_timers(self) -> tuple[int, int, int]:
+        """(threads, samples, missed): busy threads given a timer on their own CPU clock (record/native/ownclock.c:
+        times one was armed), the samples their signal handlers took, and the signals whose handler could not read
+        the stack (a code the walker did not hold yet, a full ring); (0, 0, 0) for the Python walk."""
+        w = self._walker
+        return (w.own_threads, w.own_samples, w.own_misses) if w is not None else (0, 0, 0)
+
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
         return array("q"), array("q"), array("q"), array("q"), array("q")
