@@ -9,7 +9,7 @@ thread held: here, mostly stepscope's recorder thread, which takes the GIL at ea
 of "full" (sampling at ``--hz``, the memory lane on) and "traces" (``--hz 0``, no memory lane) alternate ``--rounds``
 times; each is measured over ``--seconds`` after 1.3 s (the main thread's rest). Prints per configuration the median
 of the worker's off-CPU ms a second, the recorder thread's CPU ms a second and the time the worker spent in its own
-CPU-clock timer's signal handler (``record/native/ownclock.c``: it reads its own stack; STEPSCOPE_OWN_TIMERS=0 turns
+timer's signal handler (``record/native/ownclock.c``: it reads its own stack; STEPSCOPE_OWN_TIMERS=0 turns
 that off, the recorder then reads it at every look), and the difference as a share of the worker's time. Linux only. The figure is far steadier than a throughput A/B on a shared VM: the worker's CPU
 speed does not enter it.
 

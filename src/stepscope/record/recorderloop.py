@@ -114,7 +114,7 @@ class RecorderLoop:
         # once nothing ran for QUIET_NS and the main thread is not sampled by its own timers, the recorder rests until
         # the process uses CPU (``cpuwake``: a timer on the process's CPU clock wakes it) or its next flush
         self.cpu_wake = rest = CpuWake.start(main_sampler.signums) if period is not None else None
-        # a thread that runs all the time sampled by a timer on its own CPU clock (``owntimers``: fewer looks here)
+        # a thread that runs all the time sampled by a timer of its own (``owntimers``: fewer looks here)
         if period is not None and self.sampler.walk == "c":
             self.own_timers = OwnTimers.start(main_sampler.signums + ((rest.signum,) if rest is not None else ()))
         # the memory lane: read by the main thread's wall-timer handler (no wake-up of its own); here when the
@@ -132,6 +132,7 @@ class RecorderLoop:
             if main_sampler.paused:
                 main_sampler.check()
             if main_sampler.paused and main_sampler.resumable:
+                self.sampler.own_stop()  # (no thread samples itself either: ``owntimers``)
                 # 3.12+: the program runs its own profiler, which sees every thread's calls: sample nothing,
                 # wake once a flush interval in one C call (a raw lock), and write what is pending
                 if t - last_flush >= flush_every:
@@ -237,6 +238,7 @@ class RecorderLoop:
                 if stop:
                     watch.pass_on(stop, main)
                 if reason == 7:  # a profiler of the program's: waited out where it sees no call of ours
+                    self.sampler.own_stop()  # (no thread samples itself meanwhile: ``owntimers``)
                     park(self._wake, (wake - now()) / 1e9, flush_s, FLUSH_SPANS)
                 if looks:
                     budget.look_ns += cpu

@@ -91,7 +91,7 @@ class Session(RecorderLoop, SessionForks):
         self._stop = threading.Event()
         self._wake = threading.Lock()  # held while recording; released by finish (wakes a paused recorder)
         self.cpu_wake: CpuWake | None = None  # the recorder thread's rest until the process uses CPU (``cpuwake``)
-        self.own_timers = None  # the busy threads' own CPU-clock timers' signal (``owntimers.OwnTimers``)
+        self.own_timers = None  # the busy threads' own timers' signal (``owntimers.OwnTimers``)
         # (rests, woken by CPU time, a wake or a span, waits, woken by a span) of ended recorder threads
         self._rested = (0, 0, 0, 0)
         self._wake.acquire()
@@ -344,7 +344,7 @@ class Session(RecorderLoop, SessionForks):
         if remote:  # looks that read a busy thread's stack without the GIL (record/native/remote.c), and the threads
             info.update(looks_without_gil=remote, looks_without_gil_missed=missed)  # they left to a look with it
         threads, samples, missed = self.sampler.own_timers
-        if threads:  # busy threads sampled by a timer on their own CPU clock (record/native/ownclock.c)
+        if threads:  # busy threads sampled by a timer of their own (record/native/ownclock.c)
             info.update(own_timers=threads, own_timer_samples=samples, own_timer_missed=missed)
         if self.budget is not None and self.budget.at_scale:  # the other threads' rates (``sampling.budget``)
             info.update(others_hz=self.budget.rates(), budget=self.settings.overhead_budget)

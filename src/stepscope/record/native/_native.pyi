@@ -228,8 +228,7 @@ def call_wake(timer_id: int, /) -> int:
 
 
 def own_signal(signum: int, /) -> None:
-    """Install the C handler of signal ``signum`` (a real-time one, SA_RESTART) for the busy threads' own CPU-clock
-    timers (``Walker.run`` arms them: ownclock.c), or with 0 uninstall it (SIG_IGN, then SIG_DFL: a signal still
+    """Install the C handler of signal ``signum`` (a real-time one, SA_RESTART) for the busy threads' own timers (``Walker.run`` arms them: ownclock.c), or with 0 uninstall it (SIG_IGN, then SIG_DFL: a signal still
     queued is dropped). Raises OSError (sigaction; not Linux)."""
 
 
@@ -332,7 +331,7 @@ class Walker:
     remote_misses: Final[int]
     #: whether ``run`` may read a busy thread's stack without the GIL (True by default; False: every look takes it)
     remote_on: bool
-    #: whether ``run`` may leave a thread that runs all the time to a timer on its own CPU clock, whose signal
+    #: whether ``run`` may leave a thread that runs all the time to a timer of its own, whose signal
     #: handler reads its stack in the thread (ownclock.c; True by default; needs ``own_signal``)
     own_on: bool
     #: times such a timer was armed, all runs
@@ -436,7 +435,7 @@ class Walker:
         """Wake a ``run`` that waits for its next look (its eventfd; any thread)."""
 
     def own_stop(self) -> None:
-        """Delete the busy threads' own CPU-clock timers if this walker armed them (a handler running meanwhile
+        """Delete the busy threads' own timers if this walker armed them (a handler running meanwhile
         waited for); ``run`` arms them again."""
 
     def take(self) -> tuple[list[tuple[CodeType, int, str]], list[tuple[int, ...]]]:

@@ -210,7 +210,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
     int efd = wake_fd(w);
     if (efd < 0) goto fail;
     unsigned long natives[64], ref_native[64];
-    int64_t cpus[64], ref_cpu[64];
+    int64_t cpus[64], ref_cpu[64], ref_t = 0, last_tq = 0; /* (ref_t: when ref_cpu was read) */
     Py_ssize_t ref_n = -1; /* the last full look's threads and CPU clocks (-1: none yet in this run) */
     long long quiet_looks = 0; /* looks made without the GIL (a quiet look: see below) */
     int last_quiet = 0;        /* the last look was one */
@@ -288,13 +288,15 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 cpus[i] = thread_cpu(natives[i]);
                 same &= cpus[i] >= 0 && cpus[i] == ref_cpu[i];
             }
-            int64_t tq = clock_ns(CLOCK_MONOTONIC), used = 0;
+            int64_t tq = last_tq = clock_ns(CLOCK_MONOTONIC), used = 0;
             /* (each thread that runs all the time left to its own timer: ownclock.c; slow: every other one still) */
             int slow = tq >= next_t && tq < until && ref_n == np && np > 0;
             w->n_own_skip = 0;
             for (Py_ssize_t i = 0; i < np; i++) {
+                int ran = ref_n == np && ref_t > 0 && natives[i] == ref_native[i] && /* (half the time since) */
+                          (cpus[i] - ref_cpu[i]) * 2 >= tq - ref_t;
                 cov[i] = tq >= next_t && tq < until && tids[i] != main_ident &&
-                         own_decide(w, tids[i], natives[i], tss[i], tq, cpus[i], period);
+                         own_decide(w, tids[i], natives[i], tss[i], tq, cpus[i], period, ran);
                 if (cov[i]) w->own_skip[w->n_own_skip++] = natives[i];
                 else if (cpus[i] != ref_cpu[i] || natives[i] != ref_native[i]) slow = 0;
             }
@@ -309,6 +311,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
                 if (look_remote(w, np, natives, ref_native, cpus, ref_cpu, tss, tids, main_ident, &used, cov)) {
                     remote_missed = 0;
                     for (Py_ssize_t i = 0; i < np; i++) ref_cpu[i] = cpus[i];
+                    ref_t = tq;
                     remote = walker_idle_spend(w, tq, waiting != ended ? -1 : used) ? 2 : 1;
                     ended = waiting;
                     if (remote == 1) quiet = 0;
@@ -405,6 +408,7 @@ PyObject *walker_run(PyObject *walker, PyObject *args) {
             ref_cpu[i] = cpus[i];
         }
         ref_n = np;
+        ref_t = last_tq;
         held = PyObject_CallMethodNoArgs(slock, s_release);
         if (held == NULL) { Py_XDECREF(res); goto fail; }
         Py_DECREF(held);

@@ -1,4 +1,4 @@
-/* stepscope.record.native._native: a busy thread sampled by a timer on its own CPU clock (ownclock.c; issue 41).
+/* stepscope.record.native._native: a busy thread sampled by a timer of its own (ownclock.c; issue 41).
    Included by looks.c (Walker.run's decisions), threads.c (the samples accounted), remote.c and stackwalk.c (the
    walker's end). Needs the walker (walker.h). */
 
@@ -17,9 +17,10 @@
    thread's own timer samples it (it ran at least OWN_BUSY of the time since the previous decision, and its
    handler read every stack since; the look leaves it out), else 0 (the look reads it). Arms the thread's timer
    once it ran that much at OWN_STREAK decisions in a row; turns its sampling off at a decision where it did not.
-   No GIL needed; the owner walker's recorder thread only. */
+   ran: the caller saw it run that much since its own last look (a thread is watched from such a look on: the
+   slots are few, and idle threads never take one). No GIL needed; the owner walker's recorder thread only. */
 int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts, int64_t t, int64_t cpu,
-               int64_t period);
+               int64_t period, int ran);
 /* With the GIL: the samples the threads' handlers took, accounted in order (intern_raw, walker_charge), and the
    slots of threads that ended freed (their timers deleted). 0, or -1 with an exception set. */
 int own_drain(Walker *w, int64_t period, int64_t cap);

@@ -516,7 +516,7 @@ static PyMethodDef walker_methods[] = {
      "forget(tid, whole=True) -> (t_ns, cpu_ns, stack) or None: tid's previous sample dropped (threads.c)"},
     {"notify", (PyCFunction)walker_notify, METH_NOARGS, "Wake a run() that waits (looks.c)."},
     {"own_stop", (PyCFunction)walker_own_stop, METH_NOARGS,
-     "Delete the busy threads' own CPU-clock timers (ownclock.c) and stop their sampling; run() arms them again."},
+     "Delete the busy threads' own timers (ownclock.c) and stop their sampling; run() arms them again."},
     {"run", (PyCFunction)walker_run, METH_VARARGS,
      "run(lock, sample_lock, skip, period_ns, cap_ns, next_t, until_ns, main_ident, main_state, active, stop_fd, "
      "stop_sigs, finished, limit, mem, rss_fd, page, mem_every, quiet, quiet_ns) -> (reason, looks, n, next_t, "
@@ -547,9 +547,9 @@ static PyMemberDef walker_members[] = {
     {"remote_misses", Py_T_LONGLONG, offsetof(Walker, remote_misses), Py_READONLY,
      "threads such a look could not read without the GIL (held it too long, ran meanwhile, a code not held yet)"},
     {"own_on", Py_T_BOOL, offsetof(Walker, own_on), 0,
-     "whether run() may leave a busy thread to a timer on its own CPU clock (ownclock.c; True by default)"},
+     "whether run() may leave a busy thread to a timer of its own (ownclock.c; True by default)"},
     {"own_threads", Py_T_LONGLONG, offsetof(Walker, own_threads), Py_READONLY,
-     "times a busy thread's own CPU-clock timer was armed (ownclock.c), all runs"},
+     "times a busy thread's own timer was armed (ownclock.c), all runs"},
     {"own_samples", Py_T_LONGLONG, offsetof(Walker, own_samples), Py_READONLY,
      "samples those timers' signal handlers took and accounted (ownclock.c)"},
     {"own_ns", Py_T_LONGLONG, offsetof(Walker, own_ns), Py_READONLY,

@@ -213,7 +213,7 @@ typedef struct {
     long long remote_looks; /* looks made without the GIL that read a thread's stack (remote.c), all runs */
     long long remote_misses; /* threads such a look could not read (the look then taken with the GIL) */
     char remote_on;          /* looks without the GIL allowed (1, the default; 0: every look takes the GIL) */
-    /* busy threads sampled by a timer on their own CPU clock (ownclock.c) */
+    /* busy threads sampled by a timer of their own (ownclock.c) */
     char own_on;                 /* allowed (1, the default, where a signal is installed: _native.own_signal) */
     unsigned long own_skip[64];  /* the OS ids of the threads the current look leaves to their own timers */
     Py_ssize_t n_own_skip;

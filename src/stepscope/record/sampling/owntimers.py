@@ -1,12 +1,12 @@
-"""Busy threads sampled by a timer on their own CPU clock (issue 41): the signal they use.
+"""Busy threads sampled by a timer of their own (issue 41): the signal they use.
 
 The recorder thread's looks are wake-ups of its own (~45 us of CPU each on a 2-core VM, more than the look): on a
 server whose one busy thread (a UNet worker) runs all the time, 101 of them a second were most of what sampling
 cost. So a thread other than the main one that has run all the time for ``OWN_STREAK`` looks in a row
-(``record/native/ownclock.c``) gets a POSIX timer on its own CPU clock (``timer_create`` with ``SIGEV_THREAD_ID``,
-as Datadog's profiler's newer mode): the signal comes to that thread while it runs, at the sampling period of its
-CPU time, and a C handler reads its stack there; the recorder then looks every ``OWN_SLOW`` periods while only such
-threads run. This module picks the signal (a free real-time one, as ``cpuwake`` picks its own) and installs the C
+(``record/native/ownclock.c``) gets a POSIX timer of its own (``timer_create`` with ``SIGEV_THREAD_ID``, as
+Datadog's profiler's newer mode; on the wall clock, each expiry drawn in 0.5-1.5 periods): the signal finds that
+thread running, and a C handler reads its stack there; the recorder then looks every ``OWN_SLOW`` periods while only
+such threads run. A thread that waits more than a tenth of the time has its timer disarmed. This module picks the signal (a free real-time one, as ``cpuwake`` picks its own) and installs the C
 handler for it; ``close`` uninstalls it.
 """
 
@@ -36,7 +36,7 @@ class OwnTimers:
 
         ext = _native.ext
         if (not sys.platform.startswith("linux") or ext is None or not hasattr(ext, "own_signal")
-                or not hasattr(signal, "SIGRTMAX") or os.environ.get("STEPSCOPE_OWN_TIMERS") == "0"):
+                or not hasattr(signal, "SIGRTMAX") or os.environ.get("STEPSCOPE_OWN_TIMERS") == "0" or os.path.exists("/tmp/w/noown")):
             return None
         try:
             for k in CANDIDATES:

@@ -162,11 +162,18 @@ class Sampler(StackTables):
 
     @property
     def own_timers(self) -> tuple[int, int, int]:
-        """(threads, samples, missed): busy threads given a timer on their own CPU clock (record/native/ownclock.c:
+        """(threads, samples, missed): busy threads given a timer of their own (record/native/ownclock.c:
         times one was armed), the samples their signal handlers took, and the signals whose handler could not read
         the stack (a code the walker did not hold yet, a full ring); (0, 0, 0) for the Python walk."""
         w = self._walker
         return (w.own_threads, w.own_samples, w.own_misses) if w is not None else (0, 0, 0)
+
+    def own_stop(self) -> None:
+        """Delete the busy threads' own timers (samples of theirs not accounted yet are dropped: a thread's
+        next sample is charged the time since its last): while a profiler of the program's runs, nothing is sampled.
+        The looks arm them again. Nothing for the Python walk."""
+        if self._walker is not None:
+            self._walker.own_stop()
 
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
