@@ -205,7 +205,12 @@ static int arm(OwnSlot *s, int k, int64_t period) {
 
 int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts, int64_t t, int64_t cpu,
                int64_t period, int ran) {
-    if (!own_sig || !w->own_on || native == 0 || cpu < 0 || (owner != NULL && owner != w)) return 0;
+    if (!own_sig || !w->own_on || native == 0 || (owner != NULL && owner != w)) return 0;
+    if (cpu < 0) { /* (its CPU clock gone: the thread ended, its timer deleted now, not at the walker's next look) */
+        for (int i = 0; owner == w && i < OWN_SLOTS; i++)
+            if (slots[i].state != FREE && slots[i].native == native) release(&slots[i]);
+        return 0;
+    }
     if (period < OWN_MIN_PERIOD_NS) { /* (a rate above 200 Hz: the looks read every thread) */
         for (int i = 0; owner == w && i < OWN_SLOTS; i++)
             if (slots[i].state == ON) quiesce(&slots[i], OFF);
