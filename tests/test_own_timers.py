@@ -11,20 +11,15 @@ handler gone after the session.
 from __future__ import annotations
 
 import collections
-import json
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from test_remote_looks import _run as run_program
 from test_stackwalk import needs_walker
-from test_transparency import INTERPRETERS, SRC
-
-from stepscope.store.db import Store
-from stepscope.store.reader import load_run
+from test_transparency import INTERPRETERS
 
 PROG = '''\
 import json
@@ -124,24 +119,7 @@ with open(sys.argv[2], "w") as f:
 
 
 def _run(python: str, tmp_path, mode: str) -> tuple[list, dict]:
-    prog = tmp_path / "prog.py"
-    prog.write_text(PROG)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
-    env.update(STEPSCOPE_STORE=str(tmp_path / "store"), PYTHONPATH=str(SRC))
-    truth = tmp_path / "truth.json"
-    p = subprocess.run([sys.executable, "-m", "stepscope", "run", "-q", "--hz", "101", "--", python, str(prog), mode,
-                        str(truth)], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and p.stdout == "" and p.stderr == "", p.stdout + p.stderr
-    st = Store(tmp_path / "store")
-    try:
-        top = st.list_runs()[0]
-        out = [load_run(st, r.id) for r in st.process_runs(top.id)] + [load_run(st, top.id)]
-    finally:
-        st.close()
-    truths = {"": json.loads(truth.read_text())}
-    if mode == "fork":
-        truths["child"] = json.loads((tmp_path / "truth.json.child").read_text())
-    return out, truths
+    return run_program(python, tmp_path, mode, PROG)
 
 
 def _times(data, thread_name: str, names: tuple[str, ...]) -> tuple[dict, float, set]:

@@ -88,9 +88,11 @@ with open(sys.argv[2], "w") as f:
 '''
 
 
-def _run(python: str, tmp_path, mode: str) -> tuple[list, dict]:
+def _run(python: str, tmp_path, mode: str, program: str = WORKER) -> tuple[list, dict]:
+    """``program`` (WORKER) under `stepscope run --hz 101` with ``python``, ``mode`` its first argument: each process's
+    run (the top one last) and the truths it wrote ({"": the top process's, "child": a forked child's})."""
     prog = tmp_path / "prog.py"
-    prog.write_text(WORKER)
+    prog.write_text(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STEPSCOPE"))}
     env.update(STEPSCOPE_STORE=str(tmp_path / "store"), PYTHONPATH=str(SRC))
     truth = tmp_path / "truth.json"

@@ -36,7 +36,7 @@ class OwnTimers:
 
         ext = _native.ext
         if (not sys.platform.startswith("linux") or ext is None or not hasattr(ext, "own_signal")
-                or not hasattr(signal, "SIGRTMAX") or os.environ.get("STEPSCOPE_OWN_TIMERS") == "0" or os.path.exists("/tmp/w/noown")):
+                or not hasattr(signal, "SIGRTMAX") or os.environ.get("STEPSCOPE_OWN_TIMERS") == "0"):
             return None
         try:
             for k in CANDIDATES:
