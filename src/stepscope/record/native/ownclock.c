@@ -48,6 +48,7 @@
 #define OWN_RING 64     /* samples a slot holds until drained (250 ms at most at 101 Hz: ~25) */
 #define OWN_DEPTH 256   /* raw frames a sample holds (deeper: a miss) */
 #define OWN_STREAK 5    /* busy looks in a row before a thread's timer is armed */
+#define OWN_STREAK_MAX 64 /* ... at most, for one whose timer was turned off while it still ran (own_decide) */
 #define OWN_BUSY_PCT 90 /* a thread that ran this share of the time (%) between two looks is busy */
 #define OWN_BLOCK 8     /* expiries at the period between two drawn ones */
 /* what a signal costs its thread beside its handler (the timer's interrupt, the signal frame, sigreturn), counted
@@ -76,7 +77,7 @@ typedef struct {
     unsigned long tid, native;      /* threading.get_ident() (pthread_self), OS thread id */
     uintptr_t ts;                   /* its thread state */
     int64_t ref_t, ref_cpu;         /* the previous decision's time and CPU clock */
-    int streak, has_timer;
+    int streak, need, has_timer; /* busy looks in a row, and how many arm its timer */
     int64_t period;                 /* the timer's interval (ns of the thread's CPU time), 0: disarmed */
     timer_t timer;
     uint32_t head, tail;            /* ring positions: head the handler's, tail the recorder's (atomic) */
@@ -228,7 +229,7 @@ int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts,
         if (free_k < 0 || !ran) return 0;
         OwnSlot *s = &slots[free_k];
         *s = (OwnSlot){.state = WATCH, .tid = tid, .native = native, .ts = ts, .ref_t = t, .ref_cpu = cpu,
-                       .rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)t ^ native, .ring = s->ring};
+                       .need = OWN_STREAK, .rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)t ^ native, .ring = s->ring};
         return 0;
     }
     OwnSlot *s = &slots[k];
@@ -260,11 +261,16 @@ int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts,
         if (!busy) {
             quiesce(s, OFF);
             s->streak = 0;
+            /* (one that still ran a tenth of the time or more was kept from its CPU or waited in its work: it needs
+               twice the busy looks in a row before its next timer, up to 64; one that stopped, waiting for work,
+               the first 5 again. On an overloaded machine a thread's timer went on and off 3-11 times in 3 s, and
+               its share read up to 9 points off, where the looks alone read it within 1.2) */
+            s->need = d * 10 >= dt ? (s->need * 2 > OWN_STREAK_MAX ? OWN_STREAK_MAX : s->need * 2) : OWN_STREAK;
         }
         return 0;
     }
     s->streak = busy ? s->streak + 1 : 0;
-    if (s->streak < OWN_STREAK) return 0;
+    if (s->streak < s->need) return 0;
     if (s->ring == NULL && (s->ring = PyMem_RawCalloc(1, sizeof(OwnRing))) == NULL) return 0;
     s->ring->rd.pid = getpid();
     s->ring->rd.broken = 0;
