@@ -78,10 +78,10 @@ typedef struct {
     uintptr_t ts;                   /* its thread state */
     int64_t ref_t, ref_cpu;         /* the previous decision's time and CPU clock */
     int streak, need, has_timer; /* busy looks in a row, and how many arm its timer */
-    int64_t period;                 /* the timer's interval (ns of the thread's CPU time), 0: disarmed */
+    int64_t period;                 /* the timer's interval (ns, CLOCK_MONOTONIC), 0: disarmed */
     timer_t timer;
     uint32_t head, tail;            /* ring positions: head the handler's, tail the recorder's (atomic) */
-    long long samples, misses, dropped; /* the handler's counts (atomic) */
+    long long misses, dropped;      /* the handler's counts (atomic) */
     int64_t ns, ns_counted;             /* the handler's time (ns, atomic), and as drained */
     uint64_t rng;                       /* the handler's xorshift state (its next expiry's draw) */
     int block;                          /* expiries since the last draw */
@@ -95,12 +95,6 @@ static int own_sig;               /* the installed signal (0: none) */
 static const Known *volatile known_now; /* the owner's known set, as at its last decision (read by the handlers) */
 static int atfork_done;
 
-static inline int64_t now_ns(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void handler(int sig, siginfo_t *si, void *uc) {
     (void)sig;
     (void)uc;
@@ -110,7 +104,7 @@ static void handler(int sig, siginfo_t *si, void *uc) {
         OwnSlot *s = &slots[k];
         __atomic_store_n(&s->in_handler, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == ON && s->tid == (unsigned long)pthread_self()) {
-            int64_t t0 = now_ns(CLOCK_MONOTONIC);
+            int64_t t0 = clock_ns(CLOCK_MONOTONIC);
             uint32_t h = s->head, tl = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
             if (h - tl >= OWN_RING) {
                 __atomic_add_fetch(&s->dropped, 1, __ATOMIC_RELAXED);
@@ -121,10 +115,9 @@ static void handler(int sig, siginfo_t *si, void *uc) {
                     __atomic_add_fetch(&s->misses, 1, __ATOMIC_RELAXED);
                 } else {
                     o->n = n;
-                    o->t = now_ns(CLOCK_MONOTONIC);
-                    o->cpu = now_ns(CLOCK_THREAD_CPUTIME_ID);
+                    o->t = clock_ns(CLOCK_MONOTONIC);
+                    o->cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
                     __atomic_store_n(&s->head, h + 1, __ATOMIC_RELEASE);
-                    __atomic_add_fetch(&s->samples, 1, __ATOMIC_RELAXED);
                 }
             }
             /* every OWN_BLOCK expiries the next one drawn in 0.5-1.5 periods (xorshift), as the main thread's
@@ -142,7 +135,7 @@ static void handler(int sig, siginfo_t *si, void *uc) {
                 timer_settime(s->timer, 0, &it, NULL);
             }
             /* (its time, and the signal's delivery and return around it, which it cannot time: OWN_SIGNAL_NS) */
-            __atomic_add_fetch(&s->ns, now_ns(CLOCK_MONOTONIC) - t0 + OWN_SIGNAL_NS, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&s->ns, clock_ns(CLOCK_MONOTONIC) - t0 + OWN_SIGNAL_NS, __ATOMIC_RELAXED);
         }
         __atomic_store_n(&s->in_handler, 0, __ATOMIC_SEQ_CST);
     }

@@ -12,6 +12,7 @@ handler for it; ``close`` uninstalls it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -32,8 +33,6 @@ class OwnTimers:
         """The signal installed for the walker's own timers, or None where there are none (not Linux, no C walk, no
         free real-time signal, ``STEPSCOPE_OWN_TIMERS=0``). ``taken``: signal numbers already in use (the main
         thread's sampler's, the recorder's rest). Never raises."""
-        import os
-
         ext = _native.ext
         if (not sys.platform.startswith("linux") or ext is None or not hasattr(ext, "own_signal")
                 or not hasattr(signal, "SIGRTMAX") or os.environ.get("STEPSCOPE_OWN_TIMERS") == "0"):
