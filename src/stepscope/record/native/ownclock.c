@@ -86,6 +86,8 @@ typedef struct {
     uint64_t rng;                       /* the handler's xorshift state (its next expiry's draw) */
     int block;                          /* expiries since the last draw */
     long long misses_seen, misses_counted; /* (the recorder's: misses at the last decision, at the last drain) */
+    Wanted want[4];                     /* codes the handler met not held yet (remote_learn at the drain) */
+    uint32_t want_head, want_tail;      /* (atomic: the handler's, the recorder's) */
     OwnRing *ring;
 } OwnSlot;
 
@@ -110,9 +112,15 @@ static void handler(int sig, siginfo_t *si, void *uc) {
                 __atomic_add_fetch(&s->dropped, 1, __ATOMIC_RELAXED);
             } else {
                 OwnSample *o = &s->ring->ring[h % OWN_RING];
-                int32_t n = raw_stack(&s->ring->rd, known_now, s->ts, o->fr, OWN_DEPTH);
+                Wanted want;
+                int32_t n = raw_stack(&s->ring->rd, known_now, s->ts, o->fr, OWN_DEPTH, &want);
                 if (n < 0) {
                     __atomic_add_fetch(&s->misses, 1, __ATOMIC_RELAXED);
+                    uint32_t wh = s->want_head;
+                    if (want.code != 0 && wh - __atomic_load_n(&s->want_tail, __ATOMIC_ACQUIRE) < 4) {
+                        s->want[wh % 4] = want;
+                        __atomic_store_n(&s->want_head, wh + 1, __ATOMIC_RELEASE);
+                    }
                 } else {
                     o->n = n;
                     o->t = clock_ns(CLOCK_MONOTONIC);
@@ -168,7 +176,7 @@ static void child_after_fork(void) { /* (no timer survives a fork: the slots are
         slots[k].in_handler = 0;
         slots[k].has_timer = 0;
         slots[k].native = 0;
-        slots[k].head = slots[k].tail = 0;
+        slots[k].head = slots[k].tail = slots[k].want_head = slots[k].want_tail = 0;
     }
     owner = NULL;
 }
@@ -303,6 +311,11 @@ int own_drain(Walker *w, int64_t period, int64_t cap) {
             w->own_samples++;
         }
         __atomic_store_n(&s->tail, tl, __ATOMIC_RELEASE);
+        for (uint32_t wh = __atomic_load_n(&s->want_head, __ATOMIC_ACQUIRE); s->want_tail != wh;) {
+            Wanted want = s->want[s->want_tail % 4];
+            __atomic_store_n(&s->want_tail, s->want_tail + 1, __ATOMIC_RELEASE);
+            if (remote_learn(w, &want) < 0) return -1; /* (the code held: the handler reads it from the next sync) */
+        }
         long long m = __atomic_load_n(&s->misses, __ATOMIC_RELAXED) + __atomic_load_n(&s->dropped, __ATOMIC_RELAXED);
         w->own_misses += m - s->misses_counted;
         s->misses_counted = m;

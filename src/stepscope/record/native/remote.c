@@ -61,6 +61,8 @@ struct Remote {
     Py_ssize_t n_samples;
     int32_t n_frames;
     RawFrame frames[POOL_FRAMES];
+    Wanted want[8]; /* codes the looks without the GIL met not held yet (remote_learn at the next hold of it) */
+    int n_want;
     Reader rd;
 };
 
@@ -230,8 +232,9 @@ static int still_at(Reader *r, uintptr_t ts, uintptr_t at, uintptr_t top, uintpt
 
 /* the frames from f outward into out (at most cap): their number, or -1 (a code not held, a failed read, deeper) */
 static int32_t walk_raw(const Known *known, Reader *r, uintptr_t f, RawFrame *out, int32_t cap, const uintptr_t *lo,
-                        const uintptr_t *hi, int nc) {
+                        const uintptr_t *hi, int nc, Wanted *want) {
     int32_t n = 0;
+    want->code = 0;
     while (f != 0) {
         _PyInterpreterFrame loc;
         int in = 0; /* (a frame in one of the reading thread's own data-stack chunks: read in place, raw_stack) */
@@ -248,7 +251,10 @@ static int32_t walk_raw(const Known *known, Reader *r, uintptr_t f, RawFrame *ou
             if (rread(r, code, &co, sizeof co) < 0 || Py_TYPE(&co) != &PyCode_Type) return -1;
             uintptr_t first = code + offsetof(PyCodeObject, co_code_adaptive) +
                               (uintptr_t)co._co_firsttraceable * sizeof(_Py_CODEUNIT);
-            if (loc.owner == FRAME_OWNED_BY_GENERATOR || (uintptr_t)INSTR(&loc) >= first) return -1; /* (shown) */
+            if (loc.owner == FRAME_OWNED_BY_GENERATOR || (uintptr_t)INSTR(&loc) >= first) { /* (shown) */
+                *want = (Wanted){code, (uintptr_t)loc.f_globals};
+                return -1;
+            }
             out[n++] = (RawFrame){code, 0};
             continue;
         }
@@ -263,7 +269,7 @@ static int32_t walk_raw(const Known *known, Reader *r, uintptr_t f, RawFrame *ou
     return n;
 }
 
-int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap) {
+int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap, Wanted *want) {
     /* (the calling thread's own state, C stack and data-stack chunks are read in place: nothing else changes them
        while its signal handler runs, and a chunk is unlinked before it is freed; any other frame, a generator's or
        an entry frame on the C stack, through the page copies) */
@@ -280,7 +286,8 @@ int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, i
     uintptr_t top = t->cframe != NULL ? (uintptr_t)t->cframe->current_frame : 0;
 #endif
     rd->n_pages = 0;
-    return rd->broken ? -1 : walk_raw(known, rd, top, out, cap, lo, hi, nc);
+    want->code = 0;
+    return rd->broken ? -1 : walk_raw(known, rd, top, out, cap, lo, hi, nc, want);
 }
 
 int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64_t spin_ns) {
@@ -296,9 +303,13 @@ int remote_sample(Walker *w, uintptr_t ts, unsigned long tid, int64_t cpu, int64
         uintptr_t at, top, instr;
         if (top_of(&r->rd, ts, &at, &top, &instr) < 0) return 0;
         RawFrame *out = r->frames + r->n_frames;
-        int32_t n = walk_raw(r->known, &r->rd, top, out, MAX_RAW, NULL, NULL, 0);
+        Wanted want;
+        int32_t n = walk_raw(r->known, &r->rd, top, out, MAX_RAW, NULL, NULL, 0, &want);
         int moved = holds_gil(r, ts) || !still_at(&r->rd, ts, at, top, instr);
-        if (n < 0 && !moved) return 0; /* (a code not held yet, a failed read: the look with the GIL) */
+        if (n < 0 && !moved) { /* (a code not held yet, a failed read: the look with the GIL; the code then held) */
+            if (want.code != 0 && r->n_want < 8) r->want[r->n_want++] = want;
+            return 0;
+        }
         if (moved) { /* (what it read may be torn: an unknown or no code among it too) */
             if (clock_ns(CLOCK_MONOTONIC) - t0 > spin_ns) return 0;
             continue;
@@ -336,11 +347,29 @@ int remote_sync(Walker *w) {
     return 0;
 }
 
+/* a live object of type tp at addr, as far as its header read through rd says (remote_learn) */
+static int live_object(Reader *rd, uintptr_t addr, PyTypeObject *tp) {
+    PyObject head;
+    rd->n_pages = 0;
+    if (addr == 0 || rread(rd, addr, &head, sizeof head) < 0) return 0;
+    Py_ssize_t refs = head.ob_refcnt;
+    return Py_TYPE(&head) == tp && refs >= 1 && (size_t)refs <= 0xFFFFFFFFu;
+}
+
+int remote_learn(Walker *w, const Wanted *want) {
+    Remote *r = w->remote;
+    if (r == NULL || r->rd.broken || !live_object(&r->rd, want->code, &PyCode_Type)) return 0;
+    PyObject *globals = live_object(&r->rd, want->globals, &PyDict_Type) ? (PyObject *)want->globals : NULL;
+    return code_learn(w, (PyObject *)want->code, globals) < 0 ? -1 : 0;
+}
+
 int remote_replay(Walker *w, int64_t period, int64_t cap) {
     Remote *r = w->remote;
     if (r == NULL) return 0;
     if (own_drain(w, period, cap) < 0) return -1; /* (the threads' own timers' samples: ownclock.c) */
     int rc = 0;
+    for (int i = 0; i < r->n_want && rc == 0; i++) rc = remote_learn(w, &r->want[i]);
+    r->n_want = 0;
     for (Py_ssize_t i = 0; i < r->n_samples && rc == 0; i++) {
         RawSample *s = &r->samples[i];
         int32_t si = intern_raw(w, r->frames + s->start, s->n);

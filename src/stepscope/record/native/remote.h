@@ -21,6 +21,12 @@ typedef struct {
     uint32_t key;
 } RawFrame;
 
+/* a code a read without the GIL met but the walker does not hold yet, and its frame's globals (the module's name):
+   learned at the next hold of the GIL (remote_learn), so that the next read of that stack needs no GIL */
+typedef struct {
+    uintptr_t code, globals;
+} Wanted;
+
 /* a look's sample of one thread, made without the GIL, accounted at the next hold of it (remote_replay) */
 typedef struct {
     int64_t t, cpu;
@@ -53,10 +59,17 @@ int known_has(const Known *k, uintptr_t a);
 const Known *remote_known(Walker *w);
 /* The stack of the calling thread, whose state is ts (3.11, 3.12: its current _PyCFrame's frame; 3.13: its current
    frame), into out (leaf first, at most cap frames), only frames of codes in known (or frames a frame object would
-   not show): their number, or -1 (a code not known, a failed read, deeper than cap). Its state and its data-stack
-   chunks' frames are read in place, any other frame through rd. Async-signal-safe (a signal handler in that
-   thread: ownclock.c): system calls, and reads of its own memory, rd, known and the known codes only. */
-int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap);
+   not show): their number, or -1 (a code not known, a failed read, deeper than cap; a code not known that the
+   frame shows also into *want, its code 0 otherwise). Its state and its data-stack chunks' frames are read in
+   place, any other frame through rd. Async-signal-safe (a signal handler in that thread: ownclock.c): system
+   calls, and reads of its own memory, rd, known and the known codes only. */
+int32_t raw_stack(Reader *rd, const Known *known, uintptr_t ts, RawFrame *out, int32_t cap, Wanted *want);
+/* With the GIL: a code a read without the GIL wanted, held from now on (codes made known at the next remote_sync)
+   when it is still a live code object: its header read through the page copies (memory freed and unmapped
+   meanwhile fails the read), its type the code type and its reference count 1 to 2**32 (a freed object's is 0, or
+   the allocator's free-list pointer); its module from the globals when those pass the same test as a dict. 0 (also
+   when it is left out), or -1 with MemoryError set. */
+int remote_learn(Walker *w, const Wanted *want);
 
 /* Read thread state ts's stack without the GIL, once its thread does not hold the GIL (waited for up to spin_ns):
    the sample (t, cpu, tid) appended to the walker's pending samples. 1: done; 0: not possible now (the thread held
@@ -74,6 +87,9 @@ int remote_sync(Walker *w);
 /* the remote state freed (the walker's tables cleared: its codes released) */
 void remote_clear(Walker *w);
 
+/* stackwalk.c: the code index of a live code object (its module's name from globals, a dict or NULL), its entry made
+   as at its first frame; -1 with MemoryError set */
+int32_t code_learn(Walker *w, PyObject *code, PyObject *globals);
 /* stackwalk.c: the stack index of raw frames fr[0:n] (leaf first), as walk_one gives a thread's (NOT_SHOWN, NO_MEMORY) */
 int32_t intern_raw(Walker *w, const RawFrame *fr, int32_t n);
 /* threads.c: thread tid's sample at t on stack si with its CPU clock at cpu, charged as sample() charges a thread

@@ -49,25 +49,31 @@
 #ifdef STEPSCOPE_STACKWALK
 
 
-/* The code index of code, first seen in frame f: its entry made (the code kept; hidden by its file; its module
-   from f's globals, a borrowed dict lookup that runs no Python code: a str key). -1 with MemoryError set. */
-static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
+/* The code index of code, first seen with globals (its frame's): its entry made (the code kept; hidden by its file;
+   its module from the globals, a borrowed dict lookup that runs no Python code: a str key). -1 with MemoryError. */
+int32_t code_learn(Walker *w, PyObject *code, PyObject *globals) {
     int32_t ci = map_get(&w->code_map, (uintptr_t)code, 0);
-    if (ci != MISSING || f == NULL) return ci; /* (f NULL: a raw frame's code, always held: remote.c) */
+    if (ci != MISSING) return ci;
     if (reserve((void **)&w->codes, w->n_codes, &w->cap_codes, sizeof(Code), 1) < 0) return -1;
     ci = (int32_t)w->n_codes;
     if (map_put(&w->code_map, (uintptr_t)code, 0, ci) < 0) return -1;
     int hidden = PySet_Contains(w->hidden, ((PyCodeObject *)code)->co_filename);
     if (hidden < 0) { PyErr_Clear(); hidden = 0; }
     PyObject *module = NULL;
-    if (!hidden && f->f_globals != NULL && PyDict_Check(f->f_globals)) {
-        module = PyDict_GetItemWithError(f->f_globals, w->name); /* borrowed */
+    if (!hidden && globals != NULL && PyDict_Check(globals)) {
+        module = PyDict_GetItemWithError(globals, w->name); /* borrowed */
         if (module == NULL) PyErr_Clear();
         else if (!PyUnicode_Check(module)) module = NULL;
     }
     w->codes[ci] = (Code){Py_NewRef(code), Py_XNewRef(module), hidden};
     w->n_codes++;
     return ci;
+}
+
+/* The code index of code, first seen in frame f (code_learn); MISSING for a code not held when f is NULL. */
+static int32_t code_index(Walker *w, PyObject *code, _PyInterpreterFrame *f) {
+    if (f == NULL) return map_get(&w->code_map, (uintptr_t)code, 0); /* (a raw frame's code, always held: remote.c) */
+    return code_learn(w, code, f->f_globals);
 }
 
 /* The frame index of f at offset key `key` (offset_key), not in offs: NOT_SHOWN (an incomplete frame: not
