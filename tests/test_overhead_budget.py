@@ -98,3 +98,56 @@ def test_the_sampler_facts_are_no_environment_change():
     c = {"cpu_count": 2, "sampler": {"main": "thread", "note": "--sampler thread"}}
     [change] = env_changes(a, c)
     assert (change.key, change.before, change.after, change.rank) == ("sampler.main", "signal", "thread", 9)
+
+
+OWN_PROGRAM = textwrap.dedent("""
+    import json, sys, threading, time
+    import numpy as np
+    import stepscope
+
+    def busy():
+        end = time.perf_counter() + 3.0
+        x = 0
+        while time.perf_counter() < end:
+            x += 1
+
+    worker = threading.Thread(target=busy, name="busy")
+    with stepscope.profile(hz=101, overhead_budget=float(sys.argv[2]), store=sys.argv[1], label="own") as run:
+        t0 = time.perf_counter()
+        worker.start()
+        worker.join()  # (the main thread waits: it rests, and the looks read it)
+        wall = time.perf_counter() - t0
+    p = run.data.profile
+    tid = np.asarray(p.sample_thread)
+    w = np.asarray(p.sample_wall_ns, dtype=float)
+    print(json.dumps({"sampler": run.data.run.env["sampler"], "note": run.summary().sampling, "wall": wall,
+                      "busy_wall": float(w[tid == worker.ident].sum()) / 1e9,
+                      "busy_n": int((tid == worker.ident).sum())}))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own timer is Linux only")
+def test_a_tiny_budget_lowers_a_busy_threads_own_timer_while_the_main_thread_rests(tmp_path):
+    import json
+
+    def run(budget: float) -> dict:
+        prog = tmp_path / "own.py"
+        prog.write_text(OWN_PROGRAM)
+        p = subprocess.run([sys.executable, str(prog), str(tmp_path / f"own-{budget}"), str(budget)],
+                           capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.splitlines()[-1])
+
+    r = run(0.0001)
+    info = r["sampler"]
+    if info.get("walk") != "c" or not info.get("own_timers"):
+        pytest.skip(f"no own timer here (the C walk, a CPU for the busy thread): {info}")
+    rates = {float(k): v for k, v in info["others_hz"].items()}
+    # the busy thread's own timer took the lowered rates, though the looks read the resting main thread at 101 Hz
+    assert min(rates) < 30 and max(rates) == 101.0, rates
+    assert r["note"].startswith("other threads sampled at "), r["note"]
+    assert r["busy_n"] < 0.6 * 101 * 3.0, r  # (at the asked rate: ~300 samples)
+    assert 0.85 * 3.0 < r["busy_wall"] < 1.1 * r["wall"], r  # (its time kept: each sample stands for the time since)
+    full = run(1.0)
+    assert list(full["sampler"]["others_hz"]) == ["101"] and full["busy_n"] > 0.6 * 101 * 3.0, full

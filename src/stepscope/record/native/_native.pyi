@@ -342,6 +342,9 @@ class Walker:
     own_misses: Final[int]
     #: the time (ns) those handlers took in their threads, as accounted so far
     own_ns: Final[int]
+    #: those timers' period (ns; the overhead budget lowers their rate: ``Budget``), 0: the looks' period (their
+    #: period is never shorter than that)
+    own_period: int
     #: threads the last ``sample(lazy=True)`` left without a row (not run since the last look, or back at the stack
     #: of their last row: their next row is charged the time and the CPU since that one)
     deferred: Final[int]

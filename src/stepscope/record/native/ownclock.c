@@ -51,9 +51,11 @@
 #define OWN_STREAK_MAX 64 /* ... at most, for one whose timer was turned off while it still ran (own_decide) */
 #define OWN_BUSY_PCT 90 /* a thread that ran this share of the time (%) between two looks is busy */
 #define OWN_BLOCK 8     /* expiries at the period between two drawn ones */
-/* what a signal costs its thread beside its handler (the timer's interrupt, the signal frame, sigreturn), counted
-   in the overhead budget: a C loop on this 2-core VM lost 1.9% of its CPU to 1,000 such signals a second */
-#define OWN_SIGNAL_NS 20000
+/* what a signal costs its thread beside its handler (the timer's interrupt, the signal frame, sigreturn, the caches
+   and branch predictors it cools), counted in the overhead budget: on this 2-core VM a C loop lost 1.9% of its CPU
+   to 1,000 such signals a second, and the tiny UNet's generations 0.42% (95% CI 0.28-0.59%) of theirs to 101 a
+   second of an empty handler (150 pairs of generations, with and without, alternating in one thread) */
+#define OWN_SIGNAL_NS 40000
 /* the shortest period a thread's own timer samples at: at a higher rate the signals cost its thread more than the
    looks cost the recorder (the 12-thread server at 1 kHz: its generations +8.0% with them, +3.4% without) */
 #define OWN_MIN_PERIOD_NS 5000000
@@ -208,6 +210,7 @@ static int arm(OwnSlot *s, int k, int64_t period) {
 
 int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts, int64_t t, int64_t cpu,
                int64_t period, int ran) {
+    int64_t own = w->own_period > period ? w->own_period : period; /* (the overhead budget's: Budget.tick) */
     if (!own_sig || !w->own_on || native == 0 || (owner != NULL && owner != w)) return 0;
     if (cpu < 0) { /* (its CPU clock gone: the thread ended, its timer deleted now, not at the walker's next look) */
         for (int i = 0; owner == w && i < OWN_SLOTS; i++)
@@ -254,7 +257,7 @@ int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts,
     int clean = missed == s->misses_seen;
     s->misses_seen = missed;
     if (s->state == ON) {
-        if (s->period != period && arm(s, k, period) < 0) { /* (the rate changed: the budget) */
+        if (s->period != own && arm(s, k, own) < 0) { /* (the rate changed: the budget) */
             release(s);
             return 0;
         }
@@ -275,7 +278,7 @@ int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts,
     if (s->ring == NULL && (s->ring = PyMem_RawCalloc(1, sizeof(OwnRing))) == NULL) return 0;
     s->ring->rd.pid = getpid();
     s->ring->rd.broken = 0;
-    if (arm(s, k, period) < 0) {
+    if (arm(s, k, own) < 0) {
         release(s);
         return 0;
     }

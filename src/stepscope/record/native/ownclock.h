@@ -18,7 +18,8 @@
    handler read every stack since; the look leaves it out), else 0 (the look reads it). Arms the thread's timer
    once it ran that much at OWN_STREAK decisions in a row; turns its sampling off at a decision where it did not.
    ran: the caller saw it run that much since its own last look (a thread is watched from such a look on: the
-   slots are few, and idle threads never take one). No GIL needed; the owner walker's recorder thread only. */
+   slots are few, and idle threads never take one). Its timer's period: w->own_period (the overhead budget's), at
+   least the looks' period. No GIL needed; the owner walker's recorder thread only. */
 int own_decide(Walker *w, unsigned long tid, unsigned long native, uintptr_t ts, int64_t t, int64_t cpu,
                int64_t period, int ran);
 /* With the GIL: the samples the threads' handlers took, accounted in order (intern_raw, walker_charge), and the

@@ -558,6 +558,8 @@ static PyMemberDef walker_members[] = {
      "times a busy thread's own timer was armed (ownclock.c), all runs"},
     {"own_samples", Py_T_LONGLONG, offsetof(Walker, own_samples), Py_READONLY,
      "samples those timers' signal handlers took and accounted (ownclock.c)"},
+    {"own_period", Py_T_LONGLONG, offsetof(Walker, own_period), 0,
+     "the busy threads' own timers' period (ns; the overhead budget's), 0: the looks' (at least that in any case)"},
     {"own_ns", Py_T_LONGLONG, offsetof(Walker, own_ns), Py_READONLY,
      "the time (ns) those signal handlers took in their threads, as accounted so far (ownclock.c)"},
     {"own_misses", Py_T_LONGLONG, offsetof(Walker, own_misses), Py_READONLY,

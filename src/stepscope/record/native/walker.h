@@ -219,6 +219,7 @@ typedef struct {
     Py_ssize_t n_own_skip;
     long long own_threads, own_samples, own_misses; /* threads armed, samples accounted, stacks not read (all runs) */
     long long own_ns; /* the time (ns) their signal handlers took, as drained (all runs) */
+    long long own_period; /* their timers' period (ns; the overhead budget's), 0: the looks' period */
 } Walker;
 
 

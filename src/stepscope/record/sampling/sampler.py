@@ -168,6 +168,16 @@ class Sampler(StackTables):
         w = self._walker
         return (w.own_threads, w.own_samples, w.own_misses) if w is not None else (0, 0, 0)
 
+    def own_budget(self, period_ns: int) -> int:
+        """Set the busy threads' own timers' period (ns; 0: the looks'; the overhead budget's, ``Budget``) and
+        return the time (ns) their signal handlers took so far, each signal's delivery counted too (``own_ns``); 0
+        for the Python walk."""
+        w = self._walker
+        if w is None:
+            return 0
+        w.own_period = period_ns
+        return w.own_ns
+
     def own_stop(self) -> None:
         """Delete the busy threads' own timers (samples of theirs not accounted yet are dropped: a thread's
         next sample is charged the time since its last): while a profiler of the program's runs, nothing is sampled.
