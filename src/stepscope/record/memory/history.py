@@ -267,7 +267,7 @@ class SpanMemory:
         reads are not inside a mirrored range or the span's time)."""
         a: dict = {}
         if self._readings is not None:
-            rss, hwm, w = self._readings(self.rss.fd, PAGE, self.run_delay.fd())
+            rss, hwm, w = self._readings(self.rss.fd, PAGE, self.run_delay.fd(), True)
             if w < 0:
                 w = self.run_delay.read()  # (a descriptor of an ended thread whose id came back: opened anew)
             if w >= 0:

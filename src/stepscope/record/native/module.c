@@ -271,12 +271,13 @@ static PyObject *py_read_held(PyObject *self, PyObject *args) {
    one call (memory.history.SpanMemory): the RSS (bytes, /proc/self/statm's resident pages x page), the kernel's
    high-water mark of the RSS (bytes, getrusage's ru_maxrss, KiB on Linux) and the calling thread's run-queue wait so
    far (ns, /proc/thread-self/schedstat's second field); -1 for each that cannot be read (an fd < 0: not read). The
-   GIL is kept (three short system calls: outer.c's readings_now). */
+   GIL is kept (three short system calls: outer.c's readings_now). entry (0 by default): a span's entry, which
+   reuses the thread's last exit readings of the same files when they are under 2 ms old (readings_now). */
 static PyObject *py_readings(PyObject *self, PyObject *args) {
-    int statm, sched;
+    int statm, sched, entry = 0;
     long long page, rss, hwm, wait;
-    if (!PyArg_ParseTuple(args, "iLi:readings", &statm, &page, &sched)) return NULL;
-    readings_now(statm, page, sched, &rss, &hwm, &wait);
+    if (!PyArg_ParseTuple(args, "iLi|p:readings", &statm, &page, &sched, &entry)) return NULL;
+    readings_now(statm, page, sched, entry, &rss, &hwm, &wait);
     return Py_BuildValue("(LLL)", rss, hwm, wait);
 }
 
@@ -449,7 +450,8 @@ static PyMethodDef methods[] = {
      "outer_denoiser(frame, prefixes) -> None, frame, or True: the outermost denoiser forward (a caller: True)"},
 #endif
     {"readings", py_readings, METH_VARARGS,
-     "readings(statm_fd, page, schedstat_fd) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), -1: unread"},
+     "readings(statm_fd, page, schedstat_fd, entry=False) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), "
+     "-1: unread"},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
     {"top_name", py_top_name, METH_NOARGS, "The name of this thread's innermost open native span, or None."},

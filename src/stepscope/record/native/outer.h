@@ -20,8 +20,10 @@ int outer_exit(int32_t idx);
 
 /* The RSS (bytes: statm's resident pages x page), the RSS high-water mark (bytes: getrusage's ru_maxrss) and the
    calling thread's run-queue wait (ns: schedstat's second field), -1 each where unread (statm < 0: neither of the
-   first two; sched < 0: no wait). Three system calls, the GIL kept. */
-void readings_now(int statm, long long page, int sched, long long *rss, long long *hwm, long long *wait);
+   first two; sched < 0: no wait). Three system calls, the GIL kept; at a span's entry (entry 1) none when the
+   calling thread's last exit readings (entry 0) of the same files were taken under 2 ms before: those, once (the
+   gap between two step-level spans, a denoiser's call and the scheduler's step, counted in the second). */
+void readings_now(int statm, long long page, int sched, int entry, long long *rss, long long *hwm, long long *wait);
 
 /* outer_setup(probes_globals, scope_var, finished, noted, max_noted, start_listeners, prefixes, page): what
    the outermost calls read (see outer.c); None turns the C path off. */
