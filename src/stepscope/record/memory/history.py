@@ -20,7 +20,8 @@ with -1 for "not read". They wait in a bounded deque until the recorder's flush.
 
 Per span (``SpanMemory``, called by ``tracing.probes`` for probes with hooks: pipeline calls, denoiser
 forwards, scheduler steps, mirrored spans; not for those nested in a denoiser's span, ``probes._in_measured``): RSS and CUDA bytes at entry and exit, written into the span's
-``attrs`` (``memory.rss_in``, ``memory.rss_out``, ``memory.rss_peak`` when the kernel's high-water mark rose
+``attrs`` (an entry within 2 ms of the thread's previous step-level span's exit takes that exit's readings, the
+gap counted in this span: ``_native.readings``; ``memory.rss_in``, ``memory.rss_out``, ``memory.rss_peak`` when the kernel's high-water mark rose
 inside the span, so that the peak is exact; ``memory.cuda_in``, ``memory.cuda_out``, ``memory.cuda_peak``,
 ``memory.cuda_peak_exact``; and the thread's wait for a CPU, ``cpu.wait_in``: its counter at entry, ns, and
 ``cpu.wait_ns``: the wait inside the span, ``steps.cpuwait``). The CUDA peak of a span is exact when the allocator's peak rose inside it (a
