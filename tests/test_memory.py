@@ -678,7 +678,9 @@ def test_a_spans_entry_reuses_the_exit_readings_of_the_span_just_before_it():
         again = readings(statm, page, sched, True)  # (taken once: read anew)
         assert again[0] >= out[0] + page, (out, again)
         readings(statm, page, sched)
-        time.sleep(0.005)
+        stale = time.perf_counter() + 0.003  # (the exit readings over 2 ms old: a condition on the clock)
+        while time.perf_counter() < stale:
+            pass
         grow()
         late = readings(statm, page, sched, True)  # (over 2 ms after the exit: read anew)
         assert late[0] >= again[0] + page, (again, late)

@@ -125,8 +125,8 @@ class RecorderLoop:
         active_threads = threading._active
         while not self.finished and self._gen == gen:
             t = now()
-            if budget is not None and budget.tick(t, self.sampler.own_budget(budget.own_period_ns())):
-                self.sampler.own_budget(budget.own_period_ns())  # (the other threads' rate under the overhead budget)
+            if budget is not None and budget.tick(t, self.sampler.own_ns):  # (the other threads' rate under the
+                self.sampler.own_period(budget.own_period_ns())           # overhead budget, their own timers' too)
             if self.stop_watch is not None:
                 self.stop_watch.check(main)
             if main_sampler.paused:

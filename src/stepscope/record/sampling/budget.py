@@ -40,7 +40,6 @@ class Budget:
         self.look_ns = 0  # this thread's CPU time (ns) in looks at other threads, in the current window
         self.window_t, self.window_proc = t_ns, time.process_time_ns()
         self.by_signal = False
-        self.own = False  # the busy threads' own timers sampled in the last window (their rate is lowered too)
         self.at_scale: dict[int, int] = {}  # scale -> ns of the run's clock spent at it
         self._c0 = 0
         self._own_ns = 0  # the own timers' handlers' time (ns) at the window's start
@@ -58,15 +57,16 @@ class Budget:
 
     def tick(self, t_ns: int, own_ns: int = 0) -> bool:
         """Once a window (``WINDOW_NS``): lower or raise the other threads' rate (see the module doc). ``own_ns``:
-        the busy threads' own timers' handlers' time so far (ns, ``Sampler.own_budget``; already in ``look_ns``,
+        the busy threads' own timers' handlers' time so far (ns, ``Sampler.own_ns``; already in ``look_ns``,
         where ``Walker.run`` adds it). True when a window ended here (the rate may have changed)."""
         if t_ns - self.window_t < WINDOW_NS:
             return False
         proc = time.process_time_ns()
         self.at_scale[self.scale] = self.at_scale.get(self.scale, 0) + (t_ns - self.window_t)
         used = proc - self.window_proc
-        self.own, self._own_ns = own_ns > self._own_ns, own_ns
-        lowers = self.by_signal or self.own  # (a rate that would be used: see the module doc)
+        # (a rate that would be used: the looks' with the main thread sampled by signal, else the own timers' if any ran)
+        lowers = self.by_signal or own_ns > self._own_ns
+        self._own_ns = own_ns
         if lowers and self.look_ns > self.share * used and self.scale < self.max_scale:
             self.scale = min(self.scale * 2, self.max_scale)
         elif self.scale > 1 and (not lowers or self.look_ns < self.share / 4 * used):
@@ -75,7 +75,7 @@ class Budget:
         return True
 
     def own_period_ns(self) -> int:
-        """The busy threads' own timers' period (ns; ``Sampler.own_budget``): 0 (the looks') at the asked rate."""
+        """The busy threads' own timers' period (ns; ``Sampler.own_period``): 0 (the looks') at the asked rate."""
         return int(self.period * self.scale) if self.scale > 1 else 0
 
     def close(self, t_ns: int) -> None:

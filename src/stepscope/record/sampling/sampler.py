@@ -168,15 +168,18 @@ class Sampler(StackTables):
         w = self._walker
         return (w.own_threads, w.own_samples, w.own_misses) if w is not None else (0, 0, 0)
 
-    def own_budget(self, period_ns: int) -> int:
-        """Set the busy threads' own timers' period (ns; 0: the looks'; the overhead budget's, ``Budget``) and
-        return the time (ns) their signal handlers took so far, each signal's delivery counted too (``own_ns``); 0
-        for the Python walk."""
+    @property
+    def own_ns(self) -> int:
+        """The time (ns) the busy threads' own timers' signal handlers took so far, each signal's delivery counted
+        too (``Walker.own_ns``); 0 for the Python walk."""
         w = self._walker
-        if w is None:
-            return 0
-        w.own_period = period_ns
-        return w.own_ns
+        return w.own_ns if w is not None else 0
+
+    def own_period(self, period_ns: int) -> None:
+        """Set the busy threads' own timers' period (ns; 0: the looks'; the overhead budget's, ``Budget``). Nothing
+        for the Python walk."""
+        if self._walker is not None:
+            self._walker.own_period = period_ns
 
     def own_stop(self) -> None:
         """Delete the busy threads' own timers (samples of theirs not accounted yet are dropped: a thread's
