@@ -694,3 +694,38 @@ def test_a_spans_entry_reuses_the_exit_readings_of_the_span_just_before_it():
     finally:
         os.close(statm)
         os.close(sched)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_the_threads_os_id_is_asked_once_and_again_in_a_forked_child():
+    """The span ends read the thread's own schedstat file, found by its OS id: asked of the kernel at each read, that
+    was a gettid system call at each end of a step-level span (a cold kernel entry after the step's torch work). Both
+    the C path's id (``_native.thread_id``) and the Python one (``cpuwait._tid``) are kept per thread now, so they must
+    be each thread's own, and a forked child's (whose one thread has a new id) its own too, not its parent's."""
+    import threading
+
+    from stepscope.record import native
+    from stepscope.record.steps import cpuwait
+
+    ids = [cpuwait._tid]
+    if getattr(native.ext, "thread_id", None) is not None:
+        ids.append(native.ext.thread_id)
+    assert [f() for f in ids] == [threading.get_native_id()] * len(ids)  # (and now kept)
+    other = []
+    t = threading.Thread(target=lambda: other.append([f() for f in ids] + [threading.get_native_id()]))
+    t.start()
+    t.join()
+    assert other[0] == [other[0][-1]] * (len(ids) + 1) and other[0][-1] != threading.get_native_id()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # (the child: its ids, then its own, as one line)
+        try:
+            os.write(w, json.dumps([f() for f in ids] + [threading.get_native_id()]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = json.loads(os.read(r, 4096).decode())
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == [pid] * (len(ids) + 1), (got, pid)
+    assert [f() for f in ids] == [threading.get_native_id()] * len(ids)  # (the parent's unchanged)

@@ -112,6 +112,10 @@ def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, 
     where the wait fails, NotImplementedError elsewhere than Linux, ValueError for a number that is no signal."""
 
 
+def thread_id() -> int:
+    """The calling thread's OS id, as ``threading.get_native_id()``: a ``gettid`` system call at its first call in a
+    thread (and again in a forked child), none after."""
+
 def readings(statm_fd: int, page: int, schedstat_fd: int, entry: bool = False, /) -> tuple[int, int, int]:
     """A step-level span's readings in one call (``memory.history.SpanMemory``): ``(rss, hwm, wait)``, the RSS in bytes
     (``/proc/self/statm``'s resident pages x ``page``), the kernel's RSS high-water mark in bytes (``getrusage``'s

@@ -281,6 +281,9 @@ static PyObject *py_readings(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLL)", rss, hwm, wait);
 }
 
+/* thread_id() -> the calling thread's OS id (threading.get_native_id()), without a system call after its first */
+static PyObject *py_thread_id(PyObject *self, PyObject *noargs) { return PyLong_FromUnsignedLong(thread_tid()); }
+
 /* ---- the recorder thread's wait, unseen by the program's own profiler ------------------------------------ */
 
 /* thread_hooked(ident) -> bool: whether the thread of that ident (threading.get_ident) has a setprofile/settrace
@@ -452,6 +455,8 @@ static PyMethodDef methods[] = {
     {"readings", py_readings, METH_VARARGS,
      "readings(statm_fd, page, schedstat_fd, entry=False) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), "
      "-1: unread"},
+    {"thread_id", py_thread_id, METH_NOARGS,
+     "The calling thread's OS id, as threading.get_native_id(): a gettid system call once per thread (again after a fork)."},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
     {"parent_of", py_parent_of, METH_O, "parent_of(current_span value) -> the parent id of a span opened now, or None"},
     {"top_name", py_top_name, METH_NOARGS, "The name of this thread's innermost open native span, or None."},

@@ -26,6 +26,7 @@
 #include "stackwalk.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -70,6 +71,20 @@ void readings_now(int statm, long long page, int sched, int entry, long long *rs
     struct rusage ru; /* (RUSAGE_THREAD: the process's high-water mark too, without a pass over its threads) */
     if (statm >= 0 && getrusage(RUSAGE_THREAD, &ru) == 0) *hwm = (long long)ru.ru_maxrss * 1024;
     if (!entry) last_read = (LastRead){now_ns(), statm, sched, *rss, *hwm, *wait};
+}
+
+/* the calling thread's OS id, asked of the kernel once per thread (PyThread_get_thread_native_id is a gettid system
+   call each time: with the schedstat file looked up by it at each end of a step-level span, four a denoising step,
+   each a cold kernel entry after the step's torch work); a forked child's thread asks again (tid_forget) */
+static _Thread_local unsigned long my_tid;
+static void tid_forget(void) { my_tid = 0; }
+static int tid_atfork; /* (registered at the first ask, with the GIL held) */
+unsigned long thread_tid(void) {
+    if (my_tid == 0) {
+        if (!tid_atfork) tid_atfork = pthread_atfork(NULL, NULL, tid_forget) == 0;
+        my_tid = PyThread_get_thread_native_id();
+    }
+    return my_tid;
 }
 
 #ifdef STEPSCOPE_STACKWALK
@@ -151,7 +166,7 @@ static int sched_fd(PyObject *mem) {
         fd = -1;
     } else {
         PyObject *fds = PyObject_GetAttr(rd, s_fds);
-        PyObject *key = PyLong_FromUnsignedLong(PyThread_get_thread_native_id());
+        PyObject *key = PyLong_FromUnsignedLong(thread_tid());
         PyObject *v = fds != NULL && key != NULL && PyDict_Check(fds) ? PyDict_GetItemWithError(fds, key) : NULL;
         if (v != NULL && PyLong_Check(v)) fd = (int)PyLong_AsLong(v);
         Py_XDECREF(fds);

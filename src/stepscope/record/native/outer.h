@@ -25,6 +25,9 @@ int outer_exit(int32_t idx);
    gap between two step-level spans, a denoiser's call and the scheduler's step, counted in the second). */
 void readings_now(int statm, long long page, int sched, int entry, long long *rss, long long *hwm, long long *wait);
 
+/* The calling thread's OS id (gettid), asked of the kernel once per thread and again in a forked child. */
+unsigned long thread_tid(void);
+
 /* outer_setup(probes_globals, scope_var, finished, noted, max_noted, start_listeners, prefixes, page): what
    the outermost calls read (see outer.c); None turns the C path off. */
 PyObject *py_outer_setup(PyObject *m, PyObject *args);

@@ -23,6 +23,27 @@ from ...core.steprules import WAIT_IN, WAIT_NS
 
 _pread = getattr(os, "pread", None)
 _native_id = getattr(threading, "get_native_id", None)
+# each thread's OS id, asked once (threading.get_native_id is a gettid system call each time, a cold kernel entry at
+# each end of a step-level span); a forked child's thread asks again (a new local: the old one holds the parent's id)
+_tid_of = threading.local()
+
+
+def _forget_tid() -> None:
+    global _tid_of
+    _tid_of = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_tid)
+
+
+def _tid() -> int:
+    """The calling thread's OS id (``threading.get_native_id()``, read once per thread)."""
+    try:
+        return _tid_of.tid
+    except AttributeError:
+        t = _tid_of.tid = _native_id()
+        return t
 
 
 #: the recording session's reader (``use``: while it records with the memory lane on), or None
@@ -58,7 +79,7 @@ class RunDelay:
         where that read fails (a descriptor of an ended thread whose id came back)."""
         if not self.ok:
             return -1
-        tid = _native_id()
+        tid = _tid()
         fd = self._fds.get(tid)
         if fd is None:
             try:
@@ -78,7 +99,7 @@ class RunDelay:
                 i = b.index(b" ")
                 return int(b[i + 1:b.index(b" ", i + 1)])
             except (OSError, ValueError):  # a descriptor of an ended thread whose id came back: open it anew
-                self._fds.pop(_native_id(), None)
+                self._fds.pop(_tid(), None)
                 try:
                     os.close(fd)
                 except OSError:
