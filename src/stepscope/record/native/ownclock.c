@@ -130,8 +130,10 @@ static void handler(int sig, siginfo_t *si, void *uc) {
                     __atomic_store_n(&s->head, h + 1, __ATOMIC_RELEASE);
                 }
             }
-            /* every OWN_BLOCK expiries the next one drawn in 0.5-1.5 periods (xorshift), as the main thread's
-               timers: never in lockstep with the program's own period (a re-arm, ~7 us here, is not made at each) */
+            /* every OWN_BLOCK expiries the next block's interval drawn in 0.5-1.5 periods (xorshift), as the main
+               thread's timers: never in lockstep with the program's own period (a re-arm, ~7 us here, is not made at
+               each). Only the block's first expiry drawn, its interval the period, a 30 ms + 10 ms loop sampled at
+               50.5 Hz was read at two phases a block: its 75% read 65-69% in 3 runs of 4 */
             if (++s->block >= OWN_BLOCK) {
                 s->block = 0;
                 uint64_t x = s->rng;
@@ -140,7 +142,7 @@ static void handler(int sig, siginfo_t *si, void *uc) {
                 x ^= x << 17;
                 s->rng = x;
                 int64_t next = s->period / 2 + (int64_t)(x % (uint64_t)(s->period > 0 ? s->period : 1));
-                struct itimerspec it = {{(time_t)(s->period / 1000000000LL), (long)(s->period % 1000000000LL)},
+                struct itimerspec it = {{(time_t)(next / 1000000000LL), (long)(next % 1000000000LL)},
                                         {(time_t)(next / 1000000000LL), (long)(next % 1000000000LL)}};
                 timer_settime(s->timer, 0, &it, NULL);
             }
