@@ -438,3 +438,47 @@ def test_a_lazy_look_leaves_rows_of_threads_back_at_their_stack_for_later_with_t
         other.set()
         a.join()
         b.join()
+
+
+@needs_walker
+def test_a_walkers_codes_are_held_for_the_next_walker_after_a_sessions_end(tmp_path):
+    """A look without the GIL and a busy thread's own timer read only frames whose code the walker holds, and a new
+    walker learned each code again from a miss: a server's capture windows, one session after another, paid those
+    misses (and the looks with the GIL they cost) in each. A session's end now hands its walker's codes to the
+    process's next walker (``Walker.reset(True)``, ``Sampler.hand_on``), hidden by that walker's own files; only one
+    carry is kept (a walker made while another holds none takes nothing), and a plain ``reset`` releases them."""
+    from conftest import wait_until
+
+    import stepscope.record.api as api
+    from stepscope.record.settings import Settings
+
+    stop = threading.Event()
+
+    def carried_code_runs_here():
+        while not stop.is_set():
+            time.sleep(0.001)
+
+    th = threading.Thread(target=carried_code_runs_here)
+    th.start()
+    try:
+        native.ext.Walker(64, HIDDEN_FILES).reset()  # (takes any carry an earlier test left, and releases it)
+        a = native.ext.Walker(64, HIDDEN_FILES)
+        a.look(())
+        n = a.codes
+        assert n > 0
+        a.reset(True)
+        assert a.codes == 0
+        b = native.ext.Walker(64, HIDDEN_FILES)
+        c = native.ext.Walker(64, HIDDEN_FILES)  # (b took them: none left for c)
+        assert (b.codes, c.codes) == (n, 0)
+        ids = b.look(())  # (the carried codes serve b's look: the same stack as a's)
+        assert ids[th.ident] >= 0 and b.codes == n, (ids, b.codes, n)
+        b.reset()
+        assert native.ext.Walker(64, HIDDEN_FILES).codes == 0
+        api.start(Settings(profiles_hz=101, memory=False, store=str(tmp_path / "store")))
+        wait_until(lambda: api._session.sampler._walker.codes > 0, 10, "the session's looks")
+        api.shutdown()
+        assert native.ext.Walker(64, HIDDEN_FILES).codes > 0  # (the session's end handed them on)
+    finally:
+        stop.set()
+        th.join()

@@ -292,6 +292,8 @@ class Session(RecorderLoop, SessionForks):
             self.store.close()
         except Exception:
             pass
+        if self._thread is None or not self._thread.is_alive():  # (the recorder gone: nothing reads the walker)
+            self.sampler.hand_on()
         if self.memory is not None:
             self.memory.close()
             self._span_memory.close()

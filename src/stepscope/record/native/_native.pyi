@@ -324,6 +324,9 @@ class Walker:
     truncated: Final[int]
     #: frames and stacks made since the last ``take`` (0: ``take`` has nothing to hand over)
     unseen: Final[int]
+    #: code objects held (strong references), whose frames a look without the GIL and a busy thread's own timer can
+    #: read; those of the process's previous walker, freed before this one was made, are held from the start
+    codes: Final[int]
     #: the stack index of the main thread's last walk (``walk``, or a sample of the C signal handler ``tick``), -1
     last_walk: Final[int]
     #: threads the last ``sample`` walked within their slack (their CPU clock moved; not in its ran list)
@@ -453,5 +456,8 @@ class Walker:
         -1: none, as ``f_lineno`` None; module: the ``__name__`` of the globals of the first frame seen running the
         code, "" when not a str), stacks as tuples of frame indices, leaf first."""
 
-    def reset(self) -> None:
-        """Forget every code (released: their addresses may be reused), frame and stack; indices start again at 0."""
+    def reset(self, carry: bool = False, /) -> None:
+        """Forget every code (released: their addresses may be reused), frame and stack; indices start again at 0.
+        ``carry``: the codes are held for the process's next walker made instead (a session's end: the next
+        session's looks and busy threads' own timers read its threads' frames from the first look, not after
+        learning each code again from a miss); a walker freed carries its codes too."""

@@ -381,6 +381,40 @@ int remote_replay(Walker *w, int64_t period, int64_t cap) {
     return rc < 0 ? -1 : remote_sync(w);
 }
 
+static Code *carried; /* (codes_carry) */
+static Py_ssize_t n_carried;
+
+void codes_carry(Code **codes, Py_ssize_t *n) {
+    if (*n <= 0 || *n > 1 << 20) return;
+    Code *older = carried;
+    Py_ssize_t m = n_carried;
+    carried = *codes, n_carried = *n;
+    *codes = older, *n = m;
+}
+
+void codes_adopt(Walker *w, PyObject *hidden) {
+    if (carried == NULL || w->n_codes != 0) return;
+    w->codes = carried, w->n_codes = w->cap_codes = n_carried;
+    carried = NULL, n_carried = 0;
+    for (Py_ssize_t i = 0; i < w->n_codes; i++) { /* (each code held: its address is no other object's) */
+        int h = PySet_Contains(hidden, ((PyCodeObject *)w->codes[i].code)->co_filename);
+        w->codes[i].hidden = h > 0;
+        if (h < 0 || map_put(&w->code_map, (uintptr_t)w->codes[i].code, 0, (int32_t)i) < 0) { /* (none kept) */
+            PyErr_Clear();
+            Code *codes = w->codes;
+            Py_ssize_t n = w->n_codes;
+            w->codes = NULL, w->n_codes = w->cap_codes = 0;
+            map_clear(&w->code_map);
+            for (Py_ssize_t k = 0; k < n; k++) {
+                Py_DECREF(codes[k].code);
+                Py_XDECREF(codes[k].module);
+            }
+            PyMem_Free(codes);
+            return;
+        }
+    }
+}
+
 void remote_clear(Walker *w) {
     if (w->remote == NULL) return;
     own_stop(w); /* (no signal handler reads its known sets any more) */

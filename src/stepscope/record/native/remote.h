@@ -86,6 +86,12 @@ int remote_replay(Walker *w, int64_t period, int64_t cap);
 int remote_sync(Walker *w);
 /* the remote state freed (the walker's tables cleared: its codes released) */
 void remote_clear(Walker *w);
+/* With the GIL: the codes of a walker being freed (codes[0:n], their references) kept for the process's next walker
+   (a session after a session: its busy threads' codes known from its first look, not learned again from misses);
+   what it does not keep (older ones carried, or over 2**20) is left in codes[0:*n] for the caller to release */
+void codes_carry(Code **codes, Py_ssize_t *n);
+/* With the GIL: a new walker's table (empty) given the codes carried, hidden by its own files; nothing on no memory */
+void codes_adopt(Walker *w, PyObject *hidden);
 
 /* stackwalk.c: the code index of a live code object (its module's name from globals, a dict or NULL), its entry made
    as at its first frame; -1 with MemoryError set */

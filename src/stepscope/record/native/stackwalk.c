@@ -427,8 +427,9 @@ fail:
     return NULL;
 }
 
-/* forget everything: the code objects released (their addresses may be reused from now on), indices from 0 */
-static void walker_clear(Walker *w) {
+/* forget everything, indices from 0: the code objects released (their addresses may be reused from now on), or
+   carried to the process's next walker (keep: remote.c's codes_carry) */
+static void walker_clear(Walker *w, int keep) {
     threads_clear(w);
     remote_clear(w);
     w->last_walk = -1;
@@ -451,6 +452,7 @@ static void walker_clear(Walker *w) {
     map_clear(&w->code_map);
     map_clear(&w->offs);
     map_clear(&w->lines);
+    if (keep) codes_carry(&codes, &n);
     for (Py_ssize_t i = 0; i < n; i++) { /* last: a code freed here may run Python code (a weakref callback) */
         Py_DECREF(codes[i].code);
         Py_XDECREF(codes[i].module);
@@ -458,8 +460,10 @@ static void walker_clear(Walker *w) {
     PyMem_Free(codes);
 }
 
-static PyObject *walker_reset(Walker *w, PyObject *unused) {
-    walker_clear(w);
+static PyObject *walker_reset(Walker *w, PyObject *args) {
+    int carry = 0;
+    if (!PyArg_ParseTuple(args, "|p:reset", &carry)) return NULL;
+    walker_clear(w, carry);
     Py_RETURN_NONE;
 }
 
@@ -479,7 +483,8 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
         Py_XDECREF(empty);
         return buf == NULL ? (PyErr_NoMemory(), -1) : -1;
     }
-    walker_clear(w);
+    walker_clear(w, 0);
+    codes_adopt(w, hidden);
     PyMem_Free(w->buf);
     w->buf = buf;
     w->max_depth = max_depth;
@@ -494,7 +499,7 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
 
 static void walker_dealloc(Walker *w) {
     if (w->wake_fd1 > 0) close(w->wake_fd1 - 1);
-    walker_clear(w);
+    walker_clear(w, 1);
     PyMem_Free(w->buf);
     Py_XDECREF(w->hidden);
     Py_XDECREF(w->name);
@@ -534,13 +539,15 @@ static PyMethodDef walker_methods[] = {
      "rows() -> [(t_ns, thread id, stack, wall_ns, cpu_ns)] recorded since the last call (threads.c)"},
     {"take", (PyCFunction)walker_take, METH_NOARGS,
      "take() -> (frames, stacks) made since the last take: (code, line or -1, module) and leaf-first tuples"},
-    {"reset", (PyCFunction)walker_reset, METH_NOARGS, "Forget every code, frame and stack (codes released)."},
+    {"reset", (PyCFunction)walker_reset, METH_VARARGS,
+     "reset(carry=False): forget every code, frame and stack (codes released, or held for the next walker made)"},
     {NULL}};
 
 static PyMemberDef walker_members[] = {
     {"max_depth", Py_T_PYSSIZET, offsetof(Walker, max_depth), Py_READONLY, "frames kept a stack, nearest the leaf"},
     {"truncated", Py_T_LONGLONG, offsetof(Walker, truncated), Py_READONLY, "walks cut at max_depth"},
     {"unseen", Py_T_PYSSIZET, offsetof(Walker, unseen), Py_READONLY, "frames and stacks made since the last take"},
+    {"codes", Py_T_PYSSIZET, offsetof(Walker, n_codes), Py_READONLY, "code objects held (the previous walker's too)"},
     {"moved", Py_T_PYSSIZET, offsetof(Walker, moved), Py_READONLY,
      "threads the last sample() walked within their slack (their CPU clock moved; not in its ran list)"},
     {"quiet_looks", Py_T_LONGLONG, offsetof(Walker, quiet_looks), Py_READONLY,

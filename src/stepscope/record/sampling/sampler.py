@@ -188,6 +188,14 @@ class Sampler(StackTables):
         if self._walker is not None:
             self._walker.own_stop()
 
+    def hand_on(self) -> None:
+        """The session's end: the code objects the C walk holds are kept for the process's next session's walker
+        (``Walker.reset(True)``), whose looks and busy threads' own timers then read those codes' frames from its first
+        look, not after learning each again from a miss (a server's capture windows, one session after another).
+        Nothing is sampled after this; nothing for the Python walk."""
+        if self._walker is not None:
+            self._walker.reset(True)
+
     @staticmethod
     def _new_cols() -> tuple[array, ...]:
         return array("q"), array("q"), array("q"), array("q"), array("q")
