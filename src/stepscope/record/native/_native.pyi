@@ -112,6 +112,12 @@ def park(lock: Any, timeout_s: float, poll_s: float, finished: Any, limit: int, 
     where the wait fails, NotImplementedError elsewhere than Linux, ValueError for a number that is no signal."""
 
 
+def run_delay(schedstat_fd: int, /) -> int:
+    """The calling thread's run-queue wait so far (ns: ``/proc/thread-self/schedstat``'s second field), -1 where it
+    cannot be read. The file (~20 us a read right after a step's torch work) is read again only when the thread left
+    its CPU since its last read: the wait grows only then, and every such switch counts in ``getrusage``'s
+    ``ru_nvcsw`` or ``ru_nivcsw`` (one cheaper system call), so the value is exact either way."""
+
 def thread_id() -> int:
     """The calling thread's OS id, as ``threading.get_native_id()``: a ``gettid`` system call at its first call in a
     thread (and again in a forked child), none after."""

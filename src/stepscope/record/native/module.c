@@ -281,6 +281,14 @@ static PyObject *py_readings(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLL)", rss, hwm, wait);
 }
 
+/* run_delay(schedstat_fd) -> the calling thread's run-queue wait (ns), -1 unread: schedstat read again only when the
+   thread left its CPU since its last read (outer.c's run_delay_read) */
+static PyObject *py_run_delay(PyObject *self, PyObject *arg) {
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(fd >= 0 && fd <= INT_MAX ? run_delay_read((int)fd) : -1);
+}
+
 /* thread_id() -> the calling thread's OS id (threading.get_native_id()), without a system call after its first */
 static PyObject *py_thread_id(PyObject *self, PyObject *noargs) { return PyLong_FromUnsignedLong(thread_tid()); }
 
@@ -455,6 +463,9 @@ static PyMethodDef methods[] = {
     {"readings", py_readings, METH_VARARGS,
      "readings(statm_fd, page, schedstat_fd, entry=False) -> (rss bytes, RSS high-water mark bytes, run-queue wait ns), "
      "-1: unread"},
+    {"run_delay", py_run_delay, METH_O,
+     "run_delay(schedstat_fd) -> the calling thread's run-queue wait (ns), -1 unread; the file is read again only when "
+     "the thread left its CPU since its last read (getrusage's context switches)"},
     {"thread_id", py_thread_id, METH_NOARGS,
      "The calling thread's OS id, as threading.get_native_id(): a gettid system call once per thread (again after a fork)."},
     {"next_id", py_next_id, METH_NOARGS, "A new span id (unique in the process, never 0)."},
