@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--ab", type=float, default=None, help="in-process A/B at this sampling rate (see above)")
     ap.add_argument("--store", default=None, help="the store of --ab's sessions")
     ap.add_argument("--ab-warm", type=int, default=1, help="untimed generations at the start of each --ab session")
+    ap.add_argument("--ab-aa", action="store_true",
+                    help="an A/A process: both sides of --ab traces alone (the design's own reading, its noise and bias)")
     ap.add_argument("--ab-session-gens", type=int, default=1,
                     help="timed generations each --ab session serves (the configuration alternates by session)")
     a = ap.parse_args()
@@ -156,7 +158,7 @@ def main() -> None:
                 if a.ab is not None:
                     configs.append(("full", "traces")[(k // m + p) % 2])
                 if a.ab is not None and k % m == 0:
-                    session(configs[-1], a.ab, a.store)
+                    session("traces" if a.ab_aa else configs[-1], a.ab, a.store)
                     for _ in range(a.ab_warm):  # untimed: the session's first stacks and calls (a server's once)
                         warm: queue.Queue = queue.Queue(maxsize=1)
                         jobs.put((k, warm))

@@ -20,12 +20,17 @@ Where those spells still move each generation by far more than sampling costs, t
 stepscope takes from the generation apart from the machine's speed: the session worker's waits (its wall time less its
 own CPU and run-queue time, ``/proc/self/task/TID/schedstat``: the GIL held by another thread, the recorder's looks
 and flushes, the main thread's signal ticks) and the CPU of the process's other threads (the recorder's above all),
-each as the full side's more than the traces-alone side's, a share of that generation.
+each as the full side's more than the traces-alone side's, a share of that generation. ``--aa``: every other process
+an A/A one (``server_app.py --ab-aa``: both sides traces alone, the same pairing), printed apart: what the design
+reads when nothing differs, in the same run, the machine's slow spells and any bias of the pairing in it (on a
+2-core VM whose speed moves single processes by -25..+15%, 160 such pairs read +0.56% and +0.76%, CIs of +-1%), so
+that the A/B's figure is read against it, not against zero.
 
     python benchmarks/server_overhead.py --rounds 4
     python benchmarks/server_overhead.py --rounds 2 --idle 6 --configs full,traces
     python benchmarks/server_overhead.py --ab --rounds 4 --phases 4 --gens 10
     python benchmarks/server_overhead.py --ab --rounds 3 --phases 3 --gens 16 --ab-warm 3 --ab-session-gens 4
+    python benchmarks/server_overhead.py --ab --aa --rounds 20 --phases 3 --gens 16 --ab-warm 3 --ab-session-gens 4
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ def main() -> None:
     ap.add_argument("--ab-session-gens", type=int, default=1,
                     help="timed generations of each --ab session (the k-th of a session paired with the k-th of the "
                          "next one, of the other configuration)")
+    ap.add_argument("--aa", action="store_true",
+                    help="with --ab: every other process an A/A one (both sides traces alone), its reading printed apart")
     a = ap.parse_args()
     if a.ab:
         return ab(a)
@@ -129,21 +136,20 @@ def ab(a) -> None:
     # the other threads' CPU (the process's less the worker's), as a share of the traces-alone generation
     waits, others = [], []
     per_process = []
+    aa_pairs = {"wall": ([], []), "cpu": ([], [])}  # (--aa: the A/A processes' pairs, "full" the side so labelled)
     for r in range(a.rounds):
         mine = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
+        if a.aa and r % 2 == 1:
+            for ph in run(app + ["--ab-aa"], env)[1:]:
+                _pairs(ph, a.ab_session_gens, aa_pairs)
+            print(f"process {r + 1}/{a.rounds} done (A/A)", file=sys.stderr, flush=True)
+            continue
         for ph in run(app, env)[1:]:  # the first phase warms up
             for w, c, cfg in zip(ph["gen_wall"], ph["gen_cpu"], ph["gen_config"]):
                 for d in (pooled, mine):
                     d[cfg]["wall"].append(w)
                     d[cfg]["cpu"].append(c)
-            cf, g = ph["gen_config"], a.ab_session_gens
-            both = [(i, i + g) if cf[i] == "full" else (i + g, i)  # (full, traces): the k-th of two sessions
-                    for i in range(len(cf) - g) if i % (2 * g) < g]
-            for k in ("wall", "cpu"):
-                v = ph[f"gen_{k}"]
-                for j, m in both:
-                    pairs[k][0].append(v[j])
-                    pairs[k][1].append(v[m])
+            both = _pairs(ph, a.ab_session_gens, pairs)
             wall, cpu, wcpu, wrq = (ph[k] for k in ("gen_wall", "gen_cpu", "gen_worker_cpu", "gen_worker_runq"))
             for j, m in both:
                 waited = [wall[x] - wcpu[x] - wrq[x] for x in (j, m)]
@@ -153,7 +159,7 @@ def ab(a) -> None:
                             for k in ("wall", "cpu")})
         print(f"process {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     n = len(pooled["full"]["wall"])
-    print(f"in-process A/B at {a.hz:g} Hz: {a.rounds} processes, {n} generations a side of {a.steps} steps "
+    print(f"in-process A/B at {a.hz:g} Hz: {len(per_process)} processes, {n} generations a side of {a.steps} steps "
           f"({a.ab_session_gens} a session, after {a.ab_warm} untimed in it), "
           f"{a.idle_threads} idle threads; OMP_NUM_THREADS={env['OMP_NUM_THREADS']}; load average "
           f"{os.getloadavg()[0]:.1f} at the end")
@@ -166,11 +172,30 @@ def ab(a) -> None:
         pc = paired_change(*pairs[k])
         print(f"{'':16s} paired (each full generation against the traces-alone one beside it, {len(pairs[k][0])} "
               f"pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to {100 * pc.ci_high:+.2f}%)")
+    if a.aa and aa_pairs["wall"][0]:
+        for k, label in (("wall", "generation wall"), ("cpu", "process CPU")):
+            pc = paired_change(*aa_pairs[k])
+            print(f"{label:16s} A/A (both sides traces alone, {a.rounds // 2} processes between those, "
+                  f"{len(aa_pairs[k][0])} pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to "
+                  f"{100 * pc.ci_high:+.2f}%): the pairing's own reading")
     if any(waits):  # (Linux: the worker's schedstat)
         for label, v, of in (("worker's waits", waits, "generation wall"), ("others' CPU", others, "process CPU")):
             m, lo, hi = _median_ci(v)
             print(f"{label:16s} the full generation's more than the traces-alone one beside it, as a share of the "
                   f"{of}: {100 * m:+.2f}% (95% CI {100 * lo:+.2f}% to {100 * hi:+.2f}%)")
+
+
+def _pairs(ph: dict, g: int, pairs: dict) -> list[tuple[int, int]]:
+    """Phase ``ph``'s (full, traces) generation pairs, the k-th of a session with the k-th of the next one (``g`` a
+    session), their values appended to ``pairs`` ({"wall"|"cpu": (full's, traces')}); returns the index pairs."""
+    cf = ph["gen_config"]
+    both = [(i, i + g) if cf[i] == "full" else (i + g, i) for i in range(len(cf) - g) if i % (2 * g) < g]
+    for k in ("wall", "cpu"):
+        v = ph[f"gen_{k}"]
+        for j, m in both:
+            pairs[k][0].append(v[j])
+            pairs[k][1].append(v[m])
+    return both
 
 
 def _median_ci(v: list[float], rounds: int = 2000) -> tuple[float, float, float]:
