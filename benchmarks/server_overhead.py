@@ -15,7 +15,9 @@ sampling + memory lane ("full") and traces alone alternating; prints the change 
 the full sessions' median generation wall and process CPU time over the traces-alone ones, with bootstrap 95% CIs
 (``stepscope.bench.stats.compare``: every generation of every process pooled), each process's own change, and the
 paired figure (``bench.stats.paired_change``: each full generation against the traces-alone one beside it in its
-phase, so that the machine's slow spells, seconds to minutes long on a shared VM, fall in both sides of a pair).
+phase, so that the machine's slow spells, seconds to minutes long on a shared VM, fall in both sides of a pair; its CI
+a cluster bootstrap over the processes, whose pairs a spell moves alike: resampled one by one, A/A runs of identical
+sides read CIs that excluded 0).
 Where those spells still move each generation by far more than sampling costs, two figures of each pair read what
 stepscope takes from the generation apart from the machine's speed: the session worker's waits (its wall time less its
 own CPU and run-queue time, ``/proc/self/task/TID/schedstat``: the GIL held by another thread, the recorder's looks
@@ -131,17 +133,18 @@ def ab(a) -> None:
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
     pooled = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
-    pairs = {"wall": ([], []), "cpu": ([], [])}  # (full, traces) of adjacent generations of one phase
+    # (full, traces) of adjacent generations of one phase, and the process each pair ran in (the bootstrap's groups)
+    pairs = {"wall": ([], []), "cpu": ([], []), "group": []}
     # per pair, what each side's generation lost: the worker's waits (its wall less its CPU and run-queue wait) and
     # the other threads' CPU (the process's less the worker's), as a share of the traces-alone generation
     waits, others = [], []
     per_process = []
-    aa_pairs = {"wall": ([], []), "cpu": ([], [])}  # (--aa: the A/A processes' pairs, "full" the side so labelled)
+    aa_pairs = {"wall": ([], []), "cpu": ([], []), "group": []}  # (--aa: the A/A processes', "full" so labelled)
     for r in range(a.rounds):
         mine = {c: {"wall": [], "cpu": []} for c in ("full", "traces")}
         if a.aa and r % 2 == 1:
             for ph in run(app + ["--ab-aa"], env)[1:]:
-                _pairs(ph, a.ab_session_gens, aa_pairs)
+                _pairs(ph, a.ab_session_gens, aa_pairs, r)
             print(f"process {r + 1}/{a.rounds} done (A/A)", file=sys.stderr, flush=True)
             continue
         for ph in run(app, env)[1:]:  # the first phase warms up
@@ -149,7 +152,7 @@ def ab(a) -> None:
                 for d in (pooled, mine):
                     d[cfg]["wall"].append(w)
                     d[cfg]["cpu"].append(c)
-            both = _pairs(ph, a.ab_session_gens, pairs)
+            both = _pairs(ph, a.ab_session_gens, pairs, r)
             wall, cpu, wcpu, wrq = (ph[k] for k in ("gen_wall", "gen_cpu", "gen_worker_cpu", "gen_worker_runq"))
             for j, m in both:
                 waited = [wall[x] - wcpu[x] - wrq[x] for x in (j, m)]
@@ -169,12 +172,13 @@ def ab(a) -> None:
         print(f"{label:16s} traces alone {1e3 * t:7.1f} ms, + sampling and memory lane {1e3 * f:7.1f} ms: "
               f"{100 * ch.change:+.2f}% (95% CI {100 * ch.ci_low:+.2f}% to {100 * ch.ci_high:+.2f}%); per process "
               + ", ".join(f"{100 * p[k]:+.1f}%" for p in per_process))
-        pc = paired_change(*pairs[k])
+        pc = paired_change(*pairs[k], groups=pairs["group"])
         print(f"{'':16s} paired (each full generation against the traces-alone one beside it, {len(pairs[k][0])} "
-              f"pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to {100 * pc.ci_high:+.2f}%)")
+              f"pairs of {len(set(pairs['group']))} processes): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to "
+              f"{100 * pc.ci_high:+.2f}%, the processes resampled)")
     if a.aa and aa_pairs["wall"][0]:
         for k, label in (("wall", "generation wall"), ("cpu", "process CPU")):
-            pc = paired_change(*aa_pairs[k])
+            pc = paired_change(*aa_pairs[k], groups=aa_pairs["group"])
             print(f"{label:16s} A/A (both sides traces alone, {a.rounds // 2} processes between those, "
                   f"{len(aa_pairs[k][0])} pairs): {100 * pc.change:+.2f}% (95% CI {100 * pc.ci_low:+.2f}% to "
                   f"{100 * pc.ci_high:+.2f}%): the pairing's own reading")
@@ -185,9 +189,10 @@ def ab(a) -> None:
                   f"{of}: {100 * m:+.2f}% (95% CI {100 * lo:+.2f}% to {100 * hi:+.2f}%)")
 
 
-def _pairs(ph: dict, g: int, pairs: dict) -> list[tuple[int, int]]:
+def _pairs(ph: dict, g: int, pairs: dict, process: int) -> list[tuple[int, int]]:
     """Phase ``ph``'s (full, traces) generation pairs, the k-th of a session with the k-th of the next one (``g`` a
-    session), their values appended to ``pairs`` ({"wall"|"cpu": (full's, traces')}); returns the index pairs."""
+    session), their values appended to ``pairs`` ({"wall"|"cpu": (full's, traces'), "group": process}); returns the
+    index pairs."""
     cf = ph["gen_config"]
     both = [(i, i + g) if cf[i] == "full" else (i + g, i) for i in range(len(cf) - g) if i % (2 * g) < g]
     for k in ("wall", "cpu"):
@@ -195,6 +200,7 @@ def _pairs(ph: dict, g: int, pairs: dict) -> list[tuple[int, int]]:
         for j, m in both:
             pairs[k][0].append(v[j])
             pairs[k][1].append(v[m])
+    pairs["group"] += [process] * len(both)
     return both
 
 

@@ -135,3 +135,29 @@ def test_bootstrap_medians_of_many_values_have_the_direct_resampling_distributio
     a, b = rng.normal(1.0, 0.1, 1_000_000), rng.normal(1.01, 0.1, 1_000_001)  # a million repeats: no B x n array
     big = stats.compare(b.tolist(), a.tolist())
     assert big.significant and big.ci_low < big.change < big.ci_high and 0.007 < big.change < 0.013, big
+
+
+def test_paired_change_with_groups_resamples_whole_groups():
+    """Pairs from one process share its slow spells: resampled one by one, identical sides (an A/A run) read a CI that
+    excludes 0; ``groups`` resamples whole processes (the cluster bootstrap), whose CI is as wide as the spread between
+    processes and covers the truth."""
+    from stepscope.bench.stats import paired_change
+
+    rng = np.random.default_rng(3)
+    covered_pairs = covered_groups = 0
+    for trial in range(20):
+        x, b, g = [], [], []
+        for k in range(12):  # 12 processes, each with a shift of its own on one side (a spell), 16 pairs each
+            shift = rng.normal(0, 0.01)
+            for _ in range(16):
+                base = 1 + rng.normal(0, 0.05)
+                b.append(base)
+                x.append(base * (1 + shift + rng.normal(0, 0.002)))
+                g.append(k)
+        one, whole = paired_change(x, b, seed=trial), paired_change(x, b, seed=trial, groups=g)
+        assert whole.change == one.change and whole.ci_high - whole.ci_low > 2 * (one.ci_high - one.ci_low)
+        covered_pairs += one.ci_low <= 0 <= one.ci_high
+        covered_groups += whole.ci_low <= 0 <= whole.ci_high
+    assert covered_groups >= 16 and covered_pairs <= 8, (covered_groups, covered_pairs)
+    with pytest.raises(ValueError, match="groups"):
+        paired_change([1.0, 2.0], [1.0, 2.0], groups=[0])
