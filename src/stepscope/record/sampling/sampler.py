@@ -189,10 +189,9 @@ class Sampler(StackTables):
             self._walker.own_stop()
 
     def hand_on(self) -> None:
-        """The session's end: the code objects the C walk holds are kept for the process's next session's walker
-        (``Walker.reset(True)``), whose looks and busy threads' own timers then read those codes' frames from its first
-        look, not after learning each again from a miss (a server's capture windows, one session after another).
-        Nothing is sampled after this; nothing for the Python walk."""
+        """The session's end: the C walk's code objects held for the process's next walker (``Walker.reset(True)``),
+        whose looks and busy threads' own timers read their frames from its first look, not after a miss each (a
+        server's capture windows, one session after another). Nothing is sampled after; nothing for the Python walk."""
         if self._walker is not None:
             self._walker.reset(True)
 
