@@ -111,9 +111,10 @@ def _run(python: str, tmp_path, mode: str, program: str = WORKER) -> tuple[list,
     return out, truths
 
 
-def _worker_shares(data, thread_name: str) -> tuple[float, float, float, set]:
+def _worker_shares(data, thread_name: str) -> tuple[float, float, float, set, int]:
     """(part_a's share of the thread's time in part_a or part_b, its total sampled wall s, the time under part_a
-    or part_b in s, the callers seen above part_a) of the thread named thread_name."""
+    or part_b in s, the callers seen above part_a, the samples under either: the share's binomial noise) of the thread
+    named thread_name."""
     import numpy as np
 
     from stepscope.analysis.calltree import ProfileIndex
@@ -129,7 +130,7 @@ def _worker_shares(data, thread_name: str) -> tuple[float, float, float, set]:
     a, b = mine & under("__main__.part_a"), mine & under("__main__.part_b")
     ta, tb = float(index.weight[a].sum()), float(index.weight[b].sum())
     callers = {names[f] for s in set(index.stack[a].tolist()) for f in index.stack_funcs[s]}
-    return ta / (ta + tb), float(index.weight[mine].sum()) / 1e9, (ta + tb) / 1e9, callers
+    return ta / (ta + tb), float(index.weight[mine].sum()) / 1e9, (ta + tb) / 1e9, callers, int(a.sum() + b.sum())
 
 
 @pytest.mark.parametrize("python", INTERPRETERS)
@@ -143,7 +144,7 @@ def test_a_thread_busy_in_calls_that_release_the_gil_is_read_without_it_and_its_
     # the overhead budget lowers the rate on a loaded machine)
     assert info.get("looks_without_gil_missed", 0) < info["looks_without_gil"] / 4, info
     truth = truths[""]
-    share, wall, under, callers = _worker_shares(data, "worker")
+    share, wall, under, callers, _ = _worker_shares(data, "worker")
     want = truth["part_a"] / (truth["part_a"] + truth["part_b"])  # (~0.75)
     assert abs(share - want) < 0.08, (share, want)
     assert 2.7 < wall < 3.3, wall  # (the thread's 3 s: every look's time charged once)
@@ -160,9 +161,12 @@ def test_a_forked_child_reads_its_own_threads_without_the_gil(python, tmp_path):
     if info.get("walk") != "c" or not sys.platform.startswith("linux"):
         pytest.skip(f"the C walk on Linux only: {info}")
     assert info.get("looks_without_gil", 0) > 20, info
-    share, wall, under, callers = _worker_shares(child, "child-worker")
+    share, wall, under, callers, n = _worker_shares(child, "child-worker")
     t = truths["child"]
-    assert abs(share - t["part_a"] / (t["part_a"] + t["part_b"])) < 0.1, (share, t)
+    want = t["part_a"] / (t["part_a"] + t["part_b"])
+    # (within 0.1, or 3.5 binomial standard errors where the overhead budget lowered the busy thread's rate to 50.5
+    # Hz: ~100 samples in 2 s, an error of 0.046, where the test's 0.1 was set for 101 Hz's ~200)
+    assert abs(share - want) < max(0.1, 3.5 * (want * (1 - want) / max(n, 1)) ** 0.5), (share, t, n, info)
     assert 1.7 < wall < 2.3, wall
     assert "__main__.worker_main" in callers, callers
 

@@ -23,27 +23,19 @@ from ...core.steprules import WAIT_IN, WAIT_NS
 
 _pread = getattr(os, "pread", None)
 _native_id = getattr(threading, "get_native_id", None)
-# each thread's OS id, asked once (threading.get_native_id is a gettid system call each time, a cold kernel entry at
-# each end of a step-level span); a forked child's thread asks again (a new local: the old one holds the parent's id)
-_tid_of = threading.local()
-
-
-def _forget_tid() -> None:
-    global _tid_of
-    _tid_of = threading.local()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_tid)
+_thread_id = None  # (``_native.thread_id``, or ``threading.get_native_id`` without the extension: at the first ask)
 
 
 def _tid() -> int:
-    """The calling thread's OS id (``threading.get_native_id()``, read once per thread)."""
-    try:
-        return _tid_of.tid
-    except AttributeError:
-        t = _tid_of.tid = _native_id()
-        return t
+    """The calling thread's OS id: ``_native.thread_id`` (a ``gettid`` system call once per thread, and again in a
+    forked child, reset by a C fork handler: no Python code runs at the fork, where a SIGTERM sent at once would be
+    handled before stepscope's own fork hook made the child's session), else ``threading.get_native_id()``."""
+    global _thread_id
+    if _thread_id is None:
+        from .. import native
+
+        _thread_id = getattr(native.ext, "thread_id", None) or _native_id
+    return _thread_id()
 
 
 _run_delay = None  # (``_native.run_delay``, False without the extension: looked up at the first read)
