@@ -455,8 +455,7 @@ def test_a_walkers_codes_are_held_for_the_next_walker_after_a_sessions_end(tmp_p
     stop = threading.Event()
 
     def carried_code_runs_here():
-        while not stop.is_set():
-            time.sleep(0.001)
+        stop.wait()  # (blocked in this frame until the test ends: its code is what the walkers hold)
 
     th = threading.Thread(target=carried_code_runs_here)
     th.start()
