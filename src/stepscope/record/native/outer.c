@@ -81,10 +81,13 @@ static long long run_delay_now(int sched, const struct rusage *ru) {
 }
 
 static void thread_forget(void);
-static int forget_atfork; /* (registered at the first reading or ask of the id, with the GIL held) */
+static void forget_at_fork(void) { /* (registered at the first reading or ask of the id, with the GIL held) */
+    static int done;
+    if (!done) done = pthread_atfork(NULL, NULL, thread_forget) == 0;
+}
 
 long long run_delay_read(int sched) {
-    if (!forget_atfork) forget_atfork = pthread_atfork(NULL, NULL, thread_forget) == 0;
+    forget_at_fork();
     struct rusage ru;
     return run_delay_now(sched, sched >= 0 && getrusage(RUSAGE_THREAD, &ru) == 0 ? &ru : NULL);
 }
@@ -96,7 +99,7 @@ void readings_now(int statm, long long page, int sched, int entry, long long *rs
         last_read.t = 0;
         return;
     }
-    if (!forget_atfork) forget_atfork = pthread_atfork(NULL, NULL, thread_forget) == 0;
+    forget_at_fork();
     last_read.t = 0;
     struct rusage ru; /* (RUSAGE_THREAD: the process's high-water mark too, without a pass over its threads) */
     int ok = (statm >= 0 || sched >= 0) && getrusage(RUSAGE_THREAD, &ru) == 0;
@@ -118,7 +121,7 @@ static void thread_forget(void) { /* (a forked child's one thread: its id, its w
 }
 unsigned long thread_tid(void) {
     if (my_tid == 0) {
-        if (!forget_atfork) forget_atfork = pthread_atfork(NULL, NULL, thread_forget) == 0;
+        forget_at_fork();
         my_tid = PyThread_get_thread_native_id();
     }
     return my_tid;

@@ -392,27 +392,19 @@ void codes_carry(Code **codes, Py_ssize_t *n) {
     *codes = older, *n = m;
 }
 
-void codes_adopt(Walker *w, PyObject *hidden) {
-    if (carried == NULL || w->n_codes != 0) return;
+int codes_adopt(Walker *w, PyObject *hidden) {
+    if (carried == NULL || w->n_codes != 0) return 0;
     w->codes = carried, w->n_codes = w->cap_codes = n_carried;
     carried = NULL, n_carried = 0;
     for (Py_ssize_t i = 0; i < w->n_codes; i++) { /* (each code held: its address is no other object's) */
         int h = PySet_Contains(hidden, ((PyCodeObject *)w->codes[i].code)->co_filename);
         w->codes[i].hidden = h > 0;
-        if (h < 0 || map_put(&w->code_map, (uintptr_t)w->codes[i].code, 0, (int32_t)i) < 0) { /* (none kept) */
+        if (h < 0 || map_put(&w->code_map, (uintptr_t)w->codes[i].code, 0, (int32_t)i) < 0) {
             PyErr_Clear();
-            Code *codes = w->codes;
-            Py_ssize_t n = w->n_codes;
-            w->codes = NULL, w->n_codes = w->cap_codes = 0;
-            map_clear(&w->code_map);
-            for (Py_ssize_t k = 0; k < n; k++) {
-                Py_DECREF(codes[k].code);
-                Py_XDECREF(codes[k].module);
-            }
-            PyMem_Free(codes);
-            return;
+            return -1;
         }
     }
+    return 0;
 }
 
 void remote_clear(Walker *w) {

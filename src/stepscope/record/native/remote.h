@@ -90,8 +90,9 @@ void remote_clear(Walker *w);
    (a session after a session: its busy threads' codes known from its first look, not learned again from misses);
    what it does not keep (older ones carried, or over 2**20) is left in codes[0:*n] for the caller to release */
 void codes_carry(Code **codes, Py_ssize_t *n);
-/* With the GIL: a new walker's table (empty) given the codes carried, hidden by its own files; nothing on no memory */
-void codes_adopt(Walker *w, PyObject *hidden);
+/* With the GIL: a new walker's table (empty) given the codes carried, hidden by its own files; 0, or -1 on no memory
+   (the table half made: the caller clears it) */
+int codes_adopt(Walker *w, PyObject *hidden);
 
 /* stackwalk.c: the code index of a live code object (its module's name from globals, a dict or NULL), its entry made
    as at its first frame; -1 with MemoryError set */

@@ -484,7 +484,7 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds) {
         return buf == NULL ? (PyErr_NoMemory(), -1) : -1;
     }
     walker_clear(w, 0);
-    codes_adopt(w, hidden);
+    if (codes_adopt(w, hidden) < 0) walker_clear(w, 0); /* (on no memory, nothing carried) */
     PyMem_Free(w->buf);
     w->buf = buf;
     w->max_depth = max_depth;
